@@ -1,0 +1,20 @@
+"Shared test setup: offline model hub, the shared data folder, and helpers to run the CLI."
+import os, sys, subprocess
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if not os.environ.get("SILVERSPOON_DATA") and (ROOT.parent/"shared"/"data").is_dir():
+    os.environ["SILVERSPOON_DATA"] = str(ROOT.parent/"shared"/"data")
+os.environ.pop("MPLBACKEND", None)   # Agg would strip figures from papermill outputs
+
+CLI = [str(Path(sys.executable).parent/"silverspoon")]   # the console script installed by `pip install -e .`
+
+def run_cli(*args, env=None, timeout=600, **kw):
+    "Run the `silverspoon` command in a subprocess from the project root."
+    e = {**os.environ, **(env or {})}
+    return subprocess.run([*CLI, *map(str, args)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout, **kw)
+
+@pytest.fixture
+def root(): return ROOT
