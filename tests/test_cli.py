@@ -1,0 +1,36 @@
+"The `silverspoon` command: malformed params stop the run with one clear error and touch nothing."
+from pathlib import Path
+import pytest
+from conftest import run_cli
+
+GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
+
+@pytest.mark.parametrize("text,needle", [
+    ("study: normative\nmodel: {backend: replay, id: GPT4, batchsize: 4}\n", "unknown field `model.batchsize`"),
+    ("study: normative\nmodel: {backend: replay, id: GPT4, batch_size: eight}\n", "field `model.batch_size` must be int"),
+    ("study: normative\nmodel: {backend: vllm, id: m}\n", "field `model.backend` = 'vllm' is not allowed"),
+    ("study: nope\nmodel: {backend: replay, id: GPT4}\n", "field `study` = 'nope' is unknown"),
+    ("study: normative\n", "required field `model` is missing"),
+    ("study: normative\nmodel: [1, 2\n", "not valid YAML"),
+])
+def test_bad_params_clear_error_and_nothing_touched(tmp_path, text, needle):
+    bad = tmp_path/"bad.yaml"; bad.write_text(text)
+    good = tmp_path/"good.yaml"; good.write_text(GOOD)
+    store, reports = tmp_path/"store", tmp_path/"reports"
+    # the good file comes first: validation of every file happens before any run starts
+    r = run_cli("run", good, bad, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(store)})
+    assert r.returncode == 2, r.stderr
+    assert str(bad) in r.stderr and needle in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not store.exists() and not reports.exists()
+
+def test_missing_params_file(tmp_path):
+    r = run_cli("check", tmp_path/"nope.yaml")
+    assert r.returncode == 2 and "nope.yaml: params file not found" in r.stderr
+
+def test_list_and_check_default_params(root):
+    r = run_cli("list"); assert r.returncode == 0
+    files = r.stdout.split()
+    assert "params/normative/gpt4-replay.yaml" in files and not any("examples" in f for f in files)
+    ex = sorted(str(p) for p in (root/"params"/"examples").glob("*.yaml"))
+    r = run_cli("check", *files, *ex); assert r.returncode == 0, r.stderr

@@ -1,0 +1,73 @@
+"End to end through the `silverspoon` command: papermill report, secrets, kill -9 and resume."
+import os, json, time, signal, subprocess
+from pathlib import Path
+import pandas as pd
+import pytest
+from conftest import run_cli, CLI, ROOT
+from silverspoon.api import FakeChatServer
+
+def test_replay_report_reproduces_paper(tmp_path):
+    r = run_cli("run", "params/normative/gpt4-replay.yaml", "--reports-dir", tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    html = (tmp_path/"normative"/"gpt4-replay.html").read_text()
+    assert "Table 2" in html and "Provenance" in html
+    assert "def parse_answer" not in html             # library definitions are not in the report
+    out = tmp_path/"normative"/"gpt4-replay"
+    vs = pd.read_csv(out/"table2_vs_paper.csv")
+    assert len(vs) == 10 and vs["match"].all(), vs    # GPT4 column = the paper's "GPT4o" row, all 10 numbers
+    t2 = pd.read_csv(out/"table2.csv")
+    assert {"faithful", "corrected", "faithful_ci_low", "faithful_ci_high", "n_items"} <= set(t2.columns)
+    prov = json.loads((out/"provenance.json").read_text())
+    assert prov["params"]["model"]["id"] == "GPT4" and prov["datasets"]
+    assert "normative" in (tmp_path/"index.html").read_text()
+
+def _openai_params(path:Path, srv, n=12, **model):
+    m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_KEY",
+         "concurrency": 1, "batch_size": 2, "timeout_s": 5.0, "max_retries": 1, **model}
+    import yaml
+    path.write_text(yaml.safe_dump({"study": "normative", "model": m, "generation": {"max_new_tokens": 32},
+                                    "sample": {"n": n, "stratify_by": "topic", "seed": 1},
+                                    "task": {"prompt_style": "gpt", "n_boot": 100}}))
+    return path
+
+def test_api_key_never_in_outputs(tmp_path):
+    secret = "sk-test-" + os.urandom(12).hex()
+    with FakeChatServer(api_key=secret, echo_auth=True) as srv:
+        p = _openai_params(tmp_path/"secret-run.yaml", srv)
+        r = run_cli("run", p, "--reports-dir", tmp_path/"reports",
+                    env={"SILVERSPOON_TEST_KEY": secret, "SILVERSPOON_STORE": str(tmp_path/"store")})
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert srv.stats()["requests"] >= 12            # the key was used: the server accepts only it
+    assert secret not in r.stdout + r.stderr
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
+    assert any(f.suffix == ".html" for f in files) and any(f.suffix == ".ipynb" for f in files) and any(f.suffix == ".jsonl" for f in files)
+    for f in files: assert secret not in f.read_text(errors="ignore"), f
+
+def _store_keys(path:Path):
+    return [json.loads(l)["key"] for l in path.read_text().splitlines() if l.strip().endswith("}")]
+
+def test_kill9_then_resume_same_tables(tmp_path):
+    with FakeChatServer(delay=0.25) as srv:
+        p = _openai_params(tmp_path/"resume.yaml", srv, n=30)
+        env = {**os.environ, "SILVERSPOON_TEST_KEY": "k", "SILVERSPOON_STORE": str(tmp_path/"store")}
+        store = tmp_path/"store"/"normative"/"resume.jsonl"
+        proc = subprocess.Popen([*CLI, "run", str(p), "--reports-dir", str(tmp_path/"a"), "--no-index"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        t0 = time.time()
+        while time.time() - t0 < 120 and (not store.exists() or len(_store_keys(store)) < 6): time.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+        done_before = len(_store_keys(store))
+        assert 6 <= done_before < 30, done_before          # killed mid-run
+        asked_before = srv.stats()["requests"]
+        r = run_cli("run", p, "--reports-dir", tmp_path/"a", "--no-index", env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        keys = _store_keys(store)
+        assert len(keys) == len(set(keys)) == 30            # nothing lost, nothing twice
+        assert srv.stats()["requests"] - asked_before <= 30 - done_before + 2   # only the missing ones (+ the batch in flight)
+        # an uninterrupted run into a fresh store gives the same tables
+        r = run_cli("run", p, "--reports-dir", tmp_path/"b", "--no-index", env={**env, "SILVERSPOON_STORE": str(tmp_path/"store_b")})
+        assert r.returncode == 0, r.stdout + r.stderr
+    a, b = tmp_path/"a"/"normative"/"resume", tmp_path/"b"/"normative"/"resume"
+    csvs = sorted(f.name for f in a.glob("*.csv") if f.name != "generation_counts.csv")
+    assert "table2.csv" in csvs
+    for name in csvs: pd.testing.assert_frame_equal(pd.read_csv(a/name), pd.read_csv(b/name), obj=name)
