@@ -10,9 +10,9 @@ import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'STUDIES', 'package_versions', 'git_state', 'Report', 'report_cells', 'notebook_to_html',
-           'study_notebook', 'validate_task', 'read_params_file', 'run_params_file', 'notebook_to_html_safe',
-           'collect_summaries', 'build_index']
+__all__ = ['REPORT_MARKER', 'STUDIES', 'package_versions', 'git_state', 'model_label', 'Report', 'report_cells',
+           'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file', 'run_params_file',
+           'notebook_to_html_safe', 'collect_summaries', 'summary_wide', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
 _PACKAGES = ["silverspoon", "numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "torch", "transformers",
@@ -42,6 +42,11 @@ def _jsonable(o):
     if dataclasses.is_dataclass(o): return dataclasses.asdict(o)
     if isinstance(o, Path): return str(o)
     return str(o)
+
+def model_label(m:ModelParams)->str:
+    "A readable model name: the id, or `package/gguf_file` for a model shipped inside a Python package; `+adapter` if any."
+    name = m.id if not m.package else f"{m.package}/{m.gguf_file or m.id}"
+    return name + (f" + {Path(m.adapter).name}" if m.adapter else "")
 
 class Report:
     "Shows tables and figures in the notebook and writes them (CSV / PNG / provenance.json) into `out_dir`."
@@ -79,18 +84,17 @@ class Report:
     def summary(self, df:pd.DataFrame):
         "The run's headline rows for the cross-model index page (`summary.csv`); shown too."
         df = df.copy()
-        df.insert(0, "run", self.params.run); df.insert(1, "model", self.params.model.id); df.insert(2, "backend", self.params.model.backend)
+        df.insert(0, "run", self.params.run); df.insert(1, "model", model_label(self.params.model)); df.insert(2, "backend", self.params.model.backend)
         self.table(df, "summary", "Summary for the cross-model index", "One row per headline metric of this run; reports/index.html gathers these rows across runs.")
 
     def counts(self, res:pd.DataFrame, # a `generate_all` result
-               title:str="Generation accounting"):
+               title:str="Generation accounting", name:str="generation_counts"):
         "Answered / failed / cached counts of a `generate_all` result: nothing is dropped silently."
         failed = res["error"].notna()
         df = pd.DataFrame([{"requests": len(res), "answered": int((~failed).sum()), "failed": int(failed.sum()),
                             "from_store": int(res.get("cached", pd.Series(False, index=res.index)).sum()),
                             "empty_answers": int((res["answer"].fillna("").str.strip() == "").sum())}])
-        self.table(df, "generation_counts", title, "Failed generations are kept and counted; an answer that is empty counts as unparseable downstream.")
-        return df
+        self.table(df, name, title, "Failed generations are kept and counted; an answer that is empty counts as unparseable downstream.")
 
     def provenance(self, store=None,              # the GenerationStore used (hits/misses)
                    data_files=(),                 # registry names/relpaths of the datasets read
@@ -120,7 +124,6 @@ class Report:
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
                        for k, v in prov.items())
         display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
-        return prov
 
 # %% ../nbs/06_report.ipynb #3549ded3
 REPORT_MARKER = "# Report"
@@ -209,9 +212,23 @@ def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em;color:#222}
+def summary_wide(df:pd.DataFrame)->pd.DataFrame:
+    "One row per run (and label set), one column per metric, cells `estimate [lo, hi]`; other frames unchanged."
+    if not {"metric", "estimate"} <= set(df.columns): return df
+    from silverspoon.stats import fmt_ci
+    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n")]
+    df = df.assign(cell=[fmt_ci(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))])
+    df[keys] = df[keys].astype(object).fillna("")
+    g = df.groupby([*keys, "metric"], sort=False)["cell"].first()
+    wide = g.unstack("metric")
+    wide = wide[list(dict.fromkeys(df["metric"]))]
+    if "n" in df.columns: wide.insert(0, "n", df.groupby(keys, sort=False)["n"].max().astype("Int64"))
+    wide.columns.name = None
+    return wide.reset_index()
+
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1600px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:right}
-th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:4px 0}
+th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:4px 0}
 .note{color:#555;font-size:13px}"""
 
 def build_index(reports_dir:str|Path|None=None)->Path:
@@ -224,7 +241,13 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         links = " · ".join(f"<a href='{study}/{html.escape(r)}.html'>{html.escape(r)}</a>"
                            for r in sorted(df["run"].unique()) if (reports_dir/study/f"{r}.html").exists())
         parts.append(f"<h2>{html.escape(study)}</h2><p>Reports: {links}</p>")
-        parts.append(df.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3f}", border=0))
+        wide = summary_wide(df)
+        if wide is not df:   # estimate on one line, CI below it in small type
+            metrics = [c for c in wide.columns if c not in df.columns]
+            wide = wide.astype(object).map(lambda v: html.escape(str(v)))
+            for c in metrics: wide[c] = wide[c].str.replace(r"^(\S+) (\[.*\])$", r"\1<br><small>\2</small>", regex=True)
+        parts.append(wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3f}", border=0, escape=wide is df))
+        if wide is not df: parts.append("<p class='note'>Cells: estimate [95% CI]; <i>n</i> = items the row's metrics rest on (largest over its metrics; each run's report gives n per metric).</p>")
     out = reports_dir/"index.html"
     out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>silverspoon reports</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>", encoding="utf-8")
     return out
