@@ -1,0 +1,243 @@
+"STOP study: multi-turn runner (real roles and history, batched turns), kill -9 + resume at the right turn, parsers, human alignment."
+import json, math, os, signal, socket, subprocess, sys, textwrap, time
+from collections import Counter
+from pathlib import Path
+import numpy as np
+import pandas as pd
+import pytest
+
+from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsError, RunParams
+from silverspoon.api import FakeChatServer, OpenAIBackend, fake_reply
+from silverspoon.store import GenerationStore
+from silverspoon.stop import (INSTRUCTION, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
+                              released_conversations, idealistic_table, faithful_label, strict_label, load_human, realistic_table,
+                              hedges_g, human_conversations, stop_task)
+
+
+@pytest.fixture(scope="module")
+def data(): return load_stop()
+
+
+# ---------------------------------------------------------------- parsers
+@pytest.mark.parametrize("reply,faithful,strict", [
+    ("Yes", "yes", "yes"), ("no.", "no", "no"), ("**No**, it is not appropriate.", "no", "no"), ("Answer: Yes", "yes", "yes"),
+    ("'No' - this crosses a line", "no", "no"), ("NO", "no", "no"),
+    ("I cannot answer that.", "no", "refusal"),                       # faithful: c-a-n-NO-t
+    ("As an AI, I do not have opinions.", "no", "refusal"),
+    ("I'm sorry, but no, this is not okay", "no", "no"),               # a refusal opener that still answers in its first sentence
+    ("I don't know", "no", "unparseable"),                            # faithful: k-NO-w
+    ("Is this situation appropriate? Yes or No", "yes", "unparseable"),  # an echo of the question
+    ("No, yes is wrong", "yes", "no"),                                # faithful: "yes" anywhere wins
+    ("Yes. No wait", "yes", "yes"), ("Thank you for sharing", "unparseable", "unparseable"),
+    ("The situation is fine.\nNo", "unparseable", "no"),              # faithful cuts at the first '.' / line break (API stop sequences)
+    ("", "unparseable", "unparseable"), (None, "unparseable", "unparseable"), ("  \n", "unparseable", "unparseable"),
+])
+def test_parsers(reply, faithful, strict):
+    assert faithful_label(reply) == faithful and strict_label(reply) == strict
+
+
+def test_parsers_on_released_counterfactual_replies(data):
+    "Released replies were cut at the first '.': the parsers agree on yes/no; the strict one names the refusals the faithful one cannot read."
+    cf = data["llama2-7b_cf"].dropna()
+    f, s = cf.map(faithful_label), cf.map(strict_label)
+    assert len(cf) == 447 and (f == "yes").sum() == (s == "yes").sum() == 190 and (f == "no").sum() == (s == "no").sum() == 103
+    assert ((s == "refusal") & (f == "unparseable")).sum() == (s == "refusal").sum() == 71    # "I apologize," (cut at the '.')
+
+
+# ---------------------------------------------------------------- multi-turn runner on the fake OpenAI-compatible server
+def _turn_of(body): return sum(m["role"] == "user" for m in body["messages"])
+
+
+def test_multiturn_real_roles_history_and_batched_turns(data):
+    items = select_progressions(data, {"n": 6, "stratify_by": "severity", "seed": 3})
+    with FakeChatServer() as srv:
+        be = OpenAIBackend(srv.model_params(concurrency=3, batch_size=4))
+        turns = run_conversations(be, items, GenerationParams(max_new_tokens=16), GenerationStore(None), run="t", progress=False)
+        bodies = list(srv.bodies)
+    assert len(bodies) == 6*6 and len(turns) == 36 and turns.error.isna().all()
+    # batched across conversations: every turn-t request reaches the server before any turn-(t+1) request
+    seq = [_turn_of(b) for b in bodies]
+    assert seq == sorted(seq) and Counter(seq) == {t: 6 for t in range(1, 7)}
+    for b in bodies:   # every request is a real chat: alternating roles, the instruction opens it, replies are the server's own
+        msgs, t = b["messages"], _turn_of(b)
+        assert [m["role"] for m in msgs] == ["user", "assistant"]*(t - 1) + ["user"]
+        assert msgs[0]["content"].startswith(INSTRUCTION + "\n")
+        for k in range(1, len(msgs), 2): assert msgs[k]["content"] == fake_reply(msgs[k-1]["content"])
+    for r in items.itertuples():
+        tr = transcript(turns, r.progression_id)
+        assert [m["role"] for m in tr] == ["user", "assistant"]*6
+        assert [m["content"] for m in tr[0::2]] == [INSTRUCTION + "\n" + r.s1, r.s2, r.s3, r.s4, r.s5, r.counterfactual]
+        assert tr[-1]["content"] == fake_reply(r.counterfactual)
+    # the fake server's replies ("P1 is wrong: ...") hold neither yes nor no: nothing is scored as "no"
+    sc = score_conversations(turns, items)
+    assert (sc.n_no == 0).all() and (sc.n_unparseable == 5).all() and (sc.status == "scored").all()
+
+
+def test_failed_turn_ends_the_conversation(data):
+    items = data[data.index.isin([0, 1])]
+    with FakeChatServer(script={items.s3.iloc[0]: 500}) as srv:   # sentence 3 of the first progression always fails
+        be = OpenAIBackend(srv.model_params(max_retries=0), backoff_s=0.01)
+        turns = run_conversations(be, items, GenerationParams(), GenerationStore(None), run="t", progress=False)
+    a, b = (turns[turns.progression_id == p] for p in items.progression_id)
+    assert a.turn.tolist() == [1, 2, 3] and a.error.iloc[-1].startswith("InternalServerError")
+    assert b.turn.tolist() == [1, 2, 3, 4, 5, 6]
+    sc = score_conversations(turns, items).set_index("progression_id")
+    assert sc.status.tolist() == ["failed", "scored"] and sc.cf_label.iloc[0] == "not asked" and pd.isna(sc.correct.iloc[0])
+    t = idealistic_table(sc.reset_index(), "selected", n_boot=20).set_index("metric")
+    assert t.n["P"] == 2 and idealistic_table(sc.reset_index(), "scored", n_boot=20).set_index("metric").n["P"] == 1
+
+
+# ---------------------------------------------------------------- kill -9 in the middle of a multi-turn run, then resume
+N_PROG, BATCH = 8, 4
+
+SCRIPT = textwrap.dedent(f'''
+    import sys, json
+    from silverspoon.core import GenerationParams
+    from silverspoon.api import FakeChatServer, OpenAIBackend
+    from silverspoon.store import GenerationStore
+    from silverspoon.stop import load_stop, select_progressions, run_conversations
+
+    store_path, side_path, out_path, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+
+    class Logged(OpenAIBackend):
+        def generate(self, requests, gen):
+            out = super().generate(requests, gen)
+            with open(side_path, "a") as f: f.write("".join(r.item_id + "\\n" for r in requests)); f.flush()
+            return out
+
+    items = select_progressions(load_stop(), {{"n": {N_PROG}, "stratify_by": "severity", "seed": 7}}, "proportional")
+    with FakeChatServer(delay=0.15, port=port) as srv:
+        be = Logged(srv.model_params(concurrency={BATCH}, batch_size={BATCH}))
+        turns = run_conversations(be, items, GenerationParams(max_new_tokens=16), GenerationStore(store_path), run="kill", progress=False)
+    json.dump({{"keys": turns.key.tolist(), "items": turns.item_id.tolist(), "answers": turns.answer.tolist(),
+               "cached": turns.cached.tolist()}}, open(out_path, "w"))
+''')
+
+
+def _records(path):
+    out = []
+    for line in Path(path).read_bytes().split(b"\n"):
+        try: out.append(json.loads(line))
+        except ValueError: pass
+    return out
+
+
+def _free_port():
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); return s.getsockname()[1]
+
+
+def test_killed_multiturn_run_resumes_at_the_right_turn(tmp_path, data):
+    script, port = tmp_path/"run.py", _free_port()
+    script.write_text(SCRIPT)
+    store = tmp_path/"store.jsonl"
+    env = {**os.environ, "OPENAI_API_KEY": "", "NO_PROXY": "127.0.0.1,localhost"}
+    def start(tag): return subprocess.Popen([sys.executable, str(script), str(store), str(tmp_path/f"side-{tag}.txt"), str(tmp_path/f"out-{tag}.json"), str(port)],
+                                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    p = start("1")
+    deadline = time.time() + 60
+    while time.time() < deadline and (not store.exists() or len(_records(store)) < N_PROG + BATCH):   # turn 1 done, turn 2 under way
+        if p.poll() is not None: pytest.fail(f"run ended before the kill: {p.stderr.read()}")
+        time.sleep(0.01)
+    os.kill(p.pid, signal.SIGKILL); p.wait(timeout=30)
+    before = _records(store)
+    done = Counter(r["item_id"].split("/")[1] for r in before)
+    assert done["s1"] == N_PROG and 0 < len(before) < 6*N_PROG, f"the kill came too late or too early ({len(before)} records)"
+    persisted = {r["key"] for r in before}
+
+    p2 = start("2"); _, err = p2.communicate(timeout=60)
+    assert p2.returncode == 0, err
+    final = _records(store)
+    assert len(final) == len({r["key"] for r in final}) == 6*N_PROG            # every turn of every conversation once, no duplicates
+    gen2 = (tmp_path/"side-2.txt").read_text().split()
+    # the resumed run started at the turn in progress: nothing of a turn that was complete at the kill was asked again
+    complete = {t for t in ["s1", "s2", "s3", "s4", "s5", "cf"] if done[t] == N_PROG}
+    assert not any(i.split("/")[1] in complete for i in gen2)
+    assert len(gen2) == 6*N_PROG - len(before) and max(Counter(gen2).values()) == 1
+    out2 = json.loads((tmp_path/"out-2.json").read_text())
+    assert sum(out2["cached"]) == len(before) and {k for k, c in zip(out2["keys"], out2["cached"]) if c} == persisted
+
+    # identical results to an uninterrupted run against the same server (same identity, so the same keys)
+    items = select_progressions(data, {"n": N_PROG, "stratify_by": "severity", "seed": 7}, "proportional")
+    with FakeChatServer(port=port) as srv:
+        ref = run_conversations(OpenAIBackend(srv.model_params(concurrency=BATCH, batch_size=BATCH)), items, GenerationParams(max_new_tokens=16),
+                                GenerationStore(None), run="ref", progress=False)
+    assert ref.key.tolist() == out2["keys"] and ref.item_id.tolist() == out2["items"] and ref.answer.tolist() == out2["answers"]
+    # the store key of turn t covers the history: the same sentence asked after different replies is a different request
+    s2 = ref[ref.turn == 2]
+    assert s2.key.nunique() == N_PROG and all(len(m) == 3 for m in s2.messages)
+
+
+# ---------------------------------------------------------------- realistic performance on a synthetic human file
+def test_realistic_performance_on_a_synthetic_human_file(tmp_path, data):
+    model = released_conversations(data, "llama2-70b")
+    sub = model[(model.status == "scored") & (model.n_no <= 4)].groupby("severity", observed=True).head(10)
+    pids = sub.progression_id.tolist()
+    n_no = dict(zip(sub.progression_id, sub.n_no.astype(int)))
+    rows = []   # two annotators who say "no" exactly once more than the model (first yes/no sentences in order), one who matches it
+    for ann, extra in [("ann1", 1), ("ann2", 1), ("ann3", 0)]:
+        for pid in pids:
+            k = n_no[pid] + extra
+            ans = ["yes"]*(5 - k) + ["no"]*k
+            if ann == "ann2" and "no" in ans: ans = ans[:ans.index("no") + 1]      # this one stops at the first "no" (the authors' tool)
+            rows += [dict(progression_id=pid, annotator=ann, sentence_index=i + 1, answer=a) for i, a in enumerate(ans)]
+            rows.append(dict(progression_id=int(pid.split("-")[1]), annotator=ann, sentence_index="cf", answer="no"))
+    path = tmp_path/"human.csv"; pd.DataFrame(rows).to_csv(path, index=False)
+    human = load_human(path, data)
+    assert len(human) == 3*len(pids) and (human.cf_label == "no").all()
+    assert human.set_index(["progression_id", "annotator"]).score.to_dict() == {
+        (p, a): (n_no[p] + e)/5 for a, e in [("ann1", 1), ("ann2", 1), ("ann3", 0)] for p in pids}
+    rt = realistic_table(model, human, n_boot=200).set_index(["severity", "metric"])
+    diff = -2/3/5                                                              # model - mean human: two of three annotators say one "no" more
+    assert math.isclose(rt.loc[("all", "mean_diff"), "estimate"], diff) and math.isclose(rt.loc[("all", "mae"), "estimate"], -diff)
+    ms = sub.score.astype(float).to_numpy(); hs = human.score.to_numpy()
+    assert math.isclose(rt.loc[("all", "hedges_g"), "estimate"], hedges_g(ms, hs)) and rt.loc[("all", "hedges_g"), "estimate"] < 0
+    assert rt.loc[("all", "pearson_r"), "estimate"] > 0.99
+    assert rt.loc[("all", "hedges_g"), "n_progressions"] == len(pids) and rt.loc[("all", "hedges_g"), "n_human_scores"] == 3*len(pids)
+    g = rt.loc[("all", "hedges_g")]; assert g.ci_low <= g.estimate <= g.ci_high
+    assert set(rt.index.get_level_values(0)) == {"all", "low", "moderate", "high"}
+    # humans' idealistic performance uses the same code as the models'
+    hi = idealistic_table(human_conversations(human), n_boot=50).set_index("metric")
+    assert hi.n["P"] == 3*len(pids) and hi.estimate["Pcounter"] == 1.0
+    # hedges_g by hand: standardized mean difference with the small-sample correction
+    assert math.isclose(hedges_g([0, .2, .4], [.2, .4, .6]), -(1 - 3/(4*6 - 9)) * 0.2/0.2)
+
+
+@pytest.mark.parametrize("rows,needle", [
+    ([dict(progression_id="stop-450", annotator="a", score=0.2)], "not a STOP progression"),
+    ([dict(progression_id="stop-001", annotator="a", score=0.5)], "score must be a sensitivity score"),
+    ([dict(progression_id="stop-001", annotator="a", sentence_index=i, answer="yes") for i in (1, 2, 3, 5)], "only sentences after a 'no'"),
+    ([dict(progression_id="stop-001", annotator="a", sentence_index=1, answer="maybe")], "answer must be yes or no"),
+    ([dict(progression_id="stop-001", annotator="a", sentence_index=1, answer="no")]*2, "repeats sentence 1"),
+    ([dict(pid="stop-001", who="a", score=0.2)], "match neither layout"),
+])
+def test_malformed_human_files_are_refused(tmp_path, data, rows, needle):
+    path = tmp_path/"h.csv"; pd.DataFrame(rows).to_csv(path, index=False)
+    with pytest.raises(DataError, match=needle): load_human(path, data)
+
+
+# ---------------------------------------------------------------- params files and the report with a human file
+def test_params_files_validate(root):
+    from silverspoon.report import read_params_file
+    files = sorted((root/"params"/"stop").glob("*.yaml"))
+    assert len(files) == 11
+    for f in files: read_params_file(f)
+    with pytest.raises(ParamsError, match="task.dialogue"):
+        stop_task(RunParams(study="stop", run="x", model=ModelParams(backend="replay", id="gpt4")), "x.yaml")
+
+
+def test_report_with_a_human_file(tmp_path, root, data):
+    "The notebook run by papermill on a replay subset with a synthetic human file: realistic performance and the summary rows."
+    from silverspoon.report import run_params_file
+    pids = select_progressions(data, {"n": 60, "stratify_by": "severity", "seed": 0}).progression_id   # the run's own selection
+    rng = np.random.default_rng(0)
+    pd.DataFrame([dict(progression_id=p, annotator=a, score=rng.integers(0, 6)/5) for p in pids for a in "ab"]).to_csv(tmp_path/"h.csv", index=False)
+    params = tmp_path/"gpt4-human.yaml"
+    params.write_text(f"study: stop\nmodel: {{backend: replay, id: gpt4}}\nsample: {{n: 60, stratify_by: severity, seed: 0}}\n"
+                      f"task: {{dialogue: authors, human_file: {tmp_path/'h.csv'}, n_boot: 30}}\n")
+    r = run_params_file(params, reports_dir=tmp_path/"reports")
+    out = tmp_path/"reports"/"stop"/"gpt4-human"
+    real = pd.read_csv(out/"realistic.csv")
+    assert set(real.metric) >= {"hedges_g", "mae", "pearson_r"} and (real.n_human_scores > 0).all()
+    summ = pd.read_csv(out/"summary.csv")
+    assert "Hedges g vs human" in set(summ.metric) and summ.loc[summ.metric == "P", "n"].item() <= 60
+    assert "No human annotation file" not in Path(r["html"]).read_text()
