@@ -37,7 +37,21 @@ def _parser():
     sub.add_parser("list", help="list the default params files")
     i = sub.add_parser("index", help="rebuild reports/index.html")
     i.add_argument("--reports-dir", default=None)
+    f = sub.add_parser("finetune", help="train a LoRA/QLoRA adapter on STOP from a finetune params file")
+    f.add_argument("params", help="finetune params YAML (see params/examples/finetune/stop-finetune-*.yaml)")
+    f.add_argument("--output-dir", default=None, help="default: the file's output_dir, else finetune/<run>/")
+    f.add_argument("--check", action="store_true", help="validate the params file only")
     return ap
+
+def _finetune(args)->int:
+    from silverspoon.finetune import load_finetune_params, train_from_params   # torch/peft are imported only here
+    p = load_finetune_params(args.params)
+    if args.check: print(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source})"); return 0
+    r = train_from_params(args.params, args.output_dir)
+    print(f"adapter  ->  {r['adapter']}\nlog      ->  {Path(r['output_dir'])/'train_log.csv'}  (loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}"
+          + (f", eval {r['eval_loss']:.3f}" if r['eval_loss'] is not None else "") + f"; {r['steps']} steps, {r['seconds']} s)\n"
+          f"evaluate ->  {r['eval_params']}")
+    return 0
 
 def _run(args)->int:
     files = [Path(f) for f in args.params] + (default_params_files(args.study) if args.all else [])
@@ -67,5 +81,6 @@ def main(argv:list[str]|None=None)->int:
             for f in default_params_files(): print(f.relative_to(project_root()).as_posix())
             return 0
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
+        if args.cmd == "finetune": return _finetune(args)
     except SilverspoonError as e:
         print(f"error: {e}", file=sys.stderr); return 2
