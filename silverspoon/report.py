@@ -38,6 +38,11 @@ def git_state(root:Path|None=None)->dict:
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
 
 # %% ../nbs/06_report.ipynb #798a30ad
+def _relpath(p)->str:
+    "`p` relative to the project root when inside it (reports must not carry one machine's paths), else as is."
+    try: return Path(p).resolve().relative_to(project_root()).as_posix()
+    except ValueError: return str(p)
+
 def _jsonable(o):
     if dataclasses.is_dataclass(o): return dataclasses.asdict(o)
     if isinstance(o, Path): return str(o)
@@ -113,7 +118,7 @@ class Report:
                 e = REGISTRY[f] if f in REGISTRY else next(v for v in REGISTRY.values() if v.relpath == f)
                 prov["datasets"][e.relpath] = {"sha256": e.sha256, "repo": e.repo, "commit": e.commit, "licence": e.licence}
         if store is not None:
-            prov["store"] = {"path": str(store.path) if getattr(store, "path", None) else None,
+            prov["store"] = {"path": _relpath(store.path) if getattr(store, "path", None) else None,
                              "hits": store.hits, "misses": store.misses}
         if "torch" in sys.modules:
             import torch

@@ -11,9 +11,10 @@ import numpy as np, pandas as pd
 from sklearn import metrics as skm
 
 # %% auto #0
-__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos',
-           'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'agreement_table', 'cluster_bootstrap_ci',
-           'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'fmt_ci']
+__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper',
+           'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'agreement_table',
+           'cluster_bootstrap_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr',
+           'log_odds_ratio', 'fmt_ci']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -254,6 +255,8 @@ def proportion_ci(k:int,                # successes
     lo, hi = proportion_confint(k, n, alpha=alpha, method=method)
     return k/n, float(lo), float(hi)
 
+MIN_CLUSTERS = 5   # below this many clusters a bootstrap CI is not reported (NaN), never a zero-width interval
+
 @dataclass(frozen=True)
 class PropCI:
     "A proportion with its CI; unpacks as `(estimate, lo, hi)`."
@@ -277,9 +280,16 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
     if len(v) == 0: raise ValueError("`x` is empty.")
     codes, C = _clusters(clusters, len(v))
     sums, sizes = np.bincount(codes, weights=v, minlength=C), np.bincount(codes, minlength=C).astype(np.float64)
+    est = float(v.mean())
+    if C < MIN_CLUSTERS: return PropCI(est, np.nan, np.nan, len(v), C)     # too few clusters for any interval
+    if np.isin(v, (0.0, 1.0)).all() and est in (0.0, 1.0):
+        # every item has the same outcome: each bootstrap replicate does too, so the percentile CI would be [p, p].
+        # Use the Wilson interval with the number of clusters as the (conservative) effective sample size instead.
+        _, lo, hi = proportion_ci(int(round(est*C)), C, alpha=alpha)
+        return PropCI(est, lo, hi, len(v), C)
     W = _boot_weights(C, n_boot, seed)
     lo, hi, _ = _percentile_ci((W @ sums) / (W @ sizes), alpha)
-    return PropCI(float(v.mean()), lo, hi, len(v), C)
+    return PropCI(est, lo, hi, len(v), C)
 
 # %% ../nbs/04_stats.ipynb #de14c098
 def paired_mcnemar(a,                   # 0/1 outcome under condition A, one per item

@@ -16,13 +16,14 @@ __all__ = ['RESULT_COLUMNS', 'request_key', 'GenerationStore', 'store_root', 'st
 _NOT_IN_KEY = ("retry_failed", "n_samples")
 
 def request_key(identity:dict,            # `backend.identity()`
+                item_id:str,              # the item asked (`GenRequest.item_id`)
                 messages:Conversation,    # the chat sent
                 gen:GenerationParams,     # decoding parameters
                 sample_index:int=0        # which sample of the item
                )->str:
-    "Stable 20-hex-digit key of one generation: identity, messages, decoding parameters and sample index."
+    "Stable 20-hex-digit key of one generation: identity, item, messages, decoding parameters and sample index."
     g = {k: v for k, v in dataclasses.asdict(gen).items() if k not in _NOT_IN_KEY}
-    return stable_hash({"identity": identity, "messages": messages, "gen": g, "sample_index": sample_index})
+    return stable_hash({"identity": identity, "item_id": item_id, "messages": messages, "gen": g, "sample_index": sample_index})
 
 # %% ../nbs/03_store.ipynb #547f2f84
 class GenerationStore:
@@ -127,7 +128,7 @@ def generate_all(backend:Backend,            # what answers
     "Answer every request, reusing stored answers and appending new ones batch by batch; a DataFrame in request order."
     import pandas as pd
     identity = backend.identity()
-    keys = [request_key(identity, r.messages, gen, r.sample_index) for r in requests]
+    keys = [request_key(identity, r.item_id, r.messages, gen, r.sample_index) for r in requests]
     todo: dict[str, GenRequest] = {}
     for k, r in zip(keys, requests):
         rec = store.get(k)

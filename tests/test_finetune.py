@@ -107,7 +107,7 @@ def test_train_reload_generate(tiny, small_sft, tmp_path):
     assert {k: v for k, v in fi.items() if not k.startswith("adapter")} == bi
     msgs = tr.messages.iloc[0][:1]
     g = GenerationParams(max_new_tokens=4)
-    assert request_key(bi, msgs, g) != request_key(fi, msgs, g)
+    assert request_key(bi, "x", msgs, g) != request_key(fi, "x", msgs, g)
     reqs = [GenRequest(f"x{i}", m[:1]) for i, m in enumerate(tr.messages.head(3))]
     out_ft, out_base = ft.generate(reqs, g), base.generate(reqs, g)
     assert all(x.error is None and isinstance(x.text, str) for x in out_ft)

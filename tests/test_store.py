@@ -146,7 +146,7 @@ def test_store_record_fields_and_duplicates(tmp_path):
     assert set(rec) == {"key", "run", "item_id", "sample_index", "messages", "answer", "finish_reason", "error", "prompt_tokens",
                         "completion_tokens", "seconds", "identity", "gen", "created"}
     assert rec["identity"] == {"backend": "flaky"} and rec["gen"]["max_new_tokens"] == 64
-    assert rec["key"] == request_key({"backend": "flaky"}, rec["messages"], GenerationParams(), rec["sample_index"])
+    assert rec["key"] == request_key({"backend": "flaky"}, rec["item_id"], rec["messages"], GenerationParams(), rec["sample_index"])
     assert str(df.prompt_tokens.dtype) == "Int64" and df.cached.dtype == bool
 
 
