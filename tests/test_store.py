@@ -138,10 +138,12 @@ def test_failures_recorded_counted_and_retried(tmp_path):
 
 def test_store_record_fields_and_duplicates(tmp_path):
     be = Flaky(fail=())
-    reqs = REQS[:3] + [GenRequest("q0-again", REQS[0].messages)] + [GenRequest("q0", REQS[0].messages, sample_index=1)]
+    reqs = REQS[:3] + [GenRequest("q0-again", REQS[0].messages)] + [GenRequest("q0", REQS[0].messages, sample_index=1)] + [REQS[0]]
     df = generate_all(be, reqs, GenerationParams(), GenerationStore(tmp_path/"s.jsonl"), run="r", progress=False)
-    assert be.calls["q0"] == 2 and "q0-again" not in be.calls            # same messages + sample: generated once
-    assert df.key[0] == df.key[3] != df.key[4] and df.item_id.tolist()[3] == "q0-again"
+    # another item with the same messages gets its own record (a replay must return each item's own answer,
+    # sampled runs draw independently per item); the very same request listed twice is generated once
+    assert be.calls["q0"] == 2 and be.calls["q0-again"] == 1
+    assert df.key[0] == df.key[5] and len({df.key[0], df.key[3], df.key[4]}) == 3 and df.item_id.tolist()[3] == "q0-again"
     rec = _valid_records(tmp_path/"s.jsonl")[0]
     assert set(rec) == {"key", "run", "item_id", "sample_index", "messages", "answer", "finish_reason", "error", "prompt_tokens",
                         "completion_tokens", "seconds", "identity", "gen", "created"}
