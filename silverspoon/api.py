@@ -319,10 +319,13 @@ class OpenAIBackend(Backend):
     def _to_generation(self, resp, seconds:float)->Generation:
         if not getattr(resp, "choices", None): raise ValueError("the response has no choices")
         ch = resp.choices[0]; msg = ch.message
-        text = msg.content if msg.content is not None else (getattr(msg, "refusal", None) or "")
+        text = msg.content if msg.content is not None else getattr(msg, "refusal", None)   # an API refusal is an answer
         u = getattr(resp, "usage", None)
         with self._lock: self.served[(getattr(resp, "model", None), getattr(resp, "system_fingerprint", None))] += 1
-        return Generation(text=text, finish_reason=ch.finish_reason,
+        # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
+        # recorded and retried on the next run, never an "answered" empty string
+        err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={ch.finish_reason})"
+        return Generation(text=text, finish_reason=ch.finish_reason if text is not None else "error", error=err,
                           prompt_tokens=getattr(u, "prompt_tokens", None), completion_tokens=getattr(u, "completion_tokens", None),
                           seconds=seconds)
 

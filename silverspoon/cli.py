@@ -55,6 +55,7 @@ def _finetune(args)->int:
 
 def _run(args)->int:
     files = [Path(f) for f in args.params] + (default_params_files(args.study) if args.all else [])
+    files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     for f in files: read_params_file(f)            # validate everything first
     t0, failed = time.time(), []
@@ -75,7 +76,7 @@ def main(argv:list[str]|None=None)->int:
     try:
         if args.cmd == "run": return _run(args)
         if args.cmd == "check":
-            for f in args.params: p = read_params_file(f)[1]; print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
+            for f in args.params: p = read_params_file(f); print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
             return 0
         if args.cmd == "list":
             for f in default_params_files(): print(f.relative_to(project_root()).as_posix())

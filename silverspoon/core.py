@@ -11,7 +11,7 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir', 'canonical_json', 'stable_hash',
            'sha256_file', 'seed_everything', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
-           'RunParams', 'load_params', 'task_params']
+           'RunParams', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -179,7 +179,31 @@ def load_params(source:Path|str|dict, # a YAML file, or an already-parsed mappin
         if d is None: d = {}
         if not isinstance(d, dict): raise ParamsError(f"{src}: the file must be a YAML mapping of fields, got {type(d).__name__}.")
         d = {"run": path.stem, **d}
-    return from_dict(RunParams, d, src=src)
+    return check_params(from_dict(RunParams, d, src=src), src)
+
+def check_params(p:RunParams, src:str="<params>")->RunParams:
+    "Checks beyond types: names usable as file names, ranges, and no secrets in URLs."
+    import re, math
+    from urllib.parse import urlsplit
+    def bad(field, msg): raise ParamsError(f"{src}: field `{field}` {msg}")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p.run): bad("run", f"= {p.run!r} must be a plain name (letters, digits, . _ -): it names the report and store files.")
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", p.study): bad("study", f"= {p.study!r} must be a study name such as 'normative'.")
+    m, g = p.model, p.generation
+    for f, v in [("model.batch_size", m.batch_size), ("model.concurrency", m.concurrency), ("generation.max_new_tokens", g.max_new_tokens),
+                 ("generation.n_samples", g.n_samples)]:
+        if v < 1: bad(f, f"= {v} must be at least 1.")
+    if m.max_retries < 0: bad("model.max_retries", f"= {m.max_retries} must be 0 or more.")
+    if not (math.isfinite(m.timeout_s) and m.timeout_s > 0): bad("model.timeout_s", f"= {m.timeout_s} must be a positive number of seconds.")
+    if g.do_sample and not (math.isfinite(g.temperature) and g.temperature > 0): bad("generation.temperature", f"= {g.temperature} must be > 0 when do_sample is true (use do_sample: false for greedy).")
+    if not 0 < g.top_p <= 1: bad("generation.top_p", f"= {g.top_p} must be in (0, 1].")
+    if p.sample.n is not None and p.sample.n < 1: bad("sample.n", f"= {p.sample.n} must be at least 1, or null for every item.")
+    if m.base_url:
+        u = urlsplit(m.base_url)
+        if u.scheme not in ("http", "https") or not u.netloc: bad("model.base_url", f"must be an http(s) URL such as http://localhost:8000/v1.")
+        if u.username or u.password or u.query:
+            bad("model.base_url", "must not carry credentials or a query string (they would end up in reports and the store); "
+                "put the key in the environment variable named by model.api_key_env.")
+    return p
 
 # %% ../nbs/00_core.ipynb #61c81de6
 def task_params(cls, params:RunParams, src:str="<params>"):

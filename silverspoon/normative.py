@@ -14,7 +14,7 @@ from .data import RELEASED_MODELS, N_VARIANTS
 from .stats import agreement_table, agreement_metrics, proportion_ci, cluster_proportion_ci, METRIC_DEFINITIONS
 
 # %% auto #0
-__all__ = ['PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'ANSWER_LABELS', 'JUDGE_SYSTEM',
+__all__ = ['PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'STRATA', 'ANSWER_LABELS', 'JUDGE_SYSTEM',
            'JUDGE_PROMPT', 'T2_METRICS', 'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'render_prompt',
            'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names', 'classify_subject',
            'parse_answer', 'to_binary', 'label_answers', 'binarize', 'validate_parser', 'judge_requests', 'parse_judge',
@@ -61,11 +61,25 @@ class NormativeTask:
     judge_generation: dict = field(default_factory=lambda: {"max_new_tokens": 4})   # decoding for the judge
     max_disagreements_shown: int = 20  # parser-validation examples shown in the report
 
+STRATA = ("topic", "variant")   # columns `sample.stratify_by` may name
+
 def normative_task(params:RunParams, src:str="<params>")->NormativeTask:
     "Validate `params.task` (and `task.judge`, as a `ModelParams`)."
     t = task_params(NormativeTask, params, src)
     if t.judge is not None: from_dict(ModelParams, t.judge, src=src, prefix="task.judge.")
     if t.n_boot < 1: raise ParamsError(f"{src}: field `task.n_boot` = {t.n_boot} must be at least 1 (2000 for reported CIs).")
+    if params.generation.n_samples != 1:
+        raise ParamsError(f"{src}: field `generation.n_samples` = {params.generation.n_samples}: the normative study scores one answer per item "
+                          "(as the paper); use 1, and compare seeds or sampling settings as separate runs.")
+    if params.sample.stratify_by not in (None, *STRATA):
+        raise ParamsError(f"{src}: field `sample.stratify_by` = {params.sample.stratify_by!r}; choose one of {list(STRATA)} or null.")
+    if params.sample.n is not None and params.sample.n < N_VARIANTS:
+        raise ParamsError(f"{src}: field `sample.n` = {params.sample.n}: items are drawn as whole scenarios of {N_VARIANTS} variants; use at least {N_VARIANTS}.")
+    if params.model.backend == "replay" and params.model.id not in RELEASED_MODELS:
+        raise ParamsError(f"{src}: field `model.id` = {params.model.id!r} is not a released column; replay one of {RELEASED_MODELS}.")
+    if params.model.backend == "replay" and PAPER_PROMPT_STYLE.get(params.model.id, t.prompt_style) != t.prompt_style:
+        raise ParamsError(f"{src}: field `task.prompt_style` = {t.prompt_style!r}, but the released {params.model.id} answers were "
+                          f"produced with the {PAPER_PROMPT_STYLE[params.model.id]!r} template (appendix K). Fix task.prompt_style.")
     return t
 
 # %% ../nbs/10_normative.ipynb #3b1442c2
@@ -245,6 +259,7 @@ def parse_answer(text:str|None,          # a model's answer
     "The judgement in an answer: one of ANSWER_LABELS (see the precedence rules above)."
     if text is None or not isinstance(text, str): return "unparseable"
     t = text.replace("’", "'").replace("‘", "'").strip()
+    t = re.sub(r"\b(is|are|was|were|does|do|did)n't\b", r"\1 not", t, flags=re.I)   # "P1 isn't wrong" = "P1 is not wrong"
     t = re.sub(r"^\W*(?:template\s+answer|answer|a)\s*:\s*", "", t, flags=re.I).strip()
     if not re.search(r"[A-Za-z]", t): return "unparseable"
     cl = _clauses(t)
@@ -394,7 +409,8 @@ def _t2_rows(at:pd.DataFrame, gold:str, n_excluded:int)->list[dict]:
         rows.append(dict(gold=gold, metric=lab, faithful=f.estimate, faithful_ci_low=f.ci_low, faithful_ci_high=f.ci_high,
                          corrected=c.estimate, corrected_ci_low=c.ci_low, corrected_ci_high=c.ci_high,
                          n_items=int(f.n_items), n_clusters=int(f.n_clusters), n_excluded=n_excluded,
-                         faithful_metric=fm, corrected_metric=cm))
+                         faithful_metric=fm, corrected_metric=cm,
+                         note="; ".join(dict.fromkeys(n for n in (f.get("note", ""), c.get("note", "")) if isinstance(n, str) and n))))
     return rows
 
 def table2(df:pd.DataFrame,         # items with gold columns low/up, scenario_id and a label column

@@ -98,8 +98,9 @@ class Report:
         failed = res["error"].notna()
         df = pd.DataFrame([{"requests": len(res), "answered": int((~failed).sum()), "failed": int(failed.sum()),
                             "from_store": int(res.get("cached", pd.Series(False, index=res.index)).sum()),
-                            "empty_answers": int((res["answer"].fillna("").str.strip() == "").sum())}])
-        self.table(df, name, title, "Failed generations are kept and counted; an answer that is empty counts as unparseable downstream.")
+                            "empty_answers": int((~failed & (res["answer"].fillna("").str.strip() == "")).sum())}])
+        self.table(df, name, title, "Failed generations (no answer, with an error) are kept and counted, and retried on the next run; "
+                   "empty_answers counts answered-but-empty replies, which the study labels unparseable.")
 
     def provenance(self, store=None,              # the GenerationStore used (hits/misses)
                    data_files=(),                 # registry names/relpaths of the datasets read
@@ -168,14 +169,12 @@ def validate_task(params:RunParams, src:str="<params>"):
     mod, fn = STUDIES[params.study][1].split(":")
     return getattr(importlib.import_module(mod), fn)(params, src)
 
-def read_params_file(path:str|Path)->tuple[dict,RunParams]:
-    "The raw mapping (papermill parameters) and the validated `RunParams` of a params file."
-    import yaml
+def read_params_file(path:str|Path)->RunParams:
+    "The validated `RunParams` of a params file, the study's `task` section included."
     p = load_params(path)
-    raw = {"run": Path(path).stem, **yaml.safe_load(Path(path).read_text(encoding="utf-8"))}
     study_notebook(p.study, str(path))
     validate_task(p, str(path))
-    return raw, p
+    return p
 
 # %% ../nbs/06_report.ipynb #d9e07ca2
 def run_params_file(path:str|Path,               # a file in params/
@@ -183,20 +182,25 @@ def run_params_file(path:str|Path,               # a file in params/
                     kernel:str="python3", progress:bool=False)->dict:
     "Execute the study notebook for one params file; write `<reports>/<study>/<run>.html` and `<run>/*.csv`."
     import papermill as pm
-    raw, p = read_params_file(path)
+    p = read_params_file(path)
     reports_dir = Path(reports_dir or project_root()/"reports")
     out_dir = reports_dir/p.study/p.run
     executed = reports_dir/p.study/f"{p.run}.ipynb"
     out_dir.mkdir(parents=True, exist_ok=True)
-    params = {**raw, "out_dir": str(out_dir.resolve()), "params_source": str(path)}
+    # the *validated* parameters, defaults filled in: a section the file leaves out means the schema's default,
+    # never the notebook's small test defaults
+    params = {**dataclasses.asdict(p), "out_dir": str(out_dir.resolve()), "params_source": str(path)}
     t0 = time.time()
     try:
         pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
                             progress_bar=progress, cwd=str(project_root()/"nbs"))
     except pm.PapermillExecutionError as e:
-        html_path = notebook_to_html_safe(executed, reports_dir/p.study/f"{p.run}.failed.html")
+        notebook_to_html_safe(executed, reports_dir/p.study/f"{p.run}.failed.html")
         raise SilverspoonError(f"{path}: the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}. "
                                f"Partial notebook: {executed}; generated answers are kept in the store, a rerun resumes.") from None
+    except Exception as e:   # a dead kernel (out of memory), a missing kernel, ...
+        raise SilverspoonError(f"{path}: the {p.study} notebook did not run to the end: {type(e).__name__}: {e}. "
+                               f"Generated answers are kept in the store, a rerun resumes.") from None
     html_path = notebook_to_html(executed, reports_dir/p.study/f"{p.run}.html")
     return {"run": p.run, "study": p.study, "html": str(html_path), "seconds": round(time.time() - t0, 1)}
 
@@ -222,12 +226,16 @@ def summary_wide(df:pd.DataFrame)->pd.DataFrame:
     if not {"metric", "estimate"} <= set(df.columns): return df
     from silverspoon.stats import fmt_ci
     keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n")]
-    df = df.assign(cell=[fmt_ci(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))])
+    df = df.copy()
     df[keys] = df[keys].astype(object).fillna("")
-    g = df.groupby([*keys, "metric"], sort=False)["cell"].first()
-    wide = g.unstack("metric")
-    wide = wide[list(dict.fromkeys(df["metric"]))]
-    if "n" in df.columns: wide.insert(0, "n", df.groupby(keys, sort=False)["n"].max().astype("Int64"))
+    df["cell"] = [fmt_ci(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))]
+    if "n" in df.columns:   # the row's n is its most common n; a metric resting on other items says so in its cell
+        row_n = df.groupby(keys, sort=False)["n"].agg(lambda x: x.mode().iloc[0])
+        df["row_n"] = [row_n[tuple(k) if len(keys) > 1 else k[0]] for k in df[keys].itertuples(index=False)]
+        df["cell"] = [c if n == rn else f"{c} (n={int(n)})" for c, n, rn in zip(df["cell"], df["n"], df["row_n"])]
+    wide = df.groupby([*keys, "metric"], sort=False)["cell"].first().unstack("metric")
+    wide = wide[list(dict.fromkeys(df["metric"]))].fillna("NA")
+    if "n" in df.columns: wide.insert(0, "n", row_n.astype("Int64"))
     wide.columns.name = None
     return wide.reset_index()
 
@@ -250,9 +258,10 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         if wide is not df:   # estimate on one line, CI below it in small type
             metrics = [c for c in wide.columns if c not in df.columns]
             wide = wide.astype(object).map(lambda v: html.escape(str(v)))
-            for c in metrics: wide[c] = wide[c].str.replace(r"^(\S+) (\[.*\])$", r"\1<br><small>\2</small>", regex=True)
+            for c in metrics: wide[c] = wide[c].str.replace(r"^(\S+) (\[.*)$", r"\1<br><small>\2</small>", regex=True)
         parts.append(wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3f}", border=0, escape=wide is df))
-        if wide is not df: parts.append("<p class='note'>Cells: estimate [95% CI]; <i>n</i> = items the row's metrics rest on (largest over its metrics; each run's report gives n per metric).</p>")
+        if wide is not df: parts.append("<p class='note'>Cells: estimate [95% CI]; <i>n</i> = items the row's metrics rest on; a cell resting on a different number says (n=...). "
+                                        "Each run's report has the rest: per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting, provenance.</p>")
     out = reports_dir/"index.html"
     out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>silverspoon reports</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>", encoding="utf-8")
     return out

@@ -95,7 +95,7 @@ METRICS = ["acc", "kappa", "mcc", "jaccard_paper", "dice_paper", "jaccard_pos", 
 METRIC_DEFINITIONS = {
     "acc": "accuracy: share of items where both labels match, (TP+TN)/n",
     "kappa": "Cohen's kappa (sklearn): (p_o - p_e)/(1 - p_e), p_e = chance agreement from the two label marginals; NaN if both raters are constant on the same label",
-    "mcc": "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); 0 if a rater is constant (sklearn convention)",
+    "mcc": "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); undefined (NaN) if a rater is constant (sklearn would say 0)",
     "jaccard_paper": "SilverSpoon paper's Jaccard: matching labels m counted as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)",
     "dice_paper": "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)",
     "jaccard_pos": "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1",
@@ -109,7 +109,7 @@ def _undefined_notes(tp, tn, fp, fn)->dict:
     if t1*p0 + t0*p1 == 0:
         notes["kappa"] = "undefined: both raters give the same single label to every item (chance agreement = 1); NaN as in sklearn"
     if t1*t0*p1*p0 == 0:
-        notes["mcc"] = "strictly undefined: a rater gives the same label to every item; 0 by sklearn's convention"
+        notes["mcc"] = "undefined: a rater gives the same label to every item; NaN (sklearn's convention would report 0, which reads as 'no correlation')"
     if tp + fp + fn == 0:
         for k in ("jaccard_pos", "dice_pos"): notes[k] = _UNDEF_POS
     return notes
@@ -120,12 +120,13 @@ def agreement_metrics(y_true, # gold labels (0/1)
     "Point estimates: acc, kappa, mcc (sklearn), jaccard_paper, dice_paper, jaccard_pos, dice_pos, and n."
     t, p = _pair(y_true, y_pred)
     cm = confusion(t, p)
-    for k, msg in _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"]).items(): _undef(f"{k} {msg}")
+    undefined = _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
+    for k, msg in undefined.items(): _undef(f"{k} {msg}")
     with warnings.catch_warnings():   # sklearn's own warnings on degenerate input are replaced by the notes above
         warnings.simplefilter("ignore")
         out = dict(acc=float(skm.accuracy_score(t, p)),
                    kappa=float(skm.cohen_kappa_score(t, p, labels=[0, 1])),
-                   mcc=float(skm.matthews_corrcoef(t, p)),
+                   mcc=float(skm.matthews_corrcoef(t, p)) if "mcc" not in undefined else math.nan,
                    jaccard_paper=jaccard_paper(t, p), dice_paper=dice_paper(t, p),
                    jaccard_pos=jaccard_pos(t, p), dice_pos=dice_pos(t, p))
     out["n"] = len(t)
@@ -142,7 +143,7 @@ def metrics_from_counts(tp, tn, fp, fn)->dict:
         kden = t1*p0 + t0*p1
         kappa = np.where(kden > 0, 1 - n*(fp + fn) / np.where(kden > 0, kden, 1), np.nan)
         mden = np.sqrt(t1*t0*p1*p0)
-        mcc = np.where(mden > 0, (tp*tn - fp*fn) / np.where(mden > 0, mden, 1), 0.0)
+        mcc = np.where(mden > 0, (tp*tn - fp*fn) / np.where(mden > 0, mden, 1), np.nan)
         jden, dden = tp + fp + fn, 2*tp + fp + fn
         jpos = np.where(jden > 0, tp / np.where(jden > 0, jden, 1), np.nan)
         dpos = np.where(dden > 0, 2*tp / np.where(dden > 0, dden, 1), np.nan)

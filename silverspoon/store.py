@@ -68,7 +68,7 @@ class GenerationStore:
             if "key" not in r: raise ValueError("a store record needs a `key`")
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8")
+            buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
             with open(self.path, "ab+") as f:
                 _lock(f)
                 f.seek(0, os.SEEK_END)

@@ -120,3 +120,16 @@ def test_through_generate_all(tmp_path, monkeypatch):
     assert list(df2.answer) == [fake_reply(_prompt(i)) for i in range(12)]
     assert df2.cached.sum() == 11 and not df2.cached[4]
     assert key not in path.read_text() and key[9:] not in path.read_text()
+
+
+def test_null_content_is_a_failure_not_an_empty_answer():
+    "A response without content (content filter, reasoning budget spent) is recorded as failed, so it is counted and retried."
+    from types import SimpleNamespace as NS
+    from silverspoon.api import OpenAIBackend
+    from silverspoon.core import ModelParams
+    be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://127.0.0.1:9/v1"))
+    resp = NS(choices=[NS(message=NS(content=None, refusal=None), finish_reason="length")], usage=None, model="m", system_fingerprint=None)
+    g = be._to_generation(resp, 0.1)
+    assert g.text is None and g.error.startswith("EmptyContent") and "length" in g.error
+    resp.choices[0].message.refusal = "I can't help with that."
+    assert be._to_generation(resp, 0.1).text == "I can't help with that."

@@ -12,6 +12,14 @@ GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
     ("study: nope\nmodel: {backend: replay, id: GPT4}\n", "field `study` = 'nope' is unknown"),
     ("study: normative\n", "required field `model` is missing"),
     ("study: normative\nmodel: [1, 2\n", "not valid YAML"),
+    # semantic errors are caught before any run too
+    ("study: normative\nrun: ../../escape\nmodel: {backend: replay, id: GPT4}\n", "field `run`"),
+    ("study: normative\nmodel: {backend: replay, id: NotAModel}\n", "is not a released column"),
+    ("study: normative\nmodel: {backend: replay, id: Yi6B}\ntask: {prompt_style: gpt}\n", "field `task.prompt_style`"),
+    ("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 2}\n", "field `sample.n` = 2"),
+    ("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30, stratify_by: colour}\n", "field `sample.stratify_by`"),
+    ("study: normative\nmodel: {backend: hf, id: m}\ngeneration: {n_samples: 3}\n", "field `generation.n_samples` = 3"),
+    ("study: normative\nmodel: {backend: openai, id: m, base_url: 'http://u:pw@localhost:8000/v1'}\n", "must not carry credentials"),
 ])
 def test_bad_params_clear_error_and_nothing_touched(tmp_path, text, needle):
     bad = tmp_path/"bad.yaml"; bad.write_text(text)

@@ -7,12 +7,16 @@ from conftest import run_cli, CLI, ROOT
 from silverspoon.api import FakeChatServer
 
 def test_replay_report_reproduces_paper(tmp_path):
-    r = run_cli("run", "params/normative/gpt4-replay.yaml", "--reports-dir", tmp_path)
+    # a minimal file: the sections it leaves out take the schema's defaults (all 3000 items, 2000 replicates),
+    # never the notebook's small test defaults
+    p = tmp_path/"gpt4-minimal.yaml"; p.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\n")
+    r = run_cli("run", p, "--reports-dir", tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
-    html = (tmp_path/"normative"/"gpt4-replay.html").read_text()
+    html = (tmp_path/"normative"/"gpt4-minimal.html").read_text()
     assert "Table 2" in html and "Provenance" in html
     assert "def parse_answer" not in html             # library definitions are not in the report
-    out = tmp_path/"normative"/"gpt4-replay"
+    out = tmp_path/"normative"/"gpt4-minimal"
+    assert pd.read_csv(out/"generation_counts.csv")["requests"].item() == 3000
     vs = pd.read_csv(out/"table2_vs_paper.csv")
     assert len(vs) == 10 and vs["match"].all(), vs    # GPT4 column = the paper's "GPT4o" row, all 10 numbers
     t2 = pd.read_csv(out/"table2.csv")

@@ -181,3 +181,10 @@ def test_torn_line_then_append_stays_valid(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore"); st2 = GenerationStore(path)
     assert st2.get("b")["answer"] == "2" and st2.get("a")["answer"] == "1" and st2.n_bad_lines == 1
+
+
+def test_lone_surrogate_in_an_answer_is_stored(tmp_path):
+    "A model can emit a lone surrogate (broken UTF-16 from an API); the record must still be written and read back."
+    st = GenerationStore(tmp_path/"s.jsonl")
+    st.append([{"key": "k1", "answer": "x\ud800y", "error": None}])
+    assert GenerationStore(tmp_path/"s.jsonl").get("k1")["answer"] == "x\ud800y"
