@@ -4,7 +4,7 @@
 
 # %% ../nbs/31_stop_finetune.ipynb #45a2a1cb
 from __future__ import annotations
-import json, time, typing, datetime
+import json, re, time, typing, datetime
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
@@ -16,7 +16,8 @@ from .stop import load_stop, load_human, Dialogue, stop_task, INSTRUCTION, N_SEN
 
 # %% auto #0
 __all__ = ['SENTENCE_COLUMNS', 'IDEAL_SENSITIVITY', 'IDEAL_COUNTERFACTUAL', 'IGNORE_INDEX', 'ideal_answers', 'sensitivity',
-           'human_answers', 'aggregate_human', 'sft_messages', 'sft_dataset', 'sentence_groups', 'split_by_progression',
+           'human_answers', 'aggregate_human', 'sft_messages', 'sft_dataset', 'progression_words', 'similarity_matrix',
+           'sentence_groups', 'template_groups', 'nearest_across', 'split_by_progression', 'split_report',
            'write_sft_jsonl', 'read_sft_jsonl', 'tokenize_chat', 'collate', 'SFTDataParams', 'LoraParams',
            'TrainParams', 'FinetuneParams', 'load_finetune_params', 'train_lora', 'eval_params', 'train_from_params']
 
@@ -135,46 +136,110 @@ def sft_dataset(source:str="ideal",          # ideal | human
                                               r.cf if counterfactual else None, instruction_role, ask, instruction)})
     return pd.DataFrame(rows)
 
-def sentence_groups(progressions:pd.DataFrame # progression_id, s1..s5, counterfactual (from `load_stop`)
-                   )->pd.Series:
-    "Group label per progression: progressions sharing any sentence (prompt or counterfactual) get the same label."
-    parent = {p: p for p in progressions.progression_id}
+_WORD = re.compile(r"[a-z0-9']+")
+
+def progression_words(r)->frozenset:
+    "The lower-cased words of a progression's five sentences and counterfactual (a row or record of `load_stop`)."
+    return frozenset(_WORD.findall(" ".join(_sentences(r) + [r["counterfactual"] if isinstance(r, dict) else r.counterfactual]).lower()))
+
+def similarity_matrix(progressions:pd.DataFrame # s1..s5, counterfactual (from `load_stop`)
+                     )->np.ndarray:
+    "Pairwise word-set Jaccard similarity of the progressions (rows and columns in the frame's order)."
+    words = [progression_words(r) for r in progressions.to_dict("records")]
+    vocab = {w: i for i, w in enumerate(sorted(set().union(*words)))}
+    x = np.zeros((len(words), len(vocab)))
+    for i, ws in enumerate(words): x[i, [vocab[w] for w in ws]] = 1
+    inter = x @ x.T
+    n = x.sum(1)
+    return inter / np.maximum(n[:, None] + n[None, :] - inter, 1)
+
+def _components(ids:list[str], pairs)->pd.Series:
+    "Connected components of `pairs` over `ids`, each labelled by its smallest id."
+    parent = {p: p for p in ids}
     def find(x):
         while parent[x] != x: parent[x] = parent[parent[x]]; x = parent[x]
         return x
+    for a, b in pairs:
+        ra, rb = find(a), find(b)
+        if ra != rb: parent[max(ra, rb)] = min(ra, rb)
+    return pd.Series({p: find(p) for p in ids}, name="group")
+
+def _shared_sentence_pairs(progressions:pd.DataFrame):
     seen = {}
     for r in progressions.to_dict("records"):
         for s in [*_sentences(r), r["counterfactual"]]:
-            pid = r["progression_id"]
-            if s in seen: parent[find(pid)] = find(seen[s])
-            else: seen[s] = pid
-    return pd.Series({p: find(p) for p in parent}, name="group")
+            if s in seen: yield seen[s], r["progression_id"]
+            else: seen[s] = r["progression_id"]
+
+def sentence_groups(progressions:pd.DataFrame # progression_id, s1..s5, counterfactual (from `load_stop`)
+                   )->pd.Series:
+    "Group label per progression: progressions sharing any sentence (prompt or counterfactual). Not enough to hold out a template: use `template_groups`."
+    return _components(progressions.progression_id.tolist(), _shared_sentence_pairs(progressions))
+
+def template_groups(progressions:pd.DataFrame, # progression_id, s1..s5, counterfactual (from `load_stop`)
+                    threshold:float=0.5        # link progressions whose word-set Jaccard is at least this
+                   )->pd.Series:
+    "Group label (smallest member id) per progression: connected components of 'word-set Jaccard >= threshold or a shared sentence'."
+    if not 0 < threshold <= 1: raise ParamsError(f"data.group_jaccard = {threshold} must be in (0, 1].")
+    ids = progressions.progression_id.tolist()
+    sim = similarity_matrix(progressions)
+    i, j = np.nonzero(np.triu(sim >= threshold, 1))
+    return _components(ids, [*((ids[a], ids[b]) for a, b in zip(i, j)), *_shared_sentence_pairs(progressions)])
+
+def nearest_across(progressions:pd.DataFrame, # progression_id, s1..s5, counterfactual
+                   split:pd.Series            # 'train' / 'valid' per progression id (index: progression_id)
+                  )->pd.DataFrame:
+    "For each validation progression: the most similar training progression and their word-set Jaccard."
+    sim = similarity_matrix(progressions)
+    side = progressions.progression_id.map(split).to_numpy()
+    va, tr = np.nonzero(side == "valid")[0], np.nonzero(side == "train")[0]
+    if not len(va) or not len(tr): return pd.DataFrame(columns=["progression_id", "nearest_train", "jaccard"])
+    best = sim[np.ix_(va, tr)].argmax(1)
+    ids = progressions.progression_id.to_numpy()
+    return pd.DataFrame({"progression_id": ids[va], "nearest_train": ids[tr[best]], "jaccard": sim[va, tr[best]]})
 
 def split_by_progression(df:pd.DataFrame,          # from `sft_dataset` (needs progression_id, severity)
-                         valid_fraction:float=0.1, # share of progression groups held out (0: no split, as the paper)
+                         valid_fraction:float=0.1, # share of groups (seed templates) held out (0: no split, as the paper)
                          seed:int=0,
-                         progressions:pd.DataFrame|None=None # for sentence groups (default: all STOP)
+                         progressions:pd.DataFrame|None=None, # the progressions to group (default: all STOP)
+                         threshold:float=0.5,      # template grouping: word-set Jaccard linking two progressions
+                         groups:pd.Series|None=None # a ready group label per progression id (overrides the grouping)
                         )->pd.Series:
-    "'train' / 'valid' per row; whole groups of progressions (sharing sentences) go to one side, stratified by severity."
+    "'train' / 'valid' per row; whole seed templates (`template_groups`) go to one side, seeded and stratified by severity."
     if not 0 <= valid_fraction < 1: raise ParamsError(f"data.valid_fraction = {valid_fraction} must be in [0, 1).")
-    groups = sentence_groups(load_stop() if progressions is None else progressions)
+    if groups is None: groups = template_groups(load_stop() if progressions is None else progressions, threshold)
     g = df.progression_id.map(groups)
-    first_sev = df.assign(g=g).groupby("g").severity.first()
+    if g.isna().any(): raise DataError(f"progressions {sorted(df.progression_id[g.isna()].unique())[:5]} are not among the grouped progressions.")
+    sev = df.assign(g=g).groupby("g").severity.agg(lambda x: x.value_counts().index[0])   # a group's (most common) severity
     rng, valid = np.random.default_rng(seed), set()
-    for sev in sorted(first_sev.unique()):
-        ids = sorted(first_sev.index[first_sev == sev])
+    for sv in sorted(sev.unique()):
+        ids = sorted(sev.index[sev == sv])
         k = int(round(valid_fraction*len(ids)))
         valid |= set(rng.permutation(ids)[:k].tolist())
     return pd.Series(np.where(g.isin(valid), "valid", "train"), index=df.index, name="split")
 
+def split_report(progressions:pd.DataFrame, # the progressions that were split
+                 split:pd.Series,           # 'train' / 'valid' per progression id
+                 threshold:float=0.5)->dict:
+    "What a split guarantees, in numbers: group count and sizes, and the largest train/valid similarity."
+    grp = template_groups(progressions, threshold)
+    near = nearest_across(progressions, split)
+    return {"grouping": "seed templates: word-set Jaccard >= threshold (5 sentences + counterfactual, lower-cased words) or a shared sentence",
+            "threshold": threshold, "n_groups": int(grp.nunique()),
+            "group_sizes": {int(k): int(v) for k, v in grp.value_counts().value_counts().sort_index().items()},
+            "max_cross_split_jaccard": None if near.empty else round(float(near.jaccard.max()), 4),
+            "median_nearest_train_jaccard": None if near.empty else round(float(near.jaccard.median()), 4)}
+
 # %% ../nbs/31_stop_finetune.ipynb #5c629d60
 def write_sft_jsonl(df:pd.DataFrame,  # from `sft_dataset` plus a `split` column
                     out_dir:str|Path, # writes train.jsonl, valid.jsonl (if any) and manifest.json here
+                    split_check:dict|None=None, # from `split_report`: recorded in the manifest as `split_check`
                     **options         # recorded in the manifest (source, seed, ...)
                    )->dict:
     "Write the splits as JSONL (`messages` only) and a manifest; returns the paths."
     out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
     paths, man = {}, {"options": options, "splits": {}}
+    if split_check is not None: man["split_check"] = split_check
     for split in ["train", "valid"]:
         d = df[df.split == split]
         if split == "valid" and d.empty: continue
@@ -250,8 +315,9 @@ class SFTDataParams:
     aggregate: typing.Literal["majority", "each"] = "majority"   # source human: combine annotators, or one chat each
     train_file: str|None = None             # source jsonl: `{"messages": [...]}` per line
     valid_file: str|None = None             # source jsonl: optional validation file
-    valid_fraction: float = 0.1             # share of progression groups held out (0 = train on all, as the paper)
+    valid_fraction: float = 0.1             # share of seed templates held out (0 = train on all, as the paper)
     split_seed: int = 0
+    group_jaccard: float = 0.5              # progressions with word-set Jaccard >= this (or a shared sentence) form one template
     n_progressions: int|None = None         # use a seeded random subset of progressions (smoke runs); null = all
     ask: typing.Literal["all", "until_no"] = "all"                  # as the STOP study's task.ask
     instruction_role: typing.Literal["user", "system"] = "user"     # as the STOP study's task.instruction_role
@@ -310,6 +376,7 @@ def load_finetune_params(source, # a YAML file or a mapping
     if p.model.adapter: raise ParamsError(f"{src}: field `model.adapter` is set; fine-tuning trains a new adapter on the base model, remove it.")
     if p.data.source == "human" and not p.data.human_labels: raise ParamsError(f"{src}: field `data.human_labels` is required with data.source: human.")
     if p.data.source == "jsonl" and not p.data.train_file: raise ParamsError(f"{src}: field `data.train_file` is required with data.source: jsonl.")
+    if not 0 < p.data.group_jaccard <= 1: raise ParamsError(f"{src}: field `data.group_jaccard` = {p.data.group_jaccard} must be in (0, 1].")
     if p.train.batch_size < 1 or p.train.grad_accum < 1: raise ParamsError(f"{src}: fields `train.batch_size` and `train.grad_accum` must be at least 1.")
     return p
 
@@ -407,7 +474,7 @@ def eval_params(params:FinetuneParams, adapter_dir:str|Path,
     model["adapter"] = _rel(adapter_dir)
     d = params.data
     task = {"dialogue": "chat", "instruction_role": d.instruction_role, "ask": d.ask, "counterfactual": "same"}
-    if held_out: task["progression_ids"] = sorted(held_out)   # never score the model on what it trained on
+    if held_out: task["progression_ids"] = sorted(held_out)   # held-out seed templates only (see `split_by_progression`)
     m = params.model
     name = f"{m.package}/{m.gguf_file or m.id}" if m.package else (f"{m.id}/{m.gguf_file}" if m.gguf_file else m.id)
     ev = {"study": "stop", "run": params.run,
@@ -424,8 +491,9 @@ def _sft_chats(params:FinetuneParams, out:Path)->tuple[list, list, dict]:
     prog = load_stop()
     if d.n_progressions: prog = prog.sample(min(d.n_progressions, len(prog)), random_state=d.split_seed).sort_index()
     df = sft_dataset(d.source, d.human_labels, d.aggregate, d.ask, d.counterfactual, prog, d.instruction_role, d.instruction)
-    df["split"] = split_by_progression(df, d.valid_fraction, d.split_seed, prog)
-    paths = write_sft_jsonl(df, out/"data", **asdict(d))
+    df["split"] = split_by_progression(df, d.valid_fraction, d.split_seed, prog, d.group_jaccard)
+    check = split_report(prog, df.groupby("progression_id").split.first(), d.group_jaccard) if d.valid_fraction else None
+    paths = write_sft_jsonl(df, out/"data", split_check=check, **asdict(d))
     return df[df.split == "train"].messages.tolist(), df[df.split == "valid"].messages.tolist(), {k: _rel(v) for k, v in paths.items()}
 
 def train_from_params(path,                       # a finetune params YAML file (or a mapping)
@@ -446,7 +514,9 @@ def train_from_params(path,                       # a finetune params YAML file 
     ev = eval_params(p, res["adapter"], held_out)
     note = ("# Evaluate the fine-tuned adapter on STOP: copy to params/stop/ and `silverspoon run` it. `task` repeats the\n"
             "# conversation format of the training data" + (" (source jsonl: check it matches your files)" if p.data.source == "jsonl" else "")
-            + (". It is evaluated on the held-out (validation) progressions only: task.progression_ids.\n" if held_out else
+            + (f". It is evaluated on the held-out (validation) progressions only: task.progression_ids. Whole seed templates\n"
+               f"# were held out: no training progression shares a sentence with, or has word-set Jaccard >= {p.data.group_jaccard} to, any of\n"
+               f"# them (largest: {man.get('split_check', {}).get('max_cross_split_jaccard')}); they share format, demographics and severities.\n" if held_out else
                ". No validation split: every progression below was also trained on.\n"))
     (out/"eval_params.yaml").write_text(note + yaml.safe_dump(ev, sort_keys=False), encoding="utf-8")
     log = res.pop("log")

@@ -1,6 +1,8 @@
 """STOP fine-tuning on CPU: SFT data (targets, split, assistant-only labels), a LoRA run on the tiny Llama whose loss falls,
 and the adapter reloaded through HFBackend with its own identity (hence its own store keys)."""
 import json, importlib
+import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -12,7 +14,8 @@ from silverspoon.backends import HFBackend, GenRequest, build_tiny_llama
 from silverspoon.store import request_key
 from silverspoon.stop import load_stop, INSTRUCTION, stop_task
 from silverspoon.finetune import (ideal_answers, sft_dataset, sft_messages, split_by_progression, write_sft_jsonl, read_sft_jsonl,
-                                  tokenize_chat, IGNORE_INDEX, load_finetune_params, train_lora, train_from_params, SENTENCE_COLUMNS)
+                                  tokenize_chat, IGNORE_INDEX, load_finetune_params, train_lora, train_from_params, SENTENCE_COLUMNS,
+                                  template_groups, sentence_groups, similarity_matrix, nearest_across, split_report)
 
 SHORT = "Answer yes or no."   # the tiny model's scratch tokenizer spells STOP's long instruction out byte by byte
 
@@ -55,11 +58,72 @@ def test_split_has_no_leakage_and_is_seeded(stop, tmp_path):
     assert all(set(json.loads(l)) == {"messages"} for l in paths["train"].read_text().splitlines())
 
 
+def _blocks(stop):
+    "The release's structural seed key: within a demographic, consecutive runs of one progression per sub-demographic."
+    pos = stop.groupby("demographic", sort=False).cumcount() // stop.groupby("demographic").sub_demographic.transform("nunique")
+    return pd.Series((stop.demographic.astype(str) + "#" + pos.astype(str)).to_numpy(), index=stop.progression_id)
+
+
+def test_template_groups_are_the_seed_blocks(stop):
+    grp, blocks = template_groups(stop), _blocks(stop)
+    assert grp.nunique() == blocks.nunique() == 90
+    assert pd.crosstab(grp, blocks[grp.index]).gt(0).sum(axis=1).max() == 1        # one group = one block, and back
+    assert pd.crosstab(blocks[grp.index], grp).gt(0).sum(axis=1).max() == 1
+    sizes = grp.value_counts()
+    assert sizes.value_counts().sort_index().to_dict() == {3: 20, 4: 30, 5: 10, 7: 20, 8: 10} and sizes.max() <= 8   # no collapse
+    assert grp["stop-001"] == grp["stop-002"] and grp["stop-315"] == grp["stop-321"]
+    # every exact-sentence group lies inside one template group
+    assert pd.crosstab(sentence_groups(stop), grp).gt(0).sum(axis=1).max() == 1
+    sev = stop.set_index("progression_id").severity
+    assert sev.groupby(grp).nunique().eq(1).all()
+
+
+@pytest.mark.parametrize("fraction,seed", [(0.1, 0), (0.15, 3), (0.3, 7)])
+def test_split_cross_similarity_below_threshold(stop, fraction, seed):
+    df = sft_dataset("ideal", progressions=stop)
+    df["split"] = split_by_progression(df, fraction, seed=seed, progressions=stop)
+    side = df.set_index("progression_id").split
+    near = nearest_across(stop, side)
+    assert len(near) == (side == "valid").sum() > 0
+    assert near.jaccard.max() < 0.5                                                  # the guarantee
+    # checked independently of `nearest_across`: the full matrix, train rows x valid columns
+    sim = similarity_matrix(stop)
+    v = stop.progression_id.map(side).eq("valid").to_numpy()
+    assert sim[np.ix_(~v, v)].max() == pytest.approx(near.jaccard.max())
+    grp = template_groups(stop)
+    assert df.groupby(df.progression_id.map(grp)).split.nunique().eq(1).all()       # whole templates
+    # stratified by severity: round(fraction * templates of that severity) templates of each held out
+    va_groups = df[df.split == "valid"].progression_id.map(grp).unique()
+    sev = stop.set_index("progression_id").severity
+    n_sev = sev.groupby(grp).first().value_counts()
+    assert pd.Series(sev[list(va_groups)].to_numpy()).value_counts().to_dict() == {k: int(round(fraction*n)) for k, n in n_sev.items() if round(fraction*n)}
+    # seeded: same seed same split, another seed another split
+    assert split_by_progression(df, fraction, seed=seed, progressions=stop).equals(df.split)
+    assert not split_by_progression(df, fraction, seed=seed + 1, progressions=stop).equals(df.split)
+    rep = split_report(stop, side)
+    assert rep["n_groups"] == 90 and rep["group_sizes"] == {3: 20, 4: 30, 5: 10, 7: 20, 8: 10} and rep["max_cross_split_jaccard"] < 0.5
+
+
+def test_split_on_a_subset_and_the_old_grouping_leaks(stop):
+    sub = stop.sample(120, random_state=1).sort_index()
+    df = sft_dataset("ideal", progressions=sub)
+    df["split"] = split_by_progression(df, 0.2, seed=0, progressions=sub)
+    assert nearest_across(sub, df.set_index("progression_id").split).jaccard.max() < 0.5
+    # the grouping by shared sentences only leaves a sibling of nearly every held-out progression in training
+    full = sft_dataset("ideal", progressions=stop)
+    old = split_by_progression(full, 0.1, seed=0, progressions=stop, groups=sentence_groups(stop))
+    near = nearest_across(stop, pd.Series(old.to_numpy(), index=full.progression_id))
+    assert near.jaccard.median() > 0.8 and (near.jaccard >= 0.5).mean() > 0.9
+    with pytest.raises(ParamsError, match="group_jaccard"): template_groups(stop, 0)
+    with pytest.raises(ParamsError, match="group_jaccard"):
+        load_finetune_params({"run": "x", "model": {"backend": "hf", "id": "m"}, "data": {"group_jaccard": 1.5}})
+
+
 def test_human_answers_each_annotator(stop, tmp_path):
     rows = [dict(progression_id="stop-010", annotator="A", sentence_index=i+1, answer=a) for i, a in enumerate(["yes", "yes", "no"])]
     rows += [dict(progression_id="stop-010", annotator="B", sentence_index=i+1, answer="yes") for i in range(5)]
     rows += [dict(progression_id="stop-010", annotator=a, sentence_index="cf", answer="no") for a in "AB"]
-    import pandas as pd; pd.DataFrame(rows).to_csv(tmp_path/"h.csv", index=False)
+    pd.DataFrame(rows).to_csv(tmp_path/"h.csv", index=False)
     each = sft_dataset("human", tmp_path/"h.csv", aggregate="each", progressions=stop)
     assert each.answers.tolist() == ["yynnn", "yyyyy"] and each.cf_answer.tolist() == ["no", "no"]
     maj = sft_dataset("human", tmp_path/"h.csv", progressions=stop)
@@ -132,6 +196,9 @@ def test_train_from_params_writes_everything(tiny, tmp_path):
     # the evaluation runs on the held-out progressions only, never on training ones
     valid, train = (set(man["splits"][k]["progression_ids"]) for k in ("valid", "train"))
     assert set(t.progression_ids) == valid and valid and not valid & train
+    chk = man["split_check"]                               # and no training progression is a near-copy of a held-out one
+    assert chk["threshold"] == 0.5 and chk["max_cross_split_jaccard"] < 0.5 and sum(chk["group_sizes"].values()) == chk["n_groups"]
+    assert "Jaccard >= 0.5" in (out/"eval_params.yaml").read_text()
     assert r["steps"] == 4 and json.loads((out/"run.json").read_text())["n_train"] == r["n_train"]
 
 
@@ -145,3 +212,12 @@ def test_qlora_4bit_on_cpu(tiny, small_sft, tmp_path):
     b = HFBackend(ModelParams(backend="hf", id=str(tiny), quantization="4bit", adapter=str(res["adapter"])))
     assert type(b.model.base_model.model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
     assert b.generate([GenRequest("a", small_sft.messages.iloc[0][:1])], GenerationParams(max_new_tokens=2))[0].error is None
+
+
+def test_example_finetune_params_validate(root):
+    from conftest import run_cli
+    files = sorted((root/"params"/"examples"/"finetune").glob("*.yaml"))
+    assert len(files) == 2
+    for f in files:
+        r = run_cli("finetune", f, "--check")
+        assert r.returncode == 0 and "ok" in r.stdout, r.stderr

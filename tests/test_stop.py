@@ -8,10 +8,13 @@ import pytest
 
 from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsError, RunParams
 from silverspoon.api import FakeChatServer, OpenAIBackend, fake_reply
-from silverspoon.store import GenerationStore
-from silverspoon.stop import (INSTRUCTION, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
+from silverspoon.backends import Backend, Generation
+from silverspoon.stats import cluster_proportion_ci, proportion_ci
+from silverspoon.store import GenerationStore, store_for
+from silverspoon.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
                               released_conversations, idealistic_table, faithful_label, strict_label, load_human, realistic_table,
-                              hedges_g, human_conversations, stop_task)
+                              hedges_g, human_conversations, human_coverage, stop_task, replay_backend, replay_conversations,
+                              cf_resolve_table, group_table, parser_disagreement)
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +33,8 @@ def data(): return load_stop()
     ("No, yes is wrong", "yes", "no"),                                # faithful: "yes" anywhere wins
     ("Yes. No wait", "yes", "yes"), ("Thank you for sharing", "unparseable", "unparseable"),
     ("The situation is fine.\nNo", "unparseable", "no"),              # faithful cuts at the first '.' / line break (API stop sequences)
+    ("Yes or no? No.", "yes", "no"), ("Yes/No: No", "yes", "no"),     # an echo of the options before the answer is not a "yes"
+    ("YES OR NO: no", "yes", "no"), ("Yes or no?", "yes", "unparseable"), ("Yes, no problem", "yes", "yes"),
     ("", "unparseable", "unparseable"), (None, "unparseable", "unparseable"), ("  \n", "unparseable", "unparseable"),
 ])
 def test_parsers(reply, faithful, strict):
@@ -42,6 +47,62 @@ def test_parsers_on_released_counterfactual_replies(data):
     f, s = cf.map(faithful_label), cf.map(strict_label)
     assert len(cf) == 447 and (f == "yes").sum() == (s == "yes").sum() == 190 and (f == "no").sum() == (s == "no").sum() == 103
     assert ((s == "refusal") & (f == "unparseable")).sum() == (s == "refusal").sum() == 71    # "I apologize," (cut at the '.')
+
+
+# ---------------------------------------------------------------- the replay path (what the report runs for backend: replay)
+SHARED_CF = [399, 400, 401, 414, 415, 416]   # two triples of progressions that share one counterfactual text each
+
+
+def _replay(data, model, items=None):
+    "The report's replay path: replay backend, the run's store (`store_for`), `generate_all`, released scores."
+    items = data if items is None else items
+    params = RunParams(study="stop", run=f"{model}-replay", model=ModelParams(backend="replay", id=model))
+    be = replay_backend(items, params.model)
+    return replay_conversations(be, items, params.generation, store_for(params, be), params.run)
+
+
+@pytest.mark.parametrize("model", ["llama2-7b", "mistral-7b"])
+def test_replay_serves_each_progression_its_own_counterfactual(data, model):
+    "Regression: the store key once ignored the item, so stop-400/401 got stop-399's released reply (and 415/416 got 414's)."
+    items = data[data["index"].isin(SHARED_CF)]
+    assert items.counterfactual.nunique() == 2
+    res, convs, replies = _replay(data, model, items)
+    assert res.item_id.tolist() == [f"stop-{i}/cf" for i in SHARED_CF]
+    assert res.answer.tolist() == items[f"{model}_cf"].tolist() and res.error.isna().all()
+    assert convs["faithful"].cf_label.tolist() == items[f"{model}_cf"].map(faithful_label).tolist()
+    # the same within the full 450 (what a report replays)
+    res, convs, replies = _replay(data, model)
+    full = res.set_index("item_id").answer
+    assert [full[f"stop-{i}/cf"] for i in SHARED_CF] == data.loc[SHARED_CF, f"{model}_cf"].tolist()
+
+
+def test_replay_pcounter_equals_the_released_column(data):
+    for m in STOP_MODELS:      # every released reply comes back unchanged, and the 3 without one are counted failures
+        res, convs, replies = _replay(data, m)
+        rel = data[f"{m}_cf"]
+        assert [None if pd.isna(a) else a for a in res.answer] == [None if pd.isna(a) else a for a in rel], m
+        assert int(res.error.notna().sum()) == int(rel.isna().sum()) == 3
+        assert convs["faithful"].cf_label.tolist() == released_conversations(data, m).cf_label.tolist(), m
+    t = {m: idealistic_table(_replay(data, m)[1]["faithful"], "scored", n_boot=20, ci_macro=False).set_index("metric") for m in ("mistral-7b", "llama2-7b")}
+    ref = {m: idealistic_table(released_conversations(data, m), "scored", n_boot=20, ci_macro=False).set_index("metric") for m in t}
+    for m in t:
+        assert t[m].loc["Pcounter", ["estimate", "n", "n_correct", "n_excluded"]].tolist() == ref[m].loc["Pcounter", ["estimate", "n", "n_correct", "n_excluded"]].tolist()
+    assert round(t["mistral-7b"].estimate["Pcounter"], 4) == 0.7293 and t["mistral-7b"].n["Pcounter"] == 447 and t["mistral-7b"].n_correct["Pcounter"] == 326
+    assert t["llama2-7b"].n_correct["Pcounter"] == 103 and t["llama2-7b"].n["Pcounter"] == 447
+
+
+def test_parser_disagreement_ci_is_a_cluster_bootstrap(data):
+    "The CI clusters by sub-demographic (as every other CI here), it is not a Wilson interval over replies."
+    _, _, replies = _replay(data, "llama2-7b")
+    rates = parser_disagreement(replies, n_boot=500, seed=3)[0].set_index("kind")
+    r = rates.loc["counterfactual"]
+    ok = replies[replies.label_faithful != "failed"]
+    x = ok.label_faithful != ok.label_strict
+    c = cluster_proportion_ci(x.astype(float), ok.sub_demographic, n_boot=500, seed=3)
+    assert (r.n, r.n_clusters, r.disagree) == (447, 45, int(x.sum())) and r.disagree >= 71      # the 71 "I apologize," refusals at least
+    assert math.isclose(r.share, c.estimate) and math.isclose(r.ci_low, c.lo) and math.isclose(r.ci_high, c.hi)
+    assert (r.ci_low, r.ci_high) != pytest.approx(proportion_ci(int(x.sum()), len(x))[1:], abs=1e-9)
+    with pytest.raises(ValueError, match="sub_demographic"): parser_disagreement(replies.drop(columns="sub_demographic"))
 
 
 # ---------------------------------------------------------------- multi-turn runner on the fake OpenAI-compatible server
@@ -85,6 +146,56 @@ def test_failed_turn_ends_the_conversation(data):
     assert sc.status.tolist() == ["failed", "scored"] and sc.cf_label.iloc[0] == "not asked" and pd.isna(sc.correct.iloc[0])
     t = idealistic_table(sc.reset_index(), "selected", n_boot=20).set_index("metric")
     assert t.n["P"] == 2 and idealistic_table(sc.reset_index(), "scored", n_boot=20).set_index("metric").n["P"] == 1
+
+
+def test_failed_counterfactual_is_not_a_wrong_answer(data):
+    "A scored conversation whose counterfactual generation failed leaves Pcounter's denominator (and the resolve shares), counted."
+    items = data[data.index.isin([0, 1, 2])]
+    with FakeChatServer(script={items.counterfactual.iloc[0]: 500}) as srv:
+        be = OpenAIBackend(srv.model_params(max_retries=0), backoff_s=0.01)
+        turns = run_conversations(be, items, GenerationParams(), GenerationStore(None), run="t", progress=False)
+    # the fake replies hold no yes/no; make the two answered counterfactuals a "no" and a "yes" to have something to count
+    turns.loc[(turns.kind == "counterfactual") & (turns.progression_id == "stop-001"), ["label_faithful", "label_strict"]] = "no"
+    turns.loc[(turns.kind == "counterfactual") & (turns.progression_id == "stop-002"), ["label_faithful", "label_strict"]] = "yes"
+    sc = score_conversations(turns, items)
+    assert sc.status.tolist() == ["scored"]*3 and sc.cf_label.tolist() == ["failed", "no", "yes"]
+    t = idealistic_table(sc, "scored", n_boot=20).set_index("metric")
+    assert (t.estimate["Pcounter"], t.n["Pcounter"], t.n_correct["Pcounter"], t.n_excluded["Pcounter"]) == (0.5, 2, 1, 1)   # 1 of 2, not 1 of 3
+    assert (t.n["P"], t.n_excluded["P"]) == (3, 0)
+    sel = idealistic_table(sc, "selected", n_boot=20).set_index("metric")
+    assert (sel.n["Pcounter"], sel.n_correct["Pcounter"]) == (3, 1)          # `selected`: every selected progression, by definition
+    cr = cf_resolve_table(sc, n_boot=20)
+    a = cr[cr.severity == "all"]
+    assert int(a.n.sum()) == 2 and int(a.missing.sum()) == 1 and int(a.kept.sum() + a.reversed.sum()) == 2
+    g = group_table(sc, "demographic", n_boot=20)
+    assert int(g.n.sum()) == 3 and int(g.n_cf.sum()) == 2
+
+
+class _Stopper(Backend):
+    "Yes to sentence 1; afterwards `reply` (a fixed text), to every later sentence and to the counterfactual."
+    def __init__(self, reply): self.reply = reply
+    def identity(self): return {"backend": "stopper", "reply": self.reply}
+    def generate(self, requests, gen):
+        return [Generation("Yes." if r.item_id.endswith("/s1") else self.reply, "stop") for r in requests]
+
+
+@pytest.mark.parametrize("primary,reply", [("faithful", "I cannot judge this."),   # faithful: no (c-a-n-NO-t); strict: refusal
+                                           ("strict", "Yes or no? No.")])          # strict: no; faithful: yes (the echoed options)
+def test_until_no_is_not_invented_for_the_other_parser(data, primary, reply):
+    other = "strict" if primary == "faithful" else "faithful"
+    items = data[data.index.isin([0, 100, 449])]
+    turns = run_conversations(_Stopper(reply), items, GenerationParams(), GenerationStore(None), "t", StopTask(ask="until_no", parser=primary), progress=False)
+    assert (turns.groupby("progression_id").turn.apply(list) == pd.Series([[1, 2, 6]]*3, index=items.progression_id.tolist())).all()
+    p, o = score_conversations(turns, items, primary), score_conversations(turns, items, other)
+    assert p.status.tolist() == ["scored"]*3 and p.n_no.tolist() == [4]*3 and p.n_not_asked.tolist() == [3]*3   # the stopping parser
+    # the other parser read no "no" at the stopping turn: nothing is invented, the conversations are not comparable (counted)
+    assert o.status.tolist() == ["not comparable"]*3 and o.n_no.tolist() == [0]*3 and o.score.isna().all() and o.correct.isna().all()
+    t = idealistic_table(o, "scored", n_boot=20).set_index("metric")
+    assert t.n["P"] == 0 and t.n_excluded["P"] == 3 and np.isnan(t.estimate["P"])
+    assert idealistic_table(p, "scored", n_boot=20).set_index("metric").n["P"] == 3
+    # a reply both parsers read as "no" stops the run for both: then both may count the unasked sentences as "no"
+    turns = run_conversations(_Stopper("No."), items, GenerationParams(), GenerationStore(None), "t", StopTask(ask="until_no", parser=primary), progress=False)
+    assert score_conversations(turns, items, other).n_no.tolist() == [4]*3 and (score_conversations(turns, items, other).status == "scored").all()
 
 
 # ---------------------------------------------------------------- kill -9 in the middle of a multi-turn run, then resume
@@ -202,6 +313,30 @@ def test_realistic_performance_on_a_synthetic_human_file(tmp_path, data):
     assert math.isclose(hedges_g([0, .2, .4], [.2, .4, .6]), -(1 - 3/(4*6 - 9)) * 0.2/0.2)
 
 
+def test_realistic_counts_annotations_outside_the_run(tmp_path, data):
+    "Annotated progressions the run did not score are counted and reported, never dropped silently by the join."
+    model = released_conversations(data, "gpt4")
+    run_ids = ["stop-000", "stop-001", "stop-002", "stop-010", "stop-011", "stop-020", "stop-030", "stop-040", "stop-312"]   # 312: no released result
+    ann = run_ids + ["stop-100", "stop-101"]                                                                           # two not in the run
+    path = tmp_path/"h.csv"
+    pd.DataFrame([dict(progression_id=p, annotator=a, score=round(0.2*(k % 6), 1)) for k, p in enumerate(ann) for a in "ab"]).to_csv(path, index=False)
+    human = load_human(path, data)
+    conv = model[model.progression_id.isin(run_ids)]
+    cov = human_coverage(conv, human)
+    assert (cov["n_human_progressions"], cov["n_matched"], cov["n_not_scored"], cov["n_not_in_run"], cov["n_annotations_matched"]) == (11, 8, 1, 2, 16)
+    assert cov["unmatched"] == ["stop-100", "stop-101", "stop-312"]
+    assert cov["message"].startswith("8 of the 11 human-annotated progressions (16 of 22 annotations) are compared with this run; 3 are not")
+    with pytest.warns(UserWarning, match="8 of the 11"):
+        rt = realistic_table(conv, human, n_boot=50)
+    r = rt[(rt.severity == "all") & (rt.metric == "hedges_g")].iloc[0]
+    assert (r.n_progressions, r.n_human_scores, r.n_human_progressions, r.n_human_unmatched) == (8, 16, 11, 3)
+    # no overlap at all: an empty table and a clear message (not an empty table alone)
+    away = model[model.progression_id.isin(["stop-200", "stop-201"])]
+    assert human_coverage(away, human)["message"].startswith("None of the 11 human-annotated progressions is among this run's 2 scored")
+    with pytest.warns(UserWarning, match="None of the 11"):
+        assert len(realistic_table(away, human, n_boot=50)) == 0
+
+
 @pytest.mark.parametrize("rows,needle", [
     ([dict(progression_id="stop-450", annotator="a", score=0.2)], "not a STOP progression"),
     ([dict(progression_id="stop-001", annotator="a", score=0.5)], "score must be a sensitivity score"),
@@ -229,8 +364,10 @@ def test_report_with_a_human_file(tmp_path, root, data):
     "The notebook run by papermill on a replay subset with a synthetic human file: realistic performance and the summary rows."
     from silverspoon.report import run_params_file
     pids = select_progressions(data, {"n": 60, "stratify_by": "severity", "seed": 0}).progression_id   # the run's own selection
+    extra = [p for p in data.progression_id if p not in set(pids)][:4]                                 # annotated, not in the run
     rng = np.random.default_rng(0)
-    pd.DataFrame([dict(progression_id=p, annotator=a, score=rng.integers(0, 6)/5) for p in pids for a in "ab"]).to_csv(tmp_path/"h.csv", index=False)
+    pd.DataFrame([dict(progression_id=p, annotator=a, score=rng.integers(0, 6)/5) for p in [*pids, *extra] for a in "ab"]).to_csv(tmp_path/"h.csv", index=False)
+    n_unscored = int(data[data.progression_id.isin(pids)].gpt4_score.isna().sum())
     params = tmp_path/"gpt4-human.yaml"
     params.write_text(f"study: stop\nmodel: {{backend: replay, id: gpt4}}\nsample: {{n: 60, stratify_by: severity, seed: 0}}\n"
                       f"task: {{dialogue: authors, human_file: {tmp_path/'h.csv'}, n_boot: 30}}\n")
@@ -238,6 +375,9 @@ def test_report_with_a_human_file(tmp_path, root, data):
     out = tmp_path/"reports"/"stop"/"gpt4-human"
     real = pd.read_csv(out/"realistic.csv")
     assert set(real.metric) >= {"hedges_g", "mae", "pearson_r"} and (real.n_human_scores > 0).all()
+    assert (real.n_human_progressions == 64).all() and (real.n_human_unmatched == 4 + n_unscored).all()
+    html = Path(r["html"]).read_text()
+    assert f"{60 - n_unscored} of the 64 human-annotated progressions" in html and "4 not selected in the run" in html
     summ = pd.read_csv(out/"summary.csv")
     assert "Hedges g vs human" in set(summ.metric) and summ.loc[summ.metric == "P", "n"].item() <= 60
-    assert "No human annotation file" not in Path(r["html"]).read_text()
+    assert "No human annotation file" not in html
