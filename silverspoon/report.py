@@ -141,16 +141,24 @@ def report_cells(nb):
     title = [c for c in nb.cells[:idx] if c.cell_type == "markdown"][:1]
     return title + nb.cells[idx:]
 
-def notebook_to_html(nb_path:str|Path, html_path:str|Path)->Path:
+def _page(title:str, body:str)->str:
+    "A standalone HTML page with silverspoon's one stylesheet (shared by run reports and the index; no CDN scripts)."
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+
+def _nb_html(nb, hide_code:bool=True)->str:
+    "The cells of notebook `nb` as an HTML fragment (nbconvert's `basic` template: markup only, images embedded)."
+    from nbconvert import HTMLExporter
+    exp = HTMLExporter(template_name="basic", exclude_input=hide_code, exclude_input_prompt=True, exclude_output_prompt=True)
+    return exp.from_notebook_node(nb)[0]
+
+def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoon report")->Path:
     "Write the report HTML of an executed notebook (code hidden, library part removed)."
     import nbformat
-    from nbconvert import HTMLExporter
     nb = nbformat.read(str(nb_path), as_version=4)
     nb.cells = report_cells(nb)
-    exp = HTMLExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True)
-    body, _ = exp.from_notebook_node(nb)
     Path(html_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(html_path).write_text(body, encoding="utf-8")
+    Path(html_path).write_text(_page(title, _nb_html(nb)), encoding="utf-8")
     return Path(html_path)
 
 # %% ../nbs/06_report.ipynb #b6f25da2
@@ -201,15 +209,15 @@ def run_params_file(path:str|Path,               # a file in params/
     except Exception as e:   # a dead kernel (out of memory), a missing kernel, ...
         raise SilverspoonError(f"{path}: the {p.study} notebook did not run to the end: {type(e).__name__}: {e}. "
                                f"Generated answers are kept in the store, a rerun resumes.") from None
-    html_path = notebook_to_html(executed, reports_dir/p.study/f"{p.run}.html")
+    html_path = notebook_to_html(executed, reports_dir/p.study/f"{p.run}.html", f"{p.study}: {p.run}")
     return {"run": p.run, "study": p.study, "html": str(html_path), "seconds": round(time.time() - t0, 1)}
 
 def notebook_to_html_safe(nb_path, html_path):
     "Best-effort HTML of a failed run (whole notebook, code shown) for debugging."
     try:
-        import nbformat; from nbconvert import HTMLExporter
-        body, _ = HTMLExporter().from_notebook_node(nbformat.read(str(nb_path), as_version=4))
-        Path(html_path).write_text(body, encoding="utf-8"); return html_path
+        import nbformat
+        Path(html_path).write_text(_page("failed run", _nb_html(nbformat.read(str(nb_path), as_version=4), hide_code=False)), encoding="utf-8")
+        return html_path
     except Exception: return None
 
 # %% ../nbs/06_report.ipynb #607fe961
@@ -242,7 +250,9 @@ def summary_wide(df:pd.DataFrame)->pd.DataFrame:
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1600px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:right}
 th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:4px 0}
-.note{color:#555;font-size:13px}"""
+.note{color:#555;font-size:13px}img{max-width:100%}pre{white-space:pre-wrap}
+.jp-OutputArea-output{overflow-x:auto}h1,h2,h3{font-weight:600}blockquote{color:#555;border-left:3px solid #ddd;margin-left:0;padding-left:1em}
+code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}"""
 
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: one cross-model table per study plus links to every run's report."
@@ -263,5 +273,5 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         if wide is not df: parts.append("<p class='note'>Cells: estimate [95% CI]; <i>n</i> = items the row's metrics rest on; a cell resting on a different number says (n=...). "
                                         "Each run's report has the rest: per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting, provenance.</p>")
     out = reports_dir/"index.html"
-    out.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>silverspoon reports</title><style>{_CSS}</style></head><body>{''.join(parts)}</body></html>", encoding="utf-8")
+    out.write_text(_page("silverspoon reports", "".join(parts)), encoding="utf-8")
     return out
