@@ -119,7 +119,7 @@ def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error 
 @dataclass
 class ModelParams:
     "Which model answers, and how it is loaded or reached."
-    backend: typing.Literal["hf", "openai", "replay"]  # transformers on this machine, an OpenAI-compatible server, or released answers
+    backend: typing.Literal["hf", "openai", "replay", "vllm"]  # transformers on this machine, an OpenAI-compatible server, released answers, or in-process vLLM
     id: str                                 # HF id or local path; API model name; replay: the released column name
     revision: str|None = None               # HF revision (commit sha or tag) to pin
     gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
@@ -128,7 +128,11 @@ class ModelParams:
     dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
     quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit
-    batch_size: int = 8
+    batch_size: int|typing.Literal["auto"] = 8   # prompts per generate call; "auto" (hf on CUDA): estimated from free memory, halved on OOM
+    compile: bool = False                   # hf: static KV cache + torch.compile (a compiled run is its own run: part of the identity)
+    tensor_parallel_size: int = 1           # vllm: GPUs one model is split across
+    gpu_memory_utilization: float = 0.9     # vllm: share of GPU memory vLLM may take (weights + KV cache)
+    max_model_len: int|None = None          # vllm: context length to reserve KV cache for (None = the model's own)
     base_url: str|None = None               # openai backend: e.g. http://localhost:8000/v1
     api_key_env: str = "OPENAI_API_KEY"     # name of the environment variable holding the key (never the key itself)
     concurrency: int = 4                    # openai backend: requests in flight at once
@@ -189,9 +193,12 @@ def check_params(p:RunParams, src:str="<params>")->RunParams:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p.run): bad("run", f"= {p.run!r} must be a plain name (letters, digits, . _ -): it names the report and store files.")
     if not re.fullmatch(r"[a-z][a-z0-9_]*", p.study): bad("study", f"= {p.study!r} must be a study name such as 'normative'.")
     m, g = p.model, p.generation
-    for f, v in [("model.batch_size", m.batch_size), ("model.concurrency", m.concurrency), ("generation.max_new_tokens", g.max_new_tokens),
+    for f, v in [("model.batch_size", 1 if m.batch_size == "auto" else m.batch_size), ("model.concurrency", m.concurrency),
+                 ("model.tensor_parallel_size", m.tensor_parallel_size), ("generation.max_new_tokens", g.max_new_tokens),
                  ("generation.n_samples", g.n_samples)]:
         if v < 1: bad(f, f"= {v} must be at least 1.")
+    if not 0 < m.gpu_memory_utilization <= 1: bad("model.gpu_memory_utilization", f"= {m.gpu_memory_utilization} must be in (0, 1].")
+    if m.max_model_len is not None and m.max_model_len < 1: bad("model.max_model_len", f"= {m.max_model_len} must be at least 1, or null.")
     if m.max_retries < 0: bad("model.max_retries", f"= {m.max_retries} must be 0 or more.")
     if not (math.isfinite(m.timeout_s) and m.timeout_s > 0): bad("model.timeout_s", f"= {m.timeout_s} must be a positive number of seconds.")
     if g.do_sample and not (math.isfinite(g.temperature) and g.temperature > 0): bad("generation.temperature", f"= {g.temperature} must be > 0 when do_sample is true (use do_sample: false for greedy).")
