@@ -4,7 +4,7 @@
 
 # %% ../nbs/02a_api.ipynb #2110eccd
 from __future__ import annotations
-import os, re, json, time, random, socket, select, hashlib, logging, threading
+import os, re, json, time, random, socket, select, hashlib, logging, warnings, itertools, threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
@@ -16,8 +16,9 @@ from .backends import Backend, GenRequest, Generation
 _log = logging.getLogger("silverspoon.api")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'is_local_url', 'public_url', 'resolve_api_key', 'Secret', 'scrub', 'fake_reply', 'FakeChatServer',
-           'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'is_local_url', 'public_url', 'resolve_api_key', 'Secret',
+           'scrub', 'fake_reply', 'FakeChatServer', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay',
+           'reply_byte_cap', 'ReplyTooLarge', 'BadReply', 'capped_http_client', 'reply_error_message', 'OpenAIBackend']
 
 # %% ../nbs/02a_api.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -115,10 +116,12 @@ class FakeChatServer:
                  echo_auth:bool=False,          # echo the Authorization header in error bodies (leak test)
                  retry_after:float|None=None,   # send `Retry-After` on error responses
                  model:str="fake-model",        # the model name `/v1/models` lists
-                 port:int=0):                   # 0 = any free port; fix it to keep `base_url` (and identity) stable
+                 port:int=0,                    # 0 = any free port; fix it to keep `base_url` (and identity) stable
+                 flood_bytes:int=256*2**20):    # length of a "flood" reply
         self.delay, self.fail_every, self.codes = delay, fail_every, tuple(codes)
         self.stall_every, self.stall_seconds, self.script = stall_every, stall_seconds, dict(script or {})
         self.api_key, self.echo_auth, self.retry_after, self.model, self.port = api_key, echo_auth, retry_after, model, port
+        self.flood_bytes = flood_bytes
         self._lock, self._stop, self._httpd = threading.Lock(), threading.Event(), None
         self.reset()
 
@@ -146,7 +149,7 @@ class FakeChatServer:
         return self
 
     def close(self):
-        "Stop serving; stalled requests end at once."
+        "Stop serving; stalled requests and floods end at once."
         self._stop.set()
         if self._httpd is not None:
             self._httpd.shutdown(); self._httpd.server_close(); self._httpd = None
@@ -182,6 +185,25 @@ class FakeChatServer:
                 time.sleep(0.005)
         return True
 
+    def _flood(self, h, model, sized:bool)->int:
+        "An HTTP 200 reply whose answer does not end, `flood_bytes` long; the bytes written before the client hung up."
+        pre, post = json.dumps({"id": "chatcmpl-flood", "object": "chat.completion", "model": model, "choices": [
+            {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "@FLOOD@"}}]}).encode().split(b"@FLOOD@")
+        chunk = b"and on " * 9362                     # 64 KiB of answer text
+        n, sent = max(1, (self.flood_bytes - len(pre) - len(post)) // len(chunk)), 0
+        try:
+            h.send_response(200); h.send_header("Content-Type", "application/json")
+            if sized: h.send_header("Content-Length", str(len(pre) + n*len(chunk) + len(post)))
+            else: h.send_header("Connection", "close")  # no length: the reply ends when the server closes
+            h.end_headers()
+            for part in itertools.chain([pre], itertools.repeat(chunk, n), [post]):
+                if self._stop.is_set(): break
+                h.wfile.write(part); sent += len(part)
+            h.wfile.flush()
+        except OSError: pass
+        h.close_connection = True
+        return sent
+
     def _handle(self, h):
         raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         try: body = json.loads(raw or b"{}")
@@ -213,6 +235,13 @@ class FakeChatServer:
                 release()
                 return h.send_json(action, {"error": {"message": f"fake error {action} for attempt {k}{echo}",
                                                       "type": "rate_limit_error" if action == 429 else "server_error", "code": None}}, hdr)
+            if isinstance(action, dict):              # a scripted HTTP 200 body
+                entry["outcome"] = "scripted"; release()
+                return h.send_json(200, action)
+            if action in ("flood", "flood-sized"):
+                entry["outcome"] = "flooded"; release()
+                entry["sent"] = self._flood(h, body.get("model"), sized=action == "flood-sized")
+                return
             sampling = float(body.get("temperature", 1.0) or 0.0) > 0
             words = fake_reply(item, body.get("seed") if sampling else None).split()
             limit = body.get("max_completion_tokens") or body.get("max_tokens")
@@ -270,6 +299,89 @@ def backoff_delay(attempt:int,          # 0 for the wait after the first failure
     d = min(max_backoff_s, backoff_s * 2 ** attempt)
     return d * (0.5 + 0.5 * rng.random())
 
+# %% ../nbs/02a_api.ipynb #b8d2f0a2
+REPLY_MIN_BYTES = 256 * 1024        # what any reply may take (headers of the JSON, error pages, ...)
+REPLY_BYTES_PER_TOKEN = 64          # plus this much per requested token
+
+def reply_byte_cap(max_tokens:int|None # the request's max_tokens / max_completion_tokens (None: not given)
+                  )->int:
+    "The most bytes read of one reply: 256 KiB plus 64 bytes per requested token."
+    return REPLY_MIN_BYTES + REPLY_BYTES_PER_TOKEN * max(0, int(max_tokens or 0))
+
+class ReplyTooLarge(Exception):
+    "A reply longer than `reply_byte_cap` allows: the server ignores max_tokens (or is not a chat endpoint)."
+
+class BadReply(ValueError):
+    "An HTTP 200 reply that is not a usable chat completion: no choices (an error body), or an answer that is not text."
+
+def _requested_tokens(request)->int|None:
+    "max_tokens / max_completion_tokens of an outgoing chat request, if it has one."
+    try: body = json.loads(request.content or b"{}")
+    except Exception: return None
+    v = body.get("max_completion_tokens", body.get("max_tokens")) if isinstance(body, dict) else None
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+def _http_library(openai_module):
+    "The HTTP package under the installed openai SDK: httpx2 (openai >= 3) or httpx (before)."
+    import importlib
+    for cls in openai_module.DefaultHttpxClient.__mro__:
+        root = cls.__module__.split(".")[0]
+        if root in ("httpx", "httpx2"): return importlib.import_module(root)
+    raise SilverspoonError(f"openai {openai_module.__version__}: its HTTP client is neither httpx nor httpx2; silverspoon cannot cap reply sizes with it.")
+
+def capped_http_client(openai_module,       # the imported `openai` package
+                       trust_env:bool=True  # use HTTP(S)_PROXY and the like (off for a server on this machine)
+                      ):
+    "An `openai.DefaultHttpxClient` that asks for uncompressed replies and stops reading a reply past its `reply_byte_cap`."
+    hx = _http_library(openai_module)
+    def too_large(request, cap, declared=None):
+        size = f"declares {declared:,} bytes, over" if declared else "passed"
+        return ReplyTooLarge(f"the reply from {public_url(str(request.url))} {size} the cap of {cap:,} bytes for max_tokens="
+                             f"{_requested_tokens(request)} ({REPLY_MIN_BYTES // 1024} KiB + {REPLY_BYTES_PER_TOKEN} bytes per token), so reading "
+                             f"stopped there. The server seems to ignore max_tokens: check its settings (or raise generation.max_new_tokens "
+                             f"if the answers are meant to be longer).")
+    class CappedStream(hx.SyncByteStream):
+        def __init__(self, stream, request, cap): self.stream, self.request, self.cap = stream, request, cap
+        def __iter__(self):
+            n = 0
+            for chunk in self.stream:
+                n += len(chunk)
+                if n > self.cap: raise too_large(self.request, self.cap)
+                yield chunk
+        def close(self): self.stream.close()
+    def ask_uncompressed(request): request.headers["Accept-Encoding"] = "identity"
+    def cap_reply(response):
+        cap = reply_byte_cap(_requested_tokens(response.request))
+        declared = response.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > cap: raise too_large(response.request, cap, int(declared))
+        response.stream = CappedStream(response.stream, response.request, cap)
+    return openai_module.DefaultHttpxClient(trust_env=trust_env, event_hooks={"request": [ask_uncompressed], "response": [cap_reply]})
+
+def reply_error_message(resp)->str:
+    "What a reply without choices says about itself: the server's own error message (OpenAI `error.message`, vLLM `message`), else the reply, shortened."
+    if hasattr(resp, "model_dump"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore"); d = resp.model_dump(exclude_none=True)
+    else: d = resp
+    err = d.get("error", d) if isinstance(d, dict) else d
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        tags = ", ".join(f"{k} {err[k]}" for k in ("type", "code") if err.get(k) is not None)
+        out = err["message"] + (f" ({tags})" if tags else "")
+    elif isinstance(err, str): out = err
+    else: out = "no error message; the reply was " + json.dumps(err, default=str)
+    return out if len(out) <= 300 else out[:297] + "..."
+
+def _cause(exc:BaseException, cls)->BaseException|None:
+    "`exc`, or the exception of class `cls` it was raised from (an SDK may wrap ours), or None."
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, cls): return exc
+        seen.add(id(exc)); exc = exc.__cause__ or exc.__context__
+    return None
+
+def _count(v)->int|None: return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+def _short_str(v)->str|None: return v[:200] if isinstance(v, str) else None
+
 # %% ../nbs/02a_api.ipynb #6011cc39
 class OpenAIBackend(Backend):
     "Chat completions from an OpenAI-compatible endpoint, concurrent, retried, never leaking the key."
@@ -278,7 +390,7 @@ class OpenAIBackend(Backend):
                  backoff_s:float=0.5,                 # first retry waits backoff_s * U(0.5, 1); doubles each retry
                  max_backoff_s:float=8.0,             # cap of one wait
                  token_param:str|None=None,           # "max_tokens" | "max_completion_tokens"; None = by server
-                 client=None):                        # an `openai.OpenAI` to use instead of building one
+                 client=None):                        # an `openai.OpenAI` to use instead of building one (its replies are not capped)
         if model.backend != "openai": raise ParamsError(f"model.backend is {model.backend!r}; OpenAIBackend needs backend: openai.")
         if model.concurrency < 1: raise ParamsError(f"model.concurrency must be >= 1, got {model.concurrency}.")
         if model.max_retries < 0: raise ParamsError(f"model.max_retries must be >= 0, got {model.max_retries}.")
@@ -287,7 +399,7 @@ class OpenAIBackend(Backend):
         self._key = Secret(resolve_api_key(model))
         self.token_param = token_param or ("max_completion_tokens" if urlsplit(self.base_url).hostname == "api.openai.com" else "max_tokens")
         self._client, self._lock = client, threading.Lock()
-        self.batch_size = max(model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
+        self.batch_size = max(32 if model.batch_size == "auto" else model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
         self.served = Counter()   # (model, system_fingerprint) as reported by the server -> count
 
     def __repr__(self):
@@ -305,28 +417,34 @@ class OpenAIBackend(Backend):
 
     @property
     def client(self):
-        "The `openai.OpenAI` client (built on first use; the SDK's own retries are off)."
+        "The `openai.OpenAI` client (built on first use; the SDK's own retries are off; replies are capped)."
         with self._lock:
             if self._client is None:
                 try: import openai
                 except ImportError: raise SilverspoonError("the openai backend needs the `openai` package: pip install openai") from None
                 # a server on this machine is never reached through a proxy (HTTP(S)_PROXY would break vLLM/Ollama/tests)
-                http = openai.DefaultHttpxClient(trust_env=False) if is_local_url(self.base_url) else None
+                http = capped_http_client(openai, trust_env=not is_local_url(self.base_url))
                 self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key.get(), timeout=self.model.timeout_s,
                                              max_retries=0, http_client=http)
             return self._client
 
     def _to_generation(self, resp, seconds:float)->Generation:
-        if not getattr(resp, "choices", None): raise ValueError("the response has no choices")
-        ch = resp.choices[0]; msg = ch.message
-        text = msg.content if msg.content is not None else getattr(msg, "refusal", None)   # an API refusal is an answer
-        u = getattr(resp, "usage", None)
-        with self._lock: self.served[(getattr(resp, "model", None), getattr(resp, "system_fingerprint", None))] += 1
+        "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None."
+        choices = getattr(resp, "choices", None)
+        if not isinstance(choices, list) or not choices:
+            raise BadReply(f"HTTP 200 without choices; the server says: {self.scrub(reply_error_message(resp))}")
+        ch = choices[0]; msg = getattr(ch, "message", None)
+        text = getattr(msg, "content", None)
+        if text is None: text = getattr(msg, "refusal", None)       # an API refusal is an answer
+        if text is not None and not isinstance(text, str):
+            raise BadReply(f"the answer (message.content) is {type(text).__name__}, not text")
+        finish, u = _short_str(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
+        with self._lock: self.served[(_short_str(getattr(resp, "model", None)), _short_str(getattr(resp, "system_fingerprint", None)))] += 1
         # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
         # recorded and retried on the next run, never an "answered" empty string
-        err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={ch.finish_reason})"
-        return Generation(text=text, finish_reason=ch.finish_reason if text is not None else "error", error=err,
-                          prompt_tokens=getattr(u, "prompt_tokens", None), completion_tokens=getattr(u, "completion_tokens", None),
+        err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={finish})"
+        return Generation(text=text, finish_reason=finish if text is not None else "error", error=err,
+                          prompt_tokens=_count(getattr(u, "prompt_tokens", None)), completion_tokens=_count(getattr(u, "completion_tokens", None)),
                           seconds=seconds)
 
     def _one(self, req:GenRequest, gen:GenerationParams)->Generation:
@@ -337,10 +455,10 @@ class OpenAIBackend(Backend):
         for attempt in range(n_try):
             try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
             except Exception as e:
-                last = e
-                if attempt == n_try - 1 or not is_retryable(e): break
-                d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(e))
-                _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(e).__name__}: {e}"),
+                last = _cause(e, ReplyTooLarge) or e       # an SDK may wrap it in a connection error; it is not one
+                if attempt == n_try - 1 or not is_retryable(last): break
+                d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
+                _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
                          attempt + 1, n_try - 1, d)
                 time.sleep(d)
         err = self.scrub(f"{type(last).__name__}: {last}")      # scrub first, then shorten (never cut a key in half)

@@ -4,15 +4,19 @@
 
 # %% ../nbs/02_backends.ipynb #6ea5272e
 from __future__ import annotations
-import os, time, hashlib, logging, importlib.util
+import os, time, hashlib, logging, importlib.util, dataclasses
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from .core import SilverspoonError, ParamsError, ModelParams, GenerationParams, canonical_json, stable_hash, sha256_file, project_root
 
+_log = logging.getLogger("silverspoon.backends")
+
 # %% auto #0
-__all__ = ['Message', 'Conversation', 'CHATML_TEMPLATE', 'GenRequest', 'Generation', 'user', 'error_text', 'Backend',
-           'ReplayBackend', 'resolve_model_path', 'package_version', 'smollm2', 'build_tiny_llama', 'HFBackend',
-           'make_backend']
+__all__ = ['Message', 'Conversation', 'CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE',
+           'COMPILE_PAD_MULTIPLE', 'GenRequest', 'Generation', 'user', 'error_text', 'Backend', 'ReplayBackend',
+           'resolve_model_path', 'package_version', 'smollm2', 'build_tiny_llama', 'HFBackend',
+           'kv_cache_bytes_per_token', 'auto_batch_size', 'make_backend']
 
 # %% ../nbs/02_backends.ipynb #5859dab7
 Message = dict            # {"role": "system"|"user"|"assistant", "content": str}
@@ -35,6 +39,7 @@ class Generation:
     prompt_tokens: int|None = None
     completion_tokens: int|None = None
     seconds: float|None = None                   # wall time spent on this item (a batch's time is shared among its items)
+    batch_size: int|None = None                  # prompts decoded together in the call that made it (greedy answers can depend on it)
 
 def user(content:str, # the user's message
          system:str|None=None # an optional system prompt before it
@@ -185,9 +190,23 @@ class HFBackend(Backend):
     "A transformers causal LM answering chats in length-sorted, left-padded batches."
     def __init__(self, model:ModelParams # the `model` section of the run params (backend "hf")
                 ):
-        self.params, self.batch_size = model, model.batch_size
-        self._path = self._tok = self._model = self._identity = None
+        self.params = model
+        self._path = self._tok = self._model = self._identity = self._compile_config = None
         self.chat_template_source = None
+        self.learned_batch_size: int|None = None   # after a CUDA out-of-memory: the largest batch that fitted since (halving)
+        self.auto_estimate: int|None = None        # `batch_size: auto`: the estimate of the last generate call
+        self.compile_seconds, self.compiles = 0.0, 0   # `compile: true`: wall time of the batches that (re)compiled, and how many
+
+    @property
+    def batch_size(self)->int:
+        "Requests `generate_all` hands over (and stores) at a time: `model.batch_size`; for `auto`, see `_call_batch_size`."
+        b = self.params.batch_size
+        if b != "auto": return b
+        if self._free_accelerator_bytes() is None: return AUTO_BATCH_CPU
+        return self.learned_batch_size or AUTO_BATCH_MAX
+
+    @batch_size.setter
+    def batch_size(self, value:int|str): self.params = dataclasses.replace(self.params, batch_size=value)
 
     @property
     def path(self)->str:
@@ -303,16 +322,62 @@ class HFBackend(Backend):
                 "dtype": str(self.dtype).replace("torch.", ""), "chat_template_sha256": _sha256(tok.chat_template),
                 "chat_template_source": self.chat_template_source}
             if p.adapter: self._identity.update(adapter=p.adapter, adapter_sha256=self.adapter_sha256())
+            if p.compile: self._identity["compile"] = True   # only when on: the keys of plain runs stay what they were
         return self._identity
 
     def __repr__(self):
         p = self.params
         return (f"HFBackend(id={p.id!r}" + (f", package={p.package!r}" if p.package else "") + (f", gguf_file={p.gguf_file!r}" if p.gguf_file else "")
-                + (f", adapter={p.adapter!r}" if p.adapter else "") + f", quantization={p.quantization!r}, batch_size={self.batch_size}, loaded={self._model is not None})")
+                + (f", adapter={p.adapter!r}" if p.adapter else "") + f", quantization={p.quantization!r}, batch_size={p.batch_size!r}" + (", compile=True" if p.compile else "")
+                + f", loaded={self._model is not None})")
 
     def render(self, messages:Conversation)->str:
         "The prompt string the model sees for `messages` (chat template + generation prompt)."
         return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+# %% ../nbs/02_backends.ipynb #bea91d0c
+AUTO_BATCH_CPU = 8          # `batch_size: auto` without a CUDA device
+AUTO_BATCH_MAX = 512        # upper bound of `auto` (so all 450 STOP conversations of a turn fit one batch on an 80 GB card)
+AUTO_MEMORY_SHARE = 0.8     # share of the free CUDA memory `auto` lets the KV cache take (the rest: activations, logits)
+
+def _dtype_bytes(dtype)->int: return _torch().tensor([], dtype=dtype).element_size()
+
+def kv_cache_bytes_per_token(config,          # a transformers model config (its text part is used for multimodal ones)
+                             dtype_bytes:int=2 # bytes per cached value: 2 for bfloat16/float16, 4 for float32
+                            )->int:
+    "KV-cache bytes of one token across all layers: 2 (K and V) x layers x key-value heads x head dim x bytes."
+    c = config.get_text_config() if hasattr(config, "get_text_config") else config
+    heads = c.num_attention_heads
+    kv_heads = getattr(c, "num_key_value_heads", None) or heads
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // heads
+    return 2 * c.num_hidden_layers * kv_heads * head_dim * dtype_bytes
+
+def auto_batch_size(free_bytes:int,            # CUDA memory a batch may use (free + held unused by torch's allocator)
+                    bytes_per_token:int,       # `kv_cache_bytes_per_token`
+                    tokens_per_sequence:int,   # longest prompt + max_new_tokens
+                    share:float=AUTO_MEMORY_SHARE, cap:int=AUTO_BATCH_MAX)->int:
+    "Sequences whose KV cache fits in `share` of `free_bytes`, at least 1 and at most `cap`."
+    return max(1, min(cap, int(free_bytes * share) // max(1, bytes_per_token * tokens_per_sequence)))
+
+def _free_accelerator_bytes(self:HFBackend)->int|None:
+    "Bytes a batch may still use on the model's CUDA device (free + cached by torch but unused); None without CUDA."
+    torch, dev = _torch(), self.device
+    if not dev.startswith("cuda"): return None
+    free, _ = torch.cuda.mem_get_info(dev)
+    return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
+
+def _call_batch_size(self:HFBackend, longest_prompt:int, gen:GenerationParams)->int:
+    "Batch size of one `generate` call: `model.batch_size` (or the `auto` estimate), never above `learned_batch_size`."
+    b = self.params.batch_size
+    if b == "auto":
+        free = self._free_accelerator_bytes()
+        b = AUTO_BATCH_CPU if free is None else auto_batch_size(
+            free, kv_cache_bytes_per_token(self.model.config, _dtype_bytes(self.dtype)), longest_prompt + gen.max_new_tokens)
+        self.auto_estimate = b
+    if self.learned_batch_size: b = min(b, self.learned_batch_size)
+    return max(1, b)
+
+HFBackend._free_accelerator_bytes, HFBackend._call_batch_size = _free_accelerator_bytes, _call_batch_size
 
 # %% ../nbs/02_backends.ipynb #f3fea8b9
 def _batch_seed(seed:int, requests:list[GenRequest])->int:
@@ -334,15 +399,23 @@ def _free_accelerator_memory():
 
 def _hf_generate_batch(self:HFBackend, requests:list[GenRequest], prompts:list[list[int]], gen:GenerationParams)->list[Generation]:
     "Generate for one batch of tokenized prompts; raises if the batch fails."
-    torch, tok, model = _torch(), self.tokenizer, self.model
+    torch, tok, model, compiled = _torch(), self.tokenizer, self.model, self.params.compile
     t0 = time.perf_counter()
-    enc = tok.pad({"input_ids": prompts}, padding=True, return_tensors="pt").to(model.device)
+    enc = tok.pad({"input_ids": prompts}, padding=True, pad_to_multiple_of=COMPILE_PAD_MULTIPLE if compiled else None,
+                  return_tensors="pt").to(model.device)
     stop = _stop_ids(tok, model, self.chat_template_source == "chatml-fallback")
     kw = dict(max_new_tokens=gen.max_new_tokens, do_sample=gen.do_sample, pad_token_id=tok.pad_token_id, eos_token_id=sorted(stop))
+    if compiled: kw.update(self._compile_kwargs())
     if gen.do_sample:
         kw.update(temperature=gen.temperature, top_p=gen.top_p, top_k=0)
         torch.manual_seed(_batch_seed(gen.seed, requests))
+    graphs = _compiled_graphs() if compiled else 0
     with torch.inference_mode(): out = model.generate(**enc, **kw)
+    if compiled and _compiled_graphs() > graphs:
+        secs = time.perf_counter() - t0
+        self.compiles += 1; self.compile_seconds += secs
+        _log.info("torch.compile: a batch of %d prompts padded to %d tokens compiled a new graph; that batch took %.1f s "
+                  "(%d compilations, %.1f s so far)", len(prompts), enc["input_ids"].shape[1], secs, self.compiles, self.compile_seconds)
     new = out[:, enc["input_ids"].shape[1]:].tolist()
     secs = (time.perf_counter() - t0)/len(requests)
     res = []
@@ -351,11 +424,15 @@ def _hf_generate_batch(self:HFBackend, requests:list[GenRequest], prompts:list[l
         toks = row if n is None else row[:n]
         finish = "stop" if n is not None or len(row) < gen.max_new_tokens else "length"
         res.append(Generation(text=tok.decode(toks, skip_special_tokens=True), finish_reason=finish,
-                              prompt_tokens=len(p), completion_tokens=len(toks), seconds=secs))
+                              prompt_tokens=len(p), completion_tokens=len(toks), seconds=secs, batch_size=len(requests)))
     return res
 
+def _oom_error()->type:
+    torch = _torch()
+    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
 def _hf_generate(self:HFBackend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-    "One `Generation` per request, same order; length-sorted left-padded batches of `self.batch_size`."
+    "One `Generation` per request, same order; length-sorted left-padded batches, halved on CUDA out-of-memory."
     if gen.do_sample and gen.temperature <= 0:
         raise ParamsError(f"generation.temperature = {gen.temperature} must be > 0 when do_sample is true (for greedy decoding set do_sample: false).")
     if gen.max_new_tokens < 1: raise ParamsError(f"generation.max_new_tokens = {gen.max_new_tokens} must be at least 1.")
@@ -368,15 +445,34 @@ def _hf_generate(self:HFBackend, requests:list[GenRequest], gen:GenerationParams
     idx = list(texts)
     prompts = dict(zip(idx, tok([texts[i] for i in idx], add_special_tokens=False)["input_ids"])) if idx else {}
     order = sorted(idx, key=lambda i: -len(prompts[i]))
-    for b in range(0, len(order), max(1, self.batch_size)):
-        batch = order[b:b+max(1, self.batch_size)]
+    size = self._call_batch_size(len(prompts[order[0]]) if order else 0, gen)
+    root = object()                                     # "not split yet": the batch starts its own chain of halvings
+    todo, oom = deque((order[b:b+size], root) for b in range(0, len(order), size)), _oom_error()
+    while todo:
+        batch, before = todo.popleft()                  # before: the learned size before the halvings that made this batch
+        cap = self.learned_batch_size
+        if cap and len(batch) > cap:                    # an out-of-memory since this batch was cut: cut it to what fits
+            todo.extendleft(reversed([(batch[j:j+cap], root) for j in range(0, len(batch), cap)])); continue
         try: res = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], gen)
+        except oom as e:
+            e.__traceback__ = None                      # drop the failed batch's frames (and their tensors) before freeing
+            _free_accelerator_memory()
+            if before is root: before = self.learned_batch_size
+            if len(batch) == 1:                         # this prompt does not fit even alone: it fails, and the halvings
+                res = [Generation(text=None, finish_reason="error", error=error_text(e))]
+                self.learned_batch_size = before        # that isolated it say nothing about the other prompts
+            else:
+                half = (len(batch) + 1)//2
+                self.learned_batch_size = min(self.learned_batch_size or half, half)
+                _log.warning("CUDA out of memory on a batch of %d prompts; splitting it in halves, later batches use at most %d.",
+                             len(batch), self.learned_batch_size)
+                todo.extendleft([(batch[half:], before), (batch[:half], before)]); continue   # the first half runs next
         except Exception as e:
             _free_accelerator_memory()
             if len(batch) == 1: res = [Generation(text=None, finish_reason="error", error=error_text(e))]
             else:
                 res = []
-                for i in batch:   # retry one at a time: an OOM batch usually fits item by item
+                for i in batch:   # not a memory problem: find the item(s) that fail, one at a time
                     try: res += self._generate_batch([requests[i]], [prompts[i]], gen)
                     except Exception as e1:
                         _free_accelerator_memory()
@@ -385,6 +481,29 @@ def _hf_generate(self:HFBackend, requests:list[GenRequest], gen:GenerationParams
     return out
 
 HFBackend._generate_batch, HFBackend.generate = _hf_generate_batch, _hf_generate
+
+# %% ../nbs/02_backends.ipynb #8bc966a8
+COMPILE_PAD_MULTIPLE = 64   # compiled path: prompts are left-padded to a multiple of this many tokens (fewer distinct shapes)
+
+def _compiled_graphs()->int:
+    "How many graphs torch.compile (dynamo) has compiled in this process so far (0 if torch does not say)."
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception: return 0
+
+def _compile_kwargs(self:HFBackend)->dict:
+    "`generate` arguments of the compiled path: a static KV cache and one `CompileConfig` per backend."
+    if self._compile_config is None:
+        from transformers import CompileConfig
+        if self.model.device.type == "cuda": cc = CompileConfig()   # transformers' defaults: inductor, reduce-overhead (CUDA graphs)
+        else:
+            cc = CompileConfig(mode="default")
+            cc._compile_all_devices = True                          # transformers compiles on accelerators only unless told
+        self._compile_config = cc
+    return dict(cache_implementation="static", compile_config=self._compile_config)
+
+HFBackend._compile_kwargs = _compile_kwargs
 
 # %% ../nbs/02_backends.ipynb #195f88d0
 def make_backend(model:ModelParams,           # the `model` section of the run params
@@ -395,9 +514,12 @@ def make_backend(model:ModelParams,           # the `model` section of the run p
     if model.backend == "openai":
         from silverspoon.api import OpenAIBackend
         return OpenAIBackend(model)
+    if model.backend == "vllm":
+        from silverspoon.vllm_backend import VLLMBackend
+        return VLLMBackend(model)
     if model.backend == "replay":
         if replay_answers is None:
             raise ParamsError(f"model.backend = 'replay' replays released answers (model.id = {model.id!r} names the released column), "
-                              "but this study passed none; use a study that ships released answers, or backend: hf / openai.")
+                              "but this study passed none; use a study that ships released answers, or backend: hf / openai / vllm.")
         return ReplayBackend(replay_answers, name=model.id)
-    raise ParamsError(f"model.backend = {model.backend!r} is not one of 'hf', 'openai', 'replay'.")
+    raise ParamsError(f"model.backend = {model.backend!r} is not one of 'hf', 'openai', 'vllm', 'replay'.")

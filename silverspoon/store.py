@@ -4,16 +4,22 @@
 
 # %% ../nbs/03_store.ipynb #6a04da86
 from __future__ import annotations
-import os, json, warnings, datetime, dataclasses
+import os, sys, json, math, time, socket, numbers, warnings, datetime, contextlib, dataclasses
 from pathlib import Path
 from .core import SilverspoonError, GenerationParams, RunParams, project_root, stable_hash
 from .backends import Backend, GenRequest, Generation, Conversation
 
 # %% auto #0
-__all__ = ['RESULT_COLUMNS', 'request_key', 'GenerationStore', 'store_root', 'store_for', 'generate_all']
+__all__ = ['RECORD_FIELDS', 'RESULT_COLUMNS', 'request_key', 'StoreError', 'record_problem', 'GenerationStore', 'store_root',
+           'unwritable_reason', 'store_for', 'generate_all']
 
 # %% ../nbs/03_store.ipynb #27462693
 _NOT_IN_KEY = ("retry_failed", "n_samples")
+
+def _key_of(identity:dict, item_id:str, messages:Conversation, gen:dict, sample_index:int)->str:
+    "The key hash over plain data (`gen` as a dict), so a stored record's key can be recomputed from its own fields."
+    g = {k: v for k, v in gen.items() if k not in _NOT_IN_KEY}
+    return stable_hash({"identity": identity, "item_id": item_id, "messages": messages, "gen": g, "sample_index": sample_index})
 
 def request_key(identity:dict,            # `backend.identity()`
                 item_id:str,              # the item asked (`GenRequest.item_id`)
@@ -22,37 +28,136 @@ def request_key(identity:dict,            # `backend.identity()`
                 sample_index:int=0        # which sample of the item
                )->str:
     "Stable 20-hex-digit key of one generation: identity, item, messages, decoding parameters and sample index."
-    g = {k: v for k, v in dataclasses.asdict(gen).items() if k not in _NOT_IN_KEY}
-    return stable_hash({"identity": identity, "item_id": item_id, "messages": messages, "gen": g, "sample_index": sample_index})
+    return _key_of(identity, item_id, messages, dataclasses.asdict(gen), sample_index)
+
+# %% ../nbs/03_store.ipynb #a7c1e0d2
+class StoreError(SilverspoonError):
+    "The generation store cannot be read or written; the message says which file, what was kept and how to fix it."
+
+def _count(v)->int|None:
+    "A token count: an integer >= 0, else None."
+    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 else None
+
+def _secs(v)->float|None:
+    "A duration: a finite number >= 0, else None."
+    return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else None
+
+def _now()->str: return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+def _record(key:str, run:str, r:GenRequest, g:Generation, identity:dict, gen:GenerationParams)->dict:
+    "The store record of generation `g` for request `r`: normalised, so it always passes `record_problem`."
+    text, error = g.text, g.error
+    if text is not None and not isinstance(text, str):
+        text, error = None, f"BadAnswer: the backend returned {type(g.text).__name__}, not text" + (f"; {error}" if error else "")
+    if error is not None: text, error = None, str(error)          # a reported error makes it a failure, even with some text
+    elif text is None: error = "no text and no error reported by the backend"
+    finish = g.finish_reason if isinstance(g.finish_reason, str) else None
+    return {"key": key, "run": run, "item_id": r.item_id, "sample_index": r.sample_index, "messages": r.messages,
+            "answer": text, "finish_reason": finish or ("error" if text is None else None), "error": error,
+            "prompt_tokens": _count(g.prompt_tokens), "completion_tokens": _count(g.completion_tokens), "seconds": _secs(g.seconds), "batch_size": _count(getattr(g, "batch_size", None)),
+            "identity": identity, "gen": dataclasses.asdict(gen), "created": _now()}
+
+def _is_int(v): return isinstance(v, int) and not isinstance(v, bool)
+def _opt(ok): return lambda v: v is None or ok(v)
+
+RECORD_FIELDS = {   # field: (check, what it must be)
+    "key": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "run": (lambda v: isinstance(v, str), "a string"),
+    "item_id": (lambda v: isinstance(v, str), "a string"),
+    "sample_index": (lambda v: _is_int(v) and v >= 0, "an integer >= 0"),
+    "messages": (lambda v: isinstance(v, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in v),
+                 "a list of {role, content} messages"),
+    "answer": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "finish_reason": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
+    "prompt_tokens": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "completion_tokens": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "seconds": (_opt(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0),
+                "a finite number >= 0 or null"),
+    "identity": (lambda v: isinstance(v, dict), "an object"),
+    "gen": (lambda v: isinstance(v, dict), "an object"),
+    "created": (lambda v: isinstance(v, str), "a string"),
+}
+
+def _shown(v)->str:
+    s = json.dumps(v, ensure_ascii=True, default=str)
+    return f"{type(v).__name__} {s[:40]}{'...' if len(s) > 40 else ''}"
+
+def record_problem(rec)->str|None:
+    "Why `rec` cannot be used as a store record (None when it can): a missing or mistyped field, `answer` and `error` both set or both null, or a `key` that is not the hash of the record's own request."
+    if not isinstance(rec, dict): return f"not a JSON object but {type(rec).__name__}"
+    missing = [f"`{f}`" for f in RECORD_FIELDS if f not in rec]
+    if missing: return f"missing field(s) {', '.join(missing)}"
+    for f, (ok, what) in RECORD_FIELDS.items():
+        if not ok(rec[f]): return f"field `{f}` must be {what}, not {_shown(rec[f])}"
+    if (rec["answer"] is None) == (rec["error"] is None):
+        return "exactly one of `answer` and `error` must be set (both are " + ("null)" if rec["answer"] is None else "set)")
+    try: ok = _key_of(rec["identity"], rec["item_id"], rec["messages"], rec["gen"], rec["sample_index"]) == rec["key"]
+    except (TypeError, ValueError): ok = False
+    if not ok: return "`key` is not the hash of the record's identity, item_id, messages, gen and sample_index"
+    return None
 
 # %% ../nbs/03_store.ipynb #547f2f84
 class GenerationStore:
-    "Append-only JSONL store of generation records; the latest record per key wins."
+    "Append-only JSONL store of generation records; the latest usable record per key wins."
     def __init__(self, path:Path|str|None # JSONL file (created on first append); None = in memory only
                 ):
         self.path = None if path is None else Path(path)
-        self._recs: dict[str, dict] = {}
         self.hits = self.misses = 0          # items served from the store / generated, counted by `generate_all`
-        self.n_lines = self.n_bad_lines = 0  # records read on load, unreadable lines skipped
-        if self.path is not None and self.path.exists(): self._load()
+        self._forget()
+        if self.path is not None: self.refresh()
 
-    def _load(self):
-        data = self.path.read_bytes()
-        lines = data.split(b"\n")
-        bad = []
-        for i, line in enumerate(lines):
-            if not line.strip(): continue
-            try: rec = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError): rec = None
-            if not isinstance(rec, dict) or "key" not in rec: bad.append(i+1); continue
-            self._recs[rec["key"]] = rec; self.n_lines += 1
-        self.n_bad_lines = len(bad)
-        if bad:
-            warnings.warn(f"{self.path}: skipped {len(bad)} unreadable line(s) (line {', '.join(map(str, bad[:5]))}"
-                          f"{'...' if len(bad) > 5 else ''}), most likely a write torn by a killed run; those items will be generated again.")
+    def _forget(self):
+        self._recs: dict[str, dict] = {}
+        self.n_lines = 0                     # usable records read from the file
+        self.bad_lines: dict[int, str] = {}  # line number -> why it is not used
+        self._offset = self._line_no = 0     # bytes and lines read so far (complete lines only)
+
+    @property
+    def n_bad_lines(self)->int:
+        "Lines of the file that are not used (torn, not JSON, or not a usable record)."
+        return len(self.bad_lines)
+
+    def _take(self, line:bytes)->str|None:
+        "Use one line if it is a usable record; else say why not."
+        try: rec = json.loads(line)
+        except (ValueError, RecursionError): return "not JSON (a write torn by a killed run, or garbage)"
+        why = record_problem(rec)
+        if why is None: self._recs[rec["key"]] = rec
+        return why
+
+    def refresh(self)->int:
+        "Read the lines appended since the last read (by this run or another); the number of new usable records."
+        if self.path is None: return 0
+        try:
+            with open(self.path, "rb") as f:
+                if os.fstat(f.fileno()).st_size < self._offset: self._forget()   # truncated or replaced: read it all again
+                f.seek(self._offset); data = f.read()
+        except (FileNotFoundError, NotADirectoryError): return 0
+        except OSError as e:
+            raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
+        *lines, tail = data.split(b"\n")   # tail: b"" after a final newline, else a line torn by a killed run (or still being written)
+        new, n_new, no = {}, 0, self._line_no
+        for line in lines:
+            no += 1
+            why = self._take(line) if line.strip() else None
+            if why is None: self.bad_lines.pop(no, None); n_new += bool(line.strip())
+            else: new[no] = why
+        self._offset += len(data) - len(tail); self._line_no = no; self.n_lines += n_new
+        if tail.strip():                     # kept unread: read again (complete, perhaps) next time
+            why = self._take(tail)
+            if why is None: self.bad_lines.pop(no + 1, None)
+            else: new[no + 1] = why
+        fresh = {n: w for n, w in new.items() if self.bad_lines.get(n) != w}
+        self.bad_lines.update(new)
+        if fresh:
+            shown = "; ".join(f"line {n}: {w}" for n, w in list(fresh.items())[:5]) + ("; ..." if len(fresh) > 5 else "")
+            warnings.warn(f"{self.path}: skipped {len(fresh)} unusable line(s) ({shown}). They are never used: "
+                          f"those items keep their last good record or are generated again.", stacklevel=2)
+        return n_new
 
     def get(self, key:str)->dict|None:
-        "The latest record stored under `key`, or None."
+        "The latest usable record stored under `key`, or None."
         return self._recs.get(key)
 
     def __contains__(self, key): return key in self._recs
@@ -62,55 +167,126 @@ class GenerationStore:
         return list(self._recs.values())
 
     def append(self, records:list[dict]):
-        "Add records; on disk: one write, then flush + fsync, so a completed batch survives a crash."
+        "Add usable records (`record_problem`); on disk: one write, then flush + fsync, so a completed batch survives a crash."
         if not records: return
         for r in records:
-            if "key" not in r: raise ValueError("a store record needs a `key`")
+            why = record_problem(r)
+            if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
-            with open(self.path, "ab+") as f:
-                _lock(f)
-                f.seek(0, os.SEEK_END)
-                if f.tell() > 0:                      # after a torn write, start on a fresh line
-                    f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n": buf = b"\n" + buf
-                f.write(buf); f.flush(); os.fsync(f.fileno())
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                with open(self.path, "ab+") as f:
+                    _lock(f)
+                    f.seek(0, os.SEEK_END)
+                    if f.tell() > 0:                      # after a torn write, start on a fresh line
+                        f.seek(-1, os.SEEK_END)
+                        if f.read(1) != b"\n": buf = b"\n" + buf
+                    f.write(buf); f.flush(); os.fsync(f.fileno())
+            except OSError as e:
+                raise StoreError(f"{self.path}: could not save a batch of {len(records)} answer(s) ({_os_reason(e)}). That batch is lost "
+                                 f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
         for r in records: self._recs[r["key"]] = r
 
+    def summary(self)->dict:
+        "What a report shows about the store: file, keys, hits/misses, and the unused lines with their reasons."
+        return {"path": str(self.path) if self.path else None, "keys": len(self), "hits": self.hits, "misses": self.misses,
+                "unusable_lines": self.n_bad_lines,
+                "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]]}
+
     def __repr__(self):
-        return f"GenerationStore({str(self.path) if self.path else 'in memory'}: {len(self)} keys, hits={self.hits}, misses={self.misses})"
+        bad = f", {self.n_bad_lines} unusable line(s)" if self.n_bad_lines else ""
+        return f"GenerationStore({str(self.path) if self.path else 'in memory'}: {len(self)} keys, hits={self.hits}, misses={self.misses}{bad})"
 
 def _lock(f):
-    "Exclusive advisory lock until `f` is closed (POSIX); two runs appending to one file do not interleave lines."
+    "Exclusive advisory lock until `f` is closed (POSIX); two processes appending to one file do not interleave lines."
     try:
         import fcntl; fcntl.flock(f.fileno(), fcntl.LOCK_EX)
     except (ImportError, OSError): pass
+
+def _os_reason(e:OSError)->str:
+    return f"{e.strerror or type(e).__name__}: {e.filename}" if e.filename else (e.strerror or str(e))
+
+def _store_fix()->str:
+    env = os.environ.get("SILVERSPOON_STORE")
+    now = f"SILVERSPOON_STORE={env}" if env else f"SILVERSPOON_STORE is unset, so the store root is {project_root()/'store'}"
+    return f"Fix: make that folder writable, or set SILVERSPOON_STORE to a writable folder ({now})."
+
+# %% ../nbs/03_store.ipynb #a7c1e0d5
+def _flock(fd:int, block:bool)->bool:
+    "Take an exclusive lock on `fd`: True when held (or when locks are not supported), False when busy and `block` is off."
+    try: import fcntl
+    except ImportError: return True
+    try: fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB)); return True
+    except BlockingIOError: return False
+    except OSError as e:
+        warnings.warn(f"file locks are not supported here ({e.strerror}): two runs on one store are not kept apart.")
+        return True
+
+def _holder(fd:int)->str:
+    "Who holds the lock, as the holder wrote it into the lock file."
+    try:
+        h = json.loads(os.pread(fd, 1000, 0))
+        return f"pid {h['pid']} on {h['host']}, since {h['since']}"
+    except Exception: return "another process"
+
+@contextlib.contextmanager
+def _run_lock(self:GenerationStore):
+    "Hold this store's run lock (waiting, with a message, while another run holds it), then read what others stored."
+    if self.path is None: yield self; return
+    try:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+        if self.path.exists(): open(self.path, "ab").close()   # the store itself must be writable too
+    except OSError as e:
+        raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
+                         f"generating anything and no answer was lost. {_store_fix()}") from None
+    try:
+        if not _flock(fd, block=False):
+            print(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
+                  f"then its answers are reused instead of generated again (stop that run to go on at once).", file=sys.stderr, flush=True)
+            t0 = time.monotonic(); _flock(fd, block=True)
+            print(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError, AttributeError):
+            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
+            os.ftruncate(fd, 0); os.pwrite(fd, info, 0)
+        self.refresh()
+        yield self
+    finally: os.close(fd)          # releases the lock
+
+GenerationStore.locked = _run_lock
 
 # %% ../nbs/03_store.ipynb #4121a26b
 def store_root()->Path:
     "Where run stores live: `$SILVERSPOON_STORE` (e.g. a Google Drive folder on Colab), else `<project>/store`."
     return Path(os.environ["SILVERSPOON_STORE"]) if os.environ.get("SILVERSPOON_STORE") else project_root()/"store"
 
+def unwritable_reason(path:Path|str # a store file
+                     )->str|None:
+    "Why the store file `path` could not be written, judged without creating anything; None when it looks writable."
+    path = Path(path)
+    try:
+        if path.exists(): return None if os.access(path, os.W_OK) else f"{path} is read-only"
+        d = path.parent
+        while not d.exists(): d = d.parent
+        if not d.is_dir(): return f"{d} is a file, not a folder"
+        return None if os.access(d, os.W_OK | os.X_OK) else f"{d} is not writable"
+    except OSError as e: return _os_reason(e)
+
 def store_for(params:RunParams, # the run's parameters (study and run name)
               backend:Backend   # the backend that will answer
              )->GenerationStore:
     "The run's store: `<store root>/<study>/<run>.jsonl`, or an in-memory one for non-cacheable backends."
     if not backend.cacheable: return GenerationStore(None)
-    return GenerationStore(store_root()/params.study/f"{params.run}.jsonl")
+    st = GenerationStore(store_root()/params.study/f"{params.run}.jsonl")
+    why = unwritable_reason(st.path)
+    if why: warnings.warn(f"{st.path}: the generation store cannot be written ({why}). Answers already stored there are used; "
+                          f"if anything still needs generating, the run stops before generating it. {_store_fix()}", stacklevel=2)
+    return st
 
 # %% ../nbs/03_store.ipynb #68be420e
 RESULT_COLUMNS = ["key", "run", "item_id", "sample_index", "answer", "finish_reason", "error", "prompt_tokens",
                   "completion_tokens", "seconds", "cached"]
-
-def _now()->str: return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-def _record(key:str, run:str, r:GenRequest, g:Generation, identity:dict, gen:GenerationParams)->dict:
-    return {"key": key, "run": run, "item_id": r.item_id, "sample_index": r.sample_index, "messages": r.messages,
-            "answer": g.text, "finish_reason": g.finish_reason or ("error" if g.text is None else None),
-            "error": g.error or (None if g.text is not None else "no text and no error reported by the backend"),
-            "prompt_tokens": g.prompt_tokens, "completion_tokens": g.completion_tokens, "seconds": g.seconds,
-            "identity": identity, "gen": dataclasses.asdict(gen), "created": _now()}
 
 def _progress(total:int, desc:str, enabled:bool):
     from tqdm.auto import tqdm
@@ -129,31 +305,35 @@ def generate_all(backend:Backend,            # what answers
     import pandas as pd
     identity = backend.identity()
     keys = [request_key(identity, r.item_id, r.messages, gen, r.sample_index) for r in requests]
-    todo: dict[str, GenRequest] = {}
-    for k, r in zip(keys, requests):
-        rec = store.get(k)
-        if rec is None or (gen.retry_failed and rec.get("error") is not None): todo.setdefault(k, r)
-    fresh = set(todo)
-    order = sorted(todo, key=lambda k: -sum(len(str(m.get("content", ""))) for m in todo[k].messages))
-    bs = max(1, int(batch_size or getattr(backend, "batch_size", 8) or 8))
-    n_failed = 0
-    with _progress(len(order), desc, progress) as bar:
-        for b in range(0, len(order), bs):
-            ks = order[b:b+bs]; reqs = [todo[k] for k in ks]
-            gens = backend.generate(reqs, gen)
-            if len(gens) != len(reqs):
-                raise SilverspoonError(f"{type(backend).__name__}.generate returned {len(gens)} generations for {len(reqs)} requests (it must return one per request).")
-            recs = [_record(k, run, r, g, identity, gen) for k, r, g in zip(ks, reqs, gens)]
-            store.append(recs)
-            n_failed += sum(r["error"] is not None for r in recs)
-            bar.update(len(recs))
-            if n_failed: bar.set_postfix(failed=n_failed, refresh=False)
+    def missing()->dict[str, GenRequest]:
+        todo = {}
+        for k, r in zip(keys, requests):
+            rec = store.get(k)
+            if rec is None or (gen.retry_failed and rec["error"] is not None): todo.setdefault(k, r)
+        return todo
+    fresh: set[str] = set()
+    if missing():
+        with store.locked():                 # one run generates into a store at a time; it now holds what others stored
+            todo = missing(); fresh = set(todo)
+            order = sorted(todo, key=lambda k: -sum(len(str(m.get("content", ""))) for m in todo[k].messages))
+            bs = max(1, int(batch_size or getattr(backend, "batch_size", 8) or 8))
+            n_failed = 0
+            with _progress(len(order), desc, progress) as bar:
+                for b in range(0, len(order), bs):
+                    ks = order[b:b+bs]; reqs = [todo[k] for k in ks]
+                    gens = backend.generate(reqs, gen)
+                    if len(gens) != len(reqs):
+                        raise SilverspoonError(f"{type(backend).__name__}.generate returned {len(gens)} generations for {len(reqs)} requests (it must return one per request).")
+                    recs = [_record(k, run, r, g, identity, gen) for k, r, g in zip(ks, reqs, gens)]
+                    store.append(recs)
+                    n_failed += sum(r["error"] is not None for r in recs)
+                    bar.update(len(recs))
+                    if n_failed: bar.set_postfix(failed=n_failed, refresh=False)
     rows = []
     for k, r in zip(keys, requests):
         rec = store.get(k)
-        cached = k not in fresh
         row = {"key": k, "run": run, "item_id": r.item_id, "sample_index": r.sample_index, **{c: rec.get(c) for c in RESULT_COLUMNS[4:10]},
-               "cached": cached}
+               "cached": k not in fresh}
         for m, v in r.meta.items(): row[m if m not in row else f"meta_{m}"] = v
         rows.append(row)
     store.hits += sum(k not in fresh for k in keys); store.misses += len(fresh)

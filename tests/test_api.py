@@ -133,3 +133,86 @@ def test_null_content_is_a_failure_not_an_empty_answer():
     assert g.text is None and g.error.startswith("EmptyContent") and "length" in g.error
     resp.choices[0].message.refusal = "I can't help with that."
     assert be._to_generation(resp, 0.1).text == "I can't help with that."
+
+
+# ---------------------------------------------------------------- issue 8, findings 7 and 8: what a server sends is bounded and checked
+def test_reply_byte_cap_stops_a_server_ignoring_max_tokens():
+    "A 256 MB reply (with or without Content-Length) is cut at the cap: a recorded failure, not retried, no memory blow-up."
+    import tracemalloc
+    from silverspoon.api import reply_byte_cap
+    script = {"runaway": "flood", "declared": "flood-sized"}
+    with FakeChatServer(script=script) as srv:
+        be = OpenAIBackend(srv.model_params(max_retries=3, concurrency=3), backoff_s=0.01)
+        be.generate(_reqs(1), GenerationParams())              # build the client (imports) before measuring
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        runaway, declared, ok = be.generate([GenRequest("r", [{"role": "user", "content": "runaway"}]),
+                                             GenRequest("d", [{"role": "user", "content": "declared"}]), *_reqs(1)],
+                                            GenerationParams(max_new_tokens=100))
+        elapsed, (_, peak) = time.perf_counter() - t0, tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        time.sleep(0.2); st, log = srv.stats(), list(srv.log)
+    cap = reply_byte_cap(100)
+    assert cap == 256*1024 + 64*100
+    assert runaway.text is None and runaway.error.startswith(f"ReplyTooLarge: the reply from {srv.base_url}/chat/completions passed the cap of {cap:,} bytes for max_tokens=100")
+    import re
+    m = re.match(rf"ReplyTooLarge: the reply from {re.escape(srv.base_url)}/chat/completions declares ([\d,]+) bytes, over the cap of {cap:,} bytes", declared.error)
+    assert m and int(m[1].replace(",", "")) > srv.flood_bytes * 0.99, declared.error
+    assert runaway.error.endswith("(after 1 attempt)") and declared.error.endswith("(after 1 attempt)")
+    assert st["attempts"]["runaway"] == st["attempts"]["declared"] == 1          # not retried within the run
+    assert ok.text == fake_reply(_prompt(0))
+    sent = {e["item"]: e["sent"] for e in log if "sent" in e}
+    assert max(sent.values()) < srv.flood_bytes / 8, sent                         # the client stopped reading: most was never sent
+    assert peak < 32 * 2**20 and elapsed < 20, (peak, elapsed)
+
+
+def test_http_200_error_body_keeps_the_server_message():
+    script = {"openai-style": {"error": {"message": "The model `x` is overloaded.", "type": "server_error", "code": 503}},
+              "vllm-style": {"object": "error", "message": "This model's maximum context length is 2048 tokens.", "type": "BadRequestError", "code": 400},
+              "bare": {"error": "upstream timed out"}, "nothing": {}}
+    with FakeChatServer(script=script) as srv:
+        gens = OpenAIBackend(srv.model_params(max_retries=1), backoff_s=0.01).generate(
+            [GenRequest(k, [{"role": "user", "content": k}]) for k in script], GenerationParams())
+    says = [g.error.removeprefix("BadReply: HTTP 200 without choices; the server says: ").removesuffix(" (after 1 attempt)") for g in gens]
+    assert says == ["The model `x` is overloaded. (type server_error, code 503)",
+                    "This model's maximum context length is 2048 tokens. (type BadRequestError, code 400)",
+                    "upstream timed out", "no error message; the reply was {}"], says
+    assert all(g.text is None and g.finish_reason == "error" for g in gens)
+
+
+def test_server_junk_never_poisons_the_store(tmp_path):
+    "A server's wrong types become None or a recorded failure; the store stays readable and the failure is retried."
+    import warnings
+    from silverspoon.store import GenerationStore, generate_all
+    junk = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Fine."}, "finish_reason": ["stop"]}],
+            "usage": {"prompt_tokens": "lots", "completion_tokens": -3}, "model": {"a": 1}, "system_fingerprint": 5}
+    script = {_prompt(0): junk, _prompt(1): {**junk, "choices": [{"index": 0, "message": {"role": "assistant", "content": {"text": "hi"}}}]}}
+    path, reqs = tmp_path/"s.jsonl", _reqs(3)
+    with FakeChatServer(script=script) as srv:
+        be = OpenAIBackend(srv.model_params(max_retries=0))
+        df = generate_all(be, reqs, GenerationParams(), GenerationStore(path), run="t", progress=False)
+        assert df.answer.tolist()[0] == "Fine." and df.finish_reason.isna()[0] and df.prompt_tokens.isna()[0] and df.completion_tokens.isna()[0]
+        assert df.answer.isna().tolist() == [False, True, False] and df.error[1].startswith("BadReply: the answer (message.content) is dict, not text")
+        assert dict(model=None, system_fingerprint=None, n=1) in be.served_models()
+        srv.script = {}; srv.reset()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning); st = GenerationStore(path)                # every line written is usable
+        df2 = generate_all(be, reqs, GenerationParams(), st, run="t", progress=False)
+        assert srv.stats()["attempts"] == {_prompt(1): 1} and df2.answer[1] == fake_reply(_prompt(1))
+
+
+def test_a_wrapped_reply_too_large_is_still_recognised():
+    "openai < 3 wraps an exception raised while reading a reply in APIConnectionError (retryable); it must stay ReplyTooLarge."
+    import openai
+    from silverspoon.api import ReplyTooLarge
+    from silverspoon.core import ModelParams
+    class Wrapping:   # stands in for the SDK client
+        def __init__(self): self.calls = 0; self.chat = self; self.completions = self
+        def create(self, **kw):
+            self.calls += 1
+            try: raise ReplyTooLarge("the reply from http://x/v1/chat/completions passed the cap")
+            except ReplyTooLarge as e: raise openai.APIConnectionError(request=None) from e
+    client = Wrapping()
+    be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://127.0.0.1:9/v1", max_retries=3), client=client, backoff_s=0.01)
+    g, = be.generate(_reqs(1), GenerationParams())
+    assert client.calls == 1 and g.error.startswith("ReplyTooLarge: the reply from http://x") and g.error.endswith("(after 1 attempt)")

@@ -1,4 +1,6 @@
-"HFBackend on a tiny random Llama (batching, order, token counts, failures, quantization) and on the real SmolLM2 GGUF."
+"""HFBackend on a tiny random Llama (batching, order, token counts, failures, quantization) and on the real SmolLM2 GGUF.
+
+Out-of-memory halving, `batch_size: auto` and the compiled path: tests/test_gpu_engine.py."""
 import shutil, importlib
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, SilverspoonError
@@ -54,6 +56,7 @@ def test_batched_generation_order_tokens_and_sorting(backend):
     assert len(set(lens)) == len(lens)                                     # (the chats really differ in length)
     # length-sorted batches of 4: the 4 longest prompts first, padded to the longest; then the 2 shortest
     assert shapes == [(4, max(lens)), (2, sorted(lens)[1])]
+    assert [x.batch_size for x in gens] == [4 if l >= sorted(lens)[2] else 2 for l in lens]   # recorded per answer
     for x in gens:
         assert x.error is None and isinstance(x.text, str)
         assert 1 <= x.completion_tokens <= 5 and x.finish_reason in ("stop", "length") and x.seconds > 0
@@ -85,6 +88,7 @@ def test_failed_batch_is_retried_item_by_item(backend):
     assert [x.text is None for x in gens] == [i == 1 for i in range(len(REQS))]
     assert gens[1].finish_reason == "error" and gens[1].error.startswith("RuntimeError: CUDA out of memory")
     assert calls == [4] + [1]*4 + [2] + [1]*2          # two failed batches, each retried one item at a time
+    assert backend.learned_batch_size is None          # not an out-of-memory error: no batch size is learned
 
 
 def test_chatml_fallback_when_tokenizer_has_no_template(tmp_path):

@@ -1,4 +1,4 @@
-"Generation store: kill -9 mid-run then resume, torn lines, failure records, retry_failed, result layout."
+"Generation store: kill -9 mid-run then resume, torn lines, failure records, retry_failed, result layout (attacks on the store: test_security_store.py)."
 import json, os, signal, subprocess, sys, textwrap, time, warnings
 from collections import Counter
 from pathlib import Path
@@ -67,7 +67,7 @@ def test_kill9_mid_run_then_resume(tmp_path):
 
     p2 = _start(script, killed, "2"); _, err2 = p2.communicate(timeout=60)
     assert p2.returncode == 0, err2
-    assert "skipped 1 unreadable line" in err2
+    assert "skipped 1 unusable line(s) (line " in err2 and "not JSON" in err2
     _, err_ref = p_ref.communicate(timeout=60); assert p_ref.returncode == 0, err_ref
 
     final = _valid_records(store)
@@ -172,19 +172,29 @@ def test_replay_goes_through_memory_store(tmp_path, monkeypatch):
     assert not (tmp_path/"store").exists()
 
 
+def _rec(item, answer):
+    "A record as generate_all writes it (through the same `_record`)."
+    from silverspoon.store import _record
+    r, gen = GenRequest(item, user(f"question {item}")), GenerationParams()
+    return _record(request_key({"backend": "t"}, item, r.messages, gen), "r", r, Generation(answer, "stop"), {"backend": "t"}, gen)
+
+
 def test_torn_line_then_append_stays_valid(tmp_path):
-    path = tmp_path/"s.jsonl"
-    GenerationStore(path).append([{"key": "a", "answer": "1"}])
-    with open(path, "ab") as f: f.write(b'{"key": "b", "ans')
-    with pytest.warns(UserWarning, match="skipped 1 unreadable line"): st = GenerationStore(path)
-    st.append([{"key": "b", "answer": "2"}])
+    path, a, b = tmp_path/"s.jsonl", _rec("a", "1"), _rec("b", "2")
+    GenerationStore(path).append([a])
+    with open(path, "ab") as f: f.write(json.dumps(b).encode()[:20])
+    with pytest.warns(UserWarning, match=r"skipped 1 unusable line\(s\) \(line 2: not JSON"): st = GenerationStore(path)
+    st.append([b])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore"); st2 = GenerationStore(path)
-    assert st2.get("b")["answer"] == "2" and st2.get("a")["answer"] == "1" and st2.n_bad_lines == 1
+    assert st2.get(b["key"])["answer"] == "2" and st2.get(a["key"])["answer"] == "1" and st2.n_bad_lines == 1
+    assert path.read_bytes().count(b"\n") == 3 and st2.summary()["unusable"] == ["line 2: not JSON (a write torn by a killed run, or garbage)"]
 
 
 def test_lone_surrogate_in_an_answer_is_stored(tmp_path):
     "A model can emit a lone surrogate (broken UTF-16 from an API); the record must still be written and read back."
-    st = GenerationStore(tmp_path/"s.jsonl")
-    st.append([{"key": "k1", "answer": "x\ud800y", "error": None}])
-    assert GenerationStore(tmp_path/"s.jsonl").get("k1")["answer"] == "x\ud800y"
+    st, r = GenerationStore(tmp_path/"s.jsonl"), _rec("k1", "x\ud800y")
+    st.append([r])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning); back = GenerationStore(tmp_path/"s.jsonl")
+    assert back.get(r["key"])["answer"] == "x\ud800y" and back.n_bad_lines == 0

@@ -1,0 +1,236 @@
+"Attacks on the generation store (issue 8, findings 6, 7, 10): malformed records, concurrent runs, an unwritable store."
+import fcntl, json, os, signal, subprocess, sys, textwrap, time, warnings
+from collections import Counter
+from pathlib import Path
+import pytest
+from silverspoon.core import GenerationParams, load_params
+from silverspoon.backends import Backend, GenRequest, Generation, user
+from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Counting(Backend):
+    "Answers every request, counts generate calls per item."
+    batch_size = 3
+    def __init__(self): self.calls = Counter()
+    def identity(self): return {"backend": "counting"}
+    def generate(self, requests, gen):
+        self.calls.update(r.item_id for r in requests)
+        return [Generation(f"ok {r.item_id}", "stop", prompt_tokens=4, completion_tokens=2, seconds=0.001) for r in requests]
+
+
+REQS = [GenRequest(f"q{i}", user(f"question {i}")) for i in range(6)]
+
+
+def _lines(path):
+    "The records of every line that parses (a line torn by a kill, or still being written, is left out)."
+    out = []
+    for line in Path(path).read_bytes().splitlines():
+        try: out.append(json.loads(line))
+        except ValueError: pass
+    return out
+
+
+def _append_lines(path, *objs):
+    with open(path, "ab") as f:
+        for o in objs: f.write((o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n")
+
+
+# ---------------------------------------------------------------- finding 7: malformed records are reported, never used
+def test_malformed_records_never_replace_a_good_record(tmp_path):
+    path = tmp_path/"s.jsonl"
+    df = generate_all(Counting(), REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
+    good = {r["item_id"]: r for r in _lines(path)}
+    k = good["q0"]["key"]
+    attacks = [  # (line appended after the 6 good ones, why it must be refused)
+        ({"key": k}, "missing field(s) `run`"),                                             # a bare key
+        ({"key": k, "answer": None, "error": None}, "missing field(s)"),                    # as in the issue
+        ({**good["q0"], "answer": None, "error": None}, "both are null"),                   # the same, complete
+        ({"answer": 12345}, "missing field(s) `key`"),                                      # no key
+        ({**good["q0"], "key": [k, "x"]}, "`key` must be a non-empty string, not list"),    # unhashable (crashed every rerun)
+        ({**good["q1"], "prompt_tokens": "lots"}, "`prompt_tokens` must be an integer >= 0 or null, not str"),  # ArrowInvalid later
+        ({**good["q2"], "answer": 12345}, "`answer` must be a string or null, not int"),
+        ({**good["q3"], "error": "boom"}, "both are set"),
+        ({**good["q4"], "messages": user("another question")}, "not the hash"),            # a key that is not its request's
+        (b"\x00\x00garbage", "not JSON"), (b"[1, 2, 3]", "not a JSON object but list")]
+    _append_lines(path, *(a for a, _ in attacks))
+    with pytest.warns(UserWarning) as w: st = GenerationStore(path)
+    msg = " ".join(str(x.message) for x in w)
+    assert f"skipped {len(attacks)} unusable line(s) (line 7: missing field(s)" in msg
+    # every attack is counted with its own line number (the good records are lines 1-6) and its reason
+    assert sorted(st.bad_lines) == list(range(7, 7 + len(attacks)))
+    for no, (_, why) in enumerate(attacks, start=7): assert why in st.bad_lines[no], (no, st.bad_lines[no])
+    assert st.summary()["unusable_lines"] == len(attacks) and st.summary()["unusable"][0].startswith("line 7: missing field(s)")
+    # the good records stand, and a rerun uses them: nothing generated, the same table
+    be = Counting()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore"); df2 = generate_all(be, REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
+    assert sum(be.calls.values()) == 0 and df2.cached.all()
+    assert df2.answer.tolist() == df.answer.tolist() and str(df2.prompt_tokens.dtype) == "Int64"
+
+
+def test_malformed_record_without_a_good_one_is_generated_again(tmp_path):
+    path = tmp_path/"s.jsonl"
+    generate_all(Counting(), REQS[:3], GenerationParams(), GenerationStore(path), run="r", progress=False)
+    k5 = request_key({"backend": "counting"}, "q5", REQS[5].messages, GenerationParams())
+    _append_lines(path, {"key": k5, "answer": "planted", "error": None})    # a record planted for an item never generated
+    be = Counting()
+    with pytest.warns(UserWarning, match="line 4: missing field"):
+        df = generate_all(be, REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
+    assert dict(be.calls) == {"q3": 1, "q4": 1, "q5": 1} and df.answer.tolist() == [f"ok q{i}" for i in range(6)]
+
+
+def test_a_backend_cannot_poison_the_store(tmp_path):
+    "Odd values from a backend are normalised when written: None, or a recorded failure that the next run retries."
+    class Junk(Counting):
+        def generate(self, requests, gen):
+            self.calls.update(r.item_id for r in requests)
+            return [Generation(12345, 7, prompt_tokens="lots", completion_tokens=-1, seconds=float("inf")) if r.item_id == "q0"
+                    else Generation("fine", "stop", prompt_tokens="lots", completion_tokens=2.5) for r in requests]
+    path = tmp_path/"s.jsonl"
+    df = generate_all(Junk(), REQS[:2], GenerationParams(), GenerationStore(path), run="r", progress=False)
+    assert df.answer.isna().tolist() == [True, False] and df.error[0].startswith("BadAnswer: the backend returned int")
+    assert df.prompt_tokens.isna().all() and df.completion_tokens.isna().all() and df.seconds.isna().all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning); st = GenerationStore(path)     # no unusable line: everything written is readable
+    be = Counting()
+    generate_all(be, REQS[:2], GenerationParams(), st, run="r", progress=False)
+    assert dict(be.calls) == {"q0": 1}                                  # the failure is retried, the odd-but-fine answer kept
+
+
+def test_committed_stores_are_clean_and_their_keys_unchanged():
+    "Every committed store file passes the record check, and every key is still what request_key computes."
+    files = sorted((ROOT/"store").glob("*/*.jsonl"))
+    assert files
+    for f in files:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning); st = GenerationStore(f)
+        assert st.n_bad_lines == 0 and len(st) == st.n_lines == len(_lines(f)), f
+        for r in st.records():
+            assert r["key"] == request_key(r["identity"], r["item_id"], r["messages"], GenerationParams(**r["gen"]), r["sample_index"]), f
+
+
+# ---------------------------------------------------------------- finding 6: two runs on one store generate each item once
+N_ITEMS, BATCH = 24, 4
+SCRIPT = textwrap.dedent(f'''
+    import hashlib, json, os, sys, time
+    from silverspoon.core import GenerationParams
+    from silverspoon.backends import Backend, GenRequest, Generation, user
+    from silverspoon.store import GenerationStore, generate_all
+
+    store_path, side_path, out_path, gate, tag = sys.argv[1:6]
+
+    class SlowFake(Backend):
+        "0.05 s per item; the first batch waits until the test opens the gate."
+        batch_size = {BATCH}
+        def identity(self): return {{"backend": "slow-fake", "id": "v1"}}
+        def generate(self, requests, gen):
+            while not os.path.exists(gate): time.sleep(0.01)
+            time.sleep(0.05*len(requests))
+            with open(side_path, "a") as f: f.write("".join(r.item_id + "\\n" for r in requests))
+            return [Generation("answer " + hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest()[:12], "stop", seconds=0.05) for r in requests]
+
+    reqs = [GenRequest(f"item-{{i:02d}}", user(f"question {{i}}")) for i in range({N_ITEMS})]
+    df = generate_all(SlowFake(), reqs, GenerationParams(), GenerationStore(store_path), run=tag, progress=False)
+    json.dump({{"answers": df.answer.tolist(), "cached": int(df.cached.sum())}}, open(out_path, "w"))
+''')
+
+
+def _start(script, d, tag, gate):
+    err = open(d/f"err-{tag}.txt", "w")
+    return subprocess.Popen([sys.executable, str(script), str(d/"store.jsonl"), str(d/f"side-{tag}.txt"), str(d/f"out-{tag}.json"), str(gate), tag],
+                            stdout=subprocess.DEVNULL, stderr=err)
+
+
+def _wait_for(cond, what, procs=(), timeout=60):
+    deadline = time.time() + timeout
+    while not cond():
+        for p in procs:
+            if p.poll() is not None: pytest.fail(f"a run ended while waiting for: {what}")
+        if time.time() > deadline: pytest.fail(f"timed out waiting for: {what}")
+        time.sleep(0.01)
+
+
+def _lock_busy(lock_path):
+    if not lock_path.exists(): return False
+    fd = os.open(lock_path, os.O_RDWR)
+    try: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB); return False
+    except BlockingIOError: return True
+    finally: os.close(fd)
+
+
+def _generated(d, *tags):
+    c = Counter()
+    for t in tags:
+        if (d/f"side-{t}.txt").exists(): c.update((d/f"side-{t}.txt").read_text().split())
+    return c
+
+
+def test_two_concurrent_runs_generate_each_item_once(tmp_path):
+    script, gate = tmp_path/"run.py", tmp_path/"gate"
+    script.write_text(SCRIPT)
+    a, b = _start(script, tmp_path, "a", gate), _start(script, tmp_path, "b", gate)
+    err = lambda t: (tmp_path/f"err-{t}.txt").read_text()
+    # both are running and one of them holds the lock while the other waits for it, then both may go on
+    _wait_for(lambda: "waiting until it is done" in err("a") + err("b"), "one run to wait for the other", (a, b))
+    gate.touch()
+    assert a.wait(timeout=60) == 0 and b.wait(timeout=60) == 0, err("a") + err("b")
+    items = [f"item-{i:02d}" for i in range(N_ITEMS)]
+    assert _generated(tmp_path, "a", "b") == Counter(items)              # every item generated exactly once
+    assert sorted(r["item_id"] for r in _lines(tmp_path/"store.jsonl")) == items
+    outs = [json.loads((tmp_path/f"out-{t}.json").read_text()) for t in "ab"]
+    assert outs[0]["answers"] == outs[1]["answers"] and sorted(o["cached"] for o in outs) == [0, N_ITEMS]
+    waiter = "a" if "waiting" in err("a") else "b"
+    assert f"pid {(a if waiter == 'b' else b).pid}" in err(waiter) and "the other run is done" in err(waiter)
+
+
+def test_a_killed_lock_holder_leaves_no_stale_lock(tmp_path):
+    script, gate = tmp_path/"run.py", tmp_path/"gate"
+    script.write_text(SCRIPT)
+    store, lock = tmp_path/"store.jsonl", tmp_path/"store.jsonl.lock"
+    a = _start(script, tmp_path, "a", gate)
+    _wait_for(lambda: _lock_busy(lock), "run a to hold the lock", (a,))
+    b = _start(script, tmp_path, "b", gate)
+    _wait_for(lambda: "waiting until it is done" in (tmp_path/"err-b.txt").read_text(), "run b to wait", (a, b))
+    gate.touch()
+    _wait_for(lambda: store.exists() and len(_lines(store)) >= 2*BATCH, "run a to store two batches", (a,))
+    os.kill(a.pid, signal.SIGKILL); a.wait(timeout=30)
+    assert b.wait(timeout=60) == 0, (tmp_path/"err-b.txt").read_text()
+    items = [f"item-{i:02d}" for i in range(N_ITEMS)]
+    recs = _lines(store)
+    assert sorted(r["item_id"] for r in recs) == items                  # complete, each item once
+    stored_by_a = {r["item_id"] for r in recs if r["run"] == "a"}      # the record's `run` says which process wrote it
+    gen_a, gen_b = _generated(tmp_path, "a"), _generated(tmp_path, "b")
+    assert 2*BATCH <= len(stored_by_a) < N_ITEMS
+    assert gen_b == Counter(set(items) - stored_by_a)                    # b generated only what a had not stored, once each
+    assert stored_by_a <= set(gen_a) and len(set(gen_a) - stored_by_a) <= BATCH   # at most a's batch in flight was done twice
+    assert json.loads((tmp_path/"out-b.json").read_text())["cached"] == len(stored_by_a)
+    assert not _lock_busy(lock)
+
+
+# ---------------------------------------------------------------- finding 10: an unwritable store says the truth
+def test_unwritable_store_stops_before_generating(tmp_path, monkeypatch):
+    (tmp_path/"a-file").write_text("x")              # a file where the store folder should be (unwritable even for root)
+    monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"a-file"))
+    params = load_params({"study": "normative", "run": "ro", "model": {"backend": "replay", "id": "GPT4"}})
+    be = Counting(); be.cacheable = True
+    with pytest.warns(UserWarning, match="cannot be written"): st = store_for(params, be)
+    with pytest.raises(StoreError) as e: generate_all(be, REQS, GenerationParams(), st, run="ro", progress=False)
+    msg = str(e.value)
+    assert sum(be.calls.values()) == 0 and "stopped before generating anything and no answer was lost" in msg
+    assert f"SILVERSPOON_STORE={tmp_path/'a-file'}" in msg and "Not a directory" in msg
+
+
+def test_store_failing_mid_run_says_what_is_kept(tmp_path):
+    "The store folder disappears after the first batch (a Drive disconnect): the error says what is kept and what is lost."
+    folder = tmp_path/"drive"
+    class Disconnecting(Counting):
+        def generate(self, requests, gen):
+            if self.calls: folder.rename(tmp_path/"drive-was"); folder.write_text("gone")
+            return super().generate(requests, gen)
+    be = Disconnecting()
+    with pytest.raises(StoreError, match=r"could not save a batch of 3 answer\(s\) \(File exists: .*\)\. That batch is lost and will be "
+                                         r"generated again by the next run; the 3 answer\(s\) stored before it are kept"):
+        generate_all(be, REQS, GenerationParams(), GenerationStore(folder/"s.jsonl"), run="r", progress=False)
+    assert sum(be.calls.values()) == 6 and len(_lines(tmp_path/"drive-was"/"s.jsonl")) == 3
