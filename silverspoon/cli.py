@@ -8,10 +8,10 @@ import sys, argparse, time
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
-from .report import read_params_file, run_params_file, build_index
+from .report import read_params_file, run_params_file, build_index, reports_folder
 
 # %% auto #0
-__all__ = ['default_params_files', 'main']
+__all__ = ['default_params_files', 'validate_runs', 'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -53,18 +53,31 @@ def _finetune(args)->int:
           f"evaluate ->  {r['eval_params']}")
     return 0
 
+def validate_runs(files:list[Path] # params files, each named once
+                 )->list[RunParams]:
+    "Validate every params file, and refuse two files that are one run (same study and run name): both would write one report folder."
+    seen, out = {}, []
+    for f in files:
+        p = read_params_file(f)
+        if (p.study, p.run) in seen:
+            raise ParamsError(f"{seen[p.study, p.run]} and {f} are both run `{p.run}` of study {p.study}: they would write the same report "
+                              "folder and store file. Give one of them another `run` name (or file name); nothing was run.")
+        seen[p.study, p.run] = f; out.append(p)
+    return out
+
 def _run(args)->int:
     files = [Path(f) for f in args.params] + (default_params_files(args.study) if args.all else [])
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
-    for f in files: read_params_file(f)            # validate everything first
+    reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
+    validate_runs(files)                          # validate everything first
     t0, failed = time.time(), []
     def one(f):
         try:
             r = run_params_file(f, args.reports_dir, kernel=args.kernel)
             print(f"ok    {f}  ->  {r['html']}  ({r['seconds']} s)", flush=True)
-        except SilverspoonError as e:
-            failed.append(f); print(f"FAIL  {e}", file=sys.stderr, flush=True)
+        except Exception as e:                    # one failed run never stops the others
+            failed.append(f); print(f"FAIL  {e}" if isinstance(e, SilverspoonError) else f"FAIL  {f}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as ex: list(ex.map(one, files))
     if not args.no_index: print(f"index ->  {build_index(args.reports_dir)}")
     print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s")
@@ -85,3 +98,5 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "finetune": return _finetune(args)
     except SilverspoonError as e:
         print(f"error: {e}", file=sys.stderr); return 2
+    except OSError as e:   # a folder that cannot be created, a full disk: one line, not a traceback
+        print(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": "), file=sys.stderr); return 2

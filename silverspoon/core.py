@@ -4,14 +4,16 @@
 
 # %% ../nbs/00_core.ipynb #920c4bba
 from __future__ import annotations
-import os, json, random, hashlib, dataclasses, typing, types
+import os, re, json, math, random, hashlib, dataclasses, typing, types
 from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir', 'canonical_json', 'stable_hash',
-           'sha256_file', 'seed_everything', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
-           'RunParams', 'load_params', 'check_params', 'task_params']
+__all__ = ['PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError', 'DataError',
+           'project_root', 'cache_dir', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'plain_data',
+           'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams',
+           'check_name', 'check_urls_and_keys', 'check_model', 'check_generation', 'load_params', 'check_params',
+           'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -64,24 +66,123 @@ def seed_everything(seed:int):
     if "torch" in sys.modules:
         import torch; torch.manual_seed(seed)
 
+# %% ../nbs/00_core.ipynb #64fce8c4
+PLAIN_TYPES = (str, int, float, bool, type(None), list, dict)   # the only types a params value may have (what JSON holds)
+MAX_PARAMS_BYTES = 1 << 20                                     # a params file is a page of settings, not a data set
+
+class _NotData:
+    "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
+    def __init__(self, tag:str, line:int): self.tag, self.line = tag, line
+
+class _Refused(Exception): "A YAML construct refused while reading (alias, repeated key)."
+
+def plain_data(obj, where:str="",       # dotted path of `obj` in the params, for messages
+               src:str="<params>"       # the file, for messages
+              ):
+    "`obj` unchanged if it holds plain data only (JSON types, text keys, finite numbers); else a `ParamsError` naming the field."
+    at = f"field `{where}`" if where else "the params"
+    if isinstance(obj, _NotData):
+        fix = "put the date in quotes to make it text." if obj.tag.endswith(":timestamp") else "remove the tag."
+        raise ParamsError(f"{src}: {at} (line {obj.line}) has the YAML tag {obj.tag!r}: params hold plain data only "
+                          f"(text, numbers, true/false, null, lists, mappings); {fix}")
+    if type(obj) in (str, int, bool, type(None)): return obj
+    if type(obj) is float:
+        if not math.isfinite(obj): raise ParamsError(f"{src}: {at} = {obj} is not a finite number.")
+        return obj
+    if type(obj) is list:
+        for i, x in enumerate(obj): plain_data(x, f"{where}[{i}]", src)
+        return obj
+    if type(obj) is dict:
+        for k, x in obj.items():
+            if type(k) is not str:
+                raise ParamsError(f"{src}: {at} has a key of type {type(k).__name__} ({str(k)[:40]!r}); keys must be text: quote it.")
+            plain_data(x, f"{where}.{k}" if where else k, src)
+        return obj
+    raise ParamsError(f"{src}: {at} is a {type(obj).__name__}: params hold plain data only (text, numbers, true/false, null, lists, mappings).")
+
+def _params_loader():
+    "A `yaml.SafeLoader` that builds JSON types only; other tags become `_NotData`, aliases and repeated keys are refused."
+    import yaml
+    class ParamsLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                ev = self.peek_event()
+                raise _Refused(f"line {ev.start_mark.line + 1}: YAML aliases (*{ev.anchor}) are not allowed in params files; write the values out.")
+            return super().compose_node(parent, index)
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for k, _ in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                    if k.value in seen: raise _Refused(f"line {k.start_mark.line + 1}: the key `{k.value}` is written twice in one mapping; keep one.")
+                    seen.add(k.value)
+            return super().construct_mapping(node, deep)
+    keep = {f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "seq", "map")}
+    ParamsLoader.yaml_constructors = {t: f for t, f in yaml.SafeLoader.yaml_constructors.items() if t in keep}
+    ParamsLoader.add_constructor(None, lambda loader, node: _NotData(node.tag, node.start_mark.line + 1))   # every other tag
+    return ParamsLoader
+
+def read_yaml(path:Path|str         # a params file
+             )->dict:
+    "The mapping in a YAML params file, plain data only; anything else is a `ParamsError` naming the file (and field)."
+    import yaml
+    path, src = Path(path), str(path)
+    if path.stat().st_size > MAX_PARAMS_BYTES: raise ParamsError(f"{src}: {path.stat().st_size} bytes; a params file is at most {MAX_PARAMS_BYTES} bytes of settings.")
+    try: d = yaml.load(path.read_text(encoding="utf-8"), Loader=_params_loader())
+    except _Refused as e: raise ParamsError(f"{src}: {e}") from None
+    except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML ({e}).") from None
+    except UnicodeDecodeError: raise ParamsError(f"{src}: not UTF-8 text.") from None
+    except RecursionError: raise ParamsError(f"{src}: nested too deeply to be a params file.") from None
+    if d is None: d = {}
+    if not isinstance(d, dict): raise ParamsError(f"{src}: the file must be a YAML mapping of fields, got {type(d).__name__}.")
+    return plain_data(d, "", src)
+
+# %% ../nbs/00_core.ipynb #7c4dc338
+BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a field of that name appears
+    "batch_size": (1, 4096), "concurrency": (1, 1024), "max_retries": (0, 100), "timeout_s": (0, 86_400, True),
+    "tensor_parallel_size": (1, 1024), "max_model_len": (1, 10_000_000), "gpu_memory_utilization": (0, 1, True),
+    "max_new_tokens": (1, 1_000_000), "n_samples": (1, 10_000), "temperature": (0, 100), "top_p": (0, 1, True),
+    "seed": (0, 2**32 - 1), "boot_seed": (0, 2**32 - 1), "split_seed": (0, 2**32 - 1), "n": (1, 100_000_000),
+    "n_boot": (1, 100_000), "max_disagreements_shown": (0, 10_000), "max_examples": (0, 10_000),
+    # fine-tuning (silverspoon.finetune)
+    "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
+    "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
+    "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),
+    "n_progressions": (1, 100_000_000)}
+
+def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
+                 v,                 # its value
+                 where:str,         # dotted path, for messages
+                 src:str="<params>" # the file, for messages
+                ):
+    "`v` unchanged when it lies in `BOUNDS[name]` (or is not a number); else a `ParamsError` with the allowed range."
+    if name not in BOUNDS or type(v) not in (int, float): return v
+    lo, hi, *open_lo = BOUNDS[name]
+    if (v > lo if open_lo else v >= lo) and v <= hi: return v
+    raise ParamsError(f"{src}: field `{where}` = {v} must be in {'(' if open_lo else '['}{lo}, {hi}].")
+
 # %% ../nbs/00_core.ipynb #fcf44a89
 def _type_name(t)->str:
     if t is type(None): return "null"
+    if typing.get_origin(t) is typing.Literal: return " or ".join(repr(a) for a in typing.get_args(t))
     if isinstance(t, type): return t.__name__
     return str(t).replace("typing.", "")
 
 def _check_value(v, t, where:str, src:str):
     "Validate (and lightly coerce) value `v` against annotation `t`; return the value."
     origin, args = typing.get_origin(t), typing.get_args(t)
-    if t is typing.Any: return v
+    if t is typing.Any: return plain_data(v, where, src)
     if origin in (typing.Union, types.UnionType):
+        shaped = [a for a in args if (is_dataclass(a) and isinstance(v, dict)) or (typing.get_origin(a) in (list, tuple) and isinstance(v, list))]
+        if len(shaped) == 1: return _check_value(v, shaped[0], where, src)   # the one branch of this shape gives the precise message
         errs = []
         for a in args:
             try: return _check_value(v, a, where, src)
             except ParamsError as e: errs.append(e)
-        raise ParamsError(f"{src}: field `{where}` = {v!r} must be one of: {', '.join(_type_name(a) for a in args)}.")
+        if type(v) is float and not math.isfinite(v): raise errs[0]
+        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else repr(v)[:60]
+        raise ParamsError(f"{src}: field `{where}` = {shown} must be one of: {', '.join(_type_name(a) for a in args)}.")
     if origin is typing.Literal:
-        if v in args: return v
+        if v in args and type(v) in PLAIN_TYPES: return v
         raise ParamsError(f"{src}: field `{where}` = {v!r} is not allowed; choose one of {list(args)}.")
     if t is type(None):
         if v is None: return v
@@ -91,26 +192,29 @@ def _check_value(v, t, where:str, src:str):
         return from_dict(t, v, src=src, prefix=where+".")
     if origin in (list, tuple) or t in (list, tuple):
         if not isinstance(v, (list, tuple)): raise ParamsError(f"{src}: field `{where}` must be a list, got {type(v).__name__} {v!r}.")
-        return [_check_value(x, args[0], f"{where}[{i}]", src) for i,x in enumerate(v)] if args else list(v)
+        return [_check_value(x, args[0], f"{where}[{i}]", src) for i,x in enumerate(v)] if args else plain_data(list(v), where, src)
     if origin is dict or t is dict:
         if not isinstance(v, dict): raise ParamsError(f"{src}: field `{where}` must be a mapping, got {type(v).__name__}.")
-        return dict(v)
-    if t is float and isinstance(v, int) and not isinstance(v, bool): return float(v)
+        return dict(plain_data(v, where, src))
+    if t is float and type(v) is int:
+        try: v = float(v)
+        except OverflowError: raise ParamsError(f"{src}: field `{where}` is a number too large to be a float.") from None
     if t in (int, float) and isinstance(v, bool): raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got a boolean {v!r}.")
     if isinstance(t, type) and not isinstance(v, t):
-        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {v!r}.")
+        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {str(v)[:60]!r}.")
+    if t is float and not math.isfinite(v): raise ParamsError(f"{src}: field `{where}` = {v} must be a finite number.")
     return v
 
 def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error messages
               prefix:str="")->object:
-    "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types and missing fields."
+    "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of `BOUNDS` and missing fields."
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]
     unknown = [k for k in d if k not in names]
-    if unknown: raise ParamsError(f"{src}: unknown field `{prefix}{unknown[0]}`. Allowed fields here: {names}. Fix the spelling or remove it.")
+    if unknown: raise ParamsError(f"{src}: unknown field `{prefix}{str(unknown[0])[:60]}`. Allowed fields here: {names}. Fix the spelling or remove it.")
     kw = {}
     for f in fields(cls):
-        if f.name in d: kw[f.name] = _check_value(d[f.name], hints[f.name], prefix+f.name, src)
+        if f.name in d: kw[f.name] = check_bounds(f.name, _check_value(d[f.name], hints[f.name], prefix+f.name, src), prefix+f.name, src)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ParamsError(f"{src}: required field `{prefix}{f.name}` is missing.")
     return cls(**kw)
@@ -168,48 +272,79 @@ class RunParams:
     sample: SampleParams = field(default_factory=SampleParams)
     task: dict = field(default_factory=dict)   # study-specific options, validated by the study
 
+# %% ../nbs/00_core.ipynb #c0b53f13
+NAME_MAX = 100   # characters in a name that becomes a file or folder name
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+_URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]*")
+
+def check_name(value:str, where:str,   # the name and its field (`run`, `study`)
+               src:str="<params>", pattern:str=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+               why:str="it names the report and store files")->str:
+    "`value` unchanged if it is a plain name usable as a file name; else a `ParamsError`."
+    if len(value) <= NAME_MAX and re.fullmatch(pattern, value): return value
+    shown = repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
+    raise ParamsError(f"{src}: field `{where}` = {shown} must be a plain name of at most {NAME_MAX} characters "
+                      f"(letters, digits, . _ -, starting with a letter or digit): {why}.")
+
+def _check_url(url:str, where:str, src:str, base_url:bool=False):
+    from urllib.parse import urlsplit
+    try: u = urlsplit(url); userinfo = "@" in u.netloc; bad_scheme = u.scheme not in ("http", "https") or not u.hostname
+    except ValueError: raise ParamsError(f"{src}: field `{where}` holds a malformed URL.") from None
+    if userinfo or u.query:
+        raise ParamsError(f"{src}: field `{where}` must not carry credentials (user:password@) or a query string: they would end up in "
+                          "reports and the store. Put the key in the environment variable named by `api_key_env`.")
+    if base_url and bad_scheme: raise ParamsError(f"{src}: field `{where}` must be an http(s) URL such as http://localhost:8000/v1.")
+
+def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth), e.g. `asdict(RunParams)`
+                        where:str="")->None:
+    "Every URL anywhere in `obj` has no credentials or query; every `base_url` is http(s); every `api_key_env` is a variable name."
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            w = f"{where}.{k}" if where else str(k)
+            if k == "api_key_env" and v is not None:
+                if not (isinstance(v, str) and _ENV_NAME.fullmatch(v)):
+                    raise ParamsError(f"{src}: field `{w}` must be the NAME of the environment variable holding the key (letters, digits, _; "
+                                      "e.g. OPENAI_API_KEY), never the key itself. The value given is not shown.")
+            elif k == "base_url" and isinstance(v, str): _check_url(v, w, src, base_url=True)
+            else: check_urls_and_keys(v, src, w)
+    elif isinstance(obj, list):
+        for i, x in enumerate(obj): check_urls_and_keys(x, src, f"{where}[{i}]")
+    elif isinstance(obj, str):
+        for m in _URL_IN_TEXT.finditer(obj): _check_url(m.group(0), where, src)
+
+def check_model(m:ModelParams, src:str="<params>",
+                prefix:str="model."   # where `m` sits in the params: "model.", "task.judge."
+               )->ModelParams:
+    "Checks of one model beyond types and `BOUNDS`: its URL and key-variable name."
+    check_urls_and_keys(asdict(m), src, prefix.rstrip("."))
+    return m
+
+def check_generation(g:GenerationParams, src:str="<params>",
+                     prefix:str="generation."   # where `g` sits in the params: "generation.", "task.judge_generation."
+                    )->GenerationParams:
+    "Checks of decoding settings beyond types and `BOUNDS`: sampling needs a positive temperature."
+    if g.do_sample and g.temperature <= 0:
+        raise ParamsError(f"{src}: field `{prefix}temperature` = {g.temperature} must be > 0 when do_sample is true (use do_sample: false for greedy).")
+    return g
+
 # %% ../nbs/00_core.ipynb #a56617a5
 def load_params(source:Path|str|dict, # a YAML file, or an already-parsed mapping (papermill parameters)
                 src:str|None=None     # name used in error messages for a mapping
                )->RunParams:
     "Read and validate run parameters; every problem is a `ParamsError` naming the file and field."
-    if isinstance(source, dict): d, src = source, src or "<parameters>"
+    if isinstance(source, dict): src = src or "<parameters>"; d = plain_data(source, "", src)
     else:
         path = Path(source); src = str(path)
-        if not path.exists(): raise ParamsError(f"{src}: params file not found. Pass a file from params/ (e.g. params/normative/gpt4-replay.yaml).")
-        import yaml
-        try: d = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML ({e}).") from None
-        if d is None: d = {}
-        if not isinstance(d, dict): raise ParamsError(f"{src}: the file must be a YAML mapping of fields, got {type(d).__name__}.")
-        d = {"run": path.stem, **d}
+        if not path.is_file(): raise ParamsError(f"{src}: params file not found. Pass a file from params/ (e.g. params/normative/gpt4-replay.yaml).")
+        d = {"run": path.stem, **read_yaml(path)}
     return check_params(from_dict(RunParams, d, src=src), src)
 
 def check_params(p:RunParams, src:str="<params>")->RunParams:
-    "Checks beyond types: names usable as file names, ranges, and no secrets in URLs."
-    import re, math
-    from urllib.parse import urlsplit
-    def bad(field, msg): raise ParamsError(f"{src}: field `{field}` {msg}")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", p.run): bad("run", f"= {p.run!r} must be a plain name (letters, digits, . _ -): it names the report and store files.")
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", p.study): bad("study", f"= {p.study!r} must be a study name such as 'normative'.")
-    m, g = p.model, p.generation
-    for f, v in [("model.batch_size", 1 if m.batch_size == "auto" else m.batch_size), ("model.concurrency", m.concurrency),
-                 ("model.tensor_parallel_size", m.tensor_parallel_size), ("generation.max_new_tokens", g.max_new_tokens),
-                 ("generation.n_samples", g.n_samples)]:
-        if v < 1: bad(f, f"= {v} must be at least 1.")
-    if not 0 < m.gpu_memory_utilization <= 1: bad("model.gpu_memory_utilization", f"= {m.gpu_memory_utilization} must be in (0, 1].")
-    if m.max_model_len is not None and m.max_model_len < 1: bad("model.max_model_len", f"= {m.max_model_len} must be at least 1, or null.")
-    if m.max_retries < 0: bad("model.max_retries", f"= {m.max_retries} must be 0 or more.")
-    if not (math.isfinite(m.timeout_s) and m.timeout_s > 0): bad("model.timeout_s", f"= {m.timeout_s} must be a positive number of seconds.")
-    if g.do_sample and not (math.isfinite(g.temperature) and g.temperature > 0): bad("generation.temperature", f"= {g.temperature} must be > 0 when do_sample is true (use do_sample: false for greedy).")
-    if not 0 < g.top_p <= 1: bad("generation.top_p", f"= {g.top_p} must be in (0, 1].")
-    if p.sample.n is not None and p.sample.n < 1: bad("sample.n", f"= {p.sample.n} must be at least 1, or null for every item.")
-    if m.base_url:
-        u = urlsplit(m.base_url)
-        if u.scheme not in ("http", "https") or not u.netloc: bad("model.base_url", f"must be an http(s) URL such as http://localhost:8000/v1.")
-        if u.username or u.password or u.query:
-            bad("model.base_url", "must not carry credentials or a query string (they would end up in reports and the store); "
-                "put the key in the environment variable named by model.api_key_env.")
+    "Checks beyond types and `BOUNDS`: names usable as file names, sampling settings, no secrets in any URL or key field."
+    check_name(p.run, "run", src)
+    check_name(p.study, "study", src, r"[a-z][a-z0-9_]*", "it must be a study name such as 'normative'")
+    check_generation(p.generation, src)
+    check_urls_and_keys(asdict(p), src)
     return p
 
 # %% ../nbs/00_core.ipynb #61c81de6

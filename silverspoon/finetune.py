@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from .core import (SilverspoonError, ParamsError, DataError, ModelParams, from_dict, load_params, project_root,
-                              seed_everything, sha256_file)
+                              seed_everything, sha256_file, read_yaml, plain_data, check_name, check_urls_and_keys)
 from .backends import HFBackend, Conversation
 from .stop import load_stop, load_human, Dialogue, stop_task, INSTRUCTION, N_SENTENCES, IDEAL_NO, _pid
 
@@ -361,23 +361,20 @@ class FinetuneParams:
 
 def load_finetune_params(source, # a YAML file or a mapping
                          src:str|None=None)->FinetuneParams:
-    "Read and validate fine-tuning parameters; problems raise `ParamsError` naming the file and field."
-    if isinstance(source, dict): d, src = dict(source), src or "<finetune params>"
+    "Read and validate fine-tuning parameters (plain data only, as run params); problems raise `ParamsError` naming the file and field."
+    if isinstance(source, dict): src = src or "<finetune params>"; d = dict(plain_data(source, "", src))
     else:
-        import yaml
         path = Path(source); src = str(path)
-        if not path.exists(): raise ParamsError(f"{src}: finetune params file not found (see params/examples/finetune/stop-finetune-*.yaml).")
-        try: d = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML ({e}).") from None
-        if not isinstance(d, dict): raise ParamsError(f"{src}: the file must be a YAML mapping of fields.")
-        d = {"run": path.stem, **d}
+        if not path.is_file(): raise ParamsError(f"{src}: finetune params file not found (see params/examples/finetune/stop-finetune-*.yaml).")
+        d = {"run": path.stem, **read_yaml(path)}
     p = from_dict(FinetuneParams, d, src=src)
+    # `run` names the output folder finetune/<run>/ and the evaluation run: checked before anything is trained or written
+    check_name(p.run, "run", src, why="it names the output folder finetune/<run>/ and the evaluation run")
+    check_urls_and_keys(asdict(p), src)
     if p.model.backend != "hf": raise ParamsError(f"{src}: field `model.backend` = {p.model.backend!r}: fine-tuning needs a local transformers model (backend: hf).")
     if p.model.adapter: raise ParamsError(f"{src}: field `model.adapter` is set; fine-tuning trains a new adapter on the base model, remove it.")
     if p.data.source == "human" and not p.data.human_labels: raise ParamsError(f"{src}: field `data.human_labels` is required with data.source: human.")
     if p.data.source == "jsonl" and not p.data.train_file: raise ParamsError(f"{src}: field `data.train_file` is required with data.source: jsonl.")
-    if not 0 < p.data.group_jaccard <= 1: raise ParamsError(f"{src}: field `data.group_jaccard` = {p.data.group_jaccard} must be in (0, 1].")
-    if p.train.batch_size < 1 or p.train.grad_accum < 1: raise ParamsError(f"{src}: fields `train.batch_size` and `train.grad_accum` must be at least 1.")
     return p
 
 # %% ../nbs/31_stop_finetune.ipynb #edb9029e

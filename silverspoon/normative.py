@@ -8,18 +8,18 @@ import re, typing, dataclasses
 from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
-from .core import ParamsError, ModelParams, SampleParams, RunParams, from_dict, task_params
+from .core import ParamsError, ModelParams, GenerationParams, SampleParams, RunParams, from_dict, task_params, check_model, check_generation
 from .backends import GenRequest, user
-from .data import RELEASED_MODELS, N_VARIANTS
+from .data import RELEASED_MODELS, N_SCENARIOS, N_VARIANTS
 from .stats import agreement_table, agreement_metrics, proportion_ci, cluster_proportion_ci, METRIC_DEFINITIONS
 
 # %% auto #0
-__all__ = ['PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'STRATA', 'ANSWER_LABELS', 'JUDGE_SYSTEM',
-           'JUDGE_PROMPT', 'T2_METRICS', 'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'render_prompt',
-           'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names', 'classify_subject',
-           'parse_answer', 'to_binary', 'label_answers', 'binarize', 'validate_parser', 'judge_requests', 'parse_judge',
-           'select_items', 'table2', 'human_reference', 'answer_counts', 'favour_share', 'topic_distribution',
-           'topic_figure']
+__all__ = ['PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'STRATA', 'N_ITEMS', 'ANSWER_LABELS',
+           'JUDGE_SYSTEM', 'JUDGE_PROMPT', 'T2_METRICS', 'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES',
+           'render_prompt', 'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names',
+           'classify_subject', 'parse_answer', 'to_binary', 'label_answers', 'binarize', 'validate_parser',
+           'judge_requests', 'parse_judge', 'select_items', 'table2', 'human_reference', 'answer_counts',
+           'favour_share', 'topic_distribution', 'topic_figure']
 
 # %% ../nbs/10_normative.ipynb #81e58d10
 PROMPTS = {
@@ -57,17 +57,20 @@ class NormativeTask:
     use_scenario: bool = True          # the parser reads the scenario to tell who "Person H", "the student" etc. is
     n_boot: int = 2000                 # cluster-bootstrap replicates for every CI
     boot_seed: int = 0
-    judge: dict|None = None            # optional K.6 LLM judge: a `model` mapping (backend, id, ...); None = parser only
-    judge_generation: dict = field(default_factory=lambda: {"max_new_tokens": 4})   # decoding for the judge
+    judge: ModelParams|None = None     # optional K.6 LLM judge: a `model` mapping (backend, id, ...); None = parser only
+    judge_generation: GenerationParams = field(default_factory=lambda: GenerationParams(max_new_tokens=4))   # decoding for the judge
     max_disagreements_shown: int = 20  # parser-validation examples shown in the report
 
 STRATA = ("topic", "variant")   # columns `sample.stratify_by` may name
+N_ITEMS = N_SCENARIOS * N_VARIANTS
 
 def normative_task(params:RunParams, src:str="<params>")->NormativeTask:
-    "Validate `params.task` (and `task.judge`, as a `ModelParams`)."
+    "Validate `params.task` (`task.judge` as a `ModelParams`, `task.judge_generation` as `GenerationParams`, even without a judge)."
     t = task_params(NormativeTask, params, src)
-    if t.judge is not None: from_dict(ModelParams, t.judge, src=src, prefix="task.judge.")
-    if t.n_boot < 1: raise ParamsError(f"{src}: field `task.n_boot` = {t.n_boot} must be at least 1 (2000 for reported CIs).")
+    check_generation(t.judge_generation, src, "task.judge_generation.")
+    if t.judge is not None:
+        check_model(t.judge, src, "task.judge.")
+        if t.judge.backend == "replay": raise ParamsError(f"{src}: field `task.judge.backend` = 'replay' has no answers to judge with; use hf, openai or vllm.")
     if params.generation.n_samples != 1:
         raise ParamsError(f"{src}: field `generation.n_samples` = {params.generation.n_samples}: the normative study scores one answer per item "
                           "(as the paper); use 1, and compare seeds or sampling settings as separate runs.")
@@ -75,6 +78,8 @@ def normative_task(params:RunParams, src:str="<params>")->NormativeTask:
         raise ParamsError(f"{src}: field `sample.stratify_by` = {params.sample.stratify_by!r}; choose one of {list(STRATA)} or null.")
     if params.sample.n is not None and params.sample.n < N_VARIANTS:
         raise ParamsError(f"{src}: field `sample.n` = {params.sample.n}: items are drawn as whole scenarios of {N_VARIANTS} variants; use at least {N_VARIANTS}.")
+    if params.sample.n is not None and params.sample.n > N_ITEMS:
+        raise ParamsError(f"{src}: field `sample.n` = {params.sample.n} is more than the {N_ITEMS} items of the study; use at most {N_ITEMS}, or null for every item.")
     if params.model.backend == "replay" and params.model.id not in RELEASED_MODELS:
         raise ParamsError(f"{src}: field `model.id` = {params.model.id!r} is not a released column; replay one of {RELEASED_MODELS}.")
     if params.model.backend == "replay" and PAPER_PROMPT_STYLE.get(params.model.id, t.prompt_style) != t.prompt_style:
@@ -381,7 +386,8 @@ def select_items(df:pd.DataFrame,            # from load_normative
     s = sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
     if s.stratify_by is not None and s.stratify_by not in df.columns:
         raise ParamsError(f"sample.stratify_by = {s.stratify_by!r} is not a column of the items; choose one of {list(df.columns[:8])} (usually 'topic').")
-    if s.n is None or s.n >= len(df): return df.copy()
+    if s.n is not None and s.n > len(df): raise ParamsError(f"sample.n = {s.n} is more than the {len(df)} items; use at most {len(df)}, or null for all items.")
+    if s.n is None or s.n == len(df): return df.copy()
     if s.n < N_VARIANTS: raise ParamsError(f"sample.n = {s.n} is below one scenario ({N_VARIANTS} variants); use n >= {N_VARIANTS} or null for all items.")
     rng = np.random.default_rng(s.seed)
     by_scenario = s.stratify_by is None or s.stratify_by == "topic" or (df.groupby("scenario_id")[s.stratify_by].nunique() == 1).all()

@@ -4,14 +4,15 @@
 
 # %% ../nbs/06_report.ipynb #2512b8eb
 from __future__ import annotations
-import os, sys, json, time, html, platform, subprocess, datetime, dataclasses
+import os, re, sys, json, time, html, shutil, platform, subprocess, tempfile, datetime, dataclasses
 from pathlib import Path
 import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'STUDIES', 'package_versions', 'git_state', 'model_label', 'Report', 'report_cells',
-           'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file', 'run_params_file',
+__all__ = ['REPORT_MARKER', 'STUDIES', 'MIN_SECRET_CHARS', 'package_versions', 'git_state', 'model_label', 'Report',
+           'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'study_notebook', 'validate_task',
+           'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs', 'reports_folder', 'run_params_file',
            'notebook_to_html_safe', 'collect_summaries', 'summary_wide', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
@@ -71,7 +72,9 @@ class Report:
         "Show `df` under `title` (with `note`: what the numbers are, n, CI method) and write it as CSV."
         from IPython.display import display
         self._show_heading(title, note)
-        display(df.style.format(precision=3, na_rep="NA").hide(axis="index") if isinstance(df, pd.DataFrame) else df)
+        if isinstance(df, pd.DataFrame):   # cells hold model answers and params strings: escaped, never markup
+            display(df.style.format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
+        else: display(df)
         if self.out_dir:
             df.to_csv(self.out_dir/f"{name}.csv", index=False)
             self.written.append(f"{name}.csv")
@@ -146,9 +149,21 @@ def _page(title:str, body:str)->str:
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{body}</body></html>")
 
+def safe_markdown_outputs(nb # an executed notebook (nbformat node), changed in place and returned
+                         ):
+    "Replace every displayed Markdown output of `nb` by HTML rendered with raw HTML escaped and harmful links disarmed."
+    import mistune
+    render = mistune.create_markdown(escape=True, plugins=["table", "strikethrough"])
+    for c in nb.cells:
+        for o in c.get("outputs", []) if c.cell_type == "code" else []:
+            data = o.get("data", {})
+            if "text/markdown" in data: data["text/html"] = render(data.pop("text/markdown"))
+    return nb
+
 def _nb_html(nb, hide_code:bool=True)->str:
     "The cells of notebook `nb` as an HTML fragment (nbconvert's `basic` template: markup only, images embedded)."
     from nbconvert import HTMLExporter
+    nb = safe_markdown_outputs(nb)
     exp = HTMLExporter(template_name="basic", exclude_input=hide_code, exclude_input_prompt=True, exclude_output_prompt=True)
     return exp.from_notebook_node(nb)[0]
 
@@ -185,47 +200,125 @@ def read_params_file(path:str|Path)->RunParams:
     return p
 
 # %% ../nbs/06_report.ipynb #d9e07ca2
+MIN_SECRET_CHARS = 8   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), not a secret
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
+
+def secret_values(params:dict # a params mapping, e.g. the papermill parameters of a run
+                 )->list[str]:
+    "The values of the environment variables named by every `api_key_env` in a params mapping (any depth)."
+    found = []
+    def walk(o):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k == "api_key_env" and isinstance(v, str) and len(os.environ.get(v, "").strip()) >= MIN_SECRET_CHARS: found.append(os.environ[v].strip())
+                else: walk(v)
+        elif isinstance(o, list):
+            for x in o: walk(x)
+    walk(params)
+    return sorted(set(found), key=len, reverse=True)
+
+def scrub_text(text:str,    # anything about to be written or printed
+               secrets=()    # exact values to remove (from `secret_values`)
+              )->str:
+    "`text` with the given secrets, bearer tokens, `sk-...` keys (`silverspoon.api.scrub`) and URL user:password@ replaced by `***`."
+    from silverspoon.api import scrub
+    return _USERINFO.sub(r"\1***@", scrub(text, secrets))
+
+def scrub_outputs(folder:str|Path, # a run's output folder, before it is published
+                  secrets=()         # exact values to remove (from `secret_values`)
+                 )->list[Path]:
+    "Scrub every text file under `folder` in place (the last line of defence before a report is published); the files changed."
+    changed = []
+    for f in sorted(Path(folder).rglob("*")):
+        if not f.is_file() or f.suffix not in (".ipynb", ".html", ".json", ".csv", ".txt", ".md", ".yaml", ".jsonl"): continue
+        text = f.read_text(encoding="utf-8", errors="surrogateescape")
+        clean = scrub_text(text, secrets)
+        if clean != text: f.write_text(clean, encoding="utf-8", errors="surrogateescape"); changed.append(f)
+    return changed
+
+# %% ../nbs/06_report.ipynb #79e2a728
+def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.partial-*")) + sorted(study_dir.glob(f".{run}.old-*"))
+
+def _remove_abandoned(study_dir:Path, run:str):
+    "Remove temporary folders of earlier runs of `run` whose process is gone (a killed run leaves one behind)."
+    for d in _partials(study_dir, run):
+        try: pid = int(d.name.rsplit(".", 1)[-1].split("-")[1])
+        except (IndexError, ValueError): continue
+        try: os.kill(pid, 0); alive = True
+        except ProcessLookupError: alive = False
+        except PermissionError: alive = True
+        if not alive: shutil.rmtree(d, ignore_errors=True)
+
+def _publish(tmp:Path, study_dir:Path, run:str):
+    "Move a finished run's folder, HTML and notebook from `tmp` into place, replacing the previous report as a whole."
+    final, old = study_dir/run, None
+    if final.exists() or final.is_symlink():
+        old = study_dir/f".{run}.old-{os.getpid()}-{os.urandom(4).hex()}"
+        os.replace(final, old)
+    os.replace(tmp/run, final)
+    for ext in (".html", ".ipynb"): os.replace(tmp/f"{run}{ext}", study_dir/f"{run}{ext}")
+    for ext in (".failed.html", ".failed.ipynb"): (study_dir/f"{run}{ext}").unlink(missing_ok=True)
+    if old is not None: shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
+
+def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <project>/reports
+                  )->Path:
+    "`reports_dir` (default `<project>/reports`), refusing a path that exists but is not a folder."
+    d = Path(reports_dir or project_root()/"reports")
+    if d.exists() and not d.is_dir(): raise SilverspoonError(f"reports folder {d} is a file, not a folder: pass a folder (--reports-dir).")
+    return d
+
 def run_params_file(path:str|Path,               # a file in params/
                     reports_dir:str|Path|None=None, # default: <project>/reports
                     kernel:str="python3", progress:bool=False)->dict:
-    "Execute the study notebook for one params file; write `<reports>/<study>/<run>.html` and `<run>/*.csv`."
+    "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds."
     import papermill as pm
     p = read_params_file(path)
-    reports_dir = Path(reports_dir or project_root()/"reports")
-    out_dir = reports_dir/p.study/p.run
-    executed = reports_dir/p.study/f"{p.run}.ipynb"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # the *validated* parameters, defaults filled in: a section the file leaves out means the schema's default,
-    # never the notebook's small test defaults
-    params = {**dataclasses.asdict(p), "out_dir": str(out_dir.resolve()), "params_source": str(path)}
-    t0 = time.time()
+    plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
+    study_dir = reports_folder(reports_dir)/p.study
+    study_dir.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(study_dir, p.run)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{p.run}.partial-{os.getpid()}-", dir=study_dir))
     try:
-        pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                            progress_bar=progress, cwd=str(project_root()/"nbs"))
-    except pm.PapermillExecutionError as e:
-        notebook_to_html_safe(executed, reports_dir/p.study/f"{p.run}.failed.html")
-        raise SilverspoonError(f"{path}: the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}. "
-                               f"Partial notebook: {executed}; generated answers are kept in the store, a rerun resumes.") from None
-    except Exception as e:   # a dead kernel (out of memory), a missing kernel, ...
-        raise SilverspoonError(f"{path}: the {p.study} notebook did not run to the end: {type(e).__name__}: {e}. "
-                               f"Generated answers are kept in the store, a rerun resumes.") from None
-    html_path = notebook_to_html(executed, reports_dir/p.study/f"{p.run}.html", f"{p.study}: {p.run}")
-    return {"run": p.run, "study": p.study, "html": str(html_path), "seconds": round(time.time() - t0, 1)}
+        out_dir, executed = tmp/p.run, tmp/f"{p.run}.ipynb"
+        out_dir.mkdir()
+        # the *validated* parameters, defaults filled in: a section the file leaves out means the schema's default,
+        # never the notebook's small test defaults
+        params = plain_data({**dataclasses.asdict(p), "out_dir": str(out_dir.resolve()), "params_source": str(path)}, "", str(path))
+        secrets = secret_values(params)
+        t0, failure = time.time(), None
+        try:
+            pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
+                                progress_bar=progress, cwd=str(project_root()/"nbs"))
+            notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}")
+        except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
+        except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
+        if failure is not None:
+            page = notebook_to_html_safe(executed, tmp/f"{p.run}.failed.html") if executed.exists() else None
+            scrub_outputs(tmp, secrets)
+            if page: os.replace(page, study_dir/f"{p.run}.failed.html")
+            if executed.exists(): os.replace(executed, study_dir/f"{p.run}.failed.ipynb")
+            kept = f"the last good report {study_dir/p.run}.html is kept" if (study_dir/f"{p.run}.html").exists() else "no report was written"
+            raise SilverspoonError(scrub_text(f"{path}: {failure}. Nothing was published ({kept}); failure page: "
+                                              f"{study_dir/p.run}.failed.html. Answers already in the store are reused by a rerun.", secrets))
+        scrub_outputs(tmp, secrets)
+        _publish(tmp, study_dir, p.run)
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1)}
 
 def notebook_to_html_safe(nb_path, html_path):
-    "Best-effort HTML of a failed run (whole notebook, code shown) for debugging."
+    "Best-effort HTML of a failed run (whole notebook, code shown) for debugging; None if even that fails."
     try:
         import nbformat
         Path(html_path).write_text(_page("failed run", _nb_html(nbformat.read(str(nb_path), as_version=4), hide_code=False)), encoding="utf-8")
-        return html_path
+        return Path(html_path)
     except Exception: return None
 
 # %% ../nbs/06_report.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
     "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir`."
     out = {}
-    for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir()):
-        frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv"))]
+    for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
+        frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv")) if not f.parent.name.startswith(".")]   # not a run in progress
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
@@ -256,14 +349,18 @@ code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:non
 
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: one cross-model table per study plus links to every run's report."
-    reports_dir = Path(reports_dir or project_root()/"reports")
+    reports_dir = reports_folder(reports_dir)
+    if not reports_dir.is_dir(): raise SilverspoonError(f"reports folder {reports_dir} does not exist: run `silverspoon run` first, or pass --reports-dir.")
     parts = [f"<h1>silverspoon reports</h1><p class='note'>Generated {datetime.date.today().isoformat()} by <code>silverspoon index</code>. "
              "Each row comes from a run's <code>summary.csv</code>; estimates are shown with 95% cluster-bootstrap CIs where the run computed them. "
              "Open a run's report for n, methods, parse accounting and provenance.</p>"]
     for study, df in collect_summaries(reports_dir).items():
-        links = " · ".join(f"<a href='{study}/{html.escape(r)}.html'>{html.escape(r)}</a>"
+        s = html.escape(study)
+        links = " · ".join(f"<a href='{s}/{html.escape(r)}.html'>{html.escape(r)}</a>"
                            for r in sorted(df["run"].unique()) if (reports_dir/study/f"{r}.html").exists())
-        parts.append(f"<h2>{html.escape(study)}</h2><p>Reports: {links}</p>")
+        failed = " · ".join(f"<a href='{s}/{html.escape(f.name)}'>{html.escape(f.name[:-len('.failed.html')])}</a>"
+                            for f in sorted((reports_dir/study).glob("*.failed.html")))
+        parts.append(f"<h2>{s}</h2><p>Reports: {links}</p>" + (f"<p class='note'>Last run failed (its row below is the previous good report, if any): {failed}</p>" if failed else ""))
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type
             metrics = [c for c in wide.columns if c not in df.columns]

@@ -7,8 +7,8 @@ GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
 
 @pytest.mark.parametrize("text,needle", [
     ("study: normative\nmodel: {backend: replay, id: GPT4, batchsize: 4}\n", "unknown field `model.batchsize`"),
-    ("study: normative\nmodel: {backend: replay, id: GPT4, batch_size: eight}\n", "field `model.batch_size` must be int"),
-    ("study: normative\nmodel: {backend: vllm, id: m}\n", "field `model.backend` = 'vllm' is not allowed"),
+    ("study: normative\nmodel: {backend: replay, id: GPT4, batch_size: eight}\n", "field `model.batch_size` = 'eight' must be one of: int, 'auto'"),
+    ("study: normative\nmodel: {backend: tgi, id: m}\n", "field `model.backend` = 'tgi' is not allowed"),
     ("study: nope\nmodel: {backend: replay, id: GPT4}\n", "field `study` = 'nope' is unknown"),
     ("study: normative\n", "required field `model` is missing"),
     ("study: normative\nmodel: [1, 2\n", "not valid YAML"),
