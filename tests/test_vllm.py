@@ -1,58 +1,16 @@
 "backend: vllm against a fake `vllm` module: engine and sampling arguments, prompts, store keys and resume, single- and multi-turn."
-import json, sys, types
+import json, sys
 from pathlib import Path
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, SilverspoonError, load_params
-from silverspoon.backends import GenRequest, HFBackend, build_tiny_llama, make_backend, user
+from silverspoon.backends import GenRequest, make_backend, user
+from silverspoon.backends.hf import HFBackend
 from silverspoon.store import GenerationStore, generate_all
-from silverspoon.vllm_backend import VLLMBackend, VLLM_AUTO_BATCH, request_seed
+from silverspoon.backends.vllm import VLLMBackend, VLLM_AUTO_BATCH, request_seed
+from silverspoon.testing import build_tiny_llama, fake_vllm
 
 pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parent.parent
-ENGINE_KEYS = {"revision", "dtype", "quantization", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "seed"}
-SAMPLING_KEYS = {"n", "max_tokens", "skip_special_tokens", "temperature", "top_p", "seed", "stop_token_ids"}
-
-
-class FakeVLLM(types.ModuleType):
-    """Stands in for `vllm`: LLM(...) and SamplingParams(...) accept only arguments the real ones take (checked), record every
-    call, and answer 'Reply <n>: <last user message>' for a prompt of n user turns (decoded from the token ids it is given)."""
-    def __init__(self, tokenizer_dir):
-        super().__init__("vllm")
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-        self.engines, self.calls, self.fail_on = [], [], None
-        fake = self
-
-        class SamplingParams:
-            def __init__(self, **kw):
-                assert set(kw) <= SAMPLING_KEYS, f"unexpected SamplingParams arguments {set(kw) - SAMPLING_KEYS}"
-                assert kw["n"] == 1 and kw["max_tokens"] >= 1 and kw["temperature"] >= 0
-                self.kw = kw
-
-        class LLM:
-            def __init__(self, model, **kw):
-                assert set(kw) <= ENGINE_KEYS | {"enable_lora", "max_lora_rank", "max_loras"}, f"unexpected LLM arguments {set(kw) - ENGINE_KEYS}"
-                self.model, self.kw = model, kw
-                fake.engines.append(self)
-
-            def generate(self, prompts, sampling_params=None, *, use_tqdm=True, lora_request=None):
-                assert isinstance(prompts, list) and all(set(p) == {"prompt_token_ids"} for p in prompts), "token prompts only"
-                assert isinstance(sampling_params, list) and len(sampling_params) == len(prompts)
-                assert all(isinstance(s, SamplingParams) for s in sampling_params)
-                fake.calls.append(dict(prompts=prompts, sampling=sampling_params, use_tqdm=use_tqdm, lora_request=lora_request))
-                outs = []
-                for p, sp in zip(prompts, sampling_params):
-                    text = tok.decode(p["prompt_token_ids"])
-                    if fake.fail_on and fake.fail_on in text: raise RuntimeError("simulated engine failure")
-                    turns = text.split("<|im_start|>user\n")
-                    reply = f"Reply {len(turns) - 1}: {turns[-1].split('<|im_end|>')[0][:30]}"
-                    ids = tok(reply, add_special_tokens=False)["input_ids"][:sp.kw["max_tokens"]]
-                    finish = "length" if len(ids) == sp.kw["max_tokens"] else "stop"
-                    outs.append(types.SimpleNamespace(prompt_token_ids=p["prompt_token_ids"], outputs=[types.SimpleNamespace(
-                        text=tok.decode(ids), token_ids=ids + ([tok.eos_token_id] if finish == "stop" else []), finish_reason=finish)]))
-                return outs
-
-        self.LLM, self.SamplingParams = LLM, SamplingParams
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +18,9 @@ def tiny(tmp_path_factory): return build_tiny_llama(tmp_path_factory.mktemp("tin
 
 
 @pytest.fixture
-def fake(tiny, monkeypatch):
-    m = FakeVLLM(tiny)
-    lora = types.ModuleType("vllm.lora.request")
-    lora.LoRARequest = lambda name, int_id, path: types.SimpleNamespace(lora_name=name, lora_int_id=int_id, lora_path=path)
-    monkeypatch.setitem(sys.modules, "vllm", m)
-    monkeypatch.setitem(sys.modules, "vllm.lora", types.ModuleType("vllm.lora"))
-    monkeypatch.setitem(sys.modules, "vllm.lora.request", lora)
-    return m
+def fake(tiny):
+    "A stand-in `vllm` module (silverspoon.testing.FakeVLLM) installed for one test."
+    with fake_vllm(tiny) as m: yield m
 
 
 QUESTIONS = ["Hi", "Is it acceptable to lie to a friend? Answer yes or no.", "A rich family bought a large house near the sea.", "ok"]
