@@ -11,14 +11,27 @@ from .core import *
 from .report import read_params_file, run_params_file, build_index, reports_folder
 
 # %% auto #0
-__all__ = ['default_params_files', 'validate_runs', 'main']
+__all__ = ['default_params_files', 'is_base', 'validate_runs', 'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
-    "Every params file of the default runs: `params/<study>/*.yaml` (the `params/examples/` folder is documentation)."
+    "Every params file of the default runs: `params/<study>/*.yaml` for each registered study, except `_*.yaml` (bases other files `include:`)."
+    from silverspoon.studies import STUDY_REGISTRY
+    if study is not None and study not in STUDY_REGISTRY:
+        raise ParamsError(f"--study {study!r} is unknown; known studies: {sorted(STUDY_REGISTRY)}.")
     root = project_root()/"params"
-    files = sorted(f for f in root.glob("*/*.yaml") if f.parent.name != "examples")
+    files = sorted(f for s in STUDY_REGISTRY for f in (root/s).glob("*.yaml") if not f.name.startswith("_"))
     return [f for f in files if study is None or f.parent.name == study]
+
+def is_base(path:Path|str)->bool:
+    "A params file whose name starts with `_` is a base that run files `include:`, never a run of its own."
+    return Path(path).name.startswith("_")
+
+def _runs_only(files)->list[Path]:
+    "`files` without bases; each base skipped is named on stderr (so `silverspoon run params/stop/*.yaml` works)."
+    for f in files:
+        if is_base(f): print(f"skip  {f}  (a base for `include:`, not a run)", file=sys.stderr)
+    return [Path(f) for f in files if not is_base(f)]
 
 # %% ../nbs/07_cli.ipynb #5ca4485f
 def _parser():
@@ -35,6 +48,8 @@ def _parser():
     c = sub.add_parser("check", help="validate params files only")
     c.add_argument("params", nargs="+")
     sub.add_parser("list", help="list the default params files")
+    rs = sub.add_parser("resolve", help="print a params file with its `include:` resolved (YAML for `papermill -y`)")
+    rs.add_argument("params")
     i = sub.add_parser("index", help="rebuild reports/index.html")
     i.add_argument("--reports-dir", default=None)
     f = sub.add_parser("finetune", help="train a LoRA/QLoRA adapter on STOP from a finetune params file")
@@ -44,7 +59,7 @@ def _parser():
     return ap
 
 def _finetune(args)->int:
-    from silverspoon.finetune import load_finetune_params, train_from_params   # torch/peft are imported only here
+    from silverspoon.studies.stop_finetune import load_finetune_params, train_from_params   # torch/peft are imported only here
     p = load_finetune_params(args.params)
     if args.check: print(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source})"); return 0
     r = train_from_params(args.params, args.output_dir)
@@ -66,7 +81,7 @@ def validate_runs(files:list[Path] # params files, each named once
     return out
 
 def _run(args)->int:
-    files = [Path(f) for f in args.params] + (default_params_files(args.study) if args.all else [])
+    files = _runs_only(args.params) + (default_params_files(args.study) if args.all else [])
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
@@ -89,7 +104,12 @@ def main(argv:list[str]|None=None)->int:
     try:
         if args.cmd == "run": return _run(args)
         if args.cmd == "check":
-            for f in args.params: p = read_params_file(f); print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
+            for f in _runs_only(args.params): p = read_params_file(f); print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
+            return 0
+        if args.cmd == "resolve":   # validated first; papermill reads YAML itself and knows nothing of `include:`
+            import yaml
+            read_params_file(args.params)
+            print(yaml.safe_dump({"run": Path(args.params).stem, **read_params_mapping(args.params)}, sort_keys=False, allow_unicode=True), end="")
             return 0
         if args.cmd == "list":
             for f in default_params_files(): print(f.relative_to(project_root()).as_posix())

@@ -10,10 +10,10 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError', 'DataError',
-           'project_root', 'cache_dir', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'plain_data',
-           'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams',
-           'check_name', 'check_urls_and_keys', 'check_model', 'check_generation', 'load_params', 'check_params',
-           'task_params']
+           'project_root', 'cache_dir', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing',
+           'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
+           'RunParams', 'check_name', 'check_urls_and_keys', 'check_model', 'check_generation', 'merge_params',
+           'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -65,6 +65,18 @@ def seed_everything(seed:int):
     import sys
     if "torch" in sys.modules:
         import torch; torch.manual_seed(seed)
+
+# %% ../nbs/00_core.ipynb #1e9c23ee
+def is_missing(x # any value: an answer, a cell of a released file
+              )->bool:
+    "True for None and pandas/numpy missing scalars (NA, NaN, NaT); a string (even empty) or a container is never missing."
+    if x is None: return True
+    if isinstance(x, str): return False
+    try:
+        import pandas as pd
+        r = pd.isna(x)
+    except (TypeError, ValueError, ImportError): return False
+    return r if isinstance(r, bool) else (bool(r) if getattr(r, "ndim", 1) == 0 else False)
 
 # %% ../nbs/00_core.ipynb #64fce8c4
 PLAIN_TYPES = (str, int, float, bool, type(None), list, dict)   # the only types a params value may have (what JSON holds)
@@ -143,7 +155,7 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "max_new_tokens": (1, 1_000_000), "n_samples": (1, 10_000), "temperature": (0, 100), "top_p": (0, 1, True),
     "seed": (0, 2**32 - 1), "boot_seed": (0, 2**32 - 1), "split_seed": (0, 2**32 - 1), "n": (1, 100_000_000),
     "n_boot": (1, 100_000), "max_disagreements_shown": (0, 10_000), "max_examples": (0, 10_000),
-    # fine-tuning (silverspoon.finetune)
+    # fine-tuning (silverspoon.studies.stop_finetune)
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
     "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
     "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),
@@ -327,16 +339,48 @@ def check_generation(g:GenerationParams, src:str="<params>",
         raise ParamsError(f"{src}: field `{prefix}temperature` = {g.temperature} must be > 0 when do_sample is true (use do_sample: false for greedy).")
     return g
 
+# %% ../nbs/00_core.ipynb #6674d66b
+def merge_params(base:dict,   # the included file's mapping
+                 over:dict    # the including file's mapping: wins
+                )->dict:
+    "`base` with `over` merged on top: mappings merged key by key (recursively), any other value replaced."
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_params(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+def read_params_mapping(path:Path|str,   # a params file, possibly with `include:`
+                        _chain:tuple=()  # files already being read (cycle detection)
+                       )->dict:
+    "The mapping of a params file with its `include:` chain resolved (plain data only; nothing validated beyond that)."
+    path = Path(path); src = str(path)
+    if not path.is_file():
+        raise ParamsError(f"{src}: params file not found. Pass a file from params/ (e.g. params/normative/gpt4-replay.yaml).")
+    d = read_yaml(path)
+    if "include" not in d: return d
+    inc = d.pop("include")
+    if not isinstance(inc, str) or not inc.strip():
+        raise ParamsError(f"{src}: field `include` must be the path of a base params file, relative to this file's folder (e.g. _base-replay.yaml).")
+    base = path.parent/inc
+    chain = (*_chain, path.resolve())
+    if base.resolve() in chain:
+        loop = " -> ".join(str(c.name) for c in (*chain, base.resolve()))
+        raise ParamsError(f"{src}: field `include` = {inc!r} makes a cycle ({loop}); a base must not include a file that includes it.")
+    if not base.is_file():
+        raise ParamsError(f"{src}: field `include` = {inc!r}: no file {base} (the path is relative to the folder of {src}); fix the path.")
+    b = read_params_mapping(base, chain)
+    if "run" in b: raise ParamsError(f"{base} (included by {src}): field `run` must not be set in a base; the run is named by the including file.")
+    return merge_params(b, d)
+
 # %% ../nbs/00_core.ipynb #a56617a5
 def load_params(source:Path|str|dict, # a YAML file, or an already-parsed mapping (papermill parameters)
                 src:str|None=None     # name used in error messages for a mapping
                )->RunParams:
-    "Read and validate run parameters; every problem is a `ParamsError` naming the file and field."
+    "Read and validate run parameters (a file's `include:` resolved); every problem is a `ParamsError` naming the file and field."
     if isinstance(source, dict): src = src or "<parameters>"; d = plain_data(source, "", src)
     else:
         path = Path(source); src = str(path)
-        if not path.is_file(): raise ParamsError(f"{src}: params file not found. Pass a file from params/ (e.g. params/normative/gpt4-replay.yaml).")
-        d = {"run": path.stem, **read_yaml(path)}
+        d = {"run": path.stem, **read_params_mapping(path)}   # `include:` resolved; the run is named by this file
     return check_params(from_dict(RunParams, d, src=src), src)
 
 def check_params(p:RunParams, src:str="<params>")->RunParams:

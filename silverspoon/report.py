@@ -10,10 +10,11 @@ import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'STUDIES', 'MIN_SECRET_CHARS', 'package_versions', 'git_state', 'model_label', 'Report',
-           'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'study_notebook', 'validate_task',
-           'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs', 'reports_folder', 'run_params_file',
-           'notebook_to_html_safe', 'collect_summaries', 'summary_wide', 'build_index']
+__all__ = ['REPORT_MARKER', 'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'package_versions', 'git_state', 'ci_text', 'summary_wide',
+           'ci_columns', 'display_frame', 'model_label', 'Report', 'report_cells', 'safe_markdown_outputs',
+           'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text',
+           'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'collect_summaries',
+           'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
 _PACKAGES = ["silverspoon", "numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "torch", "transformers",
@@ -38,6 +39,65 @@ def git_state(root:Path|None=None)->dict:
     dirty = _git("status", "--porcelain", "--", "silverspoon", "nbs", "params")
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
 
+# %% ../nbs/06_report.ipynb #e30c61be
+def ci_text(est, lo, hi)->str:
+    "`silverspoon.stats.fmt_ci` ('0.647 [0.621, 0.672]'), or the estimate alone where the run computed no interval."
+    from silverspoon.stats import fmt_ci
+    return fmt_ci(est, lo, hi).removesuffix(" [NA, NA]")
+
+def summary_wide(df:pd.DataFrame)->pd.DataFrame:
+    "Long headline rows (`metric`, `estimate`, `ci_low`, `ci_high`, `n`) as one row per run (and label set), one column per metric, cells `estimate [low, high]`; other frames unchanged."
+    if not {"metric", "estimate"} <= set(df.columns): return df
+    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n")]
+    df = df.copy()
+    df[keys] = df[keys].astype(object).fillna("")
+    df["cell"] = [ci_text(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))]
+    if "n" in df.columns:   # the row's n is its most common n; a metric resting on other items says so in its cell
+        row_n = df.groupby(keys, sort=False)["n"].agg(lambda x: x.mode().iloc[0])
+        df["row_n"] = [row_n[tuple(k) if len(keys) > 1 else k[0]] for k in df[keys].itertuples(index=False)]
+        df["cell"] = [c if n == rn else f"{c} (n={int(n)})" for c, n, rn in zip(df["cell"], df["n"], df["row_n"])]
+    wide = df.groupby([*keys, "metric"], sort=False)["cell"].first().unstack("metric")
+    wide = wide[list(dict.fromkeys(df["metric"]))].fillna("NA")
+    if "n" in df.columns: wide.insert(0, "n", row_n.astype("Int64"))
+    wide.columns.name = None
+    return wide.reset_index()
+
+_CI_LOW = re.compile(r"^(?:(.+)_)?ci_low$")
+_SUMMARY_VALUES = ("metric", "estimate", "ci_low", "ci_high", "n")
+
+def ci_columns(df:pd.DataFrame)->list[tuple]:
+    "Every interval of `df` as `(estimate column or None, low column, high column)`: the estimate is `X` for `X_ci_low`/`X_ci_high` and `estimate` for `ci_low`/`ci_high`, else the column just left of the bounds (`share_kept`, `kept_ci_low`); a candidate whose values mostly fall outside the interval (a count `kept`) is not the estimate."
+    cols, out, claimed = list(df.columns), [], set()
+    is_bound = lambda c: isinstance(c, str) and bool(re.match(r"^(?:.+_)?ci_(low|high)$", c))
+    def inside(c, lo, hi):   # a numeric column that lies within [low, high] in most rows where all three are known
+        if c not in df.columns or c in claimed or is_bound(c) or not pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]): return False
+        known = df[[c, lo, hi]].apply(pd.to_numeric, errors="coerce").dropna()
+        return known.empty or ((known[c] >= known[lo] - 1e-9) & (known[c] <= known[hi] + 1e-9)).mean() >= 0.5
+    for i, lo in enumerate(cols):
+        m = _CI_LOW.match(lo) if isinstance(lo, str) else None
+        hi = lo[:-len("low")] + "high" if m else None
+        if not m or hi not in df.columns: continue
+        est = next((c for c in (m.group(1) or "estimate", cols[i - 1] if i else None) if c is not None and inside(c, lo, hi)), None)
+        claimed.add(est); out.append((est, lo, hi))
+    return out
+
+def display_frame(df:pd.DataFrame)->pd.DataFrame:
+    "How a report shows `df`: headline rows pivoted as on the index (`summary_wide`) where that gathers several metrics per row, elsewhere every interval folded into one `estimate [low, high]` cell."
+    if not isinstance(df, pd.DataFrame): return df
+    if {"metric", "estimate"} <= set(df.columns) and [c for c in df.columns if c not in _SUMMARY_VALUES]:
+        wide = summary_wide(df)
+        if 2 * len(wide) <= len(df): return wide
+    pairs = ci_columns(df)
+    if not pairs: return df
+    out = df.copy()
+    for est, lo, hi in pairs:
+        if est is None:   # bounds without their estimate: one `[low, high]` cell
+            out[lo] = [ci_text(l, l, h).partition(" ")[2] or "NA" for l, h in zip(df[lo], df[hi])]
+            out = out.rename(columns={lo: (lo[:-len("_ci_low")] + " 95% CI") if lo != "ci_low" else "95% CI"})
+        else: out[est] = [ci_text(e, l, h) for e, l, h in zip(df[est], df[lo], df[hi])]
+        out = out.drop(columns=[hi] + ([] if est is None else [lo]))
+    return out
+
 # %% ../nbs/06_report.ipynb #798a30ad
 def _relpath(p)->str:
     "`p` relative to the project root when inside it (reports must not carry one machine's paths), else as is."
@@ -50,8 +110,10 @@ def _jsonable(o):
     return str(o)
 
 def model_label(m:ModelParams)->str:
-    "A readable model name: the id, or `package/gguf_file` for a model shipped inside a Python package; `+adapter` if any."
-    name = m.id if not m.package else f"{m.package}/{m.gguf_file or m.id}"
+    "The model's name in every report heading, title and summary row: `package/gguf_file` or `package/id` for a model inside a Python package (never its folder `.`), `id/gguf_file` for a hub GGUF, else the id; `+ adapter` if any."
+    folder = "" if m.id.strip().strip("/") in ("", ".") else m.id
+    if m.package: name = f"{m.package}/{m.gguf_file or folder}".rstrip("/")
+    else: name = f"{m.id}/{m.gguf_file}" if m.gguf_file else m.id
     return name + (f" + {Path(m.adapter).name}" if m.adapter else "")
 
 class Report:
@@ -69,11 +131,11 @@ class Report:
 
     def table(self, df:pd.DataFrame, name:str, # file stem: `<out_dir>/<name>.csv`
               title:str, note:str=""):
-        "Show `df` under `title` (with `note`: what the numbers are, n, CI method) and write it as CSV."
+        "Show `df` under `title` (with `note`: what the numbers are, n, CI method) as `display_frame` shows it, and write `df` itself as CSV."
         from IPython.display import display
         self._show_heading(title, note)
         if isinstance(df, pd.DataFrame):   # cells hold model answers and params strings: escaped, never markup
-            display(df.style.format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
+            display(display_frame(df).style.format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
         else: display(df)
         if self.out_dir:
             df.to_csv(self.out_dir/f"{name}.csv", index=False)
@@ -177,20 +239,15 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
     return Path(html_path)
 
 # %% ../nbs/06_report.ipynb #b6f25da2
-# study -> (notebook, "module:function" validating the study's `task` section)
-STUDIES = {"normative": ("10_normative.ipynb", "silverspoon.normative:normative_task"),
-           "stop": ("30_stop.ipynb", "silverspoon.stop:stop_task")}
-
 def study_notebook(study:str, src:str="<params>")->Path:
-    "The notebook of a study; a `ParamsError` lists the known studies."
-    if study not in STUDIES: raise ParamsError(f"{src}: field `study` = {study!r} is unknown; known studies: {sorted(STUDIES)}.")
-    return project_root()/"nbs"/STUDIES[study][0]
+    "The notebook of a registered study (`silverspoon.studies.get_study`); a `ParamsError` lists the known studies."
+    from silverspoon.studies import get_study
+    return project_root()/"nbs"/get_study(study, src).notebook
 
 def validate_task(params:RunParams, src:str="<params>"):
     "Run the study's own check of `task` (so a bad `task` field fails before any notebook starts)."
-    import importlib
-    mod, fn = STUDIES[params.study][1].split(":")
-    return getattr(importlib.import_module(mod), fn)(params, src)
+    from silverspoon.studies import get_study
+    return get_study(params.study, src).validate(params, src)
 
 def read_params_file(path:str|Path)->RunParams:
     "The validated `RunParams` of a params file, the study's `task` section included."
@@ -220,8 +277,8 @@ def secret_values(params:dict # a params mapping, e.g. the papermill parameters 
 def scrub_text(text:str,    # anything about to be written or printed
                secrets=()    # exact values to remove (from `secret_values`)
               )->str:
-    "`text` with the given secrets, bearer tokens, `sk-...` keys (`silverspoon.api.scrub`) and URL user:password@ replaced by `***`."
-    from silverspoon.api import scrub
+    "`text` with the given secrets, bearer tokens, `sk-...` keys (`silverspoon.backends.openai.scrub`) and URL user:password@ replaced by `***`."
+    from silverspoon.backends.openai import scrub
     return _USERINFO.sub(r"\1***@", scrub(text, secrets))
 
 def scrub_outputs(folder:str|Path, # a run's output folder, before it is published
@@ -267,6 +324,8 @@ def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <pro
     if d.exists() and not d.is_dir(): raise SilverspoonError(f"reports folder {d} is a file, not a folder: pass a folder (--reports-dir).")
     return d
 
+KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own log shows errors only (no TCP-encryption warning per run); cell output is unaffected
+
 def run_params_file(path:str|Path,               # a file in params/
                     reports_dir:str|Path|None=None, # default: <project>/reports
                     kernel:str="python3", progress:bool=False)->dict:
@@ -288,7 +347,7 @@ def run_params_file(path:str|Path,               # a file in params/
         t0, failure = time.time(), None
         try:
             pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                                progress_bar=progress, cwd=str(project_root()/"nbs"))
+                                progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}")
         except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
         except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
@@ -322,24 +381,6 @@ def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
-def summary_wide(df:pd.DataFrame)->pd.DataFrame:
-    "One row per run (and label set), one column per metric, cells `estimate [lo, hi]`; other frames unchanged."
-    if not {"metric", "estimate"} <= set(df.columns): return df
-    from silverspoon.stats import fmt_ci
-    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n")]
-    df = df.copy()
-    df[keys] = df[keys].astype(object).fillna("")
-    df["cell"] = [fmt_ci(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))]
-    if "n" in df.columns:   # the row's n is its most common n; a metric resting on other items says so in its cell
-        row_n = df.groupby(keys, sort=False)["n"].agg(lambda x: x.mode().iloc[0])
-        df["row_n"] = [row_n[tuple(k) if len(keys) > 1 else k[0]] for k in df[keys].itertuples(index=False)]
-        df["cell"] = [c if n == rn else f"{c} (n={int(n)})" for c, n, rn in zip(df["cell"], df["n"], df["row_n"])]
-    wide = df.groupby([*keys, "metric"], sort=False)["cell"].first().unstack("metric")
-    wide = wide[list(dict.fromkeys(df["metric"]))].fillna("NA")
-    if "n" in df.columns: wide.insert(0, "n", row_n.astype("Int64"))
-    wide.columns.name = None
-    return wide.reset_index()
-
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1600px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:right}
 th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:4px 0}
@@ -347,8 +388,51 @@ th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:f
 .jp-OutputArea-output{overflow-x:auto}h1,h2,h3{font-weight:600}blockquote{color:#555;border-left:3px solid #ddd;margin-left:0;padding-left:1em}
 code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}"""
 
+def index_headline(study:str,       # a study folder of reports/
+                   df:pd.DataFrame   # its summary rows (`collect_summaries`)
+                  )->str:
+    "The metric the index plots for `study`: its `Study.headline` (`silverspoon.studies`), else the first metric of its rows."
+    try:
+        from silverspoon.studies import get_study
+        headline = get_study(study).headline
+    except SilverspoonError: headline = ""   # a folder that is no registered study
+    metrics = list(dict.fromkeys(df["metric"]))
+    return headline if headline in metrics else metrics[0]
+
+def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, estimate, ci_low, ci_high (+ key columns)
+                  metric:str,        # its name, for the axis
+                  title:str=""):
+    "A forest plot: per run the estimate and its 95% CI, highest at the top; one panel per label set where a run has several (e.g. `labels`)."
+    from matplotlib.figure import Figure   # a bare Figure: no pyplot, the process's backend is never touched
+    rows = rows.dropna(subset=["estimate"])
+    keys = [c for c in rows.columns if c not in (*_SUMMARY_VALUES, "run", "model", "backend")]
+    variants = [c for c in keys if rows.groupby("run")[c].nunique(dropna=False).max() > 1]   # several rows per run: one panel each
+    panel = rows[variants].astype(str).agg(" · ".join, axis=1) if variants else pd.Series("", index=rows.index)
+    by_model = "model" in rows and rows.groupby("model")["run"].nunique().max() == 1   # model names are unique: show them
+    panels = [rows[panel == p].sort_values("estimate", kind="stable") for p in dict.fromkeys(panel)]
+    fig = Figure(figsize=(7.5, 0.9 + 0.5 * len(panels) + 0.28 * len(rows)))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=[len(p) + 1 for p in panels])[:, 0]
+    for ax, p, name in zip(axes, panels, dict.fromkeys(panel)):
+        est, low, high = p["estimate"], p.get("ci_low", p["estimate"]), p.get("ci_high", p["estimate"])
+        err = [(est - low).clip(lower=0).fillna(0), (high - est).clip(lower=0).fillna(0)]   # no CI: the point alone
+        ax.errorbar(est, range(len(p)), xerr=err, fmt="o", capsize=3, color="C0")
+        ax.set_yticks(range(len(p)), labels=(p["model"] if by_model else p["run"]).astype(str).tolist())
+        ax.set_ylim(-0.7, len(p) - 0.3); ax.grid(axis="x", alpha=0.3)
+        if name: ax.set_title(name, loc="left", fontsize=9, color="#555")
+    axes[-1].set_xlabel(f"{metric} (95% CI)")
+    if title: fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    fig.tight_layout()
+    return fig
+
+def figure_data_uri(fig, dpi:int=100)->str:
+    "A matplotlib figure as a `data:image/png;base64,...` URI, to embed in a page that must stand alone."
+    import base64, io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
 def build_index(reports_dir:str|Path|None=None)->Path:
-    "Write `reports/index.html`: one cross-model table per study plus links to every run's report."
+    "Write `reports/index.html`: per study, a forest plot of the headline metric, one cross-model table, and links to every run's report."
     reports_dir = reports_folder(reports_dir)
     if not reports_dir.is_dir(): raise SilverspoonError(f"reports folder {reports_dir} does not exist: run `silverspoon run` first, or pass --reports-dir.")
     parts = [f"<h1>silverspoon reports</h1><p class='note'>Generated {datetime.date.today().isoformat()} by <code>silverspoon index</code>. "
@@ -361,6 +445,12 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         failed = " · ".join(f"<a href='{s}/{html.escape(f.name)}'>{html.escape(f.name[:-len('.failed.html')])}</a>"
                             for f in sorted((reports_dir/study).glob("*.failed.html")))
         parts.append(f"<h2>{s}</h2><p>Reports: {links}</p>" + (f"<p class='note'>Last run failed (its row below is the previous good report, if any): {failed}</p>" if failed else ""))
+        if {"metric", "estimate"} <= set(df.columns) and len(df):
+            metric = index_headline(study, df)
+            fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
+            parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
+                         f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b> per run, highest first; bars: 95% CI "
+                         "(none where the run computed none). The table below has every metric.</figcaption></figure>")
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type
             metrics = [c for c in wide.columns if c not in df.columns]

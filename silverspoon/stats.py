@@ -14,7 +14,7 @@ from sklearn import metrics as skm
 __all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper',
            'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'agreement_table',
            'cluster_bootstrap_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr',
-           'log_odds_ratio', 'fmt_ci']
+           'log_odds_ratio', 'largest_remainder', 'fmt_ci']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -89,7 +89,7 @@ def dice_pos(y_true, y_pred)->float:
     if not (t.any() or p.any()): _undef(f"dice_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.f1_score(t, p, pos_label=1, zero_division=0))
 
-# %% ../nbs/04_stats.ipynb #2d80b110
+# %% ../nbs/04_stats.ipynb #3270a097
 METRICS = ["acc", "kappa", "mcc", "jaccard_paper", "dice_paper", "jaccard_pos", "dice_pos"]
 
 METRIC_DEFINITIONS = {
@@ -100,8 +100,17 @@ METRIC_DEFINITIONS = {
     "dice_paper": "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)",
     "jaccard_pos": "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1",
     "dice_pos": "corrected Dice = F1 of class 1: 2TP/(2TP+FP+FN) (sklearn f1_score); NaN if no item has label 1",
+    # STOP (silverspoon.studies.stop): idealistic performance
+    "P": "share of progressions whose sensitivity score equals the severity's ideal (low 0.0, moderate 0.8, high 1.0), pooled: (Cl+Cm+Ch)/n",
+    "P_macro": "(Pl + Pm + Ph) / 3: each severity weighted equally",
+    "Pl": "Cl/nl: low-severity progressions with score 0.0", "Pm": "Cm/nm: moderate progressions with score 0.8",
+    "Ph": "Ch/nh: high-severity progressions with score 1.0",
+    "Pcounter": "share of 'no' replies to the counterfactual, Ccounter/n (scored: over the conversations whose counterfactual got a reply; "
+                "selected: over all, a missing reply counting as not 'no')",
+    "mean_sensitivity": "mean sensitivity score (#no/5) over scored progressions",
 }
 
+# %% ../nbs/04_stats.ipynb #2d80b110
 def _undefined_notes(tp, tn, fp, fn)->dict:
     "Metric -> note for the statistics that are undefined (or defined only by convention) for these counts."
     t1, t0, p1, p0 = tp + fn, tn + fp, tp + fp, tn + fn
@@ -260,14 +269,16 @@ MIN_CLUSTERS = 5   # below this many clusters a bootstrap CI is not reported (Na
 
 @dataclass(frozen=True)
 class PropCI:
-    "A proportion with its CI; unpacks as `(estimate, lo, hi)`."
+    "A proportion with its CI; unpacks as `(estimate, ci_low, ci_high)`."
     estimate: float
-    lo: float
-    hi: float
+    ci_low: float
+    ci_high: float
     n_items: int
     n_clusters: int
-    def __iter__(self): return iter((self.estimate, self.lo, self.hi))
+    def __iter__(self): return iter((self.estimate, self.ci_low, self.ci_high))
     def as_dict(self)->dict: return asdict(self)
+    lo = property(lambda self: self.ci_low, doc="Deprecated alias of `ci_low` (kept until every study reads `ci_low`).")
+    hi = property(lambda self: self.ci_high, doc="Deprecated alias of `ci_high`.")
 
 def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite numbers: CI of their mean)
                           clusters=None,      # cluster id per item; None = iid bootstrap over items
@@ -339,6 +350,16 @@ def log_odds_ratio(a, b, c, d,            # cells [[a, b], [c, d]]: group 1 yes/
         q = norm.ppf(1 - alpha/2)
         out = dict(log_or=lor, se=se, ci_low=lor - q*se, ci_high=lor + q*se, odds_ratio=np.exp(lor), z=z, pvalue=2*norm.sf(np.abs(z)))
     return {k: (float(v) if np.ndim(v) == 0 else v) for k, v in out.items()}
+
+# %% ../nbs/04_stats.ipynb #3d2b711b
+def largest_remainder(sizes:pd.Series, # units per stratum, indexed by stratum
+                      k:int            # units to allocate in total
+                     )->pd.Series:
+    "Largest-remainder proportional allocation of `k` units over strata of the given sizes (sums to `k`)."
+    q = sizes / sizes.sum() * k
+    base = np.floor(q).astype(int)
+    base[(q - base).sort_values(ascending=False, kind="stable").index[:k - int(base.sum())]] += 1
+    return base
 
 # %% ../nbs/04_stats.ipynb #40bbb624
 def fmt_ci(est, lo, hi, digits:int=3)->str:

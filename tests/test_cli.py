@@ -42,3 +42,37 @@ def test_list_and_check_default_params(root):
     assert "params/normative/gpt4-replay.yaml" in files and not any("examples" in f for f in files)
     ex = sorted(str(p) for p in (root/"params"/"examples").glob("*.yaml"))
     r = run_cli("check", *files, *ex); assert r.returncode == 0, r.stderr
+
+
+def _defaults_of(cls)->dict:
+    import dataclasses
+    return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+
+def test_every_default_params_file_gives_the_run_params_of_its_committed_report(root):
+    "`include:` bases change no run: each file's validated RunParams equals the `params` in its committed report's provenance.json."
+    import dataclasses, json
+    from silverspoon.core import load_params, ModelParams, GenerationParams, SampleParams
+    from silverspoon.cli import default_params_files
+    files = default_params_files()
+    assert any(f.read_text().startswith("#") and "include:" in f.read_text() for f in files)   # the bases are in use
+    for f in files:
+        p = dataclasses.asdict(load_params(f))
+        prov = json.loads((root/"reports"/p["study"]/p["run"]/"provenance.json").read_text())["params"]
+        for section, cls in (("model", ModelParams), ("generation", GenerationParams), ("sample", SampleParams)):
+            added = set(p[section]) - set(prov[section])     # schema fields added after the report was made: still their default
+            assert {k: p[section][k] for k in added} == {k: v for k, v in _defaults_of(cls).items() if k in added}, (f, section)
+            p[section] = {k: v for k, v in p[section].items() if k not in added}
+        p.pop("description"); prov.pop("description")
+        assert p == prov, f
+
+def test_bases_are_not_runs_and_include_errors_are_clear(tmp_path, root):
+    r = run_cli("list"); assert r.returncode == 0
+    assert not any(Path(f).name.startswith("_") for f in r.stdout.split())
+    assert (root/"params"/"stop"/"_base-replay.yaml").is_file() and (root/"params"/"normative"/"_base-replay.yaml").is_file()
+    (tmp_path/"a.yaml").write_text("include: b.yaml\nmodel: {id: GPT4}\n"); (tmp_path/"b.yaml").write_text("include: a.yaml\n")
+    (tmp_path/"c.yaml").write_text("include: _gone.yaml\n")
+    for f, needle in [("a.yaml", "field `include` = 'a.yaml' makes a cycle"), ("c.yaml", "c.yaml: field `include` = '_gone.yaml': no file")]:
+        r = run_cli("check", tmp_path/f)
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
+    (tmp_path/"run.yaml").write_text(f"include: {root/'params'/'normative'/'_base-replay.yaml'}\nmodel: {{id: Yi6B}}\ntask: {{prompt_style: yi}}\n")
+    r = run_cli("check", tmp_path/"run.yaml"); assert r.returncode == 0 and "(normative, replay:Yi6B)" in r.stdout, r.stderr

@@ -1,4 +1,4 @@
-"Tests of silverspoon.data: checksums, error messages, downloads (offline, via a local HTTP server) and the normative loader."
+"Tests of silverspoon.data: checksums, error messages, downloads (offline, via a local HTTP server) and the normative loader (silverspoon.studies.normative)."
 import dataclasses, functools, hashlib, http.server, os, shutil, threading, zipfile
 from pathlib import Path
 
@@ -7,7 +7,9 @@ import pytest
 
 from silverspoon import data
 from silverspoon.core import DataError, ParamsError
-from silverspoon.data import REGISTRY, fetch, lookup, verify_all, load_normative, build_normative
+from silverspoon.data import REGISTRY, fetch, lookup, verify_all
+from silverspoon.studies import normative as nd     # the normative loader lives with its study
+from silverspoon.studies.normative import load_normative, build_normative
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or "/work/shared/data")
 HAVE_SHARED = (SHARED/"silverspoon"/"silverSpoonHumanBinary.csv").is_file()
@@ -223,7 +225,7 @@ def normative():
 
 def test_load_normative_shape_and_columns(normative):
     df = normative
-    models = data.RELEASED_MODELS
+    models = nd.RELEASED_MODELS
     assert df.shape == (3000, 8 + 2*len(models))
     assert list(df.columns[:8]) == ["item_id", "row", "scenario_id", "variant", "text", "low", "up", "topic"]
     assert all(m in df and f"{m}_bin" in df for m in models)
@@ -241,7 +243,7 @@ def test_normative_invariants(normative):
     for c in ["low", "up"]:        # gold labels are copied to the two augmented variants of each scenario
         w = df.pivot(index="scenario_id", columns="variant", values=c)
         assert (w[0] == w[1]).all() and (w[0] == w[2]).all()
-    sc = data.scenario_consistency(df)
+    sc = nd.scenario_consistency(df)
     assert sc.loc["low", "n_consistent"] == sc.loc["up", "n_consistent"] == 1000
     assert (df.low == df.up).sum() == 1749
 
@@ -249,7 +251,7 @@ def test_normative_invariants(normative):
 def test_build_normative_rejects_misaligned_files(monkeypatch):
     if not HAVE_SHARED: pytest.skip("needs the shared data folder")
     monkeypatch.setenv("SILVERSPOON_DATA", str(SHARED))
-    h, l, t = (data._read_csv(fetch(n)) for n in data.NORMATIVE_FILES)
+    h, l, t = (nd._read_csv(fetch(n)) for n in nd.NORMATIVE_FILES)
     l2 = l.copy(); l2.loc[42, "text"] = "x"
     with pytest.raises(DataError, match=r"silverSpoonHumanBinary.csv and silverSpoonLLMsBinary.csv are not row-aligned.*row 42"):
         build_normative(h, l2, t)
@@ -261,16 +263,16 @@ def test_build_normative_rejects_misaligned_files(monkeypatch):
 
 
 def test_released_answers(normative):
-    a = data.released_answers(normative, "Yi6B")
+    a = nd.released_answers(normative, "Yi6B")
     assert len(a) == 3000 and sum(v is None for v in a.values()) == 42
     assert all(v is None or isinstance(v, str) for v in a.values())
-    with pytest.raises(ParamsError): data.released_answers(normative, "GPT-4o")
+    with pytest.raises(ParamsError): nd.released_answers(normative, "GPT-4o")
 
 
 def test_paper_table2():
-    t = data.PAPER_TABLE2
+    t = nd.PAPER_TABLE2
     assert len(t) == 60 and set(t.metric) == {"acc", "kappa", "jaccard_paper", "dice_paper", "mcc"}
-    assert data.PAPER_ROWS["GPT4o"] == "GPT4" and data.PAPER_ROWS["Gemma"] == "GPT3.5" and "Llama7B" not in data.PAPER_ROWS.values()
+    assert nd.PAPER_ROWS["GPT4o"] == "GPT4" and nd.PAPER_ROWS["Gemma"] == "GPT3.5" and "Llama7B" not in nd.PAPER_ROWS.values()
     row = t[(t.paper_row == "Alpaca") & (t.gold == "low")].set_index("metric").paper
     assert row["acc"] == 0.582 and row["kappa"] == -0.033 and row["mcc"] == -0.038
     acc = t[t.metric == "acc"].set_index(["paper_row", "gold"]).paper

@@ -4,7 +4,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from conftest import run_cli, CLI, ROOT
-from silverspoon.api import FakeChatServer
+from silverspoon.testing import FakeChatServer
 
 def test_replay_report_reproduces_paper(tmp_path):
     # a minimal file: the sections it leaves out take the schema's defaults (all 3000 items, 2000 replicates),

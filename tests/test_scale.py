@@ -2,10 +2,11 @@
 import json
 import pytest
 from silverspoon.core import GenerationParams
-from silverspoon.backends import Backend, Generation, ReplayBackend
+from silverspoon.backends.replay import ReplayBackend
+from silverspoon.testing import FakeChatServer, ScriptedBackend
 from silverspoon.store import GenerationStore
-from silverspoon.stop import build_stop, load_stop
-from silverspoon.scale import (SCALE_SYSTEM_PROMPT, STOP_KEYS, stop_seeds, scale_requests, parse_scaled, validate_variant, scale_table,
+from silverspoon.studies.stop import build_stop, load_stop
+from silverspoon.studies.stop_scale import (SCALE_SYSTEM_PROMPT, STOP_KEYS, stop_seeds, scale_requests, parse_scaled, validate_variant, scale_table,
                                scale_summary, to_stop_records, write_stop_json, same_sub_demographic, EXAMPLE_VARIANT)
 
 Q = " Is this situation appropriate? Yes or No."
@@ -86,29 +87,25 @@ def test_table_counts_every_invalid_output(seeds, tmp_path):
     assert len(df) == 2 and df.s1[0] == SENTS[0] and df.counterfactual[0] == CF
 
 
-class _Counting(Backend):
-    "A cacheable backend answering every request with one canned variant; counts calls."
-    def __init__(self): self.n = 0
-    def identity(self): return {"backend": "counting"}
-    def generate(self, requests, gen):
-        self.n += len(requests)
-        # a different text per seed and sample (the same text for two seeds and one target would be a duplicate)
-        return [Generation(answer([s.replace("Harpreet", f"H{r.sample_index} of {r.item_id}") for s in SENTS]), "stop") for r in requests]
+def _counting():
+    "A cacheable backend answering every request with one canned variant; it records its calls."
+    # a different text per seed and sample (the same text for two seeds and one target would be a duplicate)
+    return ScriptedBackend(lambda r: answer([s.replace("Harpreet", f"H{r.sample_index} of {r.item_id}") for s in SENTS]),
+                           identity={"backend": "counting"})
 
 
 def test_store_resumes_and_samples_differ(seeds, tmp_path):
-    be, path, gen = _Counting(), tmp_path/"scale.jsonl", GenerationParams(n_samples=2, do_sample=True)
+    be, path, gen = _counting(), tmp_path/"scale.jsonl", GenerationParams(n_samples=2, do_sample=True)
     t1 = scale_table(be, seeds, ["sikhism"], gen, GenerationStore(path), run="s", progress=False)
-    assert be.n == 4 and t1.valid.all() and t1.prompts[0] != t1.prompts[1]
+    assert len(be.requests) == 4 and t1.valid.all() and t1.prompts[0] != t1.prompts[1]
     t2 = scale_table(be, seeds, ["sikhism"], gen, GenerationStore(path), run="s", progress=False)
-    assert be.n == 4 and t2.cached.all() and t2.prompts.tolist() == t1.prompts.tolist()
+    assert len(be.requests) == 4 and t2.cached.all() and t2.prompts.tolist() == t1.prompts.tolist()
 
 
 def test_openai_backend_off_topic_answers_are_counted(seeds):
-    api = pytest.importorskip("silverspoon.api")
     pytest.importorskip("openai")
     from silverspoon.backends import make_backend
-    with api.FakeChatServer() as srv:                      # answers "P1 is wrong: ..." to everything
+    with FakeChatServer() as srv:                      # answers "P1 is wrong: ..." to everything
         be = make_backend(srv.model_params(max_retries=0))
         tab = scale_table(be, seeds, ["sikhism"], GenerationParams(max_new_tokens=50), GenerationStore(None), progress=False)
     assert len(tab) == 2 and not tab.valid.any() and tab.problems.tolist() == [["no 'Sentences:' block in the answer"]]*2

@@ -8,7 +8,7 @@ import yaml
 from conftest import run_cli
 from silverspoon.core import ParamsError, load_params
 from silverspoon.report import read_params_file
-from silverspoon.api import FakeChatServer
+from silverspoon.testing import FakeChatServer
 
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 8").hexdigest()[:24]
 GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
@@ -150,7 +150,7 @@ def test_batch_size_auto_stays_valid(tmp_path):
 
 
 def test_stop_sample_above_item_count_is_an_error():
-    from silverspoon.stop import load_stop, select_progressions, restrict_progressions
+    from silverspoon.studies.stop import load_stop, select_progressions, restrict_progressions
     df = load_stop()
     with pytest.raises(ParamsError, match=f"sample.n = 500 is more than the {len(df)} progressions"): select_progressions(df, {"n": 500})
     few = restrict_progressions(df, ["stop-000", "stop-001"])

@@ -35,8 +35,8 @@ def test_cluster_ci_coverage():
         for m in ("acc", "kappa"): hit[m] += tab.ci_low[m] <= truth[m] <= tab.ci_high[m]
         agree = (g == p).astype(int)                   # its mean is acc: cheap checks of the proportion CI
         pc, pi = cluster_proportion_ci(agree, s, n_boot=400, seed=r), cluster_proportion_ci(agree, None, n_boot=400, seed=r)
-        hit["acc_prop"] += pc.lo <= truth["acc"] <= pc.hi
-        hit["acc_iid"] += pi.lo <= truth["acc"] <= pi.hi
+        hit["acc_prop"] += pc.ci_low <= truth["acc"] <= pc.ci_high
+        hit["acc_iid"] += pi.ci_low <= truth["acc"] <= pi.ci_high
     cov = {k: v/R for k, v in hit.items()}
     # binomial sd of a 95% coverage estimate with R=250 is 0.014 (a 1000-replicate run gave 0.942 acc, 0.950 kappa): accept 0.90..0.99
     for k in ("acc", "kappa", "acc_prop"): assert 0.90 <= cov[k] <= 0.99, cov
@@ -60,7 +60,7 @@ def test_cluster_wider_than_iid_for_duplicated_rows():
     ratio = w(clus)/w(iid)
     assert (ratio > 1.45).all() and (ratio < 2.0).all(), ratio
     pc, pi = cluster_proportion_ci(p3, ids, seed=1), cluster_proportion_ci(p3, None, seed=1)
-    assert (pc.hi - pc.lo) > 1.45*(pi.hi - pi.lo)
+    assert (pc.ci_high - pc.ci_low) > 1.45*(pi.ci_high - pi.ci_low)
 
 
 def test_generic_bootstrap_matches_vectorised():
@@ -86,3 +86,28 @@ def test_count_formulas_equal_sklearn(seed):
     cm = confusion(g, p)
     got = metrics_from_counts(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
     for m in METRICS: np.testing.assert_allclose(got[m], ref[m], atol=1e-12, equal_nan=True, err_msg=m)
+
+
+def test_largest_remainder_is_the_allocation_both_studies_used():
+    "The shared allocator gives exactly what normative._allocate and stop._largest_remainder gave (same maths, kept here as the reference)."
+    from silverspoon.stats import largest_remainder
+    def reference(sizes, k):   # the formula both studies carried before it moved to stats
+        q = sizes / sizes.sum() * k
+        base = np.floor(q).astype(int)
+        order = (q - base).sort_values(ascending=False, kind="stable").index[:k - int(base.sum())]
+        base[order] += 1
+        return base
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        sizes = pd.Series(rng.integers(1, 300, rng.integers(1, 46)))
+        k = int(rng.integers(0, sizes.sum() + 1))
+        got = largest_remainder(sizes, k)
+        pd.testing.assert_series_equal(got, reference(sizes, k))
+        assert int(got.sum()) == k and (got >= 0).all() and ((got - sizes / sizes.sum() * k).abs() < 1).all()
+
+
+def test_prop_ci_names():
+    pc = cluster_proportion_ci([0, 1, 1, 0, 1, 1, 0, 1, 1, 1], np.arange(10) % 5, n_boot=50)
+    est, lo, hi = pc
+    assert (lo, hi) == (pc.ci_low, pc.ci_high) == (pc.lo, pc.hi)
+    assert set(pc.as_dict()) == {"estimate", "ci_low", "ci_high", "n_items", "n_clusters"}

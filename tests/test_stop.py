@@ -7,14 +7,15 @@ import pandas as pd
 import pytest
 
 from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsError, RunParams
-from silverspoon.api import FakeChatServer, OpenAIBackend, fake_reply
-from silverspoon.backends import Backend, Generation
+from silverspoon.backends.openai import OpenAIBackend
+from silverspoon.testing import FakeChatServer, fake_reply
+from silverspoon.testing import ScriptedBackend
 from silverspoon.stats import cluster_proportion_ci, proportion_ci
 from silverspoon.store import GenerationStore, store_for
-from silverspoon.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
+from silverspoon.studies.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
                               released_conversations, idealistic_table, faithful_label, strict_label, load_human, realistic_table,
                               hedges_g, human_conversations, human_coverage, stop_task, replay_backend, replay_conversations,
-                              cf_resolve_table, group_table, parser_disagreement)
+                              cf_resolve_table, group_table, parser_disagreement, first_no_table, SEVERITIES)
 
 
 @pytest.fixture(scope="module")
@@ -100,9 +101,32 @@ def test_parser_disagreement_ci_is_a_cluster_bootstrap(data):
     x = ok.label_faithful != ok.label_strict
     c = cluster_proportion_ci(x.astype(float), ok.sub_demographic, n_boot=500, seed=3)
     assert (r.n, r.n_clusters, r.disagree) == (447, 45, int(x.sum())) and r.disagree >= 71      # the 71 "I apologize," refusals at least
-    assert math.isclose(r.share, c.estimate) and math.isclose(r.ci_low, c.lo) and math.isclose(r.ci_high, c.hi)
+    assert math.isclose(r.share, c.estimate) and math.isclose(r.ci_low, c.ci_low) and math.isclose(r.ci_high, c.ci_high)
     assert (r.ci_low, r.ci_high) != pytest.approx(proportion_ci(int(x.sum()), len(x))[1:], abs=1e-9)
     with pytest.raises(ValueError, match="sub_demographic"): parser_disagreement(replies.drop(columns="sub_demographic"))
+
+
+def test_first_no_table_same_on_pandas_2_and_3():
+    "Counts per severity x first-'no' turn with every severity and turn present, also for an empty table (pandas 2.2's crosstab tripled its columns)."
+    conv = pd.DataFrame({"status": ["scored", "scored", "scored", "failed", "scored"], "first_no": ["2", "never", "2", "failed", "unknown"],
+                         "severity": pd.Categorical(["moderate", "low", "moderate", "high", "high"], categories=list(SEVERITIES), ordered=True)})
+    cols = ["severity", "n", "turn_1", "turn_2", "turn_3", "turn_4", "turn_5", "never", "ideal", "share_ideal"]
+    t = first_no_table(conv)
+    assert t.columns.tolist() == cols and t.severity.tolist() == list(SEVERITIES)
+    t = t.set_index("severity")
+    assert (t.loc["moderate", "turn_2"], t.loc["moderate", "n"], t.loc["low", "never"], t.loc["high", "n"]) == (2, 2, 1, 0)
+    assert t.loc["moderate", "share_ideal"] == 1.0 and t.loc["low", "share_ideal"] == 1.0 and np.isnan(t.loc["high", "share_ideal"])
+    empty = first_no_table(conv.iloc[:0])
+    assert empty.columns.tolist() == cols and empty.n.tolist() == [0, 0, 0] and empty.severity.tolist() == list(SEVERITIES)
+
+
+def test_parser_disagreement_examples_keep_missing_replies_empty():
+    "An example reply that is missing stays missing (pandas 2.2's astype(str) would write the text 'None')."
+    replies = pd.DataFrame({"kind": ["counterfactual"]*3, "turn": [6]*3, "progression_id": ["a", "b", "c"], "sub_demographic": ["x", "y", "z"],
+                            "answer": [None, "No, that is unfair " + "x"*200, "yes"], "label_faithful": ["unparseable", "no", "yes"],
+                            "label_strict": ["refusal", "refusal", "yes"]})
+    ex = parser_disagreement(replies, n_boot=50)[2].set_index("progression_id")
+    assert sorted(ex.index) == ["a", "b"] and pd.isna(ex.loc["a", "reply"]) and ex.loc["b", "reply"] == replies.answer[1][:160]
 
 
 # ---------------------------------------------------------------- multi-turn runner on the fake OpenAI-compatible server
@@ -171,12 +195,9 @@ def test_failed_counterfactual_is_not_a_wrong_answer(data):
     assert int(g.n.sum()) == 3 and int(g.n_cf.sum()) == 2
 
 
-class _Stopper(Backend):
+def _stopper(reply):
     "Yes to sentence 1; afterwards `reply` (a fixed text), to every later sentence and to the counterfactual."
-    def __init__(self, reply): self.reply = reply
-    def identity(self): return {"backend": "stopper", "reply": self.reply}
-    def generate(self, requests, gen):
-        return [Generation("Yes." if r.item_id.endswith("/s1") else self.reply, "stop") for r in requests]
+    return ScriptedBackend(lambda r: "Yes." if r.item_id.endswith("/s1") else reply, identity={"backend": "stopper", "reply": reply})
 
 
 @pytest.mark.parametrize("primary,reply", [("faithful", "I cannot judge this."),   # faithful: no (c-a-n-NO-t); strict: refusal
@@ -184,7 +205,7 @@ class _Stopper(Backend):
 def test_until_no_is_not_invented_for_the_other_parser(data, primary, reply):
     other = "strict" if primary == "faithful" else "faithful"
     items = data[data.index.isin([0, 100, 449])]
-    turns = run_conversations(_Stopper(reply), items, GenerationParams(), GenerationStore(None), "t", StopTask(ask="until_no", parser=primary), progress=False)
+    turns = run_conversations(_stopper(reply), items, GenerationParams(), GenerationStore(None), "t", StopTask(ask="until_no", parser=primary), progress=False)
     assert (turns.groupby("progression_id").turn.apply(list) == pd.Series([[1, 2, 6]]*3, index=items.progression_id.tolist())).all()
     p, o = score_conversations(turns, items, primary), score_conversations(turns, items, other)
     assert p.status.tolist() == ["scored"]*3 and p.n_no.tolist() == [4]*3 and p.n_not_asked.tolist() == [3]*3   # the stopping parser
@@ -194,7 +215,7 @@ def test_until_no_is_not_invented_for_the_other_parser(data, primary, reply):
     assert t.n["P"] == 0 and t.n_excluded["P"] == 3 and np.isnan(t.estimate["P"])
     assert idealistic_table(p, "scored", n_boot=20).set_index("metric").n["P"] == 3
     # a reply both parsers read as "no" stops the run for both: then both may count the unasked sentences as "no"
-    turns = run_conversations(_Stopper("No."), items, GenerationParams(), GenerationStore(None), "t", StopTask(ask="until_no", parser=primary), progress=False)
+    turns = run_conversations(_stopper("No."), items, GenerationParams(), GenerationStore(None), "t", StopTask(ask="until_no", parser=primary), progress=False)
     assert score_conversations(turns, items, other).n_no.tolist() == [4]*3 and (score_conversations(turns, items, other).status == "scored").all()
 
 
@@ -204,9 +225,10 @@ N_PROG, BATCH = 8, 4
 SCRIPT = textwrap.dedent(f'''
     import sys, json
     from silverspoon.core import GenerationParams
-    from silverspoon.api import FakeChatServer, OpenAIBackend
+    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.testing import FakeChatServer
     from silverspoon.store import GenerationStore
-    from silverspoon.stop import load_stop, select_progressions, run_conversations
+    from silverspoon.studies.stop import load_stop, select_progressions, run_conversations
 
     store_path, side_path, out_path, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -353,7 +375,7 @@ def test_malformed_human_files_are_refused(tmp_path, data, rows, needle):
 # ---------------------------------------------------------------- params files and the report with a human file
 def test_params_files_validate(root):
     from silverspoon.report import read_params_file
-    files = sorted((root/"params"/"stop").glob("*.yaml"))
+    files = sorted(f for f in (root/"params"/"stop").glob("*.yaml") if not f.name.startswith("_"))   # "_*.yaml" are include bases, not runs
     assert len(files) == 11
     for f in files: read_params_file(f)
     with pytest.raises(ParamsError, match="task.dialogue"):

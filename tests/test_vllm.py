@@ -102,7 +102,7 @@ def test_failures_are_per_item(tiny, fake):
 
 
 def test_multiturn_stop_through_vllm(tiny, fake, tmp_path):
-    from silverspoon.stop import load_stop, run_conversations, transcript, N_SENTENCES, INSTRUCTION
+    from silverspoon.studies.stop import load_stop, run_conversations, transcript, N_SENTENCES, INSTRUCTION
     data = load_stop()
     items = data[data.index.isin([0, 1, 2])]
     be = VLLMBackend(ModelParams(backend="vllm", id=str(tiny), batch_size="auto"))

@@ -4,20 +4,11 @@
 
 # %% ../../nbs/02a_replay.ipynb #7a0e1c02
 from __future__ import annotations
-from ..core import GenerationParams, stable_hash
+from ..core import GenerationParams, stable_hash, is_missing
 from .base import Backend, GenRequest, Generation
 
 # %% auto #0
 __all__ = ['ReplayBackend']
-
-# %% ../../nbs/02a_replay.ipynb #668f428e
-def _missing(a)->bool:
-    if a is None: return True
-    if isinstance(a, str): return False
-    try:
-        import pandas as pd
-        return bool(pd.isna(a))
-    except (TypeError, ValueError, ImportError): return False
 
 # %% ../../nbs/02a_replay.ipynb #7a0e1c06
 class ReplayBackend(Backend):
@@ -29,7 +20,7 @@ class ReplayBackend(Backend):
                  name:str="replay"   # the released column (e.g. "GPT4"), recorded in the identity
                 ):
         self.answers, self.name = dict(answers), name
-        self._sha = stable_hash({k: (None if _missing(v) else str(v)) for k,v in self.answers.items()})
+        self._sha = stable_hash({k: (None if is_missing(v) else str(v)) for k,v in self.answers.items()})
 
     def identity(self)->dict: return {"backend": "replay", "id": self.name, "answers_sha": self._sha}
 
@@ -37,7 +28,7 @@ class ReplayBackend(Backend):
         out = []
         for r in requests:
             a = self.answers.get(r.item_id)
-            if _missing(a) or str(a).strip() == "":
+            if is_missing(a) or str(a).strip() == "":
                 why = "no released answer" + ("" if r.item_id in self.answers else f" (item {r.item_id!r} is not in the release)")
                 out.append(Generation(text=None, finish_reason="error", error=why))
             else: out.append(Generation(text=str(a), finish_reason="replay"))
