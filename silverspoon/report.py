@@ -186,6 +186,10 @@ class Report:
         if store is not None:
             prov["store"] = {"path": _relpath(store.path) if getattr(store, "path", None) else None,
                              "hits": store.hits, "misses": store.misses}
+            if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
+                prov["store"].update(unusable_lines=store.n_bad_lines, answers_by_batch_size=store.batch_sizes(),
+                                     batch_size_note="each stored answer records the batch size that made it; batched greedy "
+                                                     "decoding can give other answers at another batch size (padding, kernels)")
         if "torch" in sys.modules:
             import torch
             prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"

@@ -218,6 +218,12 @@ class GenerationStore:
                 "unusable_lines": self.n_bad_lines,
                 "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]]}
 
+    def batch_sizes(self)->dict:
+        "How many stored answers each batch size made (\"unknown\": replayed answers and records older than the field)."
+        from collections import Counter
+        c = Counter("unknown" if r.get("batch_size") is None else int(r["batch_size"]) for r in self._recs.values())
+        return dict(sorted(c.items(), key=lambda kv: (isinstance(kv[0], str), kv[0])))
+
     def __repr__(self):
         bad = f", {self.n_bad_lines} unusable line(s)" if self.n_bad_lines else ""
         return f"GenerationStore({str(self.path) if self.path else 'in memory'}: {len(self)} keys, hits={self.hits}, misses={self.misses}{bad})"
@@ -290,12 +296,17 @@ def _progress(total:int, desc:str, enabled:bool):
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, unit="item", disable=not enabled or total == 0, dynamic_ncols=True, mininterval=0.5)
 
+def _chunk_size(batch_size:int|str|None, backend)->int:
+    "Requests `generate_all` hands over (and stores) at a time: `batch_size`, or the backend's when None or \"auto\"."
+    b = batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else getattr(backend, "batch_size", 8)
+    return max(1, b if isinstance(b, int) and not isinstance(b, bool) else 8)
+
 def generate_all(backend:Backend,            # what answers
                  requests:list[GenRequest],  # what to ask, in the order the result should have
                  gen:GenerationParams,       # decoding parameters (part of every key)
                  store:GenerationStore,      # where answers are kept (`store_for(params, backend)`)
                  run:str,                    # the run name, written into each record
-                 batch_size:int|None=None,   # requests per batch/append (default: the backend's `batch_size`)
+                 batch_size:int|str|None=None, # requests per batch/append; None or "auto": the backend's `batch_size`, read per batch
                  desc:str="generating",      # progress bar label
                  progress:bool=True          # show the progress bar
                 ):
@@ -314,11 +325,11 @@ def generate_all(backend:Backend,            # what answers
         with store.locked():                 # one run generates into a store at a time; it now holds what others stored
             todo = missing(); fresh = set(todo)
             order = sorted(todo, key=lambda k: -sum(len(str(m.get("content", ""))) for m in todo[k].messages))
-            bs = max(1, int(batch_size or getattr(backend, "batch_size", 8) or 8))
-            n_failed = 0
+            n_failed, b = 0, 0
             with _progress(len(order), desc, progress) as bar:
-                for b in range(0, len(order), bs):
-                    ks = order[b:b+bs]; reqs = [todo[k] for k in ks]
+                while b < len(order):
+                    bs = _chunk_size(batch_size, backend)   # read per batch: an hf `auto` backend lowers it after an out-of-memory
+                    ks = order[b:b+bs]; reqs = [todo[k] for k in ks]; b += len(ks)
                     gens = backend.generate(reqs, gen)
                     if len(gens) != len(reqs):
                         raise SilverspoonError(f"{type(backend).__name__}.generate returned {len(gens)} generations for {len(reqs)} requests (it must return one per request).")
