@@ -8,7 +8,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.silverspoon-installed
-export HF_HUB_OFFLINE ?= 1
+# Tests never reach a model hub (HF_HUB_OFFLINE=1 on their command lines below). `make reports` leaves the hub alone: the
+# default runs read local files only (released answers, the SmolLM2 GGUF of a pip package, the committed store), and
+# a model a user adds to params/ may need a download.
+OFFLINE := HF_HUB_OFFLINE=1
 export PYTHONHASHSEED := 0
 # extra pip arguments for the torch install, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
@@ -40,15 +43,15 @@ check-sync: $(STAMP)
 	@git diff --quiet -- nbs || { git --no-pager diff --stat -- nbs; echo "notebooks are not clean: run nbdev_clean and commit."; exit 1; }
 
 nbtest: $(STAMP)
-	$(BIN)/nbdev_test --n_workers 2
+	$(OFFLINE) $(BIN)/nbdev_test --n_workers 2
 
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test: check-sync nbtest pytest
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/bench_generate.py
+	$(OFFLINE) $(BIN)/python benchmarks/bench_generate.py
 
 clean-venv:
 	rm -rf $(VENV)
@@ -82,17 +85,17 @@ colab-pip-check: $(COLAB_STAMP)
 	$(COLAB_BIN)/python tools/colab_lane.py pip-check README.md --python $(COLAB_BIN)/python
 
 colab-nbtest: $(COLAB_STAMP)
-	$(COLAB_BIN)/nbdev_test --n_workers 2
+	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2
 
 colab-pytest: $(COLAB_STAMP)
-	$(COLAB_BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 # every default run on Colab's stack, into a temporary folder; the committed store/ is copied, never written
 colab-reports: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	cp -r store "$$tmp/store"; \
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
-	SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 2 --reports-dir "$$tmp/reports"; \
+	$(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 2 --reports-dir "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt; \
 	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
 

