@@ -327,8 +327,11 @@ def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth),
 def check_model(m:ModelParams, src:str="<params>",
                 prefix:str="model."   # where `m` sits in the params: "model.", "task.judge."
                )->ModelParams:
-    "Checks of one model beyond types and `BOUNDS`: its URL and key-variable name."
+    "Checks of one model beyond types and `BOUNDS`: its URL and key-variable name; `compile` only where it does something."
     check_urls_and_keys(asdict(m), src, prefix.rstrip("."))
+    if m.compile and m.backend != "hf":
+        raise ParamsError(f"{src}: field `{prefix}compile` is true but backend {m.backend!r} has no compiled path (it is the hf backend's "
+                          f"static KV cache + torch.compile; vLLM compiles and captures CUDA graphs by itself). Fix: remove `compile`.")
     return m
 
 def check_generation(g:GenerationParams, src:str="<params>",

@@ -133,6 +133,7 @@ class VLLMBackend(Backend):
                               "revision": p.revision, "commit": h["commit"], "quantization": p.quantization, "dtype": p.dtype,
                               "chat_template_sha256": h["chat_template_sha256"], "chat_template_source": h["chat_template_source"]}
             if p.adapter: self._identity.update(adapter=h["adapter"], adapter_sha256=h["adapter_sha256"])
+            if p.tensor_parallel_size > 1: self._identity["tensor_parallel_size"] = p.tensor_parallel_size   # sharded matmuls sum in another order
         return self._identity
 
     def __repr__(self):
