@@ -301,14 +301,24 @@ def scrub_outputs(folder:str|Path, # a run's output folder, before it is publish
 def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.partial-*")) + sorted(study_dir.glob(f".{run}.old-*"))
 
 def _remove_abandoned(study_dir:Path, run:str):
-    "Remove temporary folders of earlier runs of `run` whose process is gone (a killed run leaves one behind)."
-    for d in _partials(study_dir, run):
+    """Clean up after earlier runs of `run` whose process is gone (a killed run leaves a temporary folder behind). A run
+    killed inside `_publish` is completed or undone first, so a report folder stays one run's complete output: with no
+    report folder in place, the previous one (`.<run>.old-*`) is put back; with the new folder in place but its HTML
+    still in the temporary folder, the HTML and notebook follow it."""
+    def dead(d:Path)->bool:
         try: pid = int(d.name.rsplit(".", 1)[-1].split("-")[1])
-        except (IndexError, ValueError): continue
-        try: os.kill(pid, 0); alive = True
-        except ProcessLookupError: alive = False
-        except PermissionError: alive = True
-        if not alive: shutil.rmtree(d, ignore_errors=True)
+        except (IndexError, ValueError): return False
+        try: os.kill(pid, 0); return False
+        except ProcessLookupError: return True
+        except PermissionError: return False
+    final = study_dir/run
+    for d in [d for d in _partials(study_dir, run) if dead(d)]:
+        if d.name.startswith(f".{run}.old-") and not final.exists(): os.replace(d, final); continue     # killed between the two folder moves
+        if d.name.startswith(f".{run}.partial-") and not (d/run).exists() and (d/f"{run}.html").exists() and final.is_dir():
+            for ext in (".html", ".ipynb"):                                                          # killed after the folder move
+                if (d/f"{run}{ext}").exists(): os.replace(d/f"{run}{ext}", study_dir/f"{run}{ext}")
+            for ext in (".failed.html", ".failed.ipynb"): (study_dir/f"{run}{ext}").unlink(missing_ok=True)
+        shutil.rmtree(d, ignore_errors=True)
 
 def _publish(tmp:Path, study_dir:Path, run:str):
     "Move a finished run's folder, HTML and notebook from `tmp` into place, replacing the previous report as a whole."
