@@ -70,4 +70,8 @@ class Backend:
         "One `Generation` per request, same order; never raises for a per-item failure."
         raise NotImplementedError
 
+    def engine_stats(self)->dict:
+        "What the engine found out while generating (batch sizes, compile or start-up time), for the report's provenance; {} if nothing."
+        return {}
+
     def __repr__(self): return f"{type(self).__name__}({self.identity()})"

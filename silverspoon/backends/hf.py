@@ -287,6 +287,12 @@ class HFBackend(Backend):
     @batch_size.setter
     def batch_size(self, value:int|str): self.params = dataclasses.replace(self.params, batch_size=value)
 
+    def engine_stats(self)->dict:
+        "The batch size asked for, the `auto` estimate and the size learned after an out-of-memory; with `compile`, what compiling cost."
+        out = dict(batch_size=self.params.batch_size, auto_estimate=self.auto_estimate, learned_batch_size=self.learned_batch_size)
+        if self.params.compile: out.update(compiles=self.compiles, compile_seconds=round(self.compile_seconds, 1))
+        return out
+
     def _free_accelerator_bytes(self)->int|None:
         "Bytes a batch may still use on the model's CUDA device (free + cached by torch but unused); None without CUDA."
         torch, dev = _torch(), self.device

@@ -126,6 +126,10 @@ class VLLMBackend(Backend):
         return {"lora_request": self._lora}
 
     # ---------------------------------------------------------------- identity
+    def engine_stats(self)->dict:
+        "Requests handed to vLLM at a time and the engine's start-up time (None until it started)."
+        return dict(batch_size=self.batch_size, engine_start_seconds=None if self.load_seconds is None else round(self.load_seconds, 1))
+
     def identity(self)->dict:
         if self._identity is None:
             h, p = self.chat.identity(), self.params
