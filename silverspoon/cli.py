@@ -103,8 +103,9 @@ def main(argv:list[str]|None=None)->int:
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "run": return _run(args)
-        if args.cmd == "check":
-            for f in _runs_only(args.params): p = read_params_file(f); print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
+        if args.cmd == "check":   # the same checks as `run` makes before running anything, two files of one run included
+            files = list({f.resolve(): f for f in _runs_only(args.params)}.values())
+            for f, p in zip(files, validate_runs(files)): print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
             return 0
         if args.cmd == "resolve":   # validated first; papermill reads YAML itself and knows nothing of `include:`
             import yaml

@@ -113,6 +113,8 @@ def test_two_files_same_run_refused_before_running(tmp_path, cli):
                 env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     _one_clear_error(r, "are both run `twin` of study normative", str(tmp_path/"a"/"twin.yaml"), str(tmp_path/"b"/"twin.yaml"))
     assert _nothing_written(tmp_path/"reports", tmp_path/"store")
+    # `check` finds the same problem before anyone runs
+    _one_clear_error(cli("check", tmp_path/"a"/"twin.yaml", tmp_path/"b"/"twin.yaml"), "are both run `twin` of study normative")
 
 
 # --- 4. fine-tuning names that become paths -------------------------------------------------------------------------
