@@ -216,3 +216,31 @@ def test_batch_size_auto_runs_end_to_end(tiny, tmp_path, study):
     recs = [json.loads(l) for j in store.rglob("*.jsonl") for l in j.read_text().splitlines() if l.strip()]
     assert recs and all(x["error"] is None and 1 <= x["batch_size"] <= AUTO_BATCH_CPU for x in recs)
     assert (reports/study/f"{study}-auto.html").exists()
+
+
+@pytest.mark.parametrize("message", ["CUDA error: out of memory\nCUDA kernel errors might be asynchronously reported",
+                                     "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"])
+def test_plain_runtime_error_out_of_memory_is_halved_too(tiny, message):
+    "Some kernels and cuBLAS report an out-of-memory as a plain RuntimeError: it is halved like torch's OutOfMemoryError."
+    be = HFBackend(ModelParams(backend="hf", id=str(tiny), batch_size=8))
+    real, tried = be.model.generate, []
+    def generate(**kw):
+        tried.append(kw["input_ids"].shape[0])
+        if kw["input_ids"].shape[0] > 2: raise RuntimeError(message)
+        return real(**kw)
+    be.model.generate = generate
+    gens = be.generate(_reqs(6), GenerationParams(max_new_tokens=2))
+    # 6 -> out of memory -> 3 + 3; 3 -> 2 + 1; the queued 3 is cut to the learned 2: 2 + 1
+    assert tried == [6, 3, 2, 1, 2, 1] and be.learned_batch_size == 2 and all(g.error is None for g in gens)
+
+
+def test_other_runtime_errors_are_not_taken_for_out_of_memory(tiny):
+    be = HFBackend(ModelParams(backend="hf", id=str(tiny), batch_size=8))
+    real, tried = be.model.generate, []
+    def generate(**kw):
+        tried.append(kw["input_ids"].shape[0])
+        raise RuntimeError("CUDA error: device-side assert triggered")
+    be.model.generate = generate
+    gens = be.generate(_reqs(3), GenerationParams(max_new_tokens=2))
+    assert tried == [3, 1, 1, 1] and be.learned_batch_size is None                       # one at a time, nothing learned
+    assert all(g.error.startswith("RuntimeError: CUDA error: device-side assert") for g in gens)

@@ -124,6 +124,12 @@ def _oom_error()->type:
     torch = _torch()
     return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
+def _is_oom(e:BaseException)->bool:
+    "A CUDA out-of-memory: torch's `OutOfMemoryError`, or the plain `RuntimeError`s some kernels and cuBLAS raise for it."
+    if isinstance(e, _oom_error()): return True
+    m = str(e)
+    return isinstance(e, RuntimeError) and ("CUDA error: out of memory" in m or "CUBLAS_STATUS_ALLOC_FAILED" in m)
+
 # %% ../../nbs/02b_hf.ipynb #8bc966a8
 COMPILE_PAD_MULTIPLE = 64   # compiled path: prompts are left-padded to a multiple of this many tokens (fewer distinct shapes)
 
@@ -367,14 +373,16 @@ class HFBackend(Backend):
         order = sorted(idx, key=lambda i: -len(prompts[i]))
         size = self._call_batch_size(len(prompts[order[0]]) if order else 0, gen)
         root = object()                                     # "not split yet": the batch starts its own chain of halvings
-        todo, oom = deque((order[b:b+size], root) for b in range(0, len(order), size)), _oom_error()
+        todo = deque((order[b:b+size], root) for b in range(0, len(order), size))
         while todo:
             batch, before = todo.popleft()                  # before: the learned size before the halvings that made this batch
             cap = self.learned_batch_size
             if cap and len(batch) > cap:                    # an out-of-memory since this batch was cut: cut it to what fits
                 todo.extendleft(reversed([(batch[j:j+cap], root) for j in range(0, len(batch), cap)])); continue
-            try: res = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], gen)
-            except oom as e:
+            try: res, err = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], gen), None
+            except Exception as e: res, err = None, e
+            if err is not None and _is_oom(err):
+                e = err
                 e.__traceback__ = None                      # drop the failed batch's frames (and their tensors) before freeing
                 _free_accelerator_memory()
                 if before is root: before = self.learned_batch_size
@@ -387,7 +395,9 @@ class HFBackend(Backend):
                     _log.warning("CUDA out of memory on a batch of %d prompts; splitting it in halves, later batches use at most %d.",
                                  len(batch), self.learned_batch_size)
                     todo.extendleft([(batch[half:], before), (batch[:half], before)]); continue   # the first half runs next
-            except Exception as e:
+            elif err is not None:
+                e = err
+                e.__traceback__ = None
                 _free_accelerator_memory()
                 if len(batch) == 1: res = [Generation(text=None, finish_reason="error", error=error_text(e))]
                 else:
