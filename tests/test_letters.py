@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 from silverspoon.core import DataError
 from silverspoon.studies.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
-                                         swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups)
+                                         swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups,
+                                         lexicon_odds_ratios)
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +65,19 @@ def test_swap_keeps_case_and_other_gender_words():
     out = swap_gender(s, "A B", "C D", "m")
     assert out == "He thanked HIS coach. He praised him, and the award was his."
     assert gendered_pronouns(out, "f") == []
+
+
+def test_lexicon_or_faithful_counts_substrings_exact_does_not():
+    letters = pd.DataFrame({"gender": ["male", "female"],
+                            "letter": ["An able analyst, capable at the table.", "She is able; her son is a person of talent."]})
+    # by hand, Ability (able, capab*, analy*, talent, ...) and Personal (son, ...), white-space tokens:
+    # male   (7 words): faithful Ability = able, analyst,, capable, table. = 4 | exact = able, analyst, capable = 3 (no "table")
+    # female (10 words): faithful Ability = able;, talent. = 2 (exact too);  Personal: faithful son, person = 2 | exact son = 1
+    f = lexicon_odds_ratios(letters, "faithful").set_index("trait")
+    x = lexicon_odds_ratios(letters, "exact").set_index("trait")
+    assert f.loc["Ability", ["a_m", "n_m", "a_f", "n_f"]].tolist() == [4, 7, 2, 10]
+    assert x.loc["Ability", ["a_m", "n_m", "a_f", "n_f"]].tolist() == [3, 7, 2, 10]
+    assert f.loc["Personal", "a_f"] == 2 and x.loc["Personal", "a_f"] == 1
+    assert f.loc["Ability", "or_paper"] == pytest.approx((4 / 3) / (2 / 8))
+    assert x.loc["Ability", "or_paper"] == pytest.approx((3 / 4) / (2 / 8))
+    assert len(f) == 9 and (f.n_letters_m == 1).all() and f.p_bh.between(0, 1).all()

@@ -13,11 +13,12 @@ from ..data import fetch, lookup, REGISTRY
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
-           'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PRONOUNS', 'GENDERED_WORDS',
-           'missing_groups', 'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned',
-           'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools',
-           'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns',
-           'pick_name', 'swap_check']
+           'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS',
+           'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES', 'missing_groups', 'restore_newlines', 'link_twins',
+           'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split',
+           'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt',
+           'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher',
+           'lexicon_odds_ratios']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -329,3 +330,74 @@ def swap_check(bios:pd.DataFrame, # rows of `load_bios` to swap (each to the oth
                      "old_name_left": bool(re.search(rf"\b(?:{re.escape(r.first_name)}|{re.escape(r.last_name)})\b", swapped)),
                      "roundtrip_ok": p0 == p1, "swapped": swapped, "back": back})
     return pd.DataFrame(rows)
+
+# %% ../../nbs/20_letters.ipynb #4e4b294a
+TRAITS = {"Ability": "ABILITY_WORDS", "Standout": "STANDOUT_WORDS", "Leadership": "leader_words", "Masculine": "MASCULINE_WORDS",
+          "Feminine": "FEMININE_WORDS", "Agentic": "agentic_words", "Communal": "communal_words", "Professional": "career_words",
+          "Personal": "family_words"}   # paper trait (Table 2, appendix F.3) -> lexicon key in `load_lexicons()`
+PAPER_TABLE2 = {"Ability": 1.08, "Standout": 1.06, "Leadership": 1.07, "Masculine": 1.25, "Feminine": 0.85, "Agentic": 1.18,
+                "Communal": 0.91, "Professional": None, "Personal": 0.84}   # Table 2, "CLG Saliency"; Professional blank in our copy
+STARRED_STEMS = {   # stems written with `*` in appendix F.3 (the released word_constants.py has the stars stripped)
+    "Ability": ("intelligen", "brillian", "proficien", "capab", "adept", "analy"),
+    "Standout": ("excellen", "outstand", "unparallel"),
+    "Leadership": ("execut",),
+    "Masculine": ("activ", "adventur", "ambitio", "analy", "athlet", "autonom", "challeng", "compet", "courag", "decisi", "determin",
+                  "dominan", "hostil", "implusive", "independen", "confiden", "sufficien", "relian"),
+    "Feminine": ("considerat", "cooperat", "interperson", "interdependen", "nurtur", "responsiv", "sensitiv", "supportiv", "sympath", "whin"),
+    "Agentic": ("confiden", "ambitio", "dominan", "independen"),
+    "Communal": ("sympath", "nurtur", "interperson"),
+    "Professional": ("execut", "promot"),
+    "Personal": ("marri",)}
+
+# %% ../../nbs/20_letters.ipynb #1c0492a1
+import string
+from ..stats import log_odds_ratio, bh_fdr
+
+MATCH_MODES = ("faithful", "exact")
+
+def letter_tokens(text:str)->list[str]:
+    "The letter's words: lower-cased, split on white space (punctuation stays attached)."
+    return text.lower().split()
+
+def trait_matcher(stems:list|tuple,           # the lexicon's stems (stars stripped, as released)
+                  mode:str="faithful",        # "faithful": any stem as a substring | "exact": token-exact, starred stems as prefix
+                  starred:list|tuple=()       # the stems written with `*` in appendix F.3 (used by `exact` only)
+                 ):
+    "A function token -> bool: is this token (from `letter_tokens`) a word of the lexicon?"
+    if mode not in MATCH_MODES: raise ParamsError(f"mode = {mode!r}; choose one of {MATCH_MODES}.")
+    stems = tuple(stems)
+    if mode == "faithful": return lambda tok: any(s in tok for s in stems)
+    pre, full = tuple(s for s in stems if s in set(starred)), frozenset(s for s in stems if s not in set(starred))
+    def exact(tok):
+        w = tok.strip(string.punctuation + "“”‘’")
+        return w in full or w.startswith(pre)
+    return exact
+
+# %% ../../nbs/20_letters.ipynb #3c8e7d98
+def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `letter` and `gender` ("male"/"female" or "m"/"f")
+                        mode:str="faithful",      # see `trait_matcher`
+                        lexicons:dict|None=None,  # default `load_lexicons()`
+                        alpha:float=0.05
+                       )->pd.DataFrame:
+    "One row per trait of Table 2: trait-word counts and word totals per gender, the paper's OR, Haldane log OR with CI, p and BH p."
+    lexicons = lexicons or load_lexicons()
+    g = letters["gender"].map({"male": "m", "m": "m", "female": "f", "f": "f"})
+    if g.isna().any(): raise ParamsError(f"gender must be male/female (or m/f); found {sorted(set(letters['gender'][g.isna()].astype(str)))}.")
+    toks = {k: [t for text in letters.loc[g == k, "letter"] for t in letter_tokens(text)] for k in ("m", "f")}
+    n_let = g.value_counts().reindex(["m", "f"], fill_value=0)
+    rows = []
+    for trait, key in TRAITS.items():
+        hit = trait_matcher(lexicons[key], mode, STARRED_STEMS[trait])
+        a = {k: sum(map(hit, toks[k])) for k in toks}
+        n = {k: len(toks[k]) for k in toks}
+        am, bm, af, bf = a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"]
+        s = log_odds_ratio(am, bm, af, bf, alpha=alpha, haldane="always")
+        with np.errstate(divide="ignore", invalid="ignore"): or_paper = (am / bm) / (af / bf) if bm and bf and af else np.nan
+        rows.append({"trait": trait, "lexicon": key, "mode": mode, "a_m": am, "n_m": n["m"], "a_f": af, "n_f": n["f"],
+                     "n_letters_m": int(n_let["m"]), "n_letters_f": int(n_let["f"]), "or_paper": or_paper,
+                     "log_or": s["log_or"], "log_or_se": s["se"], "log_or_ci_low": s["ci_low"], "log_or_ci_high": s["ci_high"],
+                     "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(s["ci_low"])), "or_ci_high": float(np.exp(s["ci_high"])),
+                     "pvalue": s["pvalue"], "paper": PAPER_TABLE2[trait]})
+    out = pd.DataFrame(rows)
+    out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
+    return out
