@@ -13,7 +13,8 @@ from tqdm import tqdm
 from .core import DataError, ParamsError, cache_dir, sha256_file
 
 # %% auto #0
-__all__ = ['REGISTRY', 'raw_url', 'DataFile', 'lookup', 'data_dir', 'file_sha256', 'download_url', 'fetch', 'verify_all']
+__all__ = ['REGISTRY', 'raw_url', 'DataFile', 'lookup', 'data_dir', 'file_sha256', 'download_url', 'fetch', 'read_data_csv',
+           'read_data_json', 'verify_all']
 
 # %% ../nbs/01_data.ipynb #d0b93281
 def raw_url(repo:str,   # GitHub `owner/name`
@@ -353,6 +354,32 @@ def fetch(name_or_relpath:str,   # registry name or relative path
             download_url(f.url, zp, f.archive_sha256, what=f"{f.archive} (holds {f.relpath})", progress=progress)
         return _extract(f, zp, path)
     return download_url(f.url, path, f.sha256, f.size, what=f.relpath, progress=progress)
+
+# %% ../nbs/01_data.ipynb #d38b959a
+def read_data_csv(name:str,                # registry name
+                  columns:tuple|list=(),   # columns the file must have
+                  **kw                     # passed to `pd.read_csv`
+                 )->pd.DataFrame:
+    "A registry CSV (fetched and sha256-checked) as a frame; a file that does not parse or lacks a column is a `DataError` naming both."
+    rel = lookup(name).relpath
+    try: df = pd.read_csv(fetch(name), **kw)
+    except (ValueError, UnicodeDecodeError) as e: raise DataError(f"{rel}: cannot be read as CSV ({e}). Fix: use the registry's file (fetch() checks its sha256).") from None
+    miss = [c for c in columns if c not in df.columns]
+    if miss: raise DataError(f"{rel}: lacks the field(s) {miss} (has {list(df.columns)}). Fix: use the registry's file; "
+                             f"its folder's PROVENANCE.md lists the expected columns.")
+    return df
+
+def read_data_json(name:str,            # registry name
+                   keys:tuple|list=()   # keys the (object) file must have
+                  ):
+    "A registry JSON file (fetched and sha256-checked), parsed; invalid JSON or a missing key is a `DataError` naming both."
+    import json
+    rel = lookup(name).relpath
+    try: d = json.loads(fetch(name).read_text(encoding="utf-8"))
+    except ValueError as e: raise DataError(f"{rel}: not valid JSON ({e}). Fix: use the registry's file (fetch() checks its sha256).") from None
+    miss = [k for k in keys if not isinstance(d, dict) or k not in d]
+    if miss: raise DataError(f"{rel}: lacks the key(s) {miss}. Fix: use the registry's file.")
+    return d
 
 # %% ../nbs/01_data.ipynb #8c904b95
 def verify_all(names:list[str]|None=None, # registry names or relpaths (default: the whole registry)

@@ -4,12 +4,13 @@
 
 # %% ../../nbs/20_letters.ipynb #04d15307
 from __future__ import annotations
-import re, json, random
+import re, random, string
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from ..core import DataError, ParamsError
-from ..data import fetch, lookup, REGISTRY
+from ..data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
+from ..stats import log_odds_ratio, bh_fdr
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
@@ -52,17 +53,6 @@ def restore_newlines(text # a released letter (str, or NaN for a missing cell)
     "The letter with every literal `<return>` turned back into a line break."
     return text.replace(RETURN_TOKEN, "\n") if isinstance(text, str) else text
 
-def _read_csv(name:str,                 # registry name
-              columns:tuple|list,       # columns the file must have
-              **kw)->pd.DataFrame:
-    path, rel = fetch(name), lookup(name).relpath
-    try: df = pd.read_csv(path, **kw)
-    except Exception as e: raise DataError(f"{rel}: cannot be read as CSV ({e}). Fix: use the registry's file (fetch() checks its sha256).") from None
-    miss = [c for c in columns if c not in df.columns]
-    if miss: raise DataError(f"{rel}: lacks the field(s) {miss} (has {list(df.columns)}). Fix: use the registry's file; "
-                             f"see the data folder's reference-letters/PROVENANCE.md for the expected columns.")
-    return df
-
 # %% ../../nbs/20_letters.ipynb #9db1b4b0
 TWIN_KEY = ("group", "seed_first_name", "seed_last_name", "career_sec", "personal_sec")   # identifies the seed biography
 
@@ -92,7 +82,7 @@ def unpaired(df:pd.DataFrame # from `load_bios` / `load_cbg_letters`
 # %% ../../nbs/20_letters.ipynb #f6c774f9
 def _bio_group(group:str)->pd.DataFrame:
     "One biography file with ids, group, origin gender and the lower-case flag."
-    df = _read_csv(f"{RL}/bios/{group}", BIO_COLUMNS)
+    df = read_data_csv(f"{RL}/bios/{group}", BIO_COLUMNS)
     rel = lookup(f"{RL}/bios/{group}").relpath
     bad = df.index[~df["gender"].isin(["f", "m"])]
     if len(bad): raise DataError(f"{rel}: row {bad[0]} has gender {df.gender[bad[0]]!r}; field `gender` must be 'f' or 'm'.")
@@ -134,7 +124,7 @@ def load_cbg_letters(groups:tuple|list|None=None # letter groups ("f_chefs"); de
     for g in (groups or CBG_GROUPS):
         if g not in CBG_GROUPS: raise ParamsError(f"{g!r} has no released CBG letters; choose from {list(CBG_GROUPS)} (missing: {missing_groups()}).")
         name = f"{RL}/cbg_letters/{g}"
-        let, bio = _read_csv(name, (*BIO_COLUMNS, "chatgpt_gen")), _bio_group(g)
+        let, bio = read_data_csv(name, (*BIO_COLUMNS, "chatgpt_gen")), _bio_group(g)
         check_aligned(let, bio, (lookup(name).relpath, lookup(f"{RL}/bios/{g}").relpath))
         empty = let.index[let["chatgpt_gen"].isna() | (let["chatgpt_gen"].astype(str).str.strip() == "")]
         if len(empty): raise DataError(f"{lookup(name).relpath}: row {empty[0]} has an empty field `chatgpt_gen` (the letter).")
@@ -150,8 +140,8 @@ _CLG_FIELDS = ("name", "age", "gender", "occupation", "prompts", "chatgpt_gen")
 
 def load_clg_letters()->pd.DataFrame:
     "The 120 released ChatGPT CLG letters (line breaks restored) with the authors' per-letter style scores."
-    a = _read_csv(f"{RL}/clg_letters", ("Unnamed: 0", *_CLG_FIELDS))
-    e = _read_csv(f"{RL}/clg_letters_eval", ("Unnamed: 0", *_CLG_FIELDS, *CLG_SCORES))
+    a = read_data_csv(f"{RL}/clg_letters", ("Unnamed: 0", *_CLG_FIELDS))
+    e = read_data_csv(f"{RL}/clg_letters_eval", ("Unnamed: 0", *_CLG_FIELDS, *CLG_SCORES))
     an, en = lookup(f"{RL}/clg_letters").relpath, lookup(f"{RL}/clg_letters_eval").relpath
     if len(a) != len(e): raise DataError(f"{an} has {len(a)} rows but {en} has {len(e)}; the scores file must repeat the letters row for row.")
     for c in ("Unnamed: 0", *_CLG_FIELDS):
@@ -171,30 +161,24 @@ def load_agency_split()->dict[str, pd.DataFrame]:
     out = {}
     for split in ("train", "val", "test"):
         name = f"{RL}/agency/{split}"
-        df = _read_csv(name, ("text", "label"))
+        df = read_data_csv(name, ("text", "label"))
         bad = df.index[~df["label"].isin(list(AGENCY_LABELS))]
         if len(bad): raise DataError(f"{lookup(name).relpath}: row {bad[0]} has label {df.label[bad[0]]!r}; field `label` must be 0 (communal) or 1 (agentic).")
         out[split] = df[["text", "label"]].assign(label_name=df["label"].map(AGENCY_LABELS))
     return out
-
-def _read_json(name:str, keys:tuple)->dict:
-    d = json.loads(fetch(name).read_text(encoding="utf-8"))
-    miss = [k for k in keys if k not in d]
-    if miss: raise DataError(f"{lookup(name).relpath}: lacks the key(s) {miss}. Fix: use the registry's file.")
-    return d
 
 LEXICONS = ("STANDOUT_WORDS", "ABILITY_WORDS", "MASCULINE_WORDS", "FEMININE_WORDS", "agentic_words", "communal_words",
             "career_words", "family_words", "leader_words")
 
 def load_lexicons()->dict[str, list[str]]:
     "The authors' lexicons (word stems), by their names in `word_constants.py`."
-    d = _read_json(f"{RL}/word_constants", LEXICONS)
+    d = read_data_json(f"{RL}/word_constants", LEXICONS)
     return {k: list(d[k]) for k in LEXICONS}
 
 def load_name_pools(exclusive:bool=False # drop first names that occur in both gender pools
                    )->dict[str, list[str]]:
     "The persona name pools: `f` and `m` first names, `last` names (from the authors' `biography_dataset/constants.py`)."
-    d = _read_json(f"{RL}/biography_dataset_constants", ("F_FIRST_NAMES", "M_FIRST_NAMES", "LAST_NAMES"))
+    d = read_data_json(f"{RL}/biography_dataset_constants", ("F_FIRST_NAMES", "M_FIRST_NAMES", "LAST_NAMES"))
     f, m = list(d["F_FIRST_NAMES"]), list(d["M_FIRST_NAMES"])
     if exclusive: f, m = [n for n in f if n not in set(m)], [n for n in m if n not in set(f)]
     return {"f": f, "m": m, "last": list(d["LAST_NAMES"])}
@@ -204,7 +188,7 @@ CLG_DEFAULT_NAMES = ("Kelly", "Joseph")   # the names of the released CLG letter
 
 def clg_settings()->dict:
     "The CLG template and slot values of the authors' `generate_clg.py`."
-    return _read_json(f"{RL}/clg_prompt_settings", ("female_names", "male_names", "occupations", "ages", "instruction"))
+    return read_data_json(f"{RL}/clg_prompt_settings", ("female_names", "male_names", "occupations", "ages", "instruction"))
 
 def clg_prompts(names:list|tuple|None=None,        # default: the released design's Kelly and Joseph
                 ages:list|tuple|None=None,         # default: the authors' 20, 30, 40, 50, 60
@@ -223,7 +207,7 @@ def clg_prompts(names:list|tuple|None=None,        # default: the released desig
 # %% ../../nbs/20_letters.ipynb #dd07aef2
 def cbg_templates()->list[str]:
     "The authors' CBG templates (`RECLETTER_PROMPTS`)."
-    return list(_read_json(f"{RL}/cbg_prompt_templates", ("RECLETTER_PROMPTS",))["RECLETTER_PROMPTS"])
+    return list(read_data_json(f"{RL}/cbg_prompt_templates", ("RECLETTER_PROMPTS",))["RECLETTER_PROMPTS"])
 
 def cbg_prompt(row,                # a row of `load_bios` / `load_cbg_letters` (or a dict with first_name, last_name, occupation, info)
                template:int=0,     # 0: with the biography (the paper's); 1: without it
@@ -350,9 +334,6 @@ STARRED_STEMS = {   # stems written with `*` in appendix F.3 (the released word_
     "Personal": ("marri",)}
 
 # %% ../../nbs/20_letters.ipynb #1c0492a1
-import string
-from ..stats import log_odds_ratio, bh_fdr
-
 MATCH_MODES = ("faithful", "exact")
 
 def letter_tokens(text:str)->list[str]:

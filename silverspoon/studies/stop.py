@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ..core import is_missing, ParamsError, DataError, SampleParams, RunParams, ModelParams, GenerationParams, from_dict, task_params, project_root
-from ..data import fetch, lookup
+from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
 from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, METRIC_DEFINITIONS
@@ -43,9 +43,7 @@ UNSCORED_INDICES = (312, 314, 331)                 # progressions without releas
 
 # %% ../../nbs/30_stop.ipynb #fea71a36
 def _read_stop_json(name:str)->list:
-    path = fetch(name)
-    try: d = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e: raise DataError(f"{lookup(name).relpath}: not valid JSON ({e}). Fix: use the registry's file (fetch() checks its sha256).") from None
+    d = read_data_json(name)
     if not isinstance(d, list): raise DataError(f"{lookup(name).relpath}: expected a JSON list of progressions, got {type(d).__name__}.")
     return d
 
