@@ -100,6 +100,22 @@ HELD_BYTES = 0   # --card-gb ballast, not counted in the peaks
 def peak_gb(torch, device):
     return (torch.cuda.max_memory_allocated() - HELD_BYTES) / 1e9 if device.startswith("cuda") else float("nan")
 
+def hold_memory(torch, card_gb:float):
+    "A ballast tensor holding all but `card_gb` GB of the GPU, so the process sees a smaller card (free memory, out-of-memory); None if nothing to hold."
+    global HELD_BYTES
+    free, total = torch.cuda.mem_get_info()
+    hold = int(total - card_gb * 1e9)
+    if hold > free: raise SystemExit(f"--card-gb {card_gb}: {hold/1e9:.1f} GB would have to be held but only {free/1e9:.1f} GB are free")
+    if hold <= 0: return None
+    HELD_BYTES = hold
+    return torch.empty(hold, dtype=torch.uint8, device="cuda")
+
+def release_memory(torch):
+    "After the last reference to a `hold_memory` ballast is dropped: the whole card again."
+    global HELD_BYTES
+    HELD_BYTES = 0
+    import gc; gc.collect(); torch.cuda.empty_cache()
+
 def bound(bandwidth:float, weight_bytes:int, kv_per_token:int, batch:int, mean_context:float)->float:
     "Decode tokens/s a batch of `batch` sequences cannot beat: each step reads the weights once and every sequence's KV cache."
     return batch * bandwidth / (weight_bytes + batch * kv_per_token * mean_context)
@@ -179,14 +195,7 @@ def main(argv=None):
     from silverspoon.core import GenerationParams
     from silverspoon.backends.hf import kv_cache_bytes_per_token
 
-    ballast = None
-    if a.card_gb and on_gpu:
-        free, total = torch.cuda.mem_get_info()
-        hold = int(total - a.card_gb * 1e9)
-        if hold > free: raise SystemExit(f"--card-gb {a.card_gb}: {hold/1e9:.1f} GB would have to be held but only {free/1e9:.1f} GB are free")
-        if hold > 0:
-            global HELD_BYTES
-            ballast, HELD_BYTES = torch.empty(hold, dtype=torch.uint8, device=device), hold   # never freed: the card is smaller from here on
+    ballast = hold_memory(torch, a.card_gb) if a.card_gb and on_gpu else None   # never freed: the card is smaller from here on
     tmp = Path(tempfile.mkdtemp(prefix="bench_gpu-"))
     tok, tok_src = load_tokenizer(a, tmp)
     t = time.perf_counter()

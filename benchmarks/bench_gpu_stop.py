@@ -9,7 +9,7 @@ This is how the STOP figures of the README's "GPU and Colab" section were measur
     python benchmarks/bench_gpu_stop.py --tokenizer PATH            # Llama-3-8B shape, bf16: ~6 min on an H100
     python benchmarks/bench_gpu_stop.py --tiny                      # the same code on CPU, 3 progressions, seconds
 """
-import argparse, gc, sys, tempfile, time
+import argparse, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_gpu as B
@@ -37,10 +37,7 @@ def main(argv=None):
     cards = ["full"] if device == "cpu" else a.cards_gb.split(",")
     print(f"{len(items)} progressions, {gen.max_new_tokens} new tokens, device {device}", flush=True)
     for card in cards:
-        ballast = None
-        if card != "full":
-            free, total = torch.cuda.mem_get_info()
-            ballast = torch.empty(int(total - float(card) * 1e9), dtype=torch.uint8, device="cuda"); B.HELD_BYTES = ballast.numel()
+        ballast = None if card == "full" else B.hold_memory(torch, float(card))
         be = B.hf_backend(model, tmp/"model", device, str(dtype).split(".")[-1], "auto")
         B.reset_peak(torch, device); t = time.perf_counter()
         out = run_conversations(be, items, gen, GenerationStore(None), run="bench", opts=StopTask(), progress=False)
@@ -48,8 +45,8 @@ def main(argv=None):
         peak = B.peak_gb(torch, device)
         print(f"card {card}{'' if card == 'full' else ' GB'}: {len(out)} requests in {secs:.1f} s = {len(out)/secs:.1f} requests/s; "
               f"auto estimate {be.auto_estimate}, learned {be.learned_batch_size}; peak {peak:.1f} GB; failed {int(out.error.notna().sum())}", flush=True)
-        del be, out, ballast; B.HELD_BYTES = 0; gc.collect()
-        if device == "cuda": torch.cuda.empty_cache()
+        del be, out
+        if ballast is not None: ballast = None; B.release_memory(torch)
 
 
 if __name__ == "__main__": main()
