@@ -100,9 +100,11 @@ def record_problem(rec)->str|None:
 # %% ../nbs/03_store.ipynb #547f2f84
 class GenerationStore:
     "Append-only JSONL store of generation records; the latest usable record per key wins."
-    def __init__(self, path:Path|str|None # JSONL file (created on first append); None = in memory only
+    def __init__(self, path:Path|str|None, # JSONL file (created on first append); None = in memory only
+                 check=None                   # why a record is unusable (None when usable); default `record_problem`
                 ):
         self.path = None if path is None else Path(path)
+        self.check = check or record_problem # another kind of record (e.g. instrument outputs) brings its own check
         self.hits = self.misses = 0          # items served from the store / generated, counted by `generate_all`
         self._forget()
         if self.path is not None: self.refresh()
@@ -122,7 +124,7 @@ class GenerationStore:
         "Use one line if it is a usable record; else say why not."
         try: rec = json.loads(line)
         except (ValueError, RecursionError): return "not JSON (a write torn by a killed run, or garbage)"
-        why = record_problem(rec)
+        why = self.check(rec)
         if why is None: self._recs[rec["key"]] = rec
         return why
 
@@ -167,10 +169,10 @@ class GenerationStore:
         return list(self._recs.values())
 
     def append(self, records:list[dict]):
-        "Add usable records (`record_problem`); on disk: one write, then flush + fsync, so a completed batch survives a crash."
+        "Add usable records (`self.check`); on disk: one write, then flush + fsync, so a completed batch survives a crash."
         if not records: return
         for r in records:
-            why = record_problem(r)
+            why = self.check(r)
             if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
         if self.path is not None:
             buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
