@@ -315,12 +315,20 @@ class NLIClassifier(Instrument):
         import torch
         if self._model is None: self._load()
         ent, out = self._labels.index("entailment"), []
+        n_max = min(self.max_length, self._tok.model_max_length)
+        room = n_max - self._tok.num_special_tokens_to_add(pair=True)          # tokens left for premise + hypothesis
+        fits = [len(self._tok(h, add_special_tokens=False)["input_ids"]) < room for h in hypotheses]
         for b in range(0, len(premises), self.batch_size):
-            enc = self._tok(list(premises[b:b+self.batch_size]), list(hypotheses[b:b+self.batch_size]), truncation="only_first",
-                            max_length=min(self.max_length, self._tok.model_max_length), padding=True, return_tensors="pt")
-            enc = {k: v.to(self._model.device) for k, v in enc.items() if k in self._inputs}
-            with torch.no_grad(): p = torch.softmax(self._model(**enc).logits.float(), dim=-1).cpu()
-            out += [{"label": self._labels[int(r.argmax())], "p_entailment": round(float(r[ent]), 6)} for r in p]
+            idx = range(b, min(b + self.batch_size, len(premises))); res = {}
+            for how in ("only_first", "longest_first"):                        # a hypothesis too long to fit is cut too (rare)
+                ii = [i for i in idx if fits[i] == (how == "only_first")]
+                if not ii: continue
+                enc = self._tok([premises[i] for i in ii], [hypotheses[i] for i in ii], truncation=how, max_length=n_max,
+                                padding=True, return_tensors="pt")
+                enc = {k: v.to(self._model.device) for k, v in enc.items() if k in self._inputs}
+                with torch.no_grad(): p = torch.softmax(self._model(**enc).logits.float(), dim=-1).cpu()
+                res.update({i: {"label": self._labels[int(r.argmax())], "p_entailment": round(float(r[ent]), 6)} for i, r in zip(ii, p)})
+            out += [res[i] for i in idx]
         return out
 
     def score(self, texts:list[str])->list[dict]:
