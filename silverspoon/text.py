@@ -128,8 +128,10 @@ class SpacyAnalysis(Instrument):
         self.model, self.batch_size, self.n_process = model or spacy_model_name(), batch_size, n_process
 
     def identity(self)->dict:
-        return {"instrument": "spacy-analysis", "spacy": importlib.metadata.version("spacy"), "model": self.model,
-                "model_version": importlib.metadata.version(self.model), "excluded": ["ner"], "articles": list(ARTICLES),
+        try: version = importlib.metadata.version(self.model)               # the model's pip package
+        except importlib.metadata.PackageNotFoundError: version = load_spacy(self.model).meta.get("version")   # a model folder
+        return {"instrument": "spacy-analysis", "spacy": importlib.metadata.version("spacy"), "model": Path(self.model).name,
+                "model_version": version, "excluded": ["ner"], "articles": list(ARTICLES),
                 "sentences": "parser, cut at line breaks", "format": 1}
 
     def _one(self, doc)->dict:
