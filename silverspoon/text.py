@@ -418,7 +418,7 @@ class InstrumentStore(GenerationStore):
     def summary(self)->dict:
         return {**super().summary(), "instruments": {n: dict(c) for n, c in self.counts.items()}}
 
-    def __repr__(self): return "Instrument" + super().__repr__()
+    def __repr__(self): return super().__repr__().replace("GenerationStore(", "InstrumentStore(", 1)
 
 # %% ../nbs/05_text.ipynb #e4646e93
 def instrument_store_for(params:RunParams # the run's parameters (study and run name)
