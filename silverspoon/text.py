@@ -86,7 +86,7 @@ class Instrument:
     batch_size:int = 32       # texts scored (and cached) at a time
 
     def identity(self)->dict:
-        "Everything that changes an output: library and version, model and revision or weights hash, thresholds, labels."
+        "Everything that changes an output: model and revision or weights hash (or library version when the library is the model), thresholds, labels."
         raise NotImplementedError
 
     def score(self, texts:list[str])->list[dict]:
@@ -130,7 +130,7 @@ class SpacyAnalysis(Instrument):
     def identity(self)->dict:
         try: version = importlib.metadata.version(self.model)               # the model's pip package
         except importlib.metadata.PackageNotFoundError: version = load_spacy(self.model).meta.get("version")   # a model folder
-        return {"instrument": "spacy-analysis", "spacy": importlib.metadata.version("spacy"), "model": Path(self.model).name,
+        return {"instrument": "spacy-analysis", "model": Path(self.model).name,
                 "model_version": version, "excluded": ["ner"], "articles": list(ARTICLES),
                 "sentences": "parser, cut at line breaks", "format": 1}
 
@@ -229,8 +229,7 @@ class HFTextClassifier(Instrument):
 
     def identity(self)->dict:
         return {"instrument": "hf-text-classification", **model_identity(self.model_id, self.revision),
-                "positive_label": self.positive_label.lower(), "max_length": self.max_length,
-                "transformers": importlib.metadata.version("transformers")}
+                "positive_label": self.positive_label.lower(), "max_length": self.max_length}
 
     def _load(self):
         from transformers import pipeline
@@ -290,7 +289,7 @@ class NLIClassifier(Instrument):
 
     def identity(self)->dict:
         return {"instrument": "hf-nli", **model_identity(self.model_id, self.revision), "max_length": self.max_length,
-                "truncation": "only_first", "id2label": self.id2label, "transformers": importlib.metadata.version("transformers")}
+                "truncation": "only_first", "id2label": self.id2label}
 
     def _load(self):
         import torch
@@ -357,7 +356,7 @@ class TextEmbedder:
         self.batch_size, self.device, self._model, self._tok = batch_size, device, None, None
 
     def identity(self)->dict:
-        return {"embedder": "mean-pooling+l2", **model_identity(str(self.model_path), None), "transformers": importlib.metadata.version("transformers")}
+        return {"embedder": "mean-pooling+l2", **model_identity(str(self.model_path), None)}
 
     def embed(self, words:list[str] # words or sentences
              )->np.ndarray:
