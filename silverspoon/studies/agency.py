@@ -179,7 +179,7 @@ def train_agency_classifier(config:AgencyTrainConfig=PAPER_CONFIG, # hyperparame
         for b, y in _batches(tok, enc["train"], labels["train"], order, config.batch_size):
             loss = model(**{k: v.to(config.device) for k, v in b.items()}, labels=y.to(config.device)).loss
             loss.backward(); opt.step(); sched.step(); opt.zero_grad()
-            losses.append(float(loss) * len(y))
+            losses.append(loss.item() * len(y))
         val_acc = float((_predict(model, tok, enc["val"], len(yv), 64, config.device) == yv).mean())
         history.append(dict(epoch=epoch, train_loss=sum(losses) / n_train, val_accuracy=val_acc, seconds=round(time.perf_counter() - te, 2)))
         if best is None or val_acc > best["val_accuracy"]:
@@ -194,7 +194,7 @@ def train_agency_classifier(config:AgencyTrainConfig=PAPER_CONFIG, # hyperparame
                best_val_accuracy=best["val_accuracy"], n=dict(train=n_train, val=len(yv), test=len(yt)),
                n_truncated=truncated, test=test, seconds=round(time.perf_counter() - t0, 1), reused=False)
     (out/RESULT_FILE).write_text(json.dumps(res, indent=1) + "\n")
-    return res
+    return json.loads(json.dumps(res))   # the same plain-JSON structure a reused run returns
 
 # %% ../../nbs/21_agency.ipynb #bbef5330
 def agency_metrics_table(result:dict # from `train_agency_classifier`
