@@ -14,7 +14,8 @@ from sklearn import metrics as skm
 __all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper',
            'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'agreement_table',
            'cluster_bootstrap_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr',
-           'log_odds_ratio', 'largest_remainder', 'fmt_ci']
+           'log_odds_ratio', 'largest_remainder', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test',
+           'word_odds_ratios', 'weat']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -369,3 +370,141 @@ def fmt_ci(est, lo, hi, digits:int=3)->str:
         v = round(float(v), digits)
         return f"{0.0 if v == 0 else v:.{digits}f}"
     return f"{f(est)} [{f(lo)}, {f(hi)}]"
+
+# %% ../nbs/04_stats.ipynb #5d98266e
+def _scores(x, name:str="a", min_n:int=2)->np.ndarray:
+    "`x` as a finite float vector of at least `min_n` values; NaN / inf raise a `ValueError` naming `name` and the fix."
+    if np.ndim(x) > 1: raise ValueError(f"`{name}` must be one-dimensional, got shape {np.shape(x)}.")
+    s = x if isinstance(x, pd.Series) else pd.Series(np.asarray(x, dtype=object).ravel() if np.ndim(x) else [x])
+    try: v = s.to_numpy(dtype="float64", na_value=np.nan)
+    except (TypeError, ValueError) as e: raise ValueError(f"`{name}` must hold numbers (one score per letter): {e}") from None
+    bad = ~np.isfinite(v)
+    if bad.any():
+        raise ValueError(f"`{name}` has {int(bad.sum())} missing or infinite value(s) out of {len(v)} (first at position {int(np.argmax(bad))}); "
+                         "drop those items first and report how many were dropped.")
+    if len(v) < min_n: raise ValueError(f"`{name}` has {len(v)} value(s); at least {min_n} are needed.")
+    return v
+
+# %% ../nbs/04_stats.ipynb #6cb9e49f
+def hedges_g(a, b)->float:
+    "Hedges' g of sample `a` against sample `b`: standardized mean difference (pooled SD) with the small-sample correction."
+    a, b = np.asarray(a, dtype="float64"), np.asarray(b, dtype="float64")
+    na, nb = len(a), len(b)
+    if na < 2 or nb < 2: return float("nan")
+    sp = math.sqrt(((na - 1)*a.var(ddof=1) + (nb - 1)*b.var(ddof=1)) / (na + nb - 2))
+    diff = a.mean() - b.mean()
+    if sp == 0: return 0.0 if diff == 0 else float("nan")
+    return float((1 - 3/(4*(na + nb) - 9)) * diff / sp)
+
+def hedges_g_se(g:float, na:int, nb:int)->float:
+    "Approximate standard error of Hedges' g (Hedges & Olkin 1985): sqrt((na+nb)/(na nb) + g^2/(2(na+nb)))."
+    return math.sqrt((na + nb)/(na*nb) + g*g/(2*(na + nb)))
+
+# %% ../nbs/04_stats.ipynb #6264aca2
+def two_sample_t(a,                 # scores of group a (e.g. male letters), one per letter, no NaN
+                 b,                 # scores of group b (e.g. female letters)
+                 alpha:float=0.05   # 1 - confidence level of the CIs
+                )->dict:
+    "Unpaired comparison: means, difference with Welch CI, Student and Welch t tests, Hedges' g with an approximate CI."
+    from scipy import stats
+    x, y = _scores(a, "a"), _scores(b, "b")
+    st, we = stats.ttest_ind(x, y, equal_var=True), stats.ttest_ind(x, y, equal_var=False)
+    ci = we.confidence_interval(1 - alpha)
+    g = hedges_g(x, y); q = stats.norm.ppf(1 - alpha/2)
+    se = hedges_g_se(g, len(x), len(y)) if np.isfinite(g) else np.nan
+    return dict(n_a=len(x), n_b=len(y), mean_a=float(x.mean()), mean_b=float(y.mean()), sd_a=float(x.std(ddof=1)), sd_b=float(y.std(ddof=1)),
+                diff=float(x.mean() - y.mean()), diff_ci_low=float(ci.low), diff_ci_high=float(ci.high),
+                t_student=float(st.statistic), df_student=float(st.df), p_student=float(st.pvalue),
+                t_welch=float(we.statistic), df_welch=float(we.df), p_welch=float(we.pvalue),
+                hedges_g=g, g_ci_low=g - q*se, g_ci_high=g + q*se, alpha=alpha)
+
+# %% ../nbs/04_stats.ipynb #68e7eea2
+def paired_test(a,                 # scores under condition a (e.g. the male twin), one per pair
+                b,                 # scores under condition b (the female twin), aligned pair by pair with `a`
+                alpha:float=0.05   # 1 - confidence level of the CI
+               )->dict:
+    "Paired comparison: n pairs, mean of a-b with t CI, paired t and p, Wilcoxon signed-rank p (Pratt), Cohen's dz."
+    from scipy import stats
+    x, y = _scores(a, "a"), _scores(b, "b")
+    if len(x) != len(y): raise ValueError(f"`a` has {len(x)} scores but `b` has {len(y)}; pass one score per letter of each pair, aligned.")
+    d = x - y; n, md_, sd = len(d), float(d.mean()), float(d.std(ddof=1))
+    if sd == 0:
+        _undef(f"paired_test: all {n} differences equal {md_}; t, its CI and the Wilcoxon test are undefined (NaN)")
+        dz = 0.0 if md_ == 0 else float("nan")
+        return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=np.nan, diff_ci_high=np.nan, sd_diff=sd,
+                    t=np.nan, df=n - 1, p_t=np.nan, wilcoxon_stat=np.nan, p_wilcoxon=np.nan, wilcoxon_zero_method="pratt", cohens_dz=dz, alpha=alpha)
+    r = stats.ttest_rel(x, y); ci = r.confidence_interval(1 - alpha)
+    w = stats.wilcoxon(x, y, zero_method="pratt")
+    return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), sd_diff=sd,
+                t=float(r.statistic), df=float(r.df), p_t=float(r.pvalue), wilcoxon_stat=float(w.statistic), p_wilcoxon=float(w.pvalue),
+                wilcoxon_zero_method="pratt", cohens_dz=md_/sd, alpha=alpha)
+
+# %% ../nbs/04_stats.ipynb #64077c83
+from collections import Counter
+
+def word_odds_ratios(counts_a:Counter|dict, # word -> count in group a (e.g. adjectives of male letters)
+                     counts_b:Counter|dict, # word -> count in group b
+                     alpha:float=0.05,      # 1 - confidence level of the CIs
+                     min_count:int=5        # keep words with count_a + count_b >= min_count (see above)
+                    )->pd.DataFrame:
+    "Per word: counts, the paper's OR (NaN on a zero cell), Haldane OR with Wald CI, z, p and BH p; sorted by log OR."
+    ca, cb = pd.Series(dict(counts_a), dtype="float64"), pd.Series(dict(counts_b), dtype="float64")
+    for nm, c in (("counts_a", ca), ("counts_b", cb)):
+        if c.isna().any() or (c < 0).any() or (c != np.floor(c)).any():
+            raise ValueError(f"`{nm}` must map words to non-negative integer counts; check {list(c.index[c.isna() | (c < 0) | (c != np.floor(c))][:3])}.")
+        if c.sum() == 0: raise ValueError(f"`{nm}` has no words (total count 0); the odds ratios need words in both groups.")
+    if min_count < 1: raise ValueError(f"min_count must be >= 1, got {min_count}.")
+    Na, Nb = float(ca.sum()), float(cb.sum())
+    words = ca.index.union(cb.index)
+    a, b = ca.reindex(words, fill_value=0.0), cb.reindex(words, fill_value=0.0)
+    keep = (a + b) >= min_count
+    a, b = a[keep], b[keep]
+    s = log_odds_ratio(a.to_numpy(), Na - a.to_numpy(), b.to_numpy(), Nb - b.to_numpy(), alpha=alpha, haldane="always")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        zero = (a == 0) | (b == 0) | (a == Na) | (b == Nb)
+        or_paper = np.where(zero, np.nan, (a/(Na - a)) / (b/(Nb - b)))
+    out = pd.DataFrame({"word": a.index, "count_a": a.to_numpy().astype(int), "n_a": int(Na), "count_b": b.to_numpy().astype(int), "n_b": int(Nb),
+                        "or_paper": or_paper, "log_or": s["log_or"], "log_or_se": s["se"], "log_or_ci_low": s["ci_low"], "log_or_ci_high": s["ci_high"],
+                        "or_haldane": s["odds_ratio"], "or_ci_low": np.exp(s["ci_low"]), "or_ci_high": np.exp(s["ci_high"]), "z": s["z"], "pvalue": s["pvalue"]})
+    out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
+    out = out.sort_values(["log_or", "word"], ascending=[False, True], ignore_index=True)
+    out.attrs.update(n_dropped_min_count=int((~keep).sum()), min_count=min_count, alpha=alpha)
+    return out
+
+# %% ../nbs/04_stats.ipynb #b19e6250
+def _unit_rows(M, name:str)->np.ndarray:
+    "Rows scaled to unit length; a 2-d finite matrix with no zero row, else a `ValueError` naming the set."
+    m = np.asarray(M, dtype="float64")
+    if m.ndim != 2 or len(m) == 0: raise ValueError(f"`{name}` must be a 2-d matrix with one embedding per row, got shape {m.shape}.")
+    if not np.isfinite(m).all(): raise ValueError(f"`{name}` has missing or infinite entries; drop the words without embeddings first (and report them).")
+    nrm = np.linalg.norm(m, axis=1)
+    if (nrm == 0).any(): raise ValueError(f"`{name}` row {int(np.argmax(nrm == 0))} is the zero vector; its cosine similarity is undefined.")
+    return m / nrm[:, None]
+
+def weat(X, Y, A, B,          # embeddings, one row per word: targets X, Y; attributes A, B (same dimension)
+         n_perm:int=10_000,   # exact enumeration when C(|X|+|Y|, |X|) <= n_perm, else this many random partitions
+         seed:int=0           # seeds the Monte-Carlo partitions
+        )->dict:
+    "WEAT effect size d (ddof=1), statistic S, one- and two-sided permutation p-values, set sizes; d > 0: X closer to A than Y is."
+    from itertools import combinations
+    from math import comb
+    X, Y, A, B = (_unit_rows(M, nm) for M, nm in ((X, "X"), (Y, "Y"), (A, "A"), (B, "B")))
+    if len({M.shape[1] for M in (X, Y, A, B)}) > 1: raise ValueError(f"X, Y, A, B must have the same embedding dimension; got {[M.shape[1] for M in (X, Y, A, B)]}.")
+    nx, ny = len(X), len(Y)
+    if nx + ny < 3: raise ValueError("X and Y together need at least 3 words for a standard deviation and a permutation test.")
+    W = np.vstack([X, Y])
+    s = (W @ A.T).mean(1) - (W @ B.T).mean(1)
+    sx, sy = s[:nx], s[nx:]
+    S = float(sx.sum() - sy.sum()); sd = float(s.std(ddof=1))
+    d = float((sx.mean() - sy.mean()) / sd) if sd > 0 else float("nan")
+    total, n_part = s.sum(), comb(nx + ny, nx)
+    exact = n_part <= n_perm
+    if exact: idx = np.array(list(combinations(range(nx + ny), nx)))
+    else: idx = np.random.default_rng(seed).random((n_perm, nx + ny)).argsort(1)[:, :nx]
+    Sp = 2*s[idx].sum(1) - total
+    tol = 1e-12 * max(1.0, abs(S))
+    ge, le = int((Sp >= S - tol).sum()), int((Sp <= S + tol).sum())
+    if exact: p_hi, p_lo = ge/n_part, le/n_part
+    else: p_hi, p_lo = (1 + ge)/(1 + n_perm), (1 + le)/(1 + n_perm)
+    return dict(effect_size=d, statistic=S, p_one_sided=p_hi, p_two_sided=min(1.0, 2*min(p_hi, p_lo)), exact=exact,
+                n_partitions=int(n_part) if exact else int(n_perm), n_X=nx, n_Y=ny, n_A=len(A), n_B=len(B), std_ddof=1)

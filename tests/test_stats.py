@@ -111,3 +111,65 @@ def test_prop_ci_names():
     est, lo, hi = pc
     assert (lo, hi) == (pc.ci_low, pc.ci_high) == (pc.lo, pc.hi)
     assert set(pc.as_dict()) == {"estimate", "ci_low", "ci_high", "n_items", "n_clusters"}
+
+
+# --- reference letters: two-group comparisons, word odds ratios, WEAT ---------------------------------------------------
+import math
+from collections import Counter
+from scipy import stats as sst
+from silverspoon.stats import two_sample_t, paired_test, hedges_g, word_odds_ratios, weat, log_odds_ratio
+
+
+def test_two_sample_t_matches_scipy_and_the_hedges_g_ci_covers():
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(0.5, 0.1, 50), rng.normal(0.45, 0.15, 35)
+    r = two_sample_t(a, b)
+    assert math.isclose(r["t_student"], sst.ttest_ind(a, b).statistic) and math.isclose(r["p_welch"], sst.ttest_ind(a, b, equal_var=False).pvalue)
+    assert (r["n_a"], r["n_b"]) == (50, 35) and math.isclose(r["diff"], a.mean() - b.mean())
+    # Hedges' g approximate 95% CI covers the true standardised difference about 95% of the time (n = 20 + 20, delta = 0.5)
+    hits = 0
+    for _ in range(400):
+        x, y = rng.normal(0.5, 1, 20), rng.normal(0, 1, 20)
+        g = two_sample_t(x, y); hits += g["g_ci_low"] <= 0.5 <= g["g_ci_high"]
+    assert 0.91 <= hits/400 <= 0.985, hits/400
+    with pytest.raises(ValueError, match="`b` has 1 missing"): two_sample_t(a, [0.1, float("nan"), 0.3])
+
+
+def test_stop_uses_the_stats_hedges_g():
+    import silverspoon.studies.stop as stop
+    assert stop.hedges_g is hedges_g and "hedges_g" in stop.__all__
+
+
+def test_paired_test_matches_scipy():
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0, 1, 40); a, b = base + rng.normal(0.03, 0.05, 40), base + rng.normal(0, 0.05, 40)
+    r = paired_test(a, b)
+    assert math.isclose(r["p_t"], sst.ttest_rel(a, b).pvalue) and math.isclose(r["p_wilcoxon"], sst.wilcoxon(a - b, zero_method="pratt").pvalue)
+    assert r["diff_ci_low"] < r["mean_diff"] < r["diff_ci_high"] and math.isclose(r["cohens_dz"], (a - b).mean()/(a - b).std(ddof=1))
+    with pytest.raises(ValueError, match="`b` has 1 missing"): paired_test(a[:3], [0.1, None, 0.2])
+
+
+def test_word_odds_ratios_table():
+    ca, cb = Counter(a=10, b=0, c=40, d=50), Counter(a=2, b=6, c=42, d=50)
+    t = word_odds_ratios(ca, cb, min_count=1).set_index("word")
+    Na, Nb = 100, 100
+    assert math.isclose(t.loc["a", "or_paper"], (10/90)/(2/98)) and math.isnan(t.loc["b", "or_paper"])
+    s = log_odds_ratio(10, 90, 2, 98)
+    assert math.isclose(t.loc["a", "log_or"], s["log_or"]) and math.isclose(t.loc["a", "or_ci_high"], math.exp(s["ci_high"]))
+    assert (t.p_bh >= t.pvalue - 1e-15).all() and list(word_odds_ratios(ca, cb, min_count=1).word[:1]) == ["a"]
+    assert "a" not in word_odds_ratios(ca, cb, min_count=13).word.tolist()
+
+
+def test_weat_exact_and_monte_carlo():
+    rng = np.random.default_rng(11)
+    A, B = rng.normal(size=(6, 10)) + 1.5*np.eye(10)[0], rng.normal(size=(6, 10)) - 1.5*np.eye(10)[0]
+    X, Y = rng.normal(size=(6, 10)) + np.eye(10)[0], rng.normal(size=(6, 10)) - np.eye(10)[0]
+    ex = weat(X, Y, A, B)                       # C(12, 6) = 924 partitions: exact
+    assert ex["exact"] and ex["n_partitions"] == 924 and ex["effect_size"] > 1 and ex["p_one_sided"] < 0.01
+    assert ex["p_one_sided"] >= 1/924 and (ex["n_X"], ex["n_Y"], ex["n_A"], ex["n_B"]) == (6, 6, 6, 6)
+    mc = weat(X, Y, A, B, n_perm=500, seed=1)
+    assert not mc["exact"] and mc["p_one_sided"] >= 1/501 and mc["effect_size"] == ex["effect_size"]
+    assert weat(X, Y, A, B, n_perm=500, seed=1) == mc                      # seeded
+    # under the null (random words) the one-sided p is roughly uniform
+    ps = [weat(*(rng.normal(size=(4, 5)) for _ in range(4)))["p_one_sided"] for _ in range(200)]
+    assert 0.35 < np.mean(ps) < 0.65 and 0.02 <= np.mean(np.array(ps) <= 0.05) <= 0.11

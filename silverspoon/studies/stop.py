@@ -14,7 +14,7 @@ from ..core import is_missing, ParamsError, DataError, SampleParams, RunParams, 
 from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
-from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, METRIC_DEFINITIONS
+from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS
 from . import Study
 
 # %% auto #0
@@ -25,8 +25,8 @@ __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES',
            'transcript', 'score_conversations', 'released_conversations', 'replay_backend', 'replay_conversations',
            'idealistic_table', 'released_overview', 'paper_check', 'group_table', 'heatmap_table', 'heatmap_figure',
            'first_no_table', 'first_no_figure', 'cf_resolve_table', 'label_counts', 'parser_disagreement',
-           'parse_progression_id', 'load_human', 'human_conversations', 'hedges_g', 'human_coverage', 'realistic_table',
-           'summary_rows', 'describe_run']
+           'parse_progression_id', 'load_human', 'human_conversations', 'human_coverage', 'realistic_table',
+           'summary_rows', 'describe_run', 'hedges_g']
 
 # %% ../../nbs/30_stop.ipynb #c6da62e2
 STOP_FILES = ("stop/full", "stop/full_labelled", "stop/evaluation_prompt")
@@ -674,15 +674,7 @@ def human_conversations(human:pd.DataFrame)->pd.DataFrame:
     return _finish(out)
 
 # %% ../../nbs/30_stop.ipynb #78a66360
-def hedges_g(a, b)->float:
-    "Hedges' g of sample `a` against sample `b`: standardized mean difference (pooled SD) with the small-sample correction."
-    a, b = np.asarray(a, dtype="float64"), np.asarray(b, dtype="float64")
-    na, nb = len(a), len(b)
-    if na < 2 or nb < 2: return float("nan")
-    sp = math.sqrt(((na - 1)*a.var(ddof=1) + (nb - 1)*b.var(ddof=1)) / (na + nb - 2))
-    diff = a.mean() - b.mean()
-    if sp == 0: return 0.0 if diff == 0 else float("nan")
-    return float((1 - 3/(4*(na + nb) - 9)) * diff / sp)
+_all_ = ["hedges_g"]   # Hedges' g is defined once, in `silverspoon.stats`; re-exported here for STOP's callers
 
 # %% ../../nbs/30_stop.ipynb #54c7a201
 def human_coverage(conv:pd.DataFrame,   # model conversations

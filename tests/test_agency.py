@@ -1,0 +1,76 @@
+"Agency classifier (appendix F.2): a tiny random BERT trained end to end on the released splits, in seconds."
+import json, math, time
+import numpy as np
+import pytest
+from silverspoon.core import ParamsError
+from silverspoon.studies.agency import (AgencyTrainConfig, make_tiny_bert, train_agency_classifier, agency_metrics_table,
+                                        confusion_table, PAPER_CONFIG, RESULT_FILE)
+from silverspoon.studies.letters import load_agency_split
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory): return make_tiny_bert(tmp_path_factory.mktemp("tiny")/"bert")
+
+@pytest.fixture(scope="module")
+def cfg(tiny): return AgencyTrainConfig(base_model=str(tiny), epochs=3, lr=1e-3, lr_note="tiny random BERT test", max_length=64)
+
+@pytest.fixture(scope="module")
+def run(cfg, tmp_path_factory):
+    out = tmp_path_factory.mktemp("agency")/"run"
+    t0 = time.perf_counter(); r = train_agency_classifier(cfg, out, progress=False); secs = time.perf_counter() - t0
+    return r, out, secs
+
+
+def test_trains_on_all_three_splits_and_keeps_the_best_val_epoch(run):
+    r, out, secs = run
+    assert secs < 30, f"tiny end-to-end training took {secs:.1f} s"
+    assert r["n"] == dict(train=192, val=48, test=60) and len(r["history"]) == 3 and not r["reused"]
+    vals = [h["val_accuracy"] for h in r["history"]]
+    assert r["best_epoch"] == 1 + int(np.argmax(vals)) and r["best_val_accuracy"] == max(vals)   # first epoch with the max
+    assert all(math.isfinite(h["train_loss"]) for h in r["history"])
+    t = r["test"]
+    assert t["n"] == 60 and t["ci_method"] == "Wilson 95%" and t["ci_low"] <= t["accuracy"] <= t["ci_high"]
+    assert t["confusion"]["labels"] == ["communal", "agentic"] and np.array(t["confusion"]["matrix"]).sum(axis=1).tolist() == [27, 33]
+    assert {c: d["support"] for c, d in t["per_class"].items()} == {"communal": 27, "agentic": 33}
+    assert r["identity"]["data_source"] == "registry" and r["model_dir"] == str(out)
+    json.dumps(r)
+
+
+def test_saved_model_is_the_best_checkpoint(run):
+    "The saved weights reproduce the reported test accuracy, so the best epoch (not the last) was saved."
+    import torch
+    from transformers import AutoTokenizer, AutoModelForSequenceClassification
+    r, out, _ = run
+    tok, model = AutoTokenizer.from_pretrained(out), AutoModelForSequenceClassification.from_pretrained(out).eval()
+    assert model.config.id2label == {0: "communal", 1: "agentic"}
+    test = load_agency_split()["test"]
+    with torch.no_grad():
+        logits = model(**tok(list(test.text), truncation=True, max_length=64, padding=True, return_tensors="pt")).logits
+    assert math.isclose(float((logits.argmax(-1).numpy() == test.label.to_numpy()).mean()), r["test"]["accuracy"])
+
+
+def test_second_call_reuses_the_saved_model(run, cfg):
+    r, out, _ = run
+    mtime = (out/"model.safetensors").stat().st_mtime_ns
+    t0 = time.perf_counter(); r2 = train_agency_classifier(cfg, out, progress=False)
+    assert r2["reused"] and time.perf_counter() - t0 < 5 and (out/"model.safetensors").stat().st_mtime_ns == mtime
+    same = lambda d: json.dumps({k: v for k, v in d.items() if k != "reused"}, sort_keys=True)   # NaN-safe comparison
+    assert same(r2) == same(r)
+    with pytest.raises(ParamsError, match="different identity"):
+        train_agency_classifier(AgencyTrainConfig(**{**cfg.identity()["config"], "seed": 1}), out, progress=False)
+
+
+def test_deterministic_on_cpu(run, cfg, tmp_path):
+    r, _, _ = run
+    again = train_agency_classifier(cfg, tmp_path/"again", progress=False)
+    assert again["history"][0]["train_loss"] == r["history"][0]["train_loss"]
+    assert [h["val_accuracy"] for h in again["history"]] == [h["val_accuracy"] for h in r["history"]] and json.dumps(again["test"]) == json.dumps(r["test"])
+
+
+def test_identity_and_tables(run):
+    r, _, _ = run
+    ident = PAPER_CONFIG.identity()
+    assert ident["config"]["lr"] == 2e-5 and ident["config"]["epochs"] == 10 and ident["config"]["batch_size"] == 16
+    assert set(ident["data_sha256"]) == {"train", "val", "test"} and "model.safetensors" in ident["base_model"]["files"]
+    mt, ct = agency_metrics_table(r), confusion_table(r)
+    assert mt.iloc[0].metric == "test accuracy" and mt.iloc[0].n == 60 and ct.to_numpy().sum() == 60
