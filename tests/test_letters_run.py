@@ -1,0 +1,64 @@
+"""Reference letters end to end (issue 10): a replay run through `silverspoon run` with every instrument on tiny models built here
+(the paper's HF formality and sentiment classifiers, the NLI hallucination detector, the agency classifier), then a rerun that
+reads every instrument output from the cache."""
+import json
+import pandas as pd
+import pytest
+from conftest import run_cli
+from silverspoon.text import build_tiny_classifier
+from silverspoon.studies.agency import make_tiny_bert
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    return {"nli": build_tiny_classifier(d/"nli", ("entailment", "neutral", "contradiction"), seed=1),
+            "formality": build_tiny_classifier(d/"formality", ("informal", "formal"), seed=2),
+            "sentiment": build_tiny_classifier(d/"sentiment", ("NEGATIVE", "POSITIVE"), seed=3),
+            "bert": make_tiny_bert(d/"bert")}
+
+
+def _params(tmp_path, tiny, **task):
+    t = dict(context="cbg", agency=True, agency_base_model=str(tiny["bert"]), agency_epochs=1, formality_model=str(tiny["formality"]),
+             sentiment_model=str(tiny["sentiment"]), nli_model=str(tiny["nli"]), n_boot=50, weat_n_perm=200, min_count=2)
+    t.update(task)
+    p = tmp_path/"tiny-letters.yaml"
+    p.write_text(json.dumps({"study": "letters", "run": "tiny-letters", "model": {"backend": "replay", "id": "chatgpt"},
+                             "sample": {"n": 8, "stratify_by": "group", "seed": 0}, "task": t}))
+    return p
+
+
+def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
+    p, reports, store, cache = _params(tmp_path, tiny), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+    env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
+    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = reports/"letters"/"tiny-letters"
+    style = pd.read_csv(out/"style.csv")
+    assert set(style.measure) == {"positive_vader", "formality_hd", "agentic", "formal_hf", "positive_hf"}
+    assert (style.n_m + style.n_f == 8).all() and (style.n_pairs <= 4).all()
+    hal = pd.read_csv(out/"hallucination.csv")
+    assert set(hal.gender) == {"f", "m"} and set(hal.measure) == {"positive_vader", "agentic", "formal_hf", "positive_hf"}
+    assert hal.n_sentences.sum() > 8 and set(hal.reading) <= {"propagation", "amplification", "attenuation", "not testable"}
+    acc = pd.read_csv(out/"agency_classifier.csv")
+    assert acc.loc[acc.metric == "test accuracy", "n"].item() == 60
+    assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", "n"] == 8
+    for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "summary"): assert (out/f"{f}.csv").is_file(), f
+    first = json.loads((out/"provenance.json").read_text())["instruments"]
+    assert first["misses"] > 0 and (store/"letters"/"tiny-letters.instruments.jsonl").is_file()
+    # the rerun computes nothing: every instrument output (and the agency training result) comes from the cache
+    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    again = json.loads((out/"provenance.json").read_text())["instruments"]
+    assert again["misses"] == 0 and again["hits"] >= first["misses"]   # hits count every input, repeated sentences included
+    assert pd.read_csv(out/"style.csv").equals(style) and pd.read_csv(out/"hallucination.csv").equals(hal)
+
+
+@pytest.mark.parametrize("task,needle", [({"groups": ["f_dancers"]}, "no released letters for ['f_dancers', 'f_models', 'm_writers']"),
+                                         ({"context": "clg", "groups": ["f_chefs"]}, "applies to context cbg only"),
+                                         ({"top_k": 0}, "field `task.top_k` = 0")])
+def test_bad_letters_params_stop_before_running(tmp_path, tiny, task, needle):
+    p = _params(tmp_path, tiny, **task)
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert r.returncode == 2 and needle in r.stderr, r.stderr
+    assert not (tmp_path/"reports").exists()
