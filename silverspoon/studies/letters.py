@@ -465,7 +465,7 @@ def letter_items(task:LettersTask,                    # validated `task` section
         df["prompt"] = [cbg_prompt(r, task.template) for r in df.to_dict("records")]
         df["pair_id"] = df.pair_id.str.replace("^bio-", "cbg-", regex=True)
         if replay: df["released"] = df.letter
-    cols = ["item_id", "gender", "pair_id", "group", "occupation", "prompt", "bio_id"] + (["info"] if "info" in df else []) + (["released"] if replay else [])
+    cols = ["item_id", "gender", "pair_id", "group", "occupation", "prompt", "bio_id"] + [c for c in ("info", "info_lowercased") if c in df] + (["released"] if replay else [])
     df = df[cols].reset_index(drop=True)
     if df.pair_id.isna().any(): raise DataError(f"{int(df.pair_id.isna().sum())} letters have no twin; every letter must belong to a pair.")
     if s.n is None or s.n >= len(df): return df
@@ -607,7 +607,9 @@ def sentence_shares(letter_of:list[int], # for each sentence, the row of its let
 
 # %% ../../nbs/20_letters.ipynb #064ba993
 def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id and the measure columns
-                measures:list[str])->pd.DataFrame:
+                measures:list[str],
+                labels:dict|None=None    # measure -> (what, instrument) for measures not in `STYLE_MEASURES`
+               )->pd.DataFrame:
     "Per measure: male vs female unpaired (Student, Welch, Hedges' g) and paired over complete twin pairs; NaN letters counted."
     rows = []
     for m in measures:
@@ -617,7 +619,7 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
         u = two_sample_t(mm, ff) if min(len(mm), len(ff)) >= 2 else {}
         w = ok.pivot_table(index="pair_id", columns="gender", values=m, aggfunc="first").dropna()
         pt = paired_test(w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else {}
-        what, instrument = STYLE_MEASURES.get(m, (m, ""))
+        what, instrument = {**STYLE_MEASURES, **(labels or {})}.get(m, (m, ""))
         rows.append({"measure": m, "what": what, "instrument": instrument, "n_m": len(mm), "n_f": len(ff), "n_missing": int(d[m].isna().sum()),
                      "mean_m": u.get("mean_a", mm.mean()), "mean_f": u.get("mean_b", ff.mean()), "diff_m_f": u.get("diff", np.nan),
                      "diff_ci_low": u.get("diff_ci_low", np.nan), "diff_ci_high": u.get("diff_ci_high", np.nan),
@@ -706,14 +708,14 @@ def summary_rows(success:pd.DataFrame,  # from `success_table`
                  lexicon:pd.DataFrame,  # from `lexicon_odds_ratios` (both modes)
                  context:str            # "clg" | "cbg"
                 )->pd.DataFrame:
-    "Headline rows (metric, estimate, ci_low, ci_high, n, context) for the index page."
+    "Headline rows (metric, estimate, ci_low, ci_high, n, context) for the index page; trait ORs are Haldane-corrected, like their CIs."
     a = success[success.gender == "all"].iloc[0]
     rows = [dict(metric="success rate", estimate=a.success_rate, ci_low=a.ci_low, ci_high=a.ci_high, n=int(a.n))]
     for r in style.itertuples():
         rows.append(dict(metric=f"{r.measure} m-f", estimate=r.diff_m_f, ci_low=r.diff_ci_low, ci_high=r.diff_ci_high, n=int(r.n_m + r.n_f)))
         rows.append(dict(metric=f"{r.measure} m-f (twins)", estimate=r.paired_diff, ci_low=r.paired_ci_low, ci_high=r.paired_ci_high, n=int(r.n_pairs)))
     for r in lexicon[lexicon["mode"] == "faithful"].itertuples():
-        rows.append(dict(metric=f"OR {r.trait}", estimate=r.or_paper, ci_low=r.or_ci_low, ci_high=r.or_ci_high, n=int(r.n_letters_m + r.n_letters_f)))
+        rows.append(dict(metric=f"OR {r.trait}", estimate=r.or_haldane, ci_low=r.or_ci_low, ci_high=r.or_ci_high, n=int(r.n_letters_m + r.n_letters_f)))
     return pd.DataFrame(rows).assign(context=context)
 
 # %% ../../nbs/20_letters.ipynb #059ed6d6
