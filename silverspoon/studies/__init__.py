@@ -35,6 +35,7 @@ STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object
     "normative": "silverspoon.studies.normative:STUDY",
     "stop": "silverspoon.studies.stop:STUDY",
     "letters": "silverspoon.studies.letters:STUDY",
+    "professions": "silverspoon.studies.professions:STUDY",
 }
 
 def get_study(name:str,          # the params `study:` value
