@@ -94,7 +94,7 @@ def test_a_backend_cannot_poison_the_store(tmp_path):
 
 def test_committed_stores_are_clean_and_their_keys_unchanged():
     "Every committed store file passes the record check, and every key is still what request_key computes."
-    files = sorted((ROOT/"store").glob("*/*.jsonl"))
+    files = sorted(f for f in (ROOT/"store").glob("*/*.jsonl") if not f.name.endswith(".instruments.jsonl"))
     assert files
     for f in files:
         with warnings.catch_warnings():
@@ -102,6 +102,17 @@ def test_committed_stores_are_clean_and_their_keys_unchanged():
         assert st.n_bad_lines == 0 and len(st) == st.n_lines == len(_lines(f)), f
         for r in st.records():
             assert r["key"] == request_key(r["identity"], r["item_id"], r["messages"], GenerationParams(**r["gen"]), r["sample_index"]), f
+
+
+def test_committed_instrument_caches_are_clean():
+    "Every committed instrument cache passes its own record check (no torn or foreign lines)."
+    from silverspoon.text import InstrumentStore
+    files = sorted((ROOT/"store").glob("*/*.instruments.jsonl"))
+    assert files
+    for f in files:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning); st = InstrumentStore(f)
+        assert st.n_bad_lines == 0 and len(st) == st.n_lines == len(_lines(f)), f
 
 
 # ---------------------------------------------------------------- finding 6: two runs on one store generate each item once
