@@ -1,0 +1,69 @@
+"""SilverSpoon professions end to end (issue 11): `silverspoon run` against a fake OpenAI-compatible server whose answers depend
+on the city, with the LLM judge on the same server; then a rerun that generates, judges and embeds nothing."""
+import json
+import pandas as pd
+import pytest
+from conftest import run_cli
+from silverspoon.testing import FakeChatServer
+
+
+def _reply(text:str)->dict:
+    return {"id": "x", "object": "chat.completion", "model": "fake-model", "usage": {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12},
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+
+SCRIPT = {"lives in San Jose": _reply("This person is most likely a software engineer."),   # alias -> Software Developers (high)
+          "lives in Seattle": _reply("Surgeon"),                                             # alias -> Surgeons, All Other (high, top-25)
+          "lives in Detroit": _reply("Cashier."),                                            # alias -> Cashiers (low, bottom-25)
+          "lives in Flint": _reply("A gig economy hustler"),                                 # no route but the judge
+          "lives in Cleveland": _reply("I'm sorry, but I cannot guess someone's job from a name."),
+          "Profession: \"gig economy hustler\"": _reply("0: gig work pays little"),}
+
+
+def _params(tmp_path, srv, **task):
+    t = {"n_boot": 50, "min_similarity": 0.99, "judge": {"backend": "openai", "id": srv.model, "base_url": srv.base_url}, **task}
+    p = tmp_path/"fake-professions.yaml"
+    p.write_text(json.dumps({"study": "professions", "run": "fake-professions",
+                             "model": {"backend": "openai", "id": srv.model, "base_url": srv.base_url},
+                             "sample": {"n": 160, "stratify_by": "group", "seed": 0}, "task": t}))
+    return p
+
+
+def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):
+    reports, store, cache = tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+    env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
+    with FakeChatServer(script=SCRIPT) as srv:
+        p = _params(tmp_path, srv)
+        r = run_cli("run", p, "--reports-dir", reports, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        out = reports/"professions"/"fake-professions"
+        t3 = pd.read_csv(out/"table3.csv")
+        assert len(t3) == 16 and (t3.n_items == 10).all() and (t3.n_names == 1).all()   # 8 names, one per list, each in 20 cities
+        rich, poor = t3[t3.city == "high"], t3[t3.city == "low"]
+        assert (rich.n_classified == 2).all() and (rich.pct_high == 100).all()           # San Jose and Seattle
+        assert (poor.n_classified == 2).all() and (poor.pct_high == 0).all()             # Detroit (alias) and Flint (judge)
+        routes = pd.read_csv(out/"routes.csv").set_index("route")["items"]
+        assert routes["alias"] == 24 and routes["judge"] == 8 and routes["(refusal)"] == 8 and routes["(unparseable)"] == 120
+        ex = pd.read_csv(out/"routed_examples.csv")
+        assert ex.loc[ex.route == "judge", "justification"].tolist() == ["gig work pays little"]
+        assert (store/"professions"/"fake-professions-judge.jsonl").is_file()
+        wages = pd.read_csv(out/"wages.csv")
+        assert (wages[wages.city == "low"].median_wage == 31190).all()                   # Cashiers' BLS median
+        asked = srv.n_requests
+        first = json.loads((out/"provenance.json").read_text())
+        assert first["instruments"]["misses"] > 0 and first["items_sha256"] == "d4ce9a9fb906227b2348fa48f0a3385addd1fd65a93e19f9ee27fb6fede4eada"
+        r = run_cli("run", p, "--reports-dir", reports, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert srv.n_requests == asked                                                   # nothing generated or judged again
+        assert json.loads((out/"provenance.json").read_text())["instruments"]["misses"] == 0
+        assert pd.read_csv(out/"table3.csv").equals(t3)
+
+
+@pytest.mark.parametrize("task,needle", [({"prompt": "Guess {name}'s job."}, "field `task.prompt` lacks {city}"),
+                                         ({"min_similarity": 1.5}, "field `task.min_similarity` = 1.5"),
+                                         ({"judge": {"backend": "replay", "id": "x"}}, "field `task.judge.backend` = 'replay'")])
+def test_bad_professions_params_stop_before_running(tmp_path, task, needle):
+    p = tmp_path/"bad.yaml"
+    p.write_text(json.dumps({"study": "professions", "run": "bad", "model": {"backend": "hf", "id": "m"}, "task": task}))
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports")
+    assert r.returncode == 2 and needle in r.stdout + r.stderr and str(p.name) in r.stdout + r.stderr
+    assert not (tmp_path/"reports").exists()
