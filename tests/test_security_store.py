@@ -232,3 +232,13 @@ def test_store_failing_mid_run_says_what_is_kept(tmp_path):
                                          r"generated again by the next run; the 3 answer\(s\) stored before it are kept"):
         generate_all(be, REQS, GenerationParams(), GenerationStore(folder/"s.jsonl"), run="r", progress=False)
     assert sum(be.counts.values()) == 6 and len(_lines(tmp_path/"drive-was"/"s.jsonl")) == 3
+
+
+def test_committed_reports_carry_no_machine_paths():
+    "Reports are read on other machines: no committed report file names this checkout's absolute path (stores are named relative to the project)."
+    import subprocess
+    files = subprocess.run(["git", "ls-files", "reports"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    texts = [f for f in files if f.endswith((".html", ".json", ".csv"))]
+    assert texts
+    leaks = [f for f in texts if str(ROOT) in (ROOT/f).read_text(encoding="utf-8", errors="ignore")]
+    assert not leaks, f"{leaks[:5]} contain {ROOT}; pass paths through report._relpath"
