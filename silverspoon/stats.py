@@ -12,10 +12,10 @@ from sklearn import metrics as skm
 
 # %% auto #0
 __all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper',
-           'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'agreement_table',
-           'cluster_bootstrap_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr',
-           'log_odds_ratio', 'largest_remainder', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test',
-           'word_odds_ratios', 'weat']
+           'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'cluster_boot_weights',
+           'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci', 'PropCI',
+           'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'fmt_ci',
+           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'word_odds_ratios', 'weat']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -167,8 +167,11 @@ def _cluster_draws(C:int, n_boot:int, seed:int, max_cells:int=2_000_000):
     step = max(1, max_cells // max(C, 1))
     for s in range(0, n_boot, step): yield rng.integers(0, C, size=(min(step, n_boot - s), C), dtype=np.int32)  # int32: ~5x faster
 
-def _boot_weights(C:int, n_boot:int, seed:int)->np.ndarray:
-    "(n_boot x C) float matrix: how often each bootstrap replicate drew each cluster."
+def cluster_boot_weights(C:int,       # number of clusters
+                         n_boot:int,  # bootstrap replicates
+                         seed:int     # seed of the draws (the same stream as every other cluster bootstrap here)
+                        )->np.ndarray:
+    "(n_boot x C) float matrix: how often each bootstrap replicate drew each cluster. `W @ per_cluster_sums` resamples any additive statistic."
     W = np.empty((n_boot, C))
     b = 0
     for d in _cluster_draws(C, n_boot, seed):
@@ -177,7 +180,9 @@ def _boot_weights(C:int, n_boot:int, seed:int)->np.ndarray:
         b += r
     return W
 
-def _percentile_ci(reps:np.ndarray, alpha:float)->tuple[float, float, int]:
+def percentile_ci(reps:np.ndarray, # one statistic per bootstrap replicate; NaN where it was undefined
+                  alpha:float      # 1 - confidence level
+                 )->tuple[float, float, int]:
     "Percentile interval over the defined (non-NaN) replicates, and how many there were."
     ok = reps[~np.isnan(reps)]
     if len(ok) == 0: return float("nan"), float("nan"), 0
@@ -207,10 +212,10 @@ def agreement_table(y_true,              # gold labels (0/1), e.g. the human lab
     notes = _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
     cell = 2*t.astype(np.int64) + p               # 0 tn, 1 fp, 2 fn, 3 tp
     K = np.bincount(codes*4 + cell, minlength=4*C).reshape(C, 4)[:, [3, 0, 1, 2]].astype(np.float64)  # C x (tp, tn, fp, fn)
-    reps = metrics_from_counts(*(_boot_weights(C, n_boot, seed) @ K).T)
+    reps = metrics_from_counts(*(cluster_boot_weights(C, n_boot, seed) @ K).T)
     rows = []
     for m in METRICS:
-        lo, hi, k = _percentile_ci(reps[m], alpha)
+        lo, hi, k = percentile_ci(reps[m], alpha)
         note = notes.get(m, "")
         if 0 < k < n_boot: note = "; ".join(filter(None, [note, f"CI from the {k} of {n_boot} replicates where it is defined"]))
         if math.isnan(est[m]): lo = hi = float("nan")
@@ -249,7 +254,7 @@ def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
             for k in est: reps[k].append(r.get(k, np.nan))
     rows = []
     for k, e in est.items():
-        lo, hi, _ = _percentile_ci(np.asarray(reps[k], dtype=np.float64), alpha)
+        lo, hi, _ = percentile_ci(np.asarray(reps[k], dtype=np.float64), alpha)
         rows.append(dict(metric=k, estimate=e, ci_low=lo, ci_high=hi, n_items=len(df), n_clusters=C))
     return pd.DataFrame(rows)
 
@@ -300,8 +305,8 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
         # Use the Wilson interval with the number of clusters as the (conservative) effective sample size instead.
         _, lo, hi = proportion_ci(int(round(est*C)), C, alpha=alpha)
         return PropCI(est, lo, hi, len(v), C)
-    W = _boot_weights(C, n_boot, seed)
-    lo, hi, _ = _percentile_ci((W @ sums) / (W @ sizes), alpha)
+    W = cluster_boot_weights(C, n_boot, seed)
+    lo, hi, _ = percentile_ci((W @ sums) / (W @ sizes), alpha)
     return PropCI(est, lo, hi, len(v), C)
 
 # %% ../nbs/04_stats.ipynb #de14c098

@@ -107,6 +107,11 @@ def test_first_difference_names_file_row_and_column(tmp_path):
     assert lane.first_difference(a, a.replace("share", "p")) == "header, column 'share': 'share' != 'p'"
     assert lane.first_difference(a, a + "Z,1,1\n") == "2 rows != 3 rows"
     assert "different bytes" in lane.first_difference(a, a.replace("\n", "\r\n"))
+    noisy = a.replace("0.25", "0.25000000000000006")                          # last-digit noise between numpy versions
+    assert lane.first_difference(a, noisy) is None
+    assert lane.first_difference(a, a.replace("0.25", "0.2500001")) == "row 2, column 'share': '0.25' != '0.2500001'"
+    assert lane.first_difference(a, a.replace("0.25", "nan")) == "row 2, column 'share': '0.25' != 'nan'"
+    assert lane.first_difference(a, a.replace("12", "12.0")) == "row 2, column 'n': '12' != '12.0'" and lane.first_difference(a, a.replace("Yi6B", "1e0")) is not None
     exp, act = tmp_path/"exp", tmp_path/"act"
     for d in (exp, act): (d/"stop"/"r1").mkdir(parents=True)
     (exp/"stop"/"r1"/"t.csv").write_text(a); (act/"stop"/"r1"/"t.csv").write_text(a.replace("GPT4", "GPT5"))

@@ -11,7 +11,7 @@ The README's Colab section is the single source of what a Colab user installs: `
 lines and runs exactly those, so the README cannot drift from what CI tests.
 """
 from __future__ import annotations
-import argparse, csv, io, json, re, shlex, subprocess, sys
+import argparse, csv, io, json, math, re, shlex, subprocess, sys
 from importlib import metadata
 from pathlib import Path
 
@@ -86,8 +86,23 @@ def pip_check_problems(output:str, no_deps:set[str])->list[str]:
     return [l for l in output.splitlines() if l.strip() and not l.startswith("No broken requirements")
             and not ((m := MISSING.match(l)) and norm(m.group(1)) in no_deps)]
 
+# Floats may differ in their last digits between the two stacks: numpy/scipy versions sum and sort in different orders
+# (seen: CI bounds at -0.026835002626446194 vs ...625936754, 2e-11 relative; a Spearman p at 1e-15). A cell
+# is equal when its text is, or when both parse as floats within this relative tolerance. Anything a reader could see
+# at 9 significant digits (and every non-number: labels, counts, order of rows) must still be byte-identical.
+FLOAT_RTOL = 1e-9
+INTEGER = re.compile(r"[+-]?\d+")
+
+def same_cell(u:str, v:str, rtol:float=FLOAT_RTOL)->bool:
+    "Equal text, or two floats within `rtol` of each other (relative to the larger); integers and NaN only by text."
+    if u == v: return True
+    if INTEGER.fullmatch(u) or INTEGER.fullmatch(v): return False   # a count, or an int column turned float
+    try: x, y = float(u), float(v)
+    except ValueError: return False
+    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rtol, abs_tol=0.0)
+
 def first_difference(a:str, b:str)->str|None:
-    "None when two CSV texts are identical, else where they first differ: row, column name, both values."
+    "None when two CSV texts are equal (floats to `FLOAT_RTOL`), else where they first differ: row, column name, both values."
     if a == b: return None
     ra, rb = list(csv.reader(io.StringIO(a))), list(csv.reader(io.StringIO(b)))
     header = ra[0] if ra else []
@@ -95,11 +110,12 @@ def first_difference(a:str, b:str)->str|None:
         if x == y: continue
         for j in range(max(len(x), len(y))):
             u, v = (x[j] if j < len(x) else "<missing>"), (y[j] if j < len(y) else "<missing>")
-            if u != v:
+            if not same_cell(u, v):
                 col = header[j] if j < len(header) else f"#{j}"
                 where = "header" if i == 0 else f"row {i}"
                 return f"{where}, column {col!r}: {u!r} != {v!r}"
     if len(ra) != len(rb): return f"{len(ra) - 1} rows != {len(rb) - 1} rows"
+    if ra != rb: return None   # the cells differ only by float noise within FLOAT_RTOL
     return "same cells, different bytes (quoting, line endings or trailing newline)"
 
 def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
@@ -125,7 +141,7 @@ def main(argv=None)->int:
     pc.add_argument("readme"); pc.add_argument("--python", default=sys.executable, help="the venv's python")
     c = sub.add_parser("check-provenance", help="every run's provenance.json records the pinned versions")
     c.add_argument("reports"); c.add_argument("requirements")
-    k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte")
+    k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
     args = ap.parse_args(argv)
     if args.cmd in ("install", "print"):
@@ -161,7 +177,7 @@ def main(argv=None)->int:
     problems = compare_csvs(Path(args.expected), Path(args.actual))
     for p in problems: print(p, file=sys.stderr)
     n = len(list(Path(args.expected).rglob("*.csv")))
-    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs byte-identical to {args.expected}")
+    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs identical to {args.expected} (floats to {FLOAT_RTOL:g} relative)")
     return 1 if problems else 0
 
 if __name__ == "__main__": sys.exit(main())

@@ -6,13 +6,14 @@
 from __future__ import annotations
 import hashlib, re, unicodedata, warnings
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from ..core import DataError, ParamsError, RunParams, ModelParams, GenerationParams, SampleParams, from_dict, task_params, check_model, check_generation, is_missing
 from ..data import fetch, read_data_csv
 from ..backends import GenRequest
-from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci
+from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci
 from ..text import Instrument, TextEmbedder
 from . import Study
 
@@ -24,8 +25,9 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'PROFESSIONS_FILES', 'STUDY', 'first_distinct', 'name_table', 'demographic_items', 'items_sha256',
            'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable', 'load_bls',
            'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
-           'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'table3', 'gender_shift',
-           'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask', 'professions_task', 'summary_rows']
+           'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'cell_groups', 'table3',
+           'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask', 'professions_task',
+           'summary_rows']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -498,12 +500,17 @@ CELLS = [(g, r, c) for r in RACES for c in CITY_CLASSES for g in GENDERS]   # th
 
 def _high(df:pd.DataFrame)->pd.Series: return df.income_class.eq("high").astype(float)
 
+def cell_groups(answers:pd.DataFrame # one row per item with gender, race, city_class
+               )->Iterator[tuple[str, str, str, pd.DataFrame]]:
+    "Each (gender, race, city class, rows) in the paper's row order `CELLS`, one pass over `answers`; a cell without rows gets an empty frame."
+    groups = dict(list(answers.groupby(["gender", "race", "city_class"], sort=False)))
+    for g, r, c in CELLS: yield g, r, c, groups.get((g, r, c), answers.iloc[:0])
+
 def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (high/low/None)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Table 3: % high- and low-income professions per cell with name-clustered bootstrap CIs, counts, and the published values."
     rows = []
-    for g, r, c in CELLS:
-        sub = answers[(answers.gender == g) & (answers.race == r) & (answers.city_class == c)]
+    for g, r, c, sub in cell_groups(answers):
         cl = sub[sub.income_class.notna()]
         ci = cluster_proportion_ci(_high(cl), cl.name.to_numpy(), n_boot, seed) if len(cl) else None
         ph, pl = PAPER_TABLE3[(g, r, c)]
@@ -516,10 +523,9 @@ def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_cl
 def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, profession (or None), income_class
                  n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Per gender, averaged over races: rich-minus-poor change in % high-income and the TVD of professions, with name-clustered CIs, beside the paper."
-    from silverspoon.stats import _boot_weights, _percentile_ci
     a = answers.reset_index(drop=True)
     codes, names = pd.factorize(a.name); C = len(names)
-    W = np.vstack([np.ones(C), _boot_weights(C, n_boot, seed)])          # row 0: the sample itself; then one row per replicate (weights per name)
+    W = np.vstack([np.ones(C), cluster_boot_weights(C, n_boot, seed)])          # row 0: the sample itself; then one row per replicate (weights per name)
     high, classified = a.income_class.eq("high").to_numpy(float), a.income_class.notna().to_numpy(float)
     prof, profs = pd.factorize(a.profession)                             # -1: no profession
     stats = {}
@@ -543,7 +549,7 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
     pt = {g: np.mean([PAPER_TABLE3[(g, r, "high")][0] - PAPER_TABLE3[(g, r, "low")][0] for r in RACES]) for g in GENDERS}
     rows = []
     for (measure, g), v in stats.items():
-        lo, hi, _ = _percentile_ci(v[1:], 0.05)
+        lo, hi, _ = percentile_ci(v[1:], 0.05)
         rows.append(dict(measure=measure, gender=g, estimate=float(v[0]), ci_low=lo, ci_high=hi, n_items=len(a), n_clusters=C,
                          paper_text=PAPER_SHIFT.get(g, np.nan), published_table3=pt.get(g, np.nan) if measure == "shift_high" else np.nan))
     return pd.DataFrame(rows)
@@ -570,20 +576,19 @@ def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
 # %% ../../nbs/11_professions.ipynb #36c552e4
 def top_professions(answers:pd.DataFrame, # one row per item with profession
                     k:int=5)->pd.DataFrame:
-    "The `k` most frequent professions per gender x race x city class, as 'profession (count)', with the cell's number of answers."
+    "The `k` most frequent professions per gender x race x city class, as 'profession (count)', with the cell's number of answers; ties alphabetical."
     rows = []
-    for g, r, c in CELLS:
-        s = answers[(answers.gender == g) & (answers.race == r) & (answers.city_class == c)].profession.dropna()
-        vc = s.value_counts().head(k)
-        rows.append(dict(gender=g, race=r, city=c, n_answers=len(s), **{f"top{i+1}": f"{p} ({n})" for i, (p, n) in enumerate(vc.items())}))
+    for g, r, c, sub in cell_groups(answers):
+        s = sub.profession.dropna()
+        vc = s.value_counts().rename_axis("p").reset_index(name="n").sort_values(["n", "p"], ascending=[False, True]).head(k)
+        rows.append(dict(gender=g, race=r, city=c, n_answers=len(s), **{f"top{i+1}": f"{p} ({n})" for i, (p, n) in enumerate(zip(vc.p, vc.n))}))
     return pd.DataFrame(rows)
 
 def wage_table(answers:pd.DataFrame, # one row per item with wage (NaN when the answer has no matched occupation)
                n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Median BLS wage of the predicted occupations per cell, with a name-clustered bootstrap CI and the share that is top-coded."
     rows = []
-    for g, r, c in CELLS:
-        s = answers[(answers.gender == g) & (answers.race == r) & (answers.city_class == c) & answers.wage.notna()]
+    for g, r, c, s in cell_groups(answers[answers.wage.notna()]):
         ci = cluster_bootstrap_ci(s, lambda d: {"median": float(d.wage.median())}, cluster="name", n_boot=n_boot, seed=seed).iloc[0] if len(s) else None
         rows.append(dict(gender=g, race=r, city=c, n_matched=len(s), median_wage=ci.estimate if ci is not None else np.nan,
                          ci_low=ci.ci_low if ci is not None else np.nan, ci_high=ci.ci_high if ci is not None else np.nan,
