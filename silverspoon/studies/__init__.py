@@ -36,6 +36,7 @@ STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object
     "stop": "silverspoon.studies.stop:STUDY",
     "letters": "silverspoon.studies.letters:STUDY",
     "professions": "silverspoon.studies.professions:STUDY",
+    "narratives": "silverspoon.studies.narratives:STUDY",
 }
 
 def get_study(name:str,          # the params `study:` value

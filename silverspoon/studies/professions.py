@@ -26,8 +26,8 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable', 'load_bls',
            'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
            'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'cell_groups', 'table3',
-           'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask', 'professions_task',
-           'summary_rows']
+           'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask',
+           'check_name_city_task', 'professions_task', 'summary_rows']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -607,16 +607,25 @@ class ProfessionsTask:
     boot_seed: int = 0
     max_examples: int = 40              # answers shown in the hand-checkable samples
 
-def professions_task(params:RunParams, src:str="<params>")->ProfessionsTask:
-    "Validate `params.task` for the professions study; a `ParamsError` names the field and the fix."
-    t = task_params(ProfessionsTask, params, src)
+def check_name_city_task(params:RunParams, # the run's params
+                         t,                 # its task options (a dataclass with a `prompt`)
+                         positive:tuple,    # names of task fields that must be positive integers
+                         study:str,         # the study, for messages
+                         src:str="<params>" # the file, for messages
+                        ):
+    "`t` when the checks every name x city study shares pass (a live backend, a prompt naming {name} and {city}, positive counts); else a `ParamsError`."
     if params.model.backend == "replay":
-        raise ParamsError(f"{src}: field `model.backend` = 'replay': no model answers of the SilverSpoon professions study were released. Use hf, openai or vllm.")
+        raise ParamsError(f"{src}: field `model.backend` = 'replay': no model answers of the SilverSpoon {study} study were released. Use hf, openai or vllm.")
     for key in ("{name}", "{city}"):
         if key not in t.prompt: raise ParamsError(f"{src}: field `task.prompt` lacks {key}; the prompt must name the person and the city.")
-    if not 0 < t.min_similarity <= 1: raise ParamsError(f"{src}: field `task.min_similarity` = {t.min_similarity}: use a cosine similarity in (0, 1], e.g. 0.6.")
-    for f in ("top_k", "n_boot", "max_examples"):
+    for f in positive:
         if getattr(t, f) < 1: raise ParamsError(f"{src}: field `task.{f}` = {getattr(t, f)}: use a positive integer.")
+    return t
+
+def professions_task(params:RunParams, src:str="<params>")->ProfessionsTask:
+    "Validate `params.task` for the professions study; a `ParamsError` names the field and the fix."
+    t = check_name_city_task(params, task_params(ProfessionsTask, params, src), ("top_k", "n_boot", "max_examples"), "professions", src)
+    if not 0 < t.min_similarity <= 1: raise ParamsError(f"{src}: field `task.min_similarity` = {t.min_similarity}: use a cosine similarity in (0, 1], e.g. 0.6.")
     check_generation(t.judge_generation, src, "task.judge_generation.")
     if t.judge is not None:
         check_model(t.judge, src, "task.judge.")

@@ -1,0 +1,77 @@
+"""Narratives end to end (issue 11, parts 5-8): `silverspoon run` of a narratives params file on a tiny random Llama with the
+paper's 5-class sentiment path on a tiny random classifier, then a rerun that generates nothing and reads every instrument
+output (sentiment, VADER, content lemmas) from the cache; and bad params that stop before anything runs."""
+import json
+import pandas as pd
+import pytest
+from conftest import run_cli
+from silverspoon.testing import build_tiny_llama
+from silverspoon.text import build_tiny_classifier
+
+FIVE = ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    return {"llama": build_tiny_llama(d/"llama"), "sentiment": build_tiny_classifier(d/"sentiment", FIVE, seed=4)}
+
+
+def _params(tmp_path, tiny, sample=None, **task):
+    t = dict(sentiment_model=str(tiny["sentiment"]), n_boot=50, n_topics=2, min_df=1, min_count=2, max_examples=8)
+    t.update(task)
+    p = tmp_path/"tiny-narratives.yaml"
+    p.write_text(json.dumps({"study": "narratives", "run": "tiny-narratives",
+                             "model": {"backend": "hf", "id": str(tiny["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16},
+                             "generation": {"max_new_tokens": 24}, "sample": sample or {"n": 32, "stratify_by": "group", "seed": 0}, "task": t}))
+    return p
+
+
+def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
+    p, reports, store, cache = _params(tmp_path, tiny), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+    env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
+    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = reports/"narratives"/"tiny-narratives"
+    t4 = pd.read_csv(out/"table4.csv")
+    assert len(t4) == 16 and t4.n_items.tolist() == [2]*16                       # 32 stories, 2 per cell, the paper's row order
+    assert (t4.n_stories + t4.n_not_story == t4.n_items).all()
+    told = t4[t4.n_stories > 0]
+    assert ((told.pct_negative + told.pct_neutral + told.pct_positive - 100).abs() < 1e-9).all()
+    assert list(zip(t4.gender, t4.race, t4.city))[:3] == [("female", "White", "high"), ("male", "White", "high"), ("female", "White", "low")]
+    assert t4.paper_sum.tolist()[7] == 96.0
+    status = pd.read_csv(out/"story_status.csv")
+    assert status[["story", "refusal", "empty", "failed"]].sum(axis=1).eq(status["items"]).all() and status["items"].sum() == 32
+    lengths = pd.read_csv(out/"lengths.csv")
+    assert lengths.iloc[-1].n_items == 32 and lengths.iloc[-1].pct_truncated > 50   # 24 new tokens: a random model rarely stops
+    assert set(pd.read_csv(out/"sentiment_tests.csv").test) == {"chi-square", "proportional odds"}
+    for f in ("design", "contrasts", "instrument_agreement", "story_examples", "top_words", "topics", "topic_shares", "summary", "generation_counts"):
+        assert (out/f"{f}.csv").is_file(), f
+    for f in ("word_clouds", "table4_figure", "vader_compound"): assert (out/f"{f}.png").is_file(), f
+    assert "% positive high-low city" in set(pd.read_csv(out/"summary.csv").metric)
+    prov = json.loads((out/"provenance.json").read_text())
+    first = prov["instruments"]
+    assert prov["sentiment_instrument"]["instrument"] == "hf-text-classification"
+    assert first["misses"] > 0 and set(first["instruments"]) == {"sentiment-5class", "vader", "content-lemmas"}
+    assert prov["store"]["misses"] > 0 and (store/"narratives"/"tiny-narratives.instruments.jsonl").is_file()
+    # the rerun computes nothing: no story is generated again, every instrument output comes from the cache
+    before = {f: pd.read_csv(out/f"{f}.csv") for f in ("table4", "top_words", "topics", "contrasts", "sentiment_tests")}
+    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    again = json.loads((out/"provenance.json").read_text())
+    assert again["instruments"]["misses"] == 0 and again["instruments"]["hits"] >= first["misses"]
+    assert again["store"]["misses"] == 0 and again["store"]["hits"] == prov["store"]["hits"] + prov["store"]["misses"]
+    for f, df in before.items(): pd.testing.assert_frame_equal(pd.read_csv(out/f"{f}.csv"), df, obj=f)   # the same tables from the cache
+
+
+@pytest.mark.parametrize("sample,task,needle", [
+    (None, {"prompt": "Write a story about {name}."}, "field `task.prompt` lacks {city}"),
+    ({"n": 5000}, {}, "field `sample.n` = 5000: draw between 1 and 1000 stories"),
+    ({"n": 32, "stratify_by": "race"}, {}, "field `sample.stratify_by` = 'race'"),
+    (None, {"n_topics": 1}, "field `task.n_topics` = 1: use at least 2 topics"),
+    (None, {"vader_positive": -0.1}, "negative must be below positive")])
+def test_bad_narratives_params_stop_before_running(tmp_path, tiny, sample, task, needle):
+    p = _params(tmp_path, tiny, sample, **task)
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
+    assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
