@@ -255,12 +255,15 @@ def _flock(fd:int, block:bool)->bool:
         warnings.warn(f"file locks are not supported here ({e.strerror}): two runs on one store are not kept apart.")
         return True
 
-def _holder(fd:int)->str:
-    "Who holds the lock, as the holder wrote it into the lock file."
-    try:
-        h = json.loads(os.pread(fd, 1000, 0))
-        return f"pid {h['pid']} on {h['host']}, since {h['since']}"
-    except Exception: return "another process"
+def _holder(fd:int, tries:int=20)->str:
+    "Who holds the lock, as the holder wrote it into the lock file (retried for up to ~1 s: it writes just after taking the lock)."
+    for i in range(tries):
+        try:
+            h = json.loads(os.pread(fd, 1000, 0))
+            return f"pid {h['pid']} on {h['host']}, since {h['since']}"
+        except Exception:
+            if i < tries - 1: time.sleep(0.05)
+    return "another process"
 
 # %% ../nbs/03_store.ipynb #4121a26b
 def store_root()->Path:
