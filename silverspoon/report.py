@@ -11,10 +11,10 @@ from .core import *
 
 # %% auto #0
 __all__ = ['REPORT_MARKER', 'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'package_versions', 'git_state', 'ci_text', 'summary_wide',
-           'ci_columns', 'display_frame', 'model_label', 'Report', 'report_cells', 'safe_markdown_outputs',
-           'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text',
-           'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'collect_summaries',
-           'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
+           'ci_columns', 'display_frame', 'model_label', 'Report', 'warning_without_path', 'report_cells',
+           'safe_markdown_outputs', 'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file',
+           'secret_values', 'scrub_text', 'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe',
+           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
 _PACKAGES = ["silverspoon", "numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "torch", "transformers",
@@ -100,7 +100,8 @@ def display_frame(df:pd.DataFrame)->pd.DataFrame:
 
 # %% ../nbs/06_report.ipynb #798a30ad
 def _relpath(p)->str:
-    "`p` relative to the project root when inside it (reports must not carry one machine's paths), else as is."
+    "`p` relative to the project root when inside it (reports must not carry one machine's paths), else as is; a relative `p` is taken as already relative to the project."
+    if not Path(p).is_absolute(): return Path(p).as_posix()   # resolving it would join it to the kernel's cwd (nbs/)
     try: return Path(p).resolve().relative_to(project_root()).as_posix()
     except ValueError: return str(p)
 
@@ -201,6 +202,11 @@ class Report:
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
                        for k, v in prov.items())
         display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
+
+# %% ../nbs/06_report.ipynb #warnfmt1
+def warning_without_path(message, category, filename, lineno, line=None)->str:
+    "`warnings.formatwarning` for reports: 'Category: message', without the file path and source line of this machine."
+    return f"{category.__name__}: {message}\n"
 
 # %% ../nbs/06_report.ipynb #3549ded3
 REPORT_MARKER = "# Report"

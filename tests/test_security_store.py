@@ -242,3 +242,17 @@ def test_committed_reports_carry_no_machine_paths():
     assert texts
     leaks = [f for f in texts if str(ROOT) in (ROOT/f).read_text(encoding="utf-8", errors="ignore")]
     assert not leaks, f"{leaks[:5]} contain {ROOT}; pass paths through report._relpath"
+
+
+def test_committed_reports_name_their_stores_where_they_are():
+    "Every store a committed report names (generation store, instrument cache) is a committed file at that path, relative to the project."
+    import subprocess
+    tracked = set(subprocess.run(["git", "ls-files", "store"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split())
+    named = {}
+    for f in sorted(ROOT.glob("reports/*/*/provenance.json")):
+        prov = json.loads(f.read_text(encoding="utf-8"))
+        for k in ("store", "instruments"):
+            if isinstance(prov.get(k), dict) and prov[k].get("path"): named[f"{f.relative_to(ROOT)} {k}"] = prov[k]["path"]
+    assert len(named) >= 5, named
+    wrong = {k: p for k, p in named.items() if p not in tracked}
+    assert not wrong, f"provenance names store files that are not committed at that path: {wrong}"

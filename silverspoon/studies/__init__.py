@@ -4,7 +4,7 @@
 
 # %% ../../nbs/08_studies.ipynb #9b86cdbe
 from __future__ import annotations
-import importlib
+import importlib, warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
@@ -65,8 +65,9 @@ def start_run(study:str,                      # the study this notebook implemen
         raise ParamsError(f"{params_source}: field `study` = {params.study!r}, but this is the {s.name} notebook ({s.notebook}); "
                           "run the file with `silverspoon run`, which picks the notebook from `study`.")
     opts = s.validate(params, params_source)
-    from silverspoon.report import Report, model_label   # report imports this module: imported here, no import circle
+    from silverspoon.report import Report, model_label, warning_without_path   # report imports this module: imported here, no import circle
     rep = Report(params, out_dir)
+    if out_dir is not None: warnings.formatwarning = warning_without_path   # a report run: warnings shown without this machine's paths
     if show:
         from IPython.display import Markdown, display
         what = s.describe(params, opts) if s.describe else f"model `{model_label(params.model)}` via `{params.model.backend}`. {params.description}"
