@@ -26,9 +26,9 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'missing_groups', 'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned',
            'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools',
            'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns',
-           'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'LettersTask',
-           'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'success_table',
-           'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'sentence_shares', 'style_tests',
+           'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'table2_agreement',
+           'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive',
+           'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'sentence_shares', 'style_tests',
            'agreement_with_authors', 'hallucination_tests', 'AgencyTraining', 'AgencyClassifier', 'summary_rows']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
@@ -392,6 +392,25 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
     out = pd.DataFrame(rows)
     out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
     return out
+
+# %% ../../nbs/20_letters.ipynb #t2agree1
+def table2_agreement(lor:pd.DataFrame # `lexicon_odds_ratios` output (one mode) with the published `paper` column
+                    )->pd.DataFrame:
+    "Per published trait: our OR, rounded, whether it matches, and for a miss how many male word-total tokens would make it round to the paper's value."
+    rows = []
+    for r in lor[lor.paper.notna()].itertuples():
+        ours, pub = float(r.or_paper), float(r.paper)
+        lo, hi = pub - 0.005, pub + 0.005                       # the interval that rounds to the published value
+        match = bool(round(ours, 2) == pub)
+        shift = np.nan
+        if not match and r.a_m and r.a_f:
+            target = hi - 1e-9 if ours >= hi else lo           # the nearest edge inside the interval
+            n_m = r.a_m + r.a_m * (r.n_f - r.a_f) / (target * r.a_f)   # solve (a_m/(n_m-a_m)) / (a_f/(n_f-a_f)) = target for n_m
+            shift = int(np.ceil(n_m - r.n_m)) if ours >= hi else int(np.floor(n_m - r.n_m))
+        rows.append(dict(trait=r.trait, mode=r.mode, paper=pub, ours=ours, ours_2dp=round(ours, 2), match=match,
+                         gap=0.0 if match else float(min(abs(ours - lo), abs(ours - hi))), male_word_total_shift=shift,
+                         trait_word_step=float(abs(ours - (r.a_m - 1) / (r.n_m - r.a_m + 1) / (r.a_f / (r.n_f - r.a_f))))))
+    return pd.DataFrame(rows)
 
 # %% ../../nbs/20_letters.ipynb #5b14bd5d
 LETTERS_FILES = tuple(sorted(n for n in REGISTRY if n.startswith(f"{RL}/")))   # every file of the study, for provenance
