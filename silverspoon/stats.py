@@ -288,7 +288,8 @@ class PropCI:
 
 def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite numbers: CI of their mean)
                           clusters=None,      # cluster id per item; None = iid bootstrap over items
-                          n_boot:int=2000, seed:int=0, alpha:float=0.05
+                          n_boot:int=2000, seed:int=0, alpha:float=0.05,
+                          few_clusters:str="na" # fewer than MIN_CLUSTERS clusters: "na" (no interval) or "wilson" (Wilson on the clusters)
                          )->PropCI:
     "Mean of `x` with a percentile cluster-bootstrap CI (vectorised)."
     _check_boot(n_boot, alpha)
@@ -299,10 +300,11 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
     codes, C = _clusters(clusters, len(v))
     sums, sizes = np.bincount(codes, weights=v, minlength=C), np.bincount(codes, minlength=C).astype(np.float64)
     est = float(v.mean())
-    if C < MIN_CLUSTERS: return PropCI(est, np.nan, np.nan, len(v), C)     # too few clusters for any interval
-    if np.isin(v, (0.0, 1.0)).all() and est in (0.0, 1.0):
-        # every item has the same outcome: each bootstrap replicate does too, so the percentile CI would be [p, p].
-        # Use the Wilson interval with the number of clusters as the (conservative) effective sample size instead.
+    if few_clusters not in ("na", "wilson"): raise ValueError(f"`few_clusters` must be 'na' or 'wilson', got {few_clusters!r}.")
+    if C < MIN_CLUSTERS and few_clusters == "na": return PropCI(est, np.nan, np.nan, len(v), C)     # too few clusters for a bootstrap
+    if C < MIN_CLUSTERS or (np.isin(v, (0.0, 1.0)).all() and est in (0.0, 1.0)):
+        # too few clusters for a bootstrap, or every item has the same outcome (each replicate would too: a [p, p] CI):
+        # the Wilson interval with the number of clusters as the (conservative) effective sample size instead.
         _, lo, hi = proportion_ci(int(round(est*C)), C, alpha=alpha)
         return PropCI(est, lo, hi, len(v), C)
     W = cluster_boot_weights(C, n_boot, seed)

@@ -111,6 +111,9 @@ def test_first_difference_names_file_row_and_column(tmp_path):
     assert lane.first_difference(a, noisy) is None
     assert lane.first_difference(a, a.replace("0.25", "0.2500001")) == "row 2, column 'share': '0.25' != '0.2500001'"
     assert lane.first_difference(a, a.replace("0.25", "nan")) == "row 2, column 'share': '0.25' != 'nan'"
+    z = "stat\n0.0\n"
+    assert lane.first_difference(z, z.replace("0.0", "2.7755575615628914e-15")) is None                  # float noise at zero
+    assert lane.first_difference(z, z.replace("0.0", "1e-09")) == "row 1, column 'stat': '0.0' != '1e-09'"
     assert lane.first_difference(a, a.replace("12", "12.0")) == "row 2, column 'n': '12' != '12.0'" and lane.first_difference(a, a.replace("Yi6B", "1e0")) is not None
     exp, act = tmp_path/"exp", tmp_path/"act"
     for d in (exp, act): (d/"stop"/"r1").mkdir(parents=True)

@@ -91,15 +91,16 @@ def pip_check_problems(output:str, no_deps:set[str])->list[str]:
 # is equal when its text is, or when both parse as floats within this relative tolerance. Anything a reader could see
 # at 9 significant digits (and every non-number: labels, counts, order of rows) must still be byte-identical.
 FLOAT_RTOL = 1e-9
+FLOAT_ATOL = 1e-12   # near zero a relative tolerance means nothing: a Wilson bound of 2.8e-15 on one stack is 0.0 on another
 INTEGER = re.compile(r"[+-]?\d+")
 
-def same_cell(u:str, v:str, rtol:float=FLOAT_RTOL)->bool:
-    "Equal text, or two floats within `rtol` of each other (relative to the larger); integers and NaN only by text."
+def same_cell(u:str, v:str, rtol:float=FLOAT_RTOL, atol:float=FLOAT_ATOL)->bool:
+    "Equal text, or two floats within `rtol` of each other (relative to the larger) or `atol` apart; integers and NaN only by text."
     if u == v: return True
     if INTEGER.fullmatch(u) or INTEGER.fullmatch(v): return False   # a count, or an int column turned float
     try: x, y = float(u), float(v)
     except ValueError: return False
-    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rtol, abs_tol=0.0)
+    return math.isfinite(x) and math.isfinite(y) and math.isclose(x, y, rel_tol=rtol, abs_tol=atol)
 
 def first_difference(a:str, b:str)->str|None:
     "None when two CSV texts are equal (floats to `FLOAT_RTOL`), else where they first differ: row, column name, both values."
@@ -177,7 +178,7 @@ def main(argv=None)->int:
     problems = compare_csvs(Path(args.expected), Path(args.actual))
     for p in problems: print(p, file=sys.stderr)
     n = len(list(Path(args.expected).rglob("*.csv")))
-    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs identical to {args.expected} (floats to {FLOAT_RTOL:g} relative)")
+    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs identical to {args.expected} (floats to {FLOAT_RTOL:g} relative or {FLOAT_ATOL:g} absolute)")
     return 1 if problems else 0
 
 if __name__ == "__main__": sys.exit(main())

@@ -13,7 +13,7 @@ import pandas as pd
 from ..core import DataError, ParamsError, RunParams, ModelParams, GenerationParams, SampleParams, from_dict, task_params, check_model, check_generation, is_missing
 from ..data import fetch, read_data_csv
 from ..backends import GenRequest
-from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci
+from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
 from . import Study
 
@@ -512,11 +512,13 @@ def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_cl
     rows = []
     for g, r, c, sub in cell_groups(answers):
         cl = sub[sub.income_class.notna()]
-        ci = cluster_proportion_ci(_high(cl), cl.name.to_numpy(), n_boot, seed) if len(cl) else None
+        ci = cluster_proportion_ci(_high(cl), cl.name.to_numpy(), n_boot, seed, few_clusters="wilson") if len(cl) else None
         ph, pl = PAPER_TABLE3[(g, r, c)]
         rows.append(dict(gender=g, race=r, city=c, n_items=len(sub), n_names=sub.name.nunique(), n_classified=len(cl),
                          n_unclassified=len(sub) - len(cl), pct_high=100*ci.estimate if ci else np.nan, ci_low=100*ci.ci_low if ci else np.nan,
-                         ci_high=100*ci.ci_high if ci else np.nan, pct_low=100*(1 - ci.estimate) if ci else np.nan, paper_high=ph, paper_low=pl))
+                         ci_high=100*ci.ci_high if ci else np.nan, pct_low=100*(1 - ci.estimate) if ci else np.nan, paper_high=ph, paper_low=pl,
+                         n_names_classified=ci.n_clusters if ci else 0,
+                         ci_method=("name bootstrap" if ci.n_clusters >= MIN_CLUSTERS else "Wilson, n = names") if ci else "none"))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/11_professions.ipynb #0d5f90f7
