@@ -19,10 +19,10 @@ from . import Study
 # %% auto #0
 __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS', 'LETTERS', 'BBQ_PROMPT',
            'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'STATUSES', 'SCORES', 'FLAGS', 'HEADLINE', 'STUDY', 'bbq_target',
-           'bbq_frame', 'crows_frame', 'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw',
-           'prompted_items', 'requests_for', 'parse_choice', 'outcomes', 'paired_scores', 'answer_rate_tests',
-           'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'finetune_info', 'DownstreamTask',
-           'downstream_task', 'summary_rows']
+           'absent_reason', 'bbq_frame', 'crows_frame', 'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset',
+           'stratified_draw', 'prompted_items', 'requests_for', 'parse_choice', 'outcomes', 'paired_scores',
+           'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'finetune_info',
+           'DownstreamTask', 'downstream_task', 'summary_rows']
 
 # %% ../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -43,6 +43,14 @@ def _absent(name:str, e:DataError)->bool:
     "True when `fetch(name)` failed because the file is absent (and could not be downloaded), not because a copy is corrupt."
     return not (data_dir()/lookup(name).relpath).is_file() and "fails its checksum" not in str(e)
 
+def absent_reason(name:str # registry name of a file `fetch` could not find
+                 )->str:
+    "Why a data file is absent, in words that name no machine's paths (reports are compared across machines)."
+    f = lookup(name)
+    return (f"{f.relpath} is not in the data folder (it could not be retrieved for the shared data copy: see {f.dataset}/PROVENANCE.md); "
+            f"with network access and SILVERSPOON_DATA unset it is downloaded from {f.url} and checked against its "
+            + (f"sha256 {f.sha256[:12]}..." if f.sha256 else f"git blob id {f.git_blob[:12]}... (no sha256 of it is known)"))
+
 def bbq_frame(categories=BBQ_CATEGORIES # BBQ category files to read (registry names bbq/<category>)
              )->tuple[pd.DataFrame, dict]:
     "One row per BBQ example of the categories present (target and UNKNOWN positions derived), and {missing category: reason}."
@@ -53,7 +61,7 @@ def bbq_frame(categories=BBQ_CATEGORIES # BBQ category files to read (registry n
         try: path = fetch(f"bbq/{c}", progress=False)
         except DataError as e:
             if not _absent(f"bbq/{c}", e): raise                 # a corrupt copy is an error, never "missing"
-            missing[c] = str(e).split(" (")[0]; continue
+            missing[c] = absent_reason(f"bbq/{c}"); continue
         for line in path.read_text(encoding="utf-8").splitlines():
             r = json.loads(line)
             unk = [k for k in range(3) if r["answer_info"][f"ans{k}"][1] == "unknown"]
@@ -106,7 +114,7 @@ def stereoset_frame()->tuple[pd.DataFrame|None, str|None]:
     try: path = fetch("stereoset/dev", progress=False)
     except DataError as e:
         if not _absent("stereoset/dev", e): raise
-        return None, str(e)
+        return None, absent_reason("stereoset/dev")
     return parse_stereoset(json.loads(path.read_text(encoding="utf-8")), lookup("stereoset/dev").relpath), None
 
 # %% ../../nbs/33_stop_downstream.ipynb #378ff788
