@@ -13,8 +13,8 @@ from tqdm import tqdm
 from .core import DataError, ParamsError, cache_dir, sha256_file
 
 # %% auto #0
-__all__ = ['REGISTRY', 'raw_url', 'DataFile', 'lookup', 'data_dir', 'file_sha256', 'download_url', 'fetch', 'read_data_csv',
-           'read_data_json', 'verify_all']
+__all__ = ['REGISTRY', 'raw_url', 'DataFile', 'lookup', 'data_dir', 'file_sha256', 'git_blob_sha1', 'download_url', 'fetch',
+           'read_data_csv', 'read_data_json', 'verify_all']
 
 # %% ../nbs/01_data.ipynb #d0b93281
 def raw_url(repo:str,   # GitHub `owner/name`
@@ -29,7 +29,7 @@ class DataFile:
     "One pinned data file: where it lives under the data folder, its checksum, and where it comes from."
     name: str                    # registry key, e.g. "silverspoon/human"
     relpath: str                 # path under the data folder (mirrors the shared data layout)
-    sha256: str                  # full hex digest of the file
+    sha256: str|None             # full hex digest of the file; None only where no sha256 is known (then `git_blob` pins it)
     size: int|None               # bytes; None where only a checksum is known (file absent from the shared copy)
     repo: str                    # GitHub `owner/name` of the source
     commit: str                  # full commit sha the file is pinned to
@@ -40,6 +40,7 @@ class DataFile:
     archive: str|None = None     # the file ships upstream only inside this archive (then `url` points at the archive)
     member: str|None = None      # name of the file inside `archive`
     archive_sha256: str|None = None
+    git_blob: str|None = None    # git blob id (sha1 of b"blob <size>\0" + bytes): the pin of a file whose sha256 is unknown
 
     @property
     def dataset(self)->str:
@@ -206,8 +207,20 @@ _crows = _mirror("crows-pairs", "nyu-mll/crows-pairs", "8aaac11c485473159ec9328a
     ("crows-pairs/pairs", "data/crows_pairs_anonymized.csv", 437764, "dfb36986ce0502abbaf7055b9176da3d08d48e07df1251991b5dfbcbceab9d0c")],
     note="1508 sentence pairs; evaluation only (authors' data statement); see the authors' warning on noise (Blodgett et al. 2021)")
 
+_SSET, _SSET_C, _SSET_LIC = "moinnadeem/StereoSet", "ead7d086a64a192a1eca88e0dd2fd163de375218", "CC-BY-SA-4.0"
+_stereoset = [
+    *_mirror("stereoset", _SSET, _SSET_C, _SSET_LIC, [
+    ("stereoset/test_terms", "data/test_terms.txt", 2046, "9e446eec028e0912cc03cf3cc440e1c4a72b16130361849ca63cdfebed437a88")]),
+    DataFile(name="stereoset/dev", relpath="stereoset/data/dev.json", sha256=None, size=None, repo=_SSET, commit=_SSET_C,
+             source_path="data/dev.json", url=raw_url(_SSET, _SSET_C, "data/dev.json"), licence=_SSET_LIC,
+             git_blob="637b1e3d284a3c629b74a4659c583b8eca9bd13e",
+             note="the StereoSet dev set (intrasentence 2,106 + intersentence 2,123 examples); not in the shared data copy (blob not "
+                  "retrievable there). No sha256 is known: it is verified by its git blob id (the same blob is at "
+                  "McGill-NLP/bias-bench@291426aa data/stereoset/dev.json); downloadable with network access"),
+]
+
 # %% ../nbs/01_data.ipynb #8f13eeca
-REGISTRY: dict[str, DataFile] = {f.name: f for f in [*_silverspoon, *_stop, *_reference_letters, *_bls, *_bbq, *_crows]}
+REGISTRY: dict[str, DataFile] = {f.name: f for f in [*_silverspoon, *_stop, *_reference_letters, *_bls, *_bbq, *_crows, *_stereoset]}
 
 # %% ../nbs/01_data.ipynb #ce0df83d
 def lookup(name_or_relpath:str # a registry name ("stop/full") or a relative path ("stop/STOP-full.json")
@@ -240,6 +253,21 @@ def file_sha256(path:Path|str)->str:
 def _remember(path:Path, sha:str):
     p = Path(path).resolve(); st = p.stat()
     _VERIFIED[(str(p), st.st_size, st.st_mtime_ns)] = sha
+def git_blob_sha1(path:Path|str)->str:
+    "The git blob id of a file (what `git hash-object FILE` prints): sha1 of `blob <size>\\0` followed by its bytes."
+    p = Path(path); h = hashlib.sha1(f"blob {p.stat().st_size}\0".encode())
+    with open(p, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
+    return h.hexdigest()
+
+def _pin(f:DataFile)->tuple[str, str]:
+    "What a file is checked against: ('sha256', digest), or ('git blob', id) where the registry knows no sha256."
+    return ("sha256", f.sha256) if f.sha256 else ("git blob", f.git_blob)
+
+def _digest(f:DataFile, path:Path)->str:
+    "The digest of `path` of the kind the registry pins for `f`."
+    return file_sha256(path) if f.sha256 else git_blob_sha1(path)
+
 
 # %% ../nbs/01_data.ipynb #66f16ebd
 def _origin(f:DataFile)->str:
@@ -248,15 +276,16 @@ def _origin(f:DataFile)->str:
 
 def _check(f:DataFile, path:Path)->Path:
     "Return `path` if its sha256 is the registry's, else raise `DataError` naming the file, both digests and the fix."
-    actual = file_sha256(path)
-    if actual == f.sha256: return path
+    kind, expected = _pin(f)
+    actual = _digest(f, path)
+    if actual == expected: return path
     size = path.stat().st_size
     if os.environ.get("SILVERSPOON_DATA"):
         fix = (f"replace {path} with a good copy ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}"
                + (", or unset SILVERSPOON_DATA to download it into the cache." if f.url else "."))
     elif f.url: fix = f"delete {path} to re-download it from {f.url}, or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
     else: fix = f"replace {path} with the released copy ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
-    raise DataError(f"{f.relpath}: checksum mismatch for {path}: expected sha256 {f.sha256[:12]}..., got {actual[:12]}... "
+    raise DataError(f"{f.relpath}: checksum mismatch for {path}: expected {kind} {expected[:12]}..., got {actual[:12]}... "
                     f"({size:,} bytes" + (f", expected {f.size:,}" if f.size is not None else "") + "). "
                     f"The file is corrupt, truncated or a different version. Fix: {fix}")
 
@@ -288,11 +317,13 @@ def _stream(url:str, out:Path, total:int|None, desc:str, progress:bool)->str:
 
 def download_url(url:str,          # where to download from
                  dest:Path|str,    # final path; written atomically
-                 sha256:str,       # expected digest; a mismatch keeps nothing
+                 sha256:str|None,  # expected digest; a mismatch keeps nothing (None: check `git_blob` instead)
                  size:int|None=None, # expected bytes (for the progress bar)
                  what:str|None=None, # name used in messages (default: the file name)
-                 progress:bool=True)->Path:
-    "Download `url` to `dest` via a `.part` file, check its sha256 and rename it into place."
+                 progress:bool=True,
+                 git_blob:str|None=None # expected git blob id, checked when `sha256` is None
+                )->Path:
+    "Download `url` to `dest` via a `.part` file, check its sha256 (or git blob id) and rename it into place."
     dest = Path(dest); what = what or dest.name
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
@@ -303,13 +334,16 @@ def download_url(url:str,          # where to download from
             raise DataError(f"{what}: download from {url} failed ({type(e).__name__}: {e}). Fix: check the network and retry, "
                             f"or download it by hand to {dest}, or set SILVERSPOON_DATA to a folder that holds the data.") from None
         raise
-    if actual != sha256:
+    kind, expected = ("sha256", sha256) if sha256 else ("git blob", git_blob)
+    if expected is None: part.unlink(missing_ok=True); raise ValueError(f"{what}: pass `sha256` or `git_blob` to check the download against.")
+    if not sha256: actual = git_blob_sha1(part)
+    if actual != expected:
         part.unlink(missing_ok=True)
-        raise DataError(f"{what}: the file downloaded from {url} fails its checksum: expected sha256 {sha256[:12]}..., got {actual[:12]}... "
+        raise DataError(f"{what}: the file downloaded from {url} fails its checksum: expected {kind} {expected[:12]}..., got {actual[:12]}... "
                         f"Nothing was saved at {dest}. Fix: retry; if it fails again the upstream file differs from the pinned one, so "
                         "set SILVERSPOON_DATA to a folder holding a verified copy.")
     os.replace(part, dest)
-    _remember(dest, actual)
+    if sha256: _remember(dest, actual)
     return dest
 
 def _extract(f:DataFile, zip_path:Path, dest:Path)->Path:
@@ -353,7 +387,7 @@ def fetch(name_or_relpath:str,   # registry name or relative path
         if not (zp.is_file() and file_sha256(zp) == f.archive_sha256):
             download_url(f.url, zp, f.archive_sha256, what=f"{f.archive} (holds {f.relpath})", progress=progress)
         return _extract(f, zp, path)
-    return download_url(f.url, path, f.sha256, f.size, what=f.relpath, progress=progress)
+    return download_url(f.url, path, f.sha256, f.size, what=f.relpath, progress=progress, git_blob=f.git_blob)
 
 # %% ../nbs/01_data.ipynb #d38b959a
 def read_data_csv(name:str,                # registry name
@@ -385,12 +419,12 @@ def read_data_json(name:str,            # registry name
 def verify_all(names:list[str]|None=None, # registry names or relpaths (default: the whole registry)
                dataset:str|None=None      # keep one top folder only, e.g. "silverspoon"
               )->pd.DataFrame:
-    "One row per file: name, relpath, present, sha256_ok (and the expected sha256, size, url, path). Never downloads."
+    "One row per file: name, relpath, present, sha256_ok (the pinned digest matches: sha256, or the git blob id where no sha256 is known), expected sha256, size, url, path. Never downloads."
     root, rows = data_dir(), []
     for f in ([lookup(n) for n in names] if names else REGISTRY.values()):
         if dataset and f.dataset != dataset: continue
         p = root/f.relpath; present = p.is_file()
-        rows.append(dict(name=f.name, relpath=f.relpath, present=present, sha256_ok=bool(present and file_sha256(p) == f.sha256),
+        rows.append(dict(name=f.name, relpath=f.relpath, present=present, sha256_ok=bool(present and _digest(f, p) == _pin(f)[1]),
                          sha256=f.sha256, size=f.size, url=f.url, path=str(p)))
     df = pd.DataFrame(rows, columns=["name", "relpath", "present", "sha256_ok", "sha256", "size", "url", "path"])
     return df.astype({"present": bool, "sha256_ok": bool, "size": "Int64"})

@@ -196,7 +196,7 @@ class Report:
             prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         prov.update(extra)
         for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
-            if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])
+            if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
         if self.out_dir:
             (self.out_dir/"provenance.json").write_text(json.dumps(prov, indent=1, default=_jsonable), encoding="utf-8")
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"

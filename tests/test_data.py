@@ -54,7 +54,7 @@ def _copy_into(folder: Path, name: str, corrupt: bool = False) -> Path:
 def test_registry_is_consistent():
     fs = list(REGISTRY.values())
     assert len({f.relpath for f in fs}) == len(fs)
-    assert all(len(f.sha256) == 64 and len(f.commit) == 40 for f in fs)
+    assert all(len(f.sha256 or f.git_blob or "") == (64 if f.sha256 else 40) and len(f.commit) == 40 for f in fs)   # no sha256 known: git blob id
     assert all(f.url is None for f in fs if "/derived/" in f.relpath)
     assert all(f.url.startswith("https://raw.githubusercontent.com/") for f in fs if f.url)
     for name in ["silverspoon/human", "silverspoon/llms", "silverspoon/topics", "silverspoon/prompts_full", "silverspoon/prompt_templates",
@@ -78,7 +78,7 @@ def test_registry_matches_shared_copy(monkeypatch):
     assert set(v.columns) >= {"name", "relpath", "present", "sha256_ok"}
     assert v[v.present].sha256_ok.all()
     assert set(v[~v.present].name) == {"bbq/Gender_identity", "bbq/Race_ethnicity", "bbq/Race_x_SES", "bbq/Race_x_gender",
-                                       "bbq/SES", "bbq/additional_metadata"}
+                                       "bbq/SES", "bbq/additional_metadata", "stereoset/dev"}
     for f in REGISTRY.values():
         p = SHARED/f.relpath
         if p.is_file(): assert p.stat().st_size == f.size, f.relpath

@@ -37,6 +37,7 @@ STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object
     "letters": "silverspoon.studies.letters:STUDY",
     "professions": "silverspoon.studies.professions:STUDY",
     "narratives": "silverspoon.studies.narratives:STUDY",
+    "downstream": "silverspoon.studies.stop_downstream:STUDY",
 }
 
 def get_study(name:str,          # the params `study:` value

@@ -1,0 +1,162 @@
+"""STOP downstream end to end (issue 12): `silverspoon run` of a downstream params file on a tiny random Llama and a tiny LoRA
+adapter built here (base vs base + adapter, prompted and likelihood scoring), then a rerun that generates and scores
+nothing; bad params that stop before anything runs; the likelihood instrument against a direct computation from the
+model's logits; and the StereoSet loader (git-blob check, download path) on a small synthetic file of the documented structure."""
+import dataclasses, json, math
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import run_cli
+from silverspoon import data
+from silverspoon.core import DataError, ModelParams
+from silverspoon.backends.hf import HFBackend
+from silverspoon.testing import build_tiny_llama
+from silverspoon.studies.stop_downstream import (LogLikelihood, stereoset_frame, synthetic_stereoset, parse_stereoset, prompted_items,
+                                                 outcomes, paired_scores, likelihood_pairs, likelihood_choices)
+
+
+def _tiny_adapter(base_dir, out):
+    "A LoRA adapter with random (non-zero) weights on the tiny Llama, saved with `save_pretrained` as `silverspoon finetune` does."
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    torch.manual_seed(1)
+    m = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
+                       LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    m.save_pretrained(out)
+    (out.parent/"train_log.csv").write_text("step,epoch,loss,learning_rate,grad_norm,eval_loss\n1,1,0.5,0.0001,1.0,\n1,1,,,,0.4\n")
+    (out.parent/"data").mkdir()
+    (out.parent/"data"/"manifest.json").write_text(json.dumps({"options": {"source": "ideal", "human_labels": None}, "splits": {
+        "train": {"n_progressions": 3, "progression_ids": ["stop-001", "stop-002", "stop-003"]},
+        "valid": {"n_progressions": 1, "progression_ids": ["stop-009"]}}}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny")
+    llama = build_tiny_llama(d/"llama")
+    return {"llama": llama, "adapter": _tiny_adapter(llama, d/"ft"/"adapter")}
+
+
+def _params(tmp_path, tiny, model=None, sample=None, **task):
+    t = dict(adapter=str(tiny["adapter"]), bbq_n=24, crows_n=18, n_boot=50, likelihood_batch_size=8, max_examples=4)
+    t.update(task)
+    p = tmp_path/"tiny-downstream.yaml"
+    p.write_text(json.dumps({"study": "downstream", "run": "tiny-downstream",
+                             "model": model or {"backend": "hf", "id": str(tiny["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16},
+                             "generation": {"max_new_tokens": 4}, "sample": sample or {"seed": 0}, "task": t}))
+    return p
+
+
+def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path, tiny):
+    p, reports, store, cache = _params(tmp_path, tiny), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+    env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
+    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = reports/"downstream"/"tiny-downstream"
+    status = pd.read_csv(out/"answer_status.csv")
+    assert sorted(status.benchmark.unique()) == ["bbq", "crows_pairs"] and sorted(status.arm.unique()) == ["adapter", "base"]
+    assert (status[["answer", "refusal", "unparseable", "failed"]].sum(axis=1) == status.asked).all()     # every reply counted once
+    assert status.set_index(["benchmark", "arm"]).asked.to_dict() == {("bbq", "base"): 24, ("bbq", "adapter"): 24,
+                                                                      ("crows_pairs", "base"): 18, ("crows_pairs", "adapter"): 18}
+    rates = pd.read_csv(out/"answer_rates.csv")
+    allr = rates[rates.category.eq("all")].set_index("benchmark")
+    for b in ("bbq", "crows_pairs"):
+        s = status[status.benchmark.eq(b)].set_index("arm")
+        assert math.isclose(allr.loc[b, "base_rate"], s.loc["base", "answer"] / s.loc["base", "asked"])
+        assert math.isclose(allr.loc[b, "diff"], allr.loc[b, "adapter_rate"] - allr.loc[b, "base_rate"])
+        assert 0 <= allr.loc[b, "p"] <= 1 and allr.loc[b, "test"].startswith("McNemar")
+    assert {"ambig", "disambig", "Age", "Religion"} <= set(rates[rates.benchmark.eq("bbq")].category)
+    assert rates[rates.benchmark.eq("crows_pairs")].category.nunique() == 10                       # all + 9 bias types
+    perf = pd.read_csv(out/"performance.csv")
+    lik = perf[perf.scoring.eq("likelihood")]
+    assert set(lik.score) == {"accuracy (ambiguous)", "accuracy (disambiguated)", "bias score s_AMB", "bias score s_DIS", "% stereotypical"}
+    assert lik[["base", "adapter"]].notna().all().all()                                           # a likelihood choice needs no answer
+    assert not np.allclose(lik.base, lik.adapter) or not np.allclose(perf.base.fillna(-1), perf.adapter.fillna(-1))   # the adapter changes something
+    absent = pd.read_csv(out/"absent_data.csv")
+    assert "StereoSet dev" in set(absent.data) and {"BBQ SES", "BBQ Race_ethnicity"} <= set(absent.data)
+    for f in ("design", "crows_position", "performance_by_category", "summary", "generation_counts_base", "generation_counts_adapter"):
+        assert (out/f"{f}.csv").is_file(), f
+    assert (out/"answer_rate_performance.png").is_file()
+    assert "answer rate change, BBQ (adapter - base)" in set(pd.read_csv(out/"summary.csv").metric)
+    html = (reports/"downstream"/"tiny-downstream.html").read_text(encoding="utf-8")
+    assert "StereoSet: its data is absent" in html and "stop-009" in html                          # the held-out STOP split is named
+    prov = json.loads((out/"provenance.json").read_text())
+    assert prov["arms"]["adapter"]["adapter_sha256"] and "adapter_sha256" not in prov["arms"]["base"]
+    assert prov["store"]["misses"] == 2*(24 + 18) and prov["instruments"]["misses"] == 2*(24*3 + 18*2)
+    # the rerun computes nothing: every answer from the store, every likelihood from the instrument cache
+    before = {f: pd.read_csv(out/f"{f}.csv") for f in ("answer_rates", "performance", "answer_status", "summary")}
+    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    again = json.loads((out/"provenance.json").read_text())
+    assert again["store"]["misses"] == 0 and again["store"]["hits"] == prov["store"]["misses"]
+    assert again["instruments"]["misses"] == 0 and again["instruments"]["hits"] == prov["instruments"]["misses"]
+    for f, df in before.items(): pd.testing.assert_frame_equal(pd.read_csv(out/f"{f}.csv"), df, obj=f)
+
+
+@pytest.mark.parametrize("model,sample,task,needle", [
+    (None, None, {"adapter": "no/such/adapter"}, "field `task.adapter` = 'no/such/adapter'"),
+    (None, None, {"benchmarks": ["bbq", "mmlu"]}, "field `task.benchmarks`"),
+    (None, {"n": 10}, {}, "field `sample.n`/`sample.stratify_by` is set"),
+    (None, None, {"bbq_categories": ["Race"]}, "field `task.bbq_categories` has 'Race'"),
+    ({"backend": "openai", "id": "gpt-4", "base_url": "http://localhost:9/v1"}, None, {}, "field `model.backend` = 'openai'"),
+    ("adapter", None, {}, "Move the adapter to `task.adapter`")])
+def test_bad_downstream_params_stop_before_running(tmp_path, tiny, model, sample, task, needle):
+    if model == "adapter": model = {"backend": "hf", "id": str(tiny["llama"]), "adapter": str(tiny["adapter"])}
+    p = _params(tmp_path, tiny, model, sample, **task)
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
+    assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
+
+
+def _direct_logprob(model, ids, n):
+    "Sum of log p(token | prefix) over the last `n` tokens of `ids`, from one unpadded forward pass."
+    with torch.no_grad(): lp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+    return sum(float(lp[j - 1, ids[j]]) for j in range(len(ids) - n, len(ids)))
+
+
+def test_likelihood_matches_a_direct_computation_with_and_without_the_adapter(tiny):
+    mk = lambda **kw: HFBackend(ModelParams(backend="hf", id=str(tiny["llama"]), device="cpu", dtype="float32", **kw))
+    base, tuned = mk(), mk(adapter=str(tiny["adapter"]))
+    ctx = ["", "The cat sat on", "A much longer context, so that the batch needs padding:", "Q: who?\nA:"]
+    cont = ["The dog ran.", " the mat.", " yes", " The grandson"]
+    for be in (base, tuned):
+        ll = LogLikelihood(be, batch_size=4)
+        got = ll.score_pairs(ctx, cont)
+        for c, x, g in zip(ctx, cont, got):
+            ids, n = ll.encode(c, x)
+            assert g["n_tokens"] == n > 0 and ids[0] == be.tokenizer.bos_token_id
+            assert math.isclose(g["logprob"], _direct_logprob(be.model, ids, n), abs_tol=1e-4), (c, x)
+    assert LogLikelihood(base).identity() != LogLikelihood(tuned).identity()              # the cache never mixes the arms
+    assert LogLikelihood(base).score_pairs(ctx[:1], cont[:1])[0]["logprob"] != LogLikelihood(tuned).score_pairs(ctx[:1], cont[:1])[0]["logprob"]
+
+
+def test_stereoset_loader_and_scores_on_a_synthetic_file(tmp_path, monkeypatch):
+    body = json.dumps(synthetic_stereoset(4)).encode()
+    root = tmp_path/"data"; f = root/"stereoset"/"data"/"dev.json"; f.parent.mkdir(parents=True); f.write_bytes(body)
+    monkeypatch.setenv("SILVERSPOON_DATA", str(root))
+    with pytest.raises(DataError, match="expected git blob 637b1e3d284a"):   # the real pin: a synthetic file is rejected
+        stereoset_frame()
+    blob = data.git_blob_sha1(f)
+    monkeypatch.setitem(data.REGISTRY, "stereoset/dev", dataclasses.replace(data.REGISTRY["stereoset/dev"], git_blob=blob, url=f.as_uri()))
+    df, why = stereoset_frame()
+    assert why is None and len(df) == 8 and set(df.task) == {"intrasentence", "intersentence"}
+    f.unlink()                                                              # absent: None and the reason, never an error
+    df, why = stereoset_frame()
+    assert df is None and why.startswith("stereoset/data/dev.json is not in the data folder") and "not found at" not in why   # no machine path of the data folder
+    src = tmp_path/"upstream.json"; src.write_bytes(body)                   # the download path (SILVERSPOON_DATA unset)
+    monkeypatch.delenv("SILVERSPOON_DATA"); monkeypatch.setenv("SILVERSPOON_CACHE", str(tmp_path/"cache"))
+    monkeypatch.setitem(data.REGISTRY, "stereoset/dev", dataclasses.replace(data.REGISTRY["stereoset/dev"], git_blob=blob, url=src.as_uri()))
+    df, why = stereoset_frame()
+    assert why is None and len(df) == 8 and (tmp_path/"cache"/"data"/"stereoset"/"data"/"dev.json").read_bytes() == body
+    src.write_bytes(body.replace(b"Option one", b"Option 1")); (tmp_path/"cache"/"data"/"stereoset"/"data"/"dev.json").unlink()
+    with pytest.raises(DataError, match="fails its checksum"): stereoset_frame()
+    # scores: a model that always picks the stereotype has ss 100 and lms 100; one that always picks "unrelated" has lms 0, ss NA
+    items = prompted_items("stereoset", parse_stereoset(synthetic_stereoset(6)))
+    pick = lambda what: pd.DataFrame({"item_id": items.item_id, "choice": [m.index(what) for m in items.meaning]})
+    s = paired_scores("stereoset", outcomes("stereoset", items, pick("unrelated")), outcomes("stereoset", items, pick("stereotype")), n_boot=50).set_index("score")
+    assert s.loc["stereotype score ss", "adapter"] == 100 and s.loc["language-model score lms", "adapter"] == 100
+    assert s.loc["language-model score lms", "base"] == 0 and math.isnan(s.loc["stereotype score ss", "base"])
+    cx, ct, sp = likelihood_pairs("stereoset", items)
+    assert len(cx) == 3*len(items) and cx[0] in ("",) + tuple(items.context)
