@@ -329,6 +329,10 @@ def paired_scores(bench:str,              # the benchmark
         for lab, e, r in (("base", eb, rb), ("adapter", et, rt), ("diff", et - eb, rt - rb), ("rel_change", et / eb - 1 if eb else np.nan, _ratio(rt, rb) - 1)):
             lo, hi, _ = percentile_ci(np.asarray(r, dtype=float), alpha)
             if math.isnan(e): lo = hi = np.nan
+            elif name == "answer rate" and lo == hi:   # every replicate equal (all answered, or no item changed): no zero-width CI
+                u = proportion_ci(0, C, alpha=alpha)[2]  # Wilson upper bound of 0 of C clusters (conservative, as cluster_proportion_ci)
+                if lab in ("base", "adapter"): lo, hi = (e - u, e) if e == 1 else (e, e + u) if e == 0 else (lo, hi)
+                elif lab == "diff": lo, hi = e - u, e + u
             row.update({lab: e, f"{lab}_ci_low": lo, f"{lab}_ci_high": hi})
         rows.append(row)
     return pd.DataFrame(rows)
