@@ -441,7 +441,9 @@ def paired_test(a,                 # scores under condition a (e.g. the male twi
         return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=np.nan, diff_ci_high=np.nan, sd_diff=sd,
                     t=np.nan, df=n - 1, p_t=np.nan, wilcoxon_stat=np.nan, p_wilcoxon=np.nan, wilcoxon_zero_method="pratt", cohens_dz=dz, alpha=alpha)
     r = stats.ttest_rel(x, y); ci = r.confidence_interval(1 - alpha)
-    w = stats.wilcoxon(x, y, zero_method="pratt")
+    # the signed-rank test jumps where differences tie or are zero, so the last-bit noise of the arithmetic that made the
+    # scores (numpy versions sum in other orders) must not create or break a tie: rank the differences rounded to 1e-10
+    w = stats.wilcoxon(np.round(d, 10), zero_method="pratt")
     return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), sd_diff=sd,
                 t=float(r.statistic), df=float(r.df), p_t=float(r.pvalue), wilcoxon_stat=float(w.statistic), p_wilcoxon=float(w.pvalue),
                 wilcoxon_zero_method="pratt", cohens_dz=md_/sd, alpha=alpha)

@@ -87,10 +87,11 @@ def pip_check_problems(output:str, no_deps:set[str])->list[str]:
             and not ((m := MISSING.match(l)) and norm(m.group(1)) in no_deps)]
 
 # Floats may differ in their last digits between the two stacks: numpy/scipy versions sum and sort in different orders
-# (seen: CI bounds at -0.026835002626446194 vs ...625936754, 2e-11 relative; a Spearman p at 1e-15). A cell
+# (seen: CI bounds at -0.026835002626446194 vs ...625936754, 2e-11 relative; a Welch CI bound at 5e-9 relative with
+# scipy 1.16 vs 1.17; a Spearman p at 1e-15). A cell
 # is equal when its text is, or when both parse as floats within this relative tolerance. Anything a reader could see
-# at 9 significant digits (and every non-number: labels, counts, order of rows) must still be byte-identical.
-FLOAT_RTOL = 1e-9
+# at 8 significant digits (and every non-number: labels, counts, order of rows) must still be byte-identical.
+FLOAT_RTOL = 1e-8
 FLOAT_ATOL = 1e-12   # near zero a relative tolerance means nothing: a Wilson bound of 2.8e-15 on one stack is 0.0 on another
 INTEGER = re.compile(r"[+-]?\d+")
 
