@@ -14,7 +14,7 @@ from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr
 from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from . import Study
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
-                                             profession_requests, cell_groups, check_name_city_task)
+                                             profession_requests, cell_groups, cell_mask, check_name_city_task)
 
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES',
@@ -302,7 +302,7 @@ def top_words(stories:pd.DataFrame, # one row per story: gender, race, city_clas
     "Per cell: stories, word tokens, the `k` most frequent content words 'word (count)', and the 10 most distinctive ('word (stories with it)', * BH p < 0.05)."
     rows = []
     for g, r, c in CELLS:
-        m = ((stories.gender == g) & (stories.race == r) & (stories.city_class == c)).to_numpy()
+        m = cell_mask(stories, g, r, c)
         cnt = Counter(w for ws in stories.words[m] for w in ws)
         dw = distinctive_words(stories.words[m].tolist(), stories.words[~m].tolist(), min_count)
         rows.append(dict(gender=g, race=r, city=c, n_stories=int(m.sum()), n_words=sum(cnt.values()),
@@ -334,7 +334,7 @@ def topic_table(stories:pd.DataFrame, # one row per story: name, gender, race, c
     "Per cell: stories and the mean % share of each topic with a name-clustered bootstrap CI."
     rows = []
     for g, r, c in CELLS:
-        m = ((stories.gender == g) & (stories.race == r) & (stories.city_class == c)).to_numpy()
+        m = cell_mask(stories, g, r, c)
         row = dict(gender=g, race=r, city=c, n_stories=int(m.sum()))
         for i in range(theta.shape[1]):
             e = _pct_ci(pd.Series(theta[m, i]).fillna(0), stories.name.to_numpy()[m], n_boot, seed) if m.any() and not np.isnan(theta[m, i]).all() else dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan)

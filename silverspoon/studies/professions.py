@@ -25,8 +25,8 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'PROFESSIONS_FILES', 'STUDY', 'first_distinct', 'name_table', 'demographic_items', 'items_sha256',
            'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable', 'load_bls',
            'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
-           'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'cell_groups', 'table3',
-           'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask',
+           'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'cell_groups', 'cell_mask',
+           'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask',
            'check_name_city_task', 'professions_task', 'summary_rows']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
@@ -506,6 +506,10 @@ def cell_groups(answers:pd.DataFrame # one row per item with gender, race, city_
     groups = dict(list(answers.groupby(["gender", "race", "city_class"], sort=False)))
     for g, r, c in CELLS: yield g, r, c, groups.get((g, r, c), answers.iloc[:0])
 
+def cell_mask(df:pd.DataFrame, g:str, r:str, c:str)->np.ndarray:
+    "Boolean array: the rows of `df` in the gender x race x city class cell (for code that needs positions, e.g. to align with a matrix)."
+    return ((df.gender == g) & (df.race == r) & (df.city_class == c)).to_numpy()
+
 def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (high/low/None)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Table 3: % high- and low-income professions per cell with name-clustered bootstrap CIs, counts, and the published values."
@@ -536,7 +540,7 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
         for r in RACES:
             pct, dist = {}, {}
             for c in CITY_CLASSES:
-                m = ((a.gender == g) & (a.race == r) & (a.city_class == c)).to_numpy()
+                m = cell_mask(a, g, r, c)
                 with np.errstate(invalid="ignore", divide="ignore"):
                     pct[c] = (W @ np.bincount(codes[m], weights=high[m], minlength=C)) / (W @ np.bincount(codes[m], weights=classified[m], minlength=C))
                 M = np.zeros((C, max(len(profs), 1))); mm = m & (prof >= 0)
