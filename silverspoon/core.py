@@ -9,11 +9,12 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError', 'DataError',
-           'project_root', 'cache_dir', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing',
-           'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
-           'RunParams', 'check_name', 'check_urls_and_keys', 'check_model', 'check_generation', 'merge_params',
-           'read_params_mapping', 'load_params', 'check_params', 'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError',
+           'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
+           'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict',
+           'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name', 'check_urls_and_keys',
+           'check_model', 'check_generation', 'merge_params', 'read_params_mapping', 'load_params', 'check_params',
+           'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -39,6 +40,22 @@ def project_root(start:Path|str|None=None # where to start looking (default: the
 def cache_dir()->Path:
     "Where downloaded datasets live for real users: `$SILVERSPOON_CACHE`, else `~/.cache/silverspoon`."
     return Path(os.environ.get("SILVERSPOON_CACHE") or Path.home()/".cache"/"silverspoon").expanduser()
+
+# %% ../nbs/00_core.ipynb #67f271e9
+PATH_SETTINGS = ("SILVERSPOON_ROOT", "SILVERSPOON_DATA", "SILVERSPOON_STORE", "SILVERSPOON_CACHE", "SILVERSPOON_MIRROR")
+
+def absolute_path_settings(base:Path|str|None=None, # what relative paths mean (default: the working directory)
+                           environ=None             # the mapping to change (default: `os.environ`)
+                          )->dict:
+    "Make every folder setting in `PATH_SETTINGS` absolute against `base`, in place; URLs (`scheme://...`) are left alone. Returns what changed."
+    env = os.environ if environ is None else environ
+    base, changed = Path(base or os.getcwd()), {}
+    for k in PATH_SETTINGS:
+        v = env.get(k)
+        if not v or "://" in v: continue
+        p = Path(v).expanduser()
+        if not p.is_absolute(): env[k] = changed[k] = str((base/p).resolve())
+    return changed
 
 # %% ../nbs/00_core.ipynb #a097bd18
 def canonical_json(obj)->str:

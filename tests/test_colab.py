@@ -65,11 +65,13 @@ def test_preflight_cell_prints_gpu_and_versions():
     else:
         assert "GPU: none" in r.stdout
 
-def test_device_cuda_without_gpu_stops_with_one_clear_error(tmp_path):
+@pytest.mark.parametrize("hub", [False, True], ids=["local-folder", "hub-id"])
+def test_device_cuda_without_gpu_stops_with_one_clear_error(tmp_path, hub):
+    "The device is checked before anything is loaded: a hub id gives the CUDA message, not a hub connection error minutes later."
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available(): pytest.skip("this machine has a GPU")
     from silverspoon.testing import build_tiny_llama
-    tiny = build_tiny_llama(tmp_path/"tiny")      # a real HF model folder that loads in a second
+    tiny = "meta-llama/Meta-Llama-3-8B-Instruct" if hub else build_tiny_llama(tmp_path/"tiny")   # the hub is offline in tests
     f = tmp_path/"cuda-check.yaml"
     f.write_text(yaml.safe_dump({"study": "normative", "run": "cuda-check", "sample": {"n": 30},
                                  "model": {"backend": "hf", "id": str(tiny), "device": "cuda", "dtype": "float32"}}))
