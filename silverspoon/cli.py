@@ -56,6 +56,7 @@ def _parser():
     f.add_argument("params", help="finetune params YAML (see params/examples/finetune/stop-finetune-*.yaml)")
     f.add_argument("--output-dir", default=None, help="default: the file's output_dir, else finetune/<run>/")
     f.add_argument("--check", action="store_true", help="validate the params file only")
+    _annotate_parser(sub)
     return ap
 
 def _finetune(args)->int:
@@ -118,10 +119,42 @@ def main(argv:list[str]|None=None)->int:
             return 0
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
         if args.cmd == "finetune": return _finetune(args)
+        if args.cmd == "annotate": return _annotate(args)
     except SilverspoonError as e:
         print(f"error: {e}", file=sys.stderr); return 2
     except OSError as e:   # a folder that cannot be created, a full disk: one line, not a traceback
         print(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": "), file=sys.stderr); return 2
+
+# %% ../nbs/07_cli.ipynb #47773099
+def _annotate_parser(sub):
+    a = sub.add_parser("annotate", help="STOP human annotation: write blinded sheets, or collect filled ones into a human file")
+    asub = a.add_subparsers(dest="annotate_cmd", required=True)
+    s = asub.add_parser("sheet", help="write key.csv, INSTRUCTIONS.txt and sheet-<annotator>.csv/.html for a seeded sample")
+    s.add_argument("out_dir", help="folder for the sheets (key.csv is for the organiser, not the annotators)")
+    s.add_argument("--n", type=int, default=30, help="progressions (equal per severity; the paper used 100)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--annotators", nargs="+", required=True, help="annotator names (letters, digits, - and _)")
+    c = asub.add_parser("collect", help="read filled sheets, print agreement, write the human file for task.human_file")
+    c.add_argument("key", help="key.csv written by `annotate sheet`")
+    c.add_argument("sheets", nargs="+", help="filled sheet CSVs")
+    c.add_argument("--out", required=True, help="the human file to write (CSV, per-sentence format of load_human)")
+    c.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates for the agreement CIs")
+    c.add_argument("--seed", type=int, default=0)
+
+def _annotate(args)->int:
+    from silverspoon.studies.stop_annotate import write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file
+    if args.annotate_cmd == "sheet":
+        w = write_annotation_sheets(args.out_dir, args.annotators, args.n, args.seed)
+        print(f"key      ->  {w['key']}  (keep it from the annotators)\ninstruct ->  {w['instructions']}")
+        for a, (csv, page) in w["sheets"].items(): print(f"{a:<8} ->  {csv}  |  {page}")
+        return 0
+    h = read_annotation_sheets(args.key, args.sheets)
+    out = write_human_file(h, args.out)
+    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)
+    for r in ag.itertuples():
+        print(f"{r.measure:<42} {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  ({r.n_progressions} progressions, {r.n_annotators} annotators)")
+    print(f"human file ->  {out}  (set task.human_file to it in a STOP params file)")
+    return 0
 
 # %% ../nbs/07_cli.ipynb #d8fbc178
 if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())
