@@ -195,6 +195,7 @@ def test_train_from_params_writes_everything(tiny, tmp_path):
     assert ev.study == "stop" and ev.model.adapter == str((out/"adapter").resolve())
     t = stop_task(ev)
     assert (t.dialogue, t.ask, t.instruction_role) == ("chat", "until_no", "user")
+    assert t.compare_base                                  # base vs adapter, paired, in the STOP report
     # the evaluation runs on the held-out progressions only, never on training ones
     valid, train = (set(man["splits"][k]["progression_ids"]) for k in ("valid", "train"))
     assert set(t.progression_ids) == valid and valid and not valid & train

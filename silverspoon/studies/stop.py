@@ -26,7 +26,7 @@ __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES',
            'idealistic_table', 'released_overview', 'paper_check', 'group_table', 'heatmap_table', 'heatmap_figure',
            'first_no_table', 'first_no_figure', 'cf_resolve_table', 'label_counts', 'parser_disagreement',
            'parse_progression_id', 'load_human', 'human_conversations', 'human_coverage', 'realistic_table',
-           'summary_rows', 'describe_run', 'hedges_g']
+           'adapter_comparison', 'summary_rows', 'describe_run', 'hedges_g']
 
 # %% ../../nbs/30_stop.ipynb #c6da62e2
 STOP_FILES = ("stop/full", "stop/full_labelled", "stop/evaluation_prompt")
@@ -223,6 +223,7 @@ class StopTask:
     allocation: typing.Literal["equal", "proportional"] = "equal"  # split of sample.n over the strata of sample.stratify_by
     human_file: str|None = None        # CSV of human answers (realistic performance); None = none available
     progression_ids: list[str]|None = None  # only these progressions (e.g. a fine-tuned model's held-out split), before `sample`
+    compare_base: bool = False         # with `model.adapter`: also run the base model (no adapter) on the same progressions, paired
     n_boot: int = 2000                 # cluster-bootstrap replicates (over sub-demographics) for every CI
     boot_seed: int = 0
     max_examples: int = 12             # parser disagreements / transcripts shown in the report
@@ -249,6 +250,9 @@ def stop_task(params:RunParams, src:str="<params>")->StopTask:
             if getattr(t, k) != v:
                 raise ParamsError(f"{src}: field `task.{k}` = {getattr(t, k)!r}, but the released results of {params.model.id} were made "
                                   f"with {k} = {v!r} (the authors' code). Set task.{k}: {v} for a replay run.")
+    if t.compare_base and not params.model.adapter:
+        raise ParamsError(f"{src}: field `task.compare_base` is true but `model.adapter` is not set: the base arm is the model without its "
+                          "adapter, so name the adapter folder in model.adapter (e.g. adapters/stop-finetune-smollm2-cpu/adapter) or set compare_base: false.")
     if t.human_file is not None and not resolve_human_file(t.human_file).is_file():
         raise ParamsError(f"{src}: field `task.human_file` = {t.human_file!r}: no such file ({resolve_human_file(t.human_file)}). "
                           "Give a CSV in the format of silverspoon.studies.stop.load_human, or null when no human annotations are available.")
@@ -739,6 +743,38 @@ def realistic_table(conv:pd.DataFrame,    # model conversations (scored rows are
         rows.append(ci.rename(columns={"n_items": "n_progressions"}))
     out = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=_REALISTIC_COLUMNS[:8])
     return out.assign(n_human_progressions=cov["n_human_progressions"], n_human_unmatched=cov["n_human_progressions"] - cov["n_matched"])[_REALISTIC_COLUMNS]
+
+# %% ../../nbs/30_stop.ipynb #f0f2533d
+def adapter_comparison(base:pd.DataFrame,     # `score_conversations` of the base model
+                       adapted:pd.DataFrame   # `score_conversations` of the model + adapter, same progressions
+                      )->tuple[pd.DataFrame, pd.DataFrame]:
+    "(tests: one row per measure with base, adapter, adapter - base and paired p-values; pairs: one row per progression)."
+    from silverspoon.stats import paired_test, paired_mcnemar
+    k = ["progression_id", "sample_index"]
+    m = base.merge(adapted, on=k, suffixes=("_base", "_adapter"))
+    if len(m) != len(base) or len(m) != len(adapted):
+        raise ValueError("base and adapter conversations must cover the same progressions and samples (a paired design).")
+    both = m[(m.status_base == "scored") & (m.status_adapter == "scored")]
+    pairs = both.assign(severity=both.severity_base, score_diff=both.score_adapter.astype("float64") - both.score_base.astype("float64"))[
+        ["progression_id", "sample_index", "severity", "score_base", "score_adapter", "score_diff", "correct_base", "correct_adapter",
+         "cf_label_base", "cf_label_adapter"]].reset_index(drop=True)
+    rows, n_pairs = [], len(pairs)
+    def row(measure, b, a, test, p, stat=np.nan, **extra):
+        rows.append(dict(measure=measure, n_pairs=n_pairs, base=b, adapter=a, diff=a - b if not (is_missing(a) or is_missing(b)) else np.nan,
+                         test=test, statistic=stat, p=p, **extra))
+    if n_pairs >= 2:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")              # all differences equal: the tests are NaN, said in the table
+            t = paired_test(pairs.score_adapter.astype("float64"), pairs.score_base.astype("float64"))
+        row("sensitivity score (#no/5)", t["mean_b"], t["mean_a"], "paired t", t["p_t"], t["t"], diff_ci_low=t["diff_ci_low"], diff_ci_high=t["diff_ci_high"])
+        row("sensitivity score (#no/5)", t["mean_b"], t["mean_a"], "Wilcoxon signed-rank (Pratt)", t["p_wilcoxon"], t["wilcoxon_stat"])
+    for measure, a, b in (("correct (score = ideal)", pairs.correct_adapter, pairs.correct_base),
+                          ("counterfactual 'no'", pairs.cf_label_adapter == "no", pairs.cf_label_base == "no")):
+        if not n_pairs: continue
+        mc = paired_mcnemar(a.astype(int), b.astype(int), exact=True)
+        row(measure, mc["rate_b"], mc["rate_a"], mc["test"], mc["pvalue"], mc["statistic"], only_adapter=mc["a_only"], only_base=mc["b_only"])
+    cols = ["measure", "n_pairs", "base", "adapter", "diff", "diff_ci_low", "diff_ci_high", "test", "statistic", "p", "only_adapter", "only_base"]
+    return pd.DataFrame(rows).reindex(columns=cols), pairs
 
 # %% ../../nbs/30_stop.ipynb #5fe1443c
 def summary_rows(ideal:dict,                 # parser -> {denominator -> idealistic_table}

@@ -471,7 +471,8 @@ def eval_params(params:FinetuneParams, adapter_dir:str|Path,
     model = {k: v for k, v in asdict(params.model).items() if k in ("backend", "id") or v != getattr(default, k)}
     model["adapter"] = _rel(adapter_dir)
     d = params.data
-    task = {"dialogue": "chat", "instruction_role": d.instruction_role, "ask": d.ask, "counterfactual": "same"}
+    task = {"dialogue": "chat", "instruction_role": d.instruction_role, "ask": d.ask, "counterfactual": "same",
+            "compare_base": True}   # the report also runs the base model on the same progressions, paired (STOP's own score of the adapter)
     if held_out: task["progression_ids"] = sorted(held_out)   # held-out seed templates only (see `split_by_progression`)
     m = params.model
     from silverspoon.report import model_label   # the one readable model name (report imports studies lazily: no cycle)
