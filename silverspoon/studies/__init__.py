@@ -38,6 +38,7 @@ STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object
     "professions": "silverspoon.studies.professions:STUDY",
     "narratives": "silverspoon.studies.narratives:STUDY",
     "downstream": "silverspoon.studies.stop_downstream:STUDY",
+    "stop_scale": "silverspoon.studies.stop_scale:STUDY",
 }
 
 def get_study(name:str,          # the params `study:` value
