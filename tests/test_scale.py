@@ -206,3 +206,57 @@ def test_identical_variants_for_one_target_are_counted_as_duplicates(seeds):
     summ = dict(zip(*scale_summary(tab).values.T))
     assert summ["variants"] == 8 and summ["valid"] == 2 and summ["invalid: duplicate for the same target"] == 6
     assert sorted(r["sub_demographic"] for r in to_stop_records(tab)) == ["jainism", "shinto"]
+
+
+# ---------------------------------------------------------------- the stop_scale study and the issue 23 params files
+def test_new_default_runs_and_the_table6_example_pass_check(root):
+    "The stop_scale and held-out base-vs-adapter default runs, and the letters Table 6 Colab example, pass `silverspoon check`."
+    from conftest import run_cli
+    files = ["params/stop_scale/smollm2-135m.yaml", "params/stop/smollm2-135m-stop-lora-heldout.yaml", "params/examples/letters-table6-nli-colab.yaml"]
+    r = run_cli("check", *files); assert r.returncode == 0, r.stderr
+    assert r.stdout.count("ok ") == 3
+    from silverspoon.report import read_params_file
+    t6 = read_params_file(root/files[2])
+    assert t6.study == "letters" and t6.task["nli_model"] == "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli" and t6.task["context"] == "cbg"
+    ho = read_params_file(root/files[1])
+    man = json.loads((root/"adapters"/"stop-finetune-smollm2-cpu"/"data"/"manifest.json").read_text())
+    assert ho.task["progression_ids"] == man["splits"]["valid"]["progression_ids"] and ho.task["compare_base"] and ho.model.adapter
+
+
+@pytest.mark.parametrize("task,needle", [
+    ("{seeds: [450]}", "field `task.seeds` has [450]"), ("{seeds: []}", "field `task.seeds` is empty"),
+    ("{targets: ['']}", "field `task.targets`"), ("{n_boot: 0}", "field `task.n_boot` = 0"), ("{seed: [1]}", "task.seed"),
+])
+def test_bad_stop_scale_params_are_refused_with_the_field(tmp_path, task, needle):
+    from conftest import run_cli
+    f = tmp_path/"bad.yaml"
+    f.write_text(f"study: stop_scale\nmodel: {{backend: hf, id: ., device: cpu}}\ntask: {task}\n")
+    r = run_cli("check", f)
+    assert r.returncode == 2 and needle in r.stderr and "bad.yaml" in r.stderr, r.stderr
+
+
+def test_compare_base_needs_an_adapter(tmp_path):
+    from conftest import run_cli
+    f = tmp_path/"ab.yaml"
+    f.write_text("study: stop\nmodel: {backend: hf, id: ., device: cpu}\ntask: {compare_base: true}\n")
+    r = run_cli("check", f)
+    assert r.returncode == 2 and "ab.yaml: field `task.compare_base` is true but `model.adapter` is not set" in r.stderr, r.stderr
+
+
+def test_scaled_variants_become_stop_progressions_that_run(seeds):
+    "Valid variants -> STOP items -> the STOP multi-turn runner and scorer, with the seed's severity as the ideal."
+    from silverspoon.studies.stop_scale import scaled_items, summary_rows
+    from silverspoon.studies.stop import run_conversations, score_conversations, idealistic_table
+    reqs = scale_requests(seeds, ["sikhism", "jainism"])
+    canned = {reqs[0].item_id: answer(), reqs[1].item_id: answer([s.replace("Harpreet", "Mahavir") for s in SENTS], CF.replace("Harpreet", "Mahavir")),
+              reqs[2].item_id: "I cannot do that."}
+    tab = scale_table(ReplayBackend(canned), seeds, ["sikhism", "jainism"], GenerationParams(), GenerationStore(None), progress=False)
+    items = scaled_items(tab)
+    assert len(items) == 2 and items.progression_id.tolist() == ["scaled/stop-300/sikhism/0.0", "scaled/stop-300/jainism/0.0"]
+    assert (items.severity == seeds.severity[0]).all() and items.s1[0] == SENTS[0]
+    turns = run_conversations(ScriptedBackend(lambda r: "No."), items, GenerationParams(), GenerationStore(None), "x", progress=False)
+    conv = score_conversations(turns, items)
+    assert (conv.status == "scored").all() and (conv.n_no == 5).all()
+    sr = summary_rows(tab, idealistic_table(conv, "scored", 50)).set_index("metric")
+    assert sr.loc["valid share", "n"] == 4 and sr.loc["valid share", "estimate"] == 0.5 and sr.loc["answers with a valid variant", "estimate"] == 0.5
+    assert sr.loc["P (scaled progressions)", "n"] == 2
