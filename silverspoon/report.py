@@ -158,6 +158,13 @@ class Report:
         df.insert(0, "run", self.params.run); df.insert(1, "model", model_label(self.params.model)); df.insert(2, "backend", self.params.model.backend)
         self.table(df, "summary", "Summary for the cross-model index", "One row per headline metric of this run; reports/index.html gathers these rows across runs.")
 
+    def instruments(self, df:pd.DataFrame, # rows of `silverspoon.parse.instrument_validity`, one per instrument
+                    note:str=""):          # anything the reader must know besides the columns
+        "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is."
+        self.table(df, "instruments", "Instruments: how far each measuring step agrees with its reference",
+                   "agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
+                   "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
+
     def counts(self, res:pd.DataFrame, # a `generate_all` result
                title:str="Generation accounting", name:str="generation_counts"):
         "Answered / failed / cached counts of a `generate_all` result: nothing is dropped silently."
