@@ -1,0 +1,34 @@
+"The one parse contract: each reply parser measured on its hand-labelled set (tests/parser_sets/*.csv), >= 98% right on the clear replies."
+import pandas as pd
+import pytest
+
+from silverspoon.parse import parser_set, instrument_validity, REFUSAL, Parsed
+
+MIN_ITEMS, MIN_CLEAR_AGREEMENT = 60, 0.98
+
+def _check(summ, items, name):
+    r = summ.iloc[0]
+    wrong = items[~items.agree.astype(bool) & ~items.hard]
+    assert r.n >= MIN_ITEMS, f"{name}: only {r.n} hand-labelled replies; the contract asks for at least {MIN_ITEMS}"
+    assert r.n_hard >= 1, f"{name}: no hard replies marked; count the disputable ones apart"
+    assert r.agreement_clear >= MIN_CLEAR_AGREEMENT, f"{name}: {r.agreement_clear:.3f} right on clear replies; misses:\n{wrong.to_string()}"
+
+def test_normative_parser_set():
+    from silverspoon.studies.normative import load_normative, parser_set_validity
+    summ, items = parser_set_validity(load_normative())
+    _check(summ, items, "normative")
+    s = parser_set("normative")
+    assert s.source.str.startswith("released").sum() >= 30 and (s.source == "written").sum() >= 20   # released answers and written forms
+
+def test_parser_set_items_are_the_reference():
+    "The set is what the instrument is compared with: a changed expectation changes the measured agreement (the test can fail)."
+    from silverspoon.studies.normative import parse_normative
+    s = parser_set("normative").head(10)
+    got = [parse_normative(t).label for t in s.reply]
+    flipped = s.expected.map(lambda e: "other" if e == "P1" else "P1")
+    assert instrument_validity("x", "parser", got, flipped, "flipped")[0].agreement.item() < 0.5
+
+def test_one_refusal_detector_is_extended_not_copied():
+    from silverspoon.studies import normative
+    assert set(REFUSAL.phrases) < set(normative.NORMATIVE_REFUSAL.phrases)
+    assert not hasattr(normative, "_REFUSAL")
