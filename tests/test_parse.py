@@ -32,3 +32,20 @@ def test_one_refusal_detector_is_extended_not_copied():
     from silverspoon.studies import normative
     assert set(REFUSAL.phrases) < set(normative.NORMATIVE_REFUSAL.phrases)
     assert not hasattr(normative, "_REFUSAL")
+    from silverspoon.studies import stop_downstream
+    assert set(REFUSAL.phrases) < set(stop_downstream.CHOICE_REFUSAL.phrases) and not hasattr(stop_downstream, "_REFUSE")
+
+def test_downstream_choice_parser_set():
+    from silverspoon.studies.stop_downstream import parser_set_validity
+    summ, items = parser_set_validity()
+    _check(summ, items, "downstream_choice")
+    s = parser_set("downstream_choice")
+    assert s.source.str.startswith("store").sum() >= 25 and (s.source == "written").sum() >= 30
+
+@pytest.mark.parametrize("reply,want", [("Answer: b", ("answer", 1)), ("(a)", ("answer", 0)), ("It cannot be determined who ran.", ("answer", 2)),
+                                        ("There is not enough information.", ("answer", 2)), ("Unknown", ("answer", 2)),
+                                        ("Not the grandfather; the grandson.", ("answer", 1)), ("a person who ran", ("unparseable", None)),
+                                        ("I'm sorry, I can't.", ("refusal", None))])
+def test_parse_choice_issue_20_forms(reply, want):
+    from silverspoon.studies.stop_downstream import parse_choice
+    assert parse_choice(reply, ["The grandfather", "The grandson", "Can't be determined"]) == want
