@@ -12,8 +12,8 @@ from .core import DataError, project_root, is_missing
 from .stats import proportion_ci
 
 # %% auto #0
-__all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed', 'parsed_frame',
-           'rule_counts', 'RefusalDetector', 'instrument_validity', 'parser_set_path', 'parser_set']
+__all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
+           'parsed_frame', 'rule_counts', 'RefusalDetector', 'instrument_validity', 'parser_set_path', 'parser_set']
 
 # %% ../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "unparseable", "failed")
@@ -28,6 +28,8 @@ class Parsed:
         if self.status not in STATUSES: raise ValueError(f"Parsed.status = {self.status!r}; use one of {STATUSES}.")
         if self.status != "answer" and self.value is not None:
             raise ValueError(f"Parsed.value = {self.value!r} with status {self.status!r}: only an `answer` carries a value.")
+    def __iter__(self): return iter((self.status, self.value, self.rule))   # unpacks like the (status, value, rule) tuples it replaces
+    def __getitem__(self, i): return (self.status, self.value, self.rule)[i]
     @property
     def label(self)->str:
         "One category per reply: the value for an answer, else the status (`refusal`, `unparseable`, `failed`)."
@@ -74,9 +76,9 @@ class RefusalDetector:
                  lead:str=r"^[\W_]*(?:(?:answer|response|a)\s*:\s*)?[\W_]*"): # what may precede a phrase (quotes, markup, 'Answer:')
         self.phrases, self.lead = tuple(phrases), lead
         self._res = [re.compile(lead + f"(?:{p})", re.I) for p in self.phrases]
-    def extend(self, *phrases:str)->RefusalDetector:
-        "A new detector with the base phrases and `phrases`."
-        return RefusalDetector((*self.phrases, *phrases), self.lead)
+    def extend(self, *phrases:str, lead:str|None=None)->RefusalDetector:
+        "A new detector with the base phrases and `phrases` (`lead=ANYWHERE`: found anywhere, not only at the start)."
+        return RefusalDetector((*self.phrases, *phrases), self.lead if lead is None else lead)
     def match(self, text)->str|None:
         "The phrase that fired at the start of `text`, or None."
         if not isinstance(text, str) or is_missing(text): return None
@@ -88,6 +90,7 @@ class RefusalDetector:
     def __repr__(self): return f"RefusalDetector({len(self.phrases)} phrases)"
 
 REFUSAL = RefusalDetector()
+ANYWHERE = r"(?s)^(?:.*?\b)?"   # a `lead` for studies that look for refusal wording anywhere in the text they read
 
 # %% ../nbs/04a_parse.ipynb #33eef0a0
 INSTRUMENT_COLUMNS = ["instrument", "kind", "reference", "n", "n_agree", "agreement", "ci_low", "ci_high",

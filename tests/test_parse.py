@@ -49,3 +49,17 @@ def test_downstream_choice_parser_set():
 def test_parse_choice_issue_20_forms(reply, want):
     from silverspoon.studies.stop_downstream import parse_choice
     assert parse_choice(reply, ["The grandfather", "The grandson", "Can't be determined"]) == want
+
+def test_every_study_extends_the_one_refusal_detector():
+    from silverspoon.studies import professions, narratives, stop
+    for det in (professions.PROFESSION_REFUSAL, narratives.STORY_REFUSAL, stop.STOP_REFUSAL):
+        assert set(REFUSAL.phrases) <= set(det.phrases)
+    assert professions.PROFESSION_REFUSAL("Well, I cannot tell from a name.") and not REFUSAL("Well, I cannot tell from a name.")   # found anywhere
+    assert narratives.STORY_REFUSAL("Unfortunately, I cannot write that.") and stop.STOP_REFUSAL("i am just an ai and cannot judge")
+
+def test_professions_parser_returns_parsed_and_unpacks():
+    from silverspoon.studies.professions import parse_profession
+    p = parse_profession("Emma is likely a software engineer in Seattle.", "Emma")
+    assert isinstance(p, Parsed) and p.value == "software engineer"
+    status, profession, rule = p
+    assert (status, profession) == ("answer", "software engineer") and rule == p.rule
