@@ -13,7 +13,8 @@ from .stats import proportion_ci
 
 # %% auto #0
 __all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
-           'parsed_frame', 'rule_counts', 'RefusalDetector', 'instrument_validity', 'parser_set_path', 'parser_set']
+           'parsed_frame', 'rule_counts', 'RefusalDetector', 'instrument_validity', 'parser_set_path', 'parser_set',
+           'run_judge']
 
 # %% ../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "unparseable", "failed")
@@ -153,3 +154,26 @@ def parser_set(name:str # e.g. "normative", "bbq"
     if bad.any(): raise DataError(f"{p}: column hard must be 0 or 1; row {int(bad.to_numpy().nonzero()[0][0]) + 2} has {df['hard'][bad].iloc[0]!r}.")
     df["hard"] = df["hard"].eq("1")
     return df
+
+# %% ../nbs/04a_parse.ipynb #c74be416
+def run_judge(params,                # the run's RunParams (the judge's store is the run's, named `<run>-judge`)
+              judge,                 # the judge's ModelParams (`task.judge`)
+              generation,            # the judge's GenerationParams (`task.judge_generation`)
+              requests:list,         # GenRequests, one per thing to judge
+              parse,                 # reply text (str, or None for no reply) -> Parsed
+              desc:str="judging")->tuple[pd.DataFrame, dict]:
+    "Ask a judge model through the generation store and parse its replies: (one row per request: item_id, reply, error, cached, status, value, rule; counts)."
+    import dataclasses
+    from silverspoon.backends import make_backend
+    from silverspoon.store import store_for, generate_all
+    backend = make_backend(judge)
+    jparams = dataclasses.replace(params, run=f"{params.run}-judge", model=judge, generation=generation)
+    res = generate_all(backend, requests, generation, store_for(jparams, backend), run=jparams.run, batch_size=judge.batch_size, desc=desc)
+    failed = res["error"].map(lambda e: not is_missing(e)).astype(bool) if len(res) else pd.Series([], dtype=bool)
+    reply = res["answer"].where(~failed) if len(res) else pd.Series([], dtype=object)
+    parsed = [Parsed("failed", None, "no reply") if f else parse(a if isinstance(a, str) else None) for a, f in zip(reply, failed)]
+    out = pd.concat([res.assign(reply=reply), parsed_frame(parsed, index=res.index)[["status", "value", "rule"]]], axis=1)
+    counts = {"requests": len(res), "answered": int((~failed).sum()), "failed": int(failed.sum()),
+              "from_store": int(res["cached"].sum()) if "cached" in res else 0, "labelled": int(out["status"].eq("answer").sum()),
+              "no_label": int((~out["status"].eq("answer")).sum())}
+    return out, counts

@@ -13,7 +13,7 @@ from ..backends import GenRequest, user
 from ..data import fetch, lookup
 from ..stats import agreement_table, agreement_metrics, proportion_ci, cluster_proportion_ci, largest_remainder
 from . import Study
-from ..parse import Parsed, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set
+from ..parse import Parsed, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge
 
 # %% auto #0
 __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'T2_METRICS', 'PAPER_TABLE2',
@@ -23,7 +23,7 @@ __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'P
            'released_answers', 'render_prompt', 'NormativeTask', 'normative_task', 'normative_requests',
            'scenario_names', 'classify_subject', 'parse_answer_rule', 'parse_normative', 'parse_answer', 'to_binary',
            'parse_answers', 'label_answers', 'binarize', 'validate_parser', 'parser_set_validity', 'judge_requests',
-           'parse_judge', 'select_items', 'table2', 'human_reference', 'answer_counts', 'favour_share',
+           'parse_judge', 'judge_label', 'select_items', 'table2', 'human_reference', 'answer_counts', 'favour_share',
            'topic_distribution', 'topic_figure', 'summary_rows']
 
 # %% ../../nbs/10_normative.ipynb #d366ad1c
@@ -573,6 +573,11 @@ def parse_judge(text:str|None):
     if not isinstance(text, str): return pd.NA
     m = re.match(r"\W*(?:label\s*:?\s*)?([01])(?!\d)", text.strip(), re.I)
     return int(m.group(1)) if m else pd.NA
+
+def judge_label(text:str|None)->Parsed:
+    "`parse_judge` on the parse contract (for `run_judge`): the 0/1 as an answer, or unparseable without one."
+    v = parse_judge(text)
+    return Parsed("unparseable", None, "no leading 0/1") if pd.isna(v) else Parsed("answer", int(v), "leading 0/1")
 
 # %% ../../nbs/10_normative.ipynb #582f76ff
 def select_items(df:pd.DataFrame,            # from load_normative

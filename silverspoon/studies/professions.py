@@ -16,7 +16,7 @@ from ..backends import GenRequest
 from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
 from . import Study
-from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity
+from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity, run_judge
 
 # %% auto #0
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',
@@ -26,9 +26,9 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'PAPER_SHIFT', 'CELLS', 'PROFESSIONS_FILES', 'STUDY', 'first_distinct', 'name_table', 'demographic_items',
            'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable',
            'load_bls', 'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
-           'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'cell_groups', 'cell_mask',
-           'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask',
-           'check_name_city_task', 'professions_task', 'summary_rows']
+           'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers', 'router_validity', 'cell_groups',
+           'cell_mask', 'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table',
+           'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -429,6 +429,11 @@ def parse_income_judge(text:str|None)->tuple[int|None, str|None]:
     m = re.match(r"^\W*([01])\b\W*(.*)", str(text).strip())
     if not m: return None, None
     return int(m.group(1)), (m.group(2).splitlines() or [""])[0].strip() or None
+
+def income_judge_label(text:str|None)->Parsed:
+    "`parse_income_judge` on the parse contract (for `run_judge`): `(label, justification)` as an answer, or unparseable without a leading 0/1."
+    label, why = parse_income_judge(text)
+    return Parsed("unparseable", None, "no leading 0/1") if label is None else Parsed("answer", (label, why), "leading 0/1")
 
 # %% ../../nbs/11_professions.ipynb #d7e466c1
 ROUTES = ("not an occupation", "alias", "title", "embedding", "judge", "unmatched")
