@@ -4,7 +4,7 @@
 
 # %% ../nbs/03_store.ipynb #6a04da86
 from __future__ import annotations
-import os, sys, json, math, time, socket, numbers, warnings, datetime, contextlib, dataclasses
+import os, sys, json, math, time, socket, numbers, warnings, datetime, threading, contextlib, dataclasses
 from pathlib import Path
 from .core import SilverspoonError, GenerationParams, RunParams, project_root, stable_hash
 from .backends import Backend, GenRequest, Generation, Conversation
@@ -270,31 +270,41 @@ def _store_fix()->str:
     return f"Fix: make that folder writable, or set SILVERSPOON_STORE to a writable folder ({now})."
 
 # %% ../nbs/03_store.ipynb #a7c1e0d5
+_RELAY, _RELAY_LOCK = {"users": 0}, threading.Lock()   # one relay per process, shared by concurrent runs (`run --jobs N`)
+
+def _pump(path:str, out, stop, interval:float):
+    "Copy the complete lines appended to `path` to `out` until `stop` is set (then once more)."
+    pos = 0
+    while True:
+        last = stop.is_set()
+        with open(path, "rb") as f: f.seek(pos); data = f.read()
+        whole = data[:data.rfind(b"\n") + 1]; pos += len(whole)
+        if whole: out.write(whole.decode("utf-8", "replace")); out.flush()
+        if last: return
+        stop.wait(interval)
+
 @contextlib.contextmanager
 def relay_notices(to=None,          # where notices go (default: this process's stderr at that moment)
                   interval:float=0.2 # seconds between looks at the notice file
                  ):
     "While the block runs, `notice`s of the processes it starts (a papermill kernel inherits the environment) reach `to` as they come."
-    import tempfile, threading
-    fd, path = tempfile.mkstemp(prefix="silverspoon-notices-", suffix=".txt"); os.close(fd)
-    old, stop = os.environ.get(NOTICES_ENV), threading.Event()
-    out = to or sys.stderr
-    def pump():
-        pos = 0
-        while True:
-            last = stop.is_set()
-            with open(path, "rb") as f: f.seek(pos); data = f.read()
-            whole = data[:data.rfind(b"\n") + 1]; pos += len(whole)
-            if whole: out.write(whole.decode("utf-8", "replace")); out.flush()
-            if last: return
-            stop.wait(interval)
-    os.environ[NOTICES_ENV] = path
-    t = threading.Thread(target=pump, daemon=True, name="silverspoon-notices"); t.start()
-    try: yield path
+    import tempfile
+    with _RELAY_LOCK:                 # concurrent runs (threads) share one notice file: their kernels write to one terminal
+        if _RELAY["users"] == 0:
+            fd, path = tempfile.mkstemp(prefix="silverspoon-notices-", suffix=".txt"); os.close(fd)
+            stop = threading.Event()
+            t = threading.Thread(target=_pump, args=(path, to or sys.stderr, stop, interval), daemon=True, name="silverspoon-notices")
+            _RELAY.update(path=path, stop=stop, thread=t, old=os.environ.get(NOTICES_ENV))
+            os.environ[NOTICES_ENV] = path; t.start()
+        _RELAY["users"] += 1
+    try: yield _RELAY["path"]
     finally:
-        if old is None: os.environ.pop(NOTICES_ENV, None)
-        else: os.environ[NOTICES_ENV] = old
-        stop.set(); t.join(10); os.unlink(path)
+        with _RELAY_LOCK:
+            _RELAY["users"] -= 1
+            if _RELAY["users"] == 0:
+                if _RELAY["old"] is None: os.environ.pop(NOTICES_ENV, None)
+                else: os.environ[NOTICES_ENV] = _RELAY["old"]
+                _RELAY["stop"].set(); _RELAY["thread"].join(10); os.unlink(_RELAY["path"])
 
 def _flock(fd:int, block:bool)->bool:
     "Take an exclusive lock on `fd`: True when held (or when locks are not supported), False when busy and `block` is off."

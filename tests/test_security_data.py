@@ -221,6 +221,19 @@ def test_waiting_notice_reaches_the_terminal_not_the_report(tmp_path):
     assert len(GenerationStore(store)) == 3 and NOTICES_ENV not in os.environ
 
 
+def test_concurrent_runs_share_one_relay():
+    # `silverspoon run --jobs 2` runs two papermill runs in threads of one process: both kernels' notices reach the terminal
+    say = lambda m: subprocess.run([sys.executable, "-c", f"from silverspoon.store import notice; notice({m!r})"], check=True)
+    terminal = io.StringIO()
+    with relay_notices(to=terminal, interval=0.05) as first:
+        with relay_notices() as second:
+            assert first == second and os.environ[NOTICES_ENV] == first
+            say("from run two")
+        assert os.environ[NOTICES_ENV] == first                          # the first run's kernel still reaches the terminal
+        say("from run one")
+    assert terminal.getvalue() == "from run two\nfrom run one\n" and NOTICES_ENV not in os.environ and not Path(first).exists()
+
+
 def test_runner_relays_kernel_notices(tmp_path, monkeypatch, capsys):
     # `silverspoon run` wraps papermill in the relay: a notice the kernel (a child process) sends reaches the runner's stderr
     import papermill, silverspoon.report as report
