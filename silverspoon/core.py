@@ -103,6 +103,10 @@ class _NotData:
     "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
     def __init__(self, tag:str, line:int): self.tag, self.line = tag, line
 
+class _HugeInt:
+    "A YAML integer with more digits than Python converts (about 4300); kept only to be reported with its field."
+    def __init__(self, digits:int, line:int): self.digits, self.line = digits, line
+
 class _Refused(Exception): "A YAML construct refused while reading (alias, repeated key)."
 
 def plain_data(obj, where:str="",       # dotted path of `obj` in the params, for messages
@@ -110,6 +114,9 @@ def plain_data(obj, where:str="",       # dotted path of `obj` in the params, fo
               ):
     "`obj` unchanged if it holds plain data only (JSON types, text keys, finite numbers); else a `ParamsError` naming the field."
     at = f"field `{where}`" if where else "the params"
+    if isinstance(obj, _HugeInt):
+        raise ParamsError(f"{src}: {at} (line {obj.line}) is an integer of {obj.digits} digits; no setting needs one: "
+                          "write a number in the field's range (silverspoon.core.BOUNDS).")
     if isinstance(obj, _NotData):
         fix = "put the date in quotes to make it text." if obj.tag.endswith(":timestamp") else "remove the tag."
         raise ParamsError(f"{src}: {at} (line {obj.line}) has the YAML tag {obj.tag!r}: params hold plain data only "
@@ -148,6 +155,10 @@ def _params_loader():
     keep = {f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "seq", "map")}
     ParamsLoader.yaml_constructors = {t: f for t, f in yaml.SafeLoader.yaml_constructors.items() if t in keep}
     ParamsLoader.add_constructor(None, lambda loader, node: _NotData(node.tag, node.start_mark.line + 1))   # every other tag
+    def construct_int(loader, node):
+        try: return yaml.SafeLoader.construct_yaml_int(loader, node)
+        except ValueError: return _HugeInt(sum(ch.isdigit() for ch in node.value), node.start_mark.line + 1)   # Python's digit limit
+    ParamsLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return ParamsLoader
 
 def read_yaml(path:Path|str         # a params file
@@ -176,7 +187,19 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
     "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
     "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),
-    "n_progressions": (1, 100_000_000)}
+    "n_progressions": (1, 100_000_000),
+    # the studies' `task` sections (a test checks that every int/float field of every study's task has a range here)
+    "min_similarity": (0, 1, True), "top_k": (1, 10_000), "min_count": (1, 10_000_000), "max_words": (1, 100_000),
+    "template": (0, 1_000), "min_string_run": (1, 10_000_000), "weat_n_perm": (1, 1_000_000),
+    "agency_lr": (0, 1, True), "agency_epochs": (1, 1_000), "agency_batch_size": (1, 4096),
+    "vader_positive": (-1, 1), "vader_negative": (-1, 1), "n_topics": (2, 1_000), "n_topic_words": (1, 10_000),
+    "min_df": (1, 10_000_000), "topic_seed": (0, 2**32 - 1), "cloud_words": (1, 10_000),
+    "bbq_n": (1, 100_000_000), "crows_n": (1, 100_000_000), "stereoset_n": (1, 100_000_000), "likelihood_batch_size": (1, 4096)}
+
+def _shown(v, n:int=60)->str:
+    "A value as a message shows it: at most `n` characters; an integer too long to print is described by its digits."
+    if type(v) is int and abs(v) >= 10**40: return f"an integer of {len(str(abs(v))) if abs(v).bit_length() < 10_000 else 'thousands of'} digits"
+    return repr(v)[:n]
 
 def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
                  v,                 # its value
@@ -187,7 +210,7 @@ def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
     if name not in BOUNDS or type(v) not in (int, float): return v
     lo, hi, *open_lo = BOUNDS[name]
     if (v > lo if open_lo else v >= lo) and v <= hi: return v
-    raise ParamsError(f"{src}: field `{where}` = {v} must be in {'(' if open_lo else '['}{lo}, {hi}].")
+    raise ParamsError(f"{src}: field `{where}` = {_shown(v)} must be in {'(' if open_lo else '['}{lo}, {hi}].")
 
 # %% ../nbs/00_core.ipynb #fcf44a89
 def _type_name(t)->str:
@@ -208,7 +231,7 @@ def _check_value(v, t, where:str, src:str):
             try: return _check_value(v, a, where, src)
             except ParamsError as e: errs.append(e)
         if type(v) is float and not math.isfinite(v): raise errs[0]
-        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else repr(v)[:60]
+        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else _shown(v)
         raise ParamsError(f"{src}: field `{where}` = {shown} must be one of: {', '.join(_type_name(a) for a in args)}.")
     if origin is typing.Literal:
         if v in args and type(v) in PLAIN_TYPES: return v
@@ -230,7 +253,7 @@ def _check_value(v, t, where:str, src:str):
         except OverflowError: raise ParamsError(f"{src}: field `{where}` is a number too large to be a float.") from None
     if t in (int, float) and isinstance(v, bool): raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got a boolean {v!r}.")
     if isinstance(t, type) and not isinstance(v, t):
-        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {str(v)[:60]!r}.")
+        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {_shown(v)}.")
     if t is float and not math.isfinite(v): raise ParamsError(f"{src}: field `{where}` = {v} must be a finite number.")
     return v
 

@@ -17,13 +17,13 @@ from ..text import Instrument
 from . import Study
 
 # %% auto #0
-__all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS', 'LETTERS', 'BBQ_PROMPT',
-           'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'STATUSES', 'O3', 'PARSER_EXAMPLES', 'SCORES', 'FLAGS',
-           'LIKELIHOOD_PREFIXES', 'HEADLINE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame', 'crows_frame',
-           'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw', 'prompted_items',
-           'requests_for', 'parse_choice', 'outcomes', 'paired_scores', 'answer_rate_tests', 'LogLikelihood',
-           'likelihood_pairs', 'likelihood_choices', 'finetune_info', 'DownstreamTask', 'downstream_task',
-           'summary_rows']
+__all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS',
+           'LETTERS', 'BBQ_PROMPT', 'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'STATUSES', 'O3', 'PARSER_EXAMPLES', 'SCORES',
+           'FLAGS', 'LIKELIHOOD_PREFIXES', 'HEADLINE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame',
+           'crows_frame', 'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw',
+           'prompted_items', 'requests_for', 'parse_choice', 'outcomes', 'paired_scores', 'answer_rate_tests',
+           'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'finetune_info', 'DownstreamTask',
+           'downstream_task', 'summary_rows']
 
 # %% ../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -40,9 +40,12 @@ def bbq_target(row:dict # one BBQ row (answer_info, additional_metadata.stereoty
     return hits[0] if len(hits) == 1 else None
 
 # %% ../../nbs/33_stop_downstream.ipynb #578916eb
+MISSING_UPSTREAM = ("bbq/Gender_identity", "bbq/Race_ethnicity", "bbq/Race_x_SES", "bbq/Race_x_gender", "bbq/SES",
+                    "stereoset/dev")   # PROVENANCE.md "Missing": could not be retrieved for the shared data copy
+
 def _absent(name:str, e:DataError)->bool:
-    "True when `fetch(name)` failed because the file is absent (and could not be downloaded), not because a copy is corrupt."
-    return not (data_dir()/lookup(name).relpath).is_file() and "fails its checksum" not in str(e)
+    "True when `fetch(name)` failed because a file known to be unavailable upstream is absent; any other failure is an error."
+    return name in MISSING_UPSTREAM and not (data_dir()/lookup(name).relpath).is_file() and "fails its checksum" not in str(e)
 
 def absent_reason(name:str # registry name of a file `fetch` could not find
                  )->str:
