@@ -63,6 +63,7 @@ def pip_installs(readme:str)->list[list[str]]:
 # pyenv's newest 3.13.x, else /usr/local/bin or /usr/bin. With none, the lane falls back to the machine's python3 and
 # says so, or stops (`--strict`: CI, where the lane must run Colab's Python).
 COLAB_PYTHON = (3, 13)
+SYSTEM_BIN = ("/usr/local/bin", "/usr/bin")
 
 def python_version(exe:str)->tuple[int,int]|None:
     "(major, minor) of the interpreter `exe`, or None when it does not run (e.g. a pyenv shim of a version not selected)."
@@ -72,7 +73,7 @@ def python_version(exe:str)->tuple[int,int]|None:
     except ValueError: return None
 
 def python_candidates(want:tuple[int,int]=COLAB_PYTHON, env=None)->list[str]:
-    "Where a Python `want` may be, in the order tried: `pythonX.Y` on PATH, pyenv's X.Y.N (newest first), /usr/local/bin, /usr/bin."
+    "Where a Python `want` may be, in the order tried: `pythonX.Y` on PATH, pyenv's X.Y.N (newest first), `SYSTEM_BIN`."
     env = os.environ if env is None else env
     exe = f"python{want[0]}.{want[1]}"
     out = [p] if (p := shutil.which(exe, path=env.get("PATH", os.defpath))) else []
@@ -80,7 +81,7 @@ def python_candidates(want:tuple[int,int]=COLAB_PYTHON, env=None)->list[str]:
     patch = re.compile(rf"{want[0]}\.{want[1]}\.(\d+)")   # 3.13.0, not 3.13.0t (free-threaded) or 3.13-dev
     found = [(int(m.group(1)), d/"bin"/exe) for d in (root/"versions").glob(f"{want[0]}.{want[1]}.*") if (m := patch.fullmatch(d.name))]
     out += [str(p) for _, p in sorted(found, reverse=True)]
-    out += [f"/usr/local/bin/{exe}", f"/usr/bin/{exe}"]
+    out += [f"{d}/{exe}" for d in SYSTEM_BIN]
     return list(dict.fromkeys(out))
 
 def find_python(want:tuple[int,int]=COLAB_PYTHON, fallback:str="python3", strict:bool=False, env=None)->tuple[str, str|None]:
