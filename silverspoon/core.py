@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError',
-           'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
-           'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict',
-           'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name', 'check_urls_and_keys',
-           'check_model', 'check_generation', 'merge_params', 'read_params_mapping', 'load_params', 'check_params',
-           'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'SilverspoonError',
+           'ParamsError', 'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json',
+           'stable_hash', 'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds',
+           'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
+           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'check_model', 'check_generation',
+           'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -161,6 +161,12 @@ def _params_loader():
     ParamsLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return ParamsLoader
 
+def _yaml_problem(e)->str:
+    "What a YAML error says and where (line, column), without the file's text that PyYAML quotes (the file may not be a params file)."
+    what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or type(e).__name__
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return what + (f" (line {mark.line + 1}, column {mark.column + 1}; the line is not shown)" if mark is not None else "")
+
 def read_yaml(path:Path|str         # a params file
              )->dict:
     "The mapping in a YAML params file, plain data only; anything else is a `ParamsError` naming the file (and field)."
@@ -169,7 +175,7 @@ def read_yaml(path:Path|str         # a params file
     if path.stat().st_size > MAX_PARAMS_BYTES: raise ParamsError(f"{src}: {path.stat().st_size} bytes; a params file is at most {MAX_PARAMS_BYTES} bytes of settings.")
     try: d = yaml.load(path.read_text(encoding="utf-8"), Loader=_params_loader())
     except _Refused as e: raise ParamsError(f"{src}: {e}") from None
-    except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML ({e}).") from None
+    except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML: {_yaml_problem(e)}.") from None
     except UnicodeDecodeError: raise ParamsError(f"{src}: not UTF-8 text.") from None
     except RecursionError: raise ParamsError(f"{src}: nested too deeply to be a params file.") from None
     if d is None: d = {}
@@ -327,6 +333,7 @@ class RunParams:
 # %% ../nbs/00_core.ipynb #c0b53f13
 NAME_MAX = 100   # characters in a name that becomes a file or folder name
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+KEY_VARS_ENV = "SILVERSPOON_KEY_VARS"   # extra variable names allowed as api_key_env (comma or space separated)
 _URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]*")
 
 def check_name(value:str, where:str,   # the name and its field (`run`, `study`)
@@ -347,16 +354,30 @@ def _check_url(url:str, where:str, src:str, base_url:bool=False):
                           "reports and the store. Put the key in the environment variable named by `api_key_env`.")
     if base_url and bad_scheme: raise ParamsError(f"{src}: field `{where}` must be an http(s) URL such as http://localhost:8000/v1.")
 
+def key_variable_allowed(name:str # an `api_key_env` value (already a variable name)
+                        )->bool:
+    "May `$name` be sent as a bearer token? Names ending in `_API_KEY`, and names listed in `$SILVERSPOON_KEY_VARS`."
+    allowed = set(re.split(r"[\s,]+", os.environ.get(KEY_VARS_ENV, "").strip())) - {""}
+    return name.endswith("_API_KEY") or name in allowed
+
+def check_key_variable(name, where:str, src:str="<params>")->str:
+    "`name` unchanged if it may name an API key variable (`key_variable_allowed`); else a `ParamsError` that shows it only when it looks like a variable name."
+    if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
+        raise ParamsError(f"{src}: field `{where}` must be the NAME of the environment variable holding the key (letters, digits, _; "
+                          "e.g. OPENAI_API_KEY), never the key itself. The value given is not shown.")
+    if key_variable_allowed(name): return name
+    shown = f"`{name}`" if re.fullmatch(r"[A-Z][A-Z0-9_]{0,39}", name) else "(not shown: it may be a key)"
+    raise ParamsError(f"{src}: field `{where}` = {shown} does not name an API key variable. Its value would be sent as the bearer "
+                      f"token to the server in base_url, so only names ending in _API_KEY are used (e.g. OPENAI_API_KEY, VLLM_API_KEY). "
+                      f"Fix: put the key in such a variable, or allow this name on this machine: export {KEY_VARS_ENV}=<the name>.")
+
 def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth), e.g. `asdict(RunParams)`
                         where:str="")->None:
-    "Every URL anywhere in `obj` has no credentials or query; every `base_url` is http(s); every `api_key_env` is a variable name."
+    "Every URL anywhere in `obj` has no credentials or query; every `base_url` is http(s); every `api_key_env` names an API key variable."
     if isinstance(obj, dict):
         for k, v in obj.items():
             w = f"{where}.{k}" if where else str(k)
-            if k == "api_key_env" and v is not None:
-                if not (isinstance(v, str) and _ENV_NAME.fullmatch(v)):
-                    raise ParamsError(f"{src}: field `{w}` must be the NAME of the environment variable holding the key (letters, digits, _; "
-                                      "e.g. OPENAI_API_KEY), never the key itself. The value given is not shown.")
+            if k == "api_key_env" and v is not None: check_key_variable(v, w, src)
             elif k == "base_url" and isinstance(v, str): _check_url(v, w, src, base_url=True)
             else: check_urls_and_keys(v, src, w)
     elif isinstance(obj, list):
@@ -400,6 +421,11 @@ def read_params_mapping(path:Path|str,   # a params file, possibly with `include
     if not path.is_file():
         raise ParamsError(f"{src}: params file not found. Pass a file from params/ (e.g. params/normative/gpt4-replay.yaml).")
     d = read_yaml(path)
+    fields_ = [f.name for f in fields(RunParams)]
+    if d and not set(d) & {*fields_, "include"}:   # e.g. an `include:` of a credentials or config file: say so, never echo its keys
+        by = f" (included by {_chain[-1]})" if _chain else ""
+        raise ParamsError(f"{src}{by}: not a params file: none of its {len(d)} top-level keys is a params field ({', '.join(fields_)}, "
+                          "include). Its content is not shown. Fix: name a params file.")
     if "include" not in d: return d
     inc = d.pop("include")
     if not isinstance(inc, str) or not inc.strip():

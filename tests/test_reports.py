@@ -26,7 +26,7 @@ def test_replay_report_reproduces_paper(tmp_path):
     assert "normative" in (tmp_path/"index.html").read_text()
 
 def _openai_params(path:Path, srv, n=12, **model):
-    m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_KEY",
+    m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_API_KEY",
          "concurrency": 1, "batch_size": 2, "timeout_s": 5.0, "max_retries": 1, **model}
     import yaml
     path.write_text(yaml.safe_dump({"study": "normative", "model": m, "generation": {"max_new_tokens": 32},
@@ -39,7 +39,7 @@ def test_api_key_never_in_outputs(tmp_path):
     with FakeChatServer(api_key=secret, echo_auth=True) as srv:
         p = _openai_params(tmp_path/"secret-run.yaml", srv)
         r = run_cli("run", p, "--reports-dir", tmp_path/"reports",
-                    env={"SILVERSPOON_TEST_KEY": secret, "SILVERSPOON_STORE": str(tmp_path/"store")})
+                    env={"SILVERSPOON_TEST_API_KEY": secret, "SILVERSPOON_STORE": str(tmp_path/"store")})
         assert r.returncode == 0, r.stdout + r.stderr
         assert srv.stats()["requests"] >= 12            # the key was used: the server accepts only it
     assert secret not in r.stdout + r.stderr
@@ -53,7 +53,7 @@ def _store_keys(path:Path):
 def test_kill9_then_resume_same_tables(tmp_path):
     with FakeChatServer(delay=0.25) as srv:
         p = _openai_params(tmp_path/"resume.yaml", srv, n=30)
-        env = {**os.environ, "SILVERSPOON_TEST_KEY": "k", "SILVERSPOON_STORE": str(tmp_path/"store")}
+        env = {**os.environ, "SILVERSPOON_TEST_API_KEY": "k", "SILVERSPOON_STORE": str(tmp_path/"store")}
         store = tmp_path/"store"/"normative"/"resume.jsonl"
         proc = subprocess.Popen([*CLI, "run", str(p), "--reports-dir", str(tmp_path/"a"), "--no-index"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
