@@ -296,9 +296,9 @@ class ModelParams:
     gpu_memory_utilization: float = 0.9     # vllm: share of GPU memory vLLM may take (weights + KV cache)
     max_model_len: int|None = None          # vllm: context length to reserve KV cache for (None = the model's own)
     base_url: str|None = None               # openai backend: e.g. http://localhost:8000/v1
-    api_key_env: str = "OPENAI_API_KEY"     # name of the environment variable holding the key (never the key itself)
+    api_key_env: str = "OPENAI_API_KEY"     # name of the variable holding the key (never the key): *_API_KEY, or listed in $SILVERSPOON_KEY_VARS
     concurrency: int = 4                    # openai backend: requests in flight at once
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0                 # openai backend: total seconds of one attempt (connect, send, wait, read the whole reply); each retry gets its own
     max_retries: int = 4
 
 @dataclass

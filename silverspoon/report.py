@@ -14,8 +14,8 @@ __all__ = ['PROVENANCE_FORMAT', 'REPORT_MARKER', 'MIN_SECRET_CHARS', 'KERNEL_ARG
            'params_chain', 'content_record', 'verify_provenance', 'ci_text', 'summary_wide', 'ci_columns',
            'display_frame', 'model_label', 'Report', 'warning_without_path', 'report_cells', 'safe_markdown_outputs',
            'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text',
-           'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'collect_summaries',
-           'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
+           'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'failed_calls',
+           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
 _PACKAGES = ["silverspoon", "numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "torch", "transformers",
@@ -330,7 +330,8 @@ def read_params_file(path:str|Path)->RunParams:
     return p
 
 # %% ../nbs/06_report.ipynb #d9e07ca2
-MIN_SECRET_CHARS = 8   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), not a secret
+from .backends.openai import MIN_KEY_CHARS
+MIN_SECRET_CHARS = MIN_KEY_CHARS   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), never sent to another machine (`resolve_api_key`)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
 
 def secret_values(params:dict # a params mapping, e.g. the papermill parameters of a run
@@ -412,7 +413,7 @@ KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own 
 def run_params_file(path:str|Path,               # a file in params/
                     reports_dir:str|Path|None=None, # default: <project>/reports
                     kernel:str="python3", progress:bool=False)->dict:
-    "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds."
+    "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds; say which calls failed (`failed_calls`)."
     import papermill as pm
     p = read_params_file(path)
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
@@ -447,7 +448,8 @@ def run_params_file(path:str|Path,               # a file in params/
         scrub_outputs(tmp, secrets)
         _publish(tmp, study_dir, p.run)
     finally: shutil.rmtree(tmp, ignore_errors=True)
-    return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1)}
+    return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1),
+            "failed_calls": failed_calls(study_dir/p.run, p.model.backend)}
 
 def notebook_to_html_safe(nb_path, html_path):
     "Best-effort HTML of a failed run (whole notebook, code shown) for debugging; None if even that fails."
@@ -456,6 +458,19 @@ def notebook_to_html_safe(nb_path, html_path):
         Path(html_path).write_text(_page("failed run", _nb_html(nbformat.read(str(nb_path), as_version=4), hide_code=False)), encoding="utf-8")
         return Path(html_path)
     except Exception: return None
+
+# %% ../nbs/06_report.ipynb #failc002
+def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<study>/<run>/`
+                 backend:str|None=None   # the run's `model.backend` ("replay": its generation counts are missing released answers)
+                )->list[dict]:
+    "The run's accounting tables with failed calls that a rerun retries: `[{table, failed, requests}]`, empty when the run is complete."
+    out = []
+    for f in sorted(Path(run_dir).glob("*.csv")):
+        if backend == "replay" and f.stem.startswith("generation_counts"): continue
+        if not {"requests", "failed"} <= set(pd.read_csv(f, nrows=0).columns): continue
+        df = pd.read_csv(f, usecols=["requests", "failed"]).apply(pd.to_numeric, errors="coerce").fillna(0)
+        if int(df["failed"].sum()) > 0: out.append(dict(table=f.stem, failed=int(df["failed"].sum()), requests=int(df["requests"].sum())))
+    return out
 
 # %% ../nbs/06_report.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
