@@ -4,14 +4,15 @@
 
 # %% ../nbs/07_cli.ipynb #b7e25329
 from __future__ import annotations
-import re, sys, argparse, time
+import re, sys, argparse, time, dataclasses
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .report import read_params_file, run_params_file, build_index, reports_folder
 
 # %% auto #0
-__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'is_base', 'validate_runs', 'main']
+__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'validate_runs',
+           'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -34,6 +35,13 @@ def calls_text(calls:list[dict] # from `silverspoon.report.failed_calls`
               )->str:
     "'10 of 17 calls failed in judge_counts, ...': what an incomplete run prints."
     return ", ".join(f"{c['failed']} of {c['requests']} calls failed in {c['table']}" for c in calls)
+
+def key_destinations(p:RunParams)->str:
+    "Where the run sends which key: `; key $VAR -> URL` for the model and a judge on the openai backend (what `check` shows before you run a file someone sent)."
+    from silverspoon.backends.openai import OPENAI_URL, public_url
+    models = [("", dataclasses.asdict(p.model)), ("judge ", (p.task or {}).get("judge"))]
+    return "".join(f"; {who}key ${m.get('api_key_env') or 'OPENAI_API_KEY'} -> {public_url(m.get('base_url') or OPENAI_URL)}"
+                   for who, m in models if isinstance(m, dict) and m.get("backend") == "openai")
 
 def is_base(path:Path|str)->bool:
     "A params file whose name starts with `_` is a base that run files `include:`, never a run of its own."
@@ -123,7 +131,7 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "run": return _run(args)
         if args.cmd == "check":   # the same checks as `run` makes before running anything, two files of one run included
             files = list({f.resolve(): f for f in _runs_only(args.params)}.values())
-            for f, p in zip(files, validate_runs(files)): print(printable(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})"))
+            for f, p in zip(files, validate_runs(files)): print(printable(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id}{key_destinations(p)})"))
             return 0
         if args.cmd == "resolve":   # validated first; papermill reads YAML itself and knows nothing of `include:`
             import yaml
