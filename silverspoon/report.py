@@ -256,6 +256,7 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
 NOTEBOOK_BUDGET_BYTES = 3_000_000                             # the most a committed executed notebook may weigh
 _VOLATILE_CELL_METADATA = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")   # '<pandas.io.formats.style.Styler at 0x7f...>': a memory address, new on every run
 
 def plain_stream_text(text:str # a stream output's text
                      )->str:
@@ -265,15 +266,17 @@ def plain_stream_text(text:str # a stream output's text
 def publishable_notebook(nb,                      # an executed notebook (nbformat node)
                          replace:dict|None=None   # exact text -> what to write instead, in order (e.g. the run's temporary folder -> its report folder)
                         ):
-    "`nb` as it is committed beside its report: widget outputs and state removed, text progress bars at their final line, papermill's timings and paths dropped, `replace` applied to sources and outputs."
+    "`nb` as it is committed beside its report: widget outputs and state removed, text progress bars at their final line, papermill's timings, paths and random ids and the memory addresses of reprs dropped, `replace` applied to sources and outputs."
     import nbformat
     for k in ("widgets", "papermill"): nb.metadata.pop(k, None)
     for c in nb.cells:
         for k in _VOLATILE_CELL_METADATA: c.metadata.pop(k, None)
+        if "injected-parameters" in c.metadata.get("tags", []): c.id = "injected-parameters"   # papermill draws a random id for it
         if c.cell_type != "code": continue
         c.outputs = [o for o in c.outputs if WIDGET_MIME not in o.get("data", {})]
         for o in c.outputs:
             if o.output_type == "stream": o.text = plain_stream_text(o.text)
+            elif isinstance(o.get("data", {}).get("text/plain"), str): o.data["text/plain"] = _ADDRESS.sub(">", o.data["text/plain"])
     if not replace: return nb
     text = nbformat.writes(nb)
     for old, new in replace.items(): text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
