@@ -254,7 +254,7 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
 
 # %% ../nbs/06_report.ipynb #nbpub001
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
-NOTEBOOK_BUDGET_BYTES = 3_000_000                             # the most a committed executed notebook may weigh
+NOTEBOOK_BUDGET_BYTES = 1_500_000                             # the most a committed executed notebook may weigh (the 25 default runs: 0.30-0.85 MB, 11.9 MB in all)
 _VOLATILE_CELL_METADATA = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")   # '<pandas.io.formats.style.Styler at 0x7f...>': a memory address, new on every run
 

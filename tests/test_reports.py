@@ -53,6 +53,23 @@ def test_committed_reports_have_their_notebooks(root):
     assert [f for f in nbs if not f.exists()] == []
     for f in nbs: assert_publishable(f)
 
+def test_rerun_of_an_unchanged_report_changes_only_its_provenance(tmp_path):
+    "Run twice, the published notebook differs only in the provenance block (its `created` and `wall_seconds`): no timings, random ids or addresses."
+    import nbformat
+    p = tmp_path/"small.yaml"
+    p.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30, stratify_by: topic, seed: 0}\ntask: {n_boot: 50}\n")
+    published = []
+    for _ in range(2):
+        r = run_cli("run", p, "--reports-dir", tmp_path/"r", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+        assert r.returncode == 0, r.stdout + r.stderr
+        published.append(nbformat.read(str(tmp_path/"r"/"normative"/"small.ipynb"), as_version=4))
+    provenance = lambda o: "<h3>Provenance</h3>" in o.get("data", {}).get("text/html", "")
+    for nb in published:
+        assert sum(provenance(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs) == 1
+        for c in nb.cells:
+            if c.cell_type == "code": c.outputs = [o for o in c.outputs if not provenance(o)]
+    assert nbformat.writes(published[0]) == nbformat.writes(published[1])
+
 def _openai_params(path:Path, srv, n=12, **model):
     m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_KEY",
          "concurrency": 1, "batch_size": 2, "timeout_s": 5.0, "max_retries": 1, **model}
