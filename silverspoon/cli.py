@@ -101,6 +101,7 @@ def _run(args)->int:
 def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
     args = _parser().parse_args(argv)
+    absolute_path_settings()   # SILVERSPOON_DATA=../shared/data means the shell's folder, not nbs/ where the kernels run
     try:
         if args.cmd == "run": return _run(args)
         if args.cmd == "check":   # the same checks as `run` makes before running anything, two files of one run included
@@ -121,3 +122,6 @@ def main(argv:list[str]|None=None)->int:
         print(f"error: {e}", file=sys.stderr); return 2
     except OSError as e:   # a folder that cannot be created, a full disk: one line, not a traceback
         print(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": "), file=sys.stderr); return 2
+
+# %% ../nbs/07_cli.ipynb #d8fbc178
+if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())

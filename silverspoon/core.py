@@ -9,11 +9,12 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError', 'DataError',
-           'project_root', 'cache_dir', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing',
-           'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
-           'RunParams', 'check_name', 'check_urls_and_keys', 'check_model', 'check_generation', 'merge_params',
-           'read_params_mapping', 'load_params', 'check_params', 'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError',
+           'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
+           'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict',
+           'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name', 'check_urls_and_keys',
+           'check_model', 'check_generation', 'merge_params', 'read_params_mapping', 'load_params', 'check_params',
+           'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -39,6 +40,22 @@ def project_root(start:Path|str|None=None # where to start looking (default: the
 def cache_dir()->Path:
     "Where downloaded datasets live for real users: `$SILVERSPOON_CACHE`, else `~/.cache/silverspoon`."
     return Path(os.environ.get("SILVERSPOON_CACHE") or Path.home()/".cache"/"silverspoon").expanduser()
+
+# %% ../nbs/00_core.ipynb #67f271e9
+PATH_SETTINGS = ("SILVERSPOON_ROOT", "SILVERSPOON_DATA", "SILVERSPOON_STORE", "SILVERSPOON_CACHE", "SILVERSPOON_MIRROR")
+
+def absolute_path_settings(base:Path|str|None=None, # what relative paths mean (default: the working directory)
+                           environ=None             # the mapping to change (default: `os.environ`)
+                          )->dict:
+    "Make every folder setting in `PATH_SETTINGS` absolute against `base`, in place; URLs (`scheme://...`) are left alone. Returns what changed."
+    env = os.environ if environ is None else environ
+    base, changed = Path(base or os.getcwd()), {}
+    for k in PATH_SETTINGS:
+        v = env.get(k)
+        if not v or "://" in v: continue
+        p = Path(v).expanduser()
+        if not p.is_absolute(): env[k] = changed[k] = str((base/p).resolve())
+    return changed
 
 # %% ../nbs/00_core.ipynb #a097bd18
 def canonical_json(obj)->str:
@@ -86,6 +103,10 @@ class _NotData:
     "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
     def __init__(self, tag:str, line:int): self.tag, self.line = tag, line
 
+class _HugeInt:
+    "A YAML integer with more digits than Python converts (about 4300); kept only to be reported with its field."
+    def __init__(self, digits:int, line:int): self.digits, self.line = digits, line
+
 class _Refused(Exception): "A YAML construct refused while reading (alias, repeated key)."
 
 def plain_data(obj, where:str="",       # dotted path of `obj` in the params, for messages
@@ -93,6 +114,9 @@ def plain_data(obj, where:str="",       # dotted path of `obj` in the params, fo
               ):
     "`obj` unchanged if it holds plain data only (JSON types, text keys, finite numbers); else a `ParamsError` naming the field."
     at = f"field `{where}`" if where else "the params"
+    if isinstance(obj, _HugeInt):
+        raise ParamsError(f"{src}: {at} (line {obj.line}) is an integer of {obj.digits} digits; no setting needs one: "
+                          "write a number in the field's range (silverspoon.core.BOUNDS).")
     if isinstance(obj, _NotData):
         fix = "put the date in quotes to make it text." if obj.tag.endswith(":timestamp") else "remove the tag."
         raise ParamsError(f"{src}: {at} (line {obj.line}) has the YAML tag {obj.tag!r}: params hold plain data only "
@@ -131,6 +155,10 @@ def _params_loader():
     keep = {f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "seq", "map")}
     ParamsLoader.yaml_constructors = {t: f for t, f in yaml.SafeLoader.yaml_constructors.items() if t in keep}
     ParamsLoader.add_constructor(None, lambda loader, node: _NotData(node.tag, node.start_mark.line + 1))   # every other tag
+    def construct_int(loader, node):
+        try: return yaml.SafeLoader.construct_yaml_int(loader, node)
+        except ValueError: return _HugeInt(sum(ch.isdigit() for ch in node.value), node.start_mark.line + 1)   # Python's digit limit
+    ParamsLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return ParamsLoader
 
 def read_yaml(path:Path|str         # a params file
@@ -159,7 +187,19 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
     "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
     "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),
-    "n_progressions": (1, 100_000_000)}
+    "n_progressions": (1, 100_000_000),
+    # the studies' `task` sections (a test checks that every int/float field of every study's task has a range here)
+    "min_similarity": (0, 1, True), "top_k": (1, 10_000), "min_count": (1, 10_000_000), "max_words": (1, 100_000),
+    "template": (0, 1_000), "min_string_run": (1, 10_000_000), "weat_n_perm": (1, 1_000_000),
+    "agency_lr": (0, 1, True), "agency_epochs": (1, 1_000), "agency_batch_size": (1, 4096),
+    "vader_positive": (-1, 1), "vader_negative": (-1, 1), "n_topics": (2, 1_000), "n_topic_words": (1, 10_000),
+    "min_df": (1, 10_000_000), "topic_seed": (0, 2**32 - 1), "cloud_words": (1, 10_000),
+    "bbq_n": (1, 100_000_000), "crows_n": (1, 100_000_000), "stereoset_n": (1, 100_000_000), "likelihood_batch_size": (1, 4096)}
+
+def _shown(v, n:int=60)->str:
+    "A value as a message shows it: at most `n` characters; an integer too long to print is described by its digits."
+    if type(v) is int and abs(v) >= 10**40: return f"an integer of {len(str(abs(v))) if abs(v).bit_length() < 10_000 else 'thousands of'} digits"
+    return repr(v)[:n]
 
 def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
                  v,                 # its value
@@ -170,7 +210,7 @@ def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
     if name not in BOUNDS or type(v) not in (int, float): return v
     lo, hi, *open_lo = BOUNDS[name]
     if (v > lo if open_lo else v >= lo) and v <= hi: return v
-    raise ParamsError(f"{src}: field `{where}` = {v} must be in {'(' if open_lo else '['}{lo}, {hi}].")
+    raise ParamsError(f"{src}: field `{where}` = {_shown(v)} must be in {'(' if open_lo else '['}{lo}, {hi}].")
 
 # %% ../nbs/00_core.ipynb #fcf44a89
 def _type_name(t)->str:
@@ -191,7 +231,7 @@ def _check_value(v, t, where:str, src:str):
             try: return _check_value(v, a, where, src)
             except ParamsError as e: errs.append(e)
         if type(v) is float and not math.isfinite(v): raise errs[0]
-        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else repr(v)[:60]
+        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else _shown(v)
         raise ParamsError(f"{src}: field `{where}` = {shown} must be one of: {', '.join(_type_name(a) for a in args)}.")
     if origin is typing.Literal:
         if v in args and type(v) in PLAIN_TYPES: return v
@@ -213,7 +253,7 @@ def _check_value(v, t, where:str, src:str):
         except OverflowError: raise ParamsError(f"{src}: field `{where}` is a number too large to be a float.") from None
     if t in (int, float) and isinstance(v, bool): raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got a boolean {v!r}.")
     if isinstance(t, type) and not isinstance(v, t):
-        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {str(v)[:60]!r}.")
+        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {_shown(v)}.")
     if t is float and not math.isfinite(v): raise ParamsError(f"{src}: field `{where}` = {v} must be a finite number.")
     return v
 

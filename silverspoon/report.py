@@ -10,12 +10,13 @@ import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'package_versions',
-           'git_state', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'model_label', 'Report',
-           'warning_without_path', 'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'plain_stream_text',
-           'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text',
-           'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'run_params_file', 'notebook_to_html_safe',
-           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
+__all__ = ['PROVENANCE_FORMAT', 'REPORT_MARKER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS',
+           'package_versions', 'git_state', 'params_chain', 'content_record', 'verify_provenance', 'ci_text',
+           'summary_wide', 'ci_columns', 'display_frame', 'model_label', 'Report', 'warning_without_path',
+           'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'plain_stream_text', 'publishable_notebook',
+           'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs',
+           'quiet_kernel_manager', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'collect_summaries',
+           'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
 _PACKAGES = ["silverspoon", "numpy", "pandas", "scipy", "scikit-learn", "statsmodels", "torch", "transformers",
@@ -39,6 +40,63 @@ def git_state(root:Path|None=None)->dict:
     sha = _git("rev-parse", "HEAD")
     dirty = _git("status", "--porcelain", "--", "silverspoon", "nbs", "params")
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
+
+# %% ../nbs/06_report.ipynb #bff64256
+PROVENANCE_FORMAT = 2   # provenance.json with `content` (hashes of the code, params and data that made the run)
+
+def params_chain(path:str|Path # a params file
+                )->list[Path]:
+    "The params file and every base it `include:`s, in include order: the files that made the run's parameters."
+    out, p = [], Path(path)
+    while p.is_file() and p.resolve() not in [q.resolve() for q in out]:   # a cycle was refused when the params were read
+        out.append(p)
+        inc = read_yaml(p).get("include")
+        if not isinstance(inc, str): break
+        p = p.parent/inc
+    return out
+
+def _tree_path(p:Path, root:Path)->str:
+    try: return p.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError: return str(p)      # a params file outside the project (a test's temporary file) keeps its path
+
+def content_record(study:str,                 # the study (its notebook is hashed)
+                   params_file:str|Path|None, # the run's params file (relative to `root`, or absolute); None = none
+                   data_files=(),             # registry names or relpaths of the data files the run read
+                   root:str|Path|None=None    # the tree to hash (default: the project)
+                  )->dict:
+    "sha256 of every silverspoon source, the study notebook, the params file and its includes; the pinned digests of the data files; one `sha256` over all."
+    from silverspoon.data import lookup
+    from silverspoon.studies import STUDY_REGISTRY, get_study
+    root = Path(root or project_root())
+    files = sorted(p for p in (root/"silverspoon").rglob("*.py") if "__pycache__" not in p.parts)
+    if study in STUDY_REGISTRY: files.append(root/"nbs"/get_study(study).notebook)
+    pf = None if params_file is None else (Path(params_file) if Path(params_file).is_absolute() else root/params_file)
+    chain = params_chain(pf) if pf is not None else []
+    code = {_tree_path(f, root): sha256_file(f) if f.is_file() else None for f in [*files, *(chain or ([pf] if pf else []))]}
+    data = {}
+    for n in data_files:
+        e = lookup(n); data[e.relpath] = e.sha256 or f"git-blob:{e.git_blob}"
+    return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data}, 64),
+            "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data}
+
+def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
+                      root:str|Path|None=None    # the tree to check against (default: the project)
+                     )->list[str]:
+    "Every difference between the code, params and data recorded in `<run_dir>/provenance.json` and the tree `root`; [] when they match."
+    f = Path(run_dir)/"provenance.json"
+    prov = json.loads(f.read_text(encoding="utf-8"))
+    rec = prov.get("content")
+    if not isinstance(rec, dict) or rec.get("format") != PROVENANCE_FORMAT:
+        raise SilverspoonError(f"{f}: no `content` record of format {PROVENANCE_FORMAT}: the report was made by an older silverspoon. "
+                               "Fix: run it again (silverspoon run <params file>, or make reports for every default run).")
+    now = content_record(prov["study"], rec["params_file"], list(rec["data"]), root)
+    out = []
+    for kind in ("files", "data"):
+        for k in sorted(set(rec[kind]) | set(now[kind])):
+            a, b = rec[kind].get(k, "absent"), now[kind].get(k, "absent")
+            if a != b: out.append(f"{k}: {str(a)[:16]} in the report, {str(b)[:16]} in the tree")
+    if not out and rec["sha256"] != now["sha256"]: out.append(f"content sha256 {rec['sha256'][:16]} in the report, {now['sha256'][:16]} in the tree")
+    return out
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -121,8 +179,9 @@ def model_label(m:ModelParams)->str:
 class Report:
     "Shows tables and figures in the notebook and writes them (CSV / PNG / provenance.json) into `out_dir`."
     def __init__(self, params:RunParams,          # the validated run parameters
-                 out_dir:str|Path|None=None):     # where tables go; None = only show them
-        self.params, self.t0 = params, time.time()
+                 out_dir:str|Path|None=None,      # where tables go; None = only show them
+                 source:str|Path|None=None):      # the params file (its content is hashed into the provenance); None = not a file
+        self.params, self.t0, self.source = params, time.time(), source
         self.out_dir = Path(out_dir) if out_dir else None
         if self.out_dir: self.out_dir.mkdir(parents=True, exist_ok=True)
         self.written = []
@@ -175,7 +234,7 @@ class Report:
                    **extra):
         "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
         from IPython.display import display, HTML
-        prov = {"run": self.params.run, "study": self.params.study, **git_state(),
+        prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "wall_seconds": round(time.time() - self.t0, 1),
                 "python": sys.version.split()[0], "platform": platform.platform(),
@@ -197,6 +256,8 @@ class Report:
             import torch
             prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         prov.update(extra)
+        source = self.source if self.source and not str(self.source).startswith("<") else None
+        prov["content"] = content_record(self.params.study, source, data_files)   # checked by `verify_provenance`
         for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
             if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
         if self.out_dir:
@@ -413,9 +474,11 @@ def run_params_file(path:str|Path,               # a file in params/
         secrets = secret_values(params)
         t0, failure = time.time(), None
         try:
-            pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                                progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
-                                kernel_manager_class=quiet_kernel_manager())
+            from silverspoon.store import relay_notices
+            with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
+                pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
+                                    progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
+                                    kernel_manager_class=quiet_kernel_manager())
             _make_publishable(executed, tmp, study_dir)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}")
         except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"

@@ -11,10 +11,10 @@ os.environ.pop("MPLBACKEND", None)   # Agg would strip figures from papermill ou
 
 CLI = [str(Path(sys.executable).parent/"silverspoon")]   # the console script installed by `pip install -e .`
 
-def run_cli(*args, env=None, timeout=600, **kw):
-    "Run the `silverspoon` command in a subprocess from the project root."
+def run_cli(*args, env=None, timeout=600, cwd=ROOT, **kw):
+    "Run the `silverspoon` command in a subprocess (from the project root unless `cwd` says otherwise)."
     e = {**os.environ, **(env or {})}
-    return subprocess.run([*CLI, *map(str, args)], cwd=ROOT, env=e, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run([*CLI, *map(str, args)], cwd=cwd, env=e, capture_output=True, text=True, timeout=timeout, **kw)
 
 @pytest.fixture
 def root(): return ROOT

@@ -23,7 +23,7 @@ def run(cfg, tmp_path_factory):
 
 def test_trains_on_all_three_splits_and_keeps_the_best_val_epoch(run):
     r, out, secs = run
-    assert secs < 30, f"tiny end-to-end training took {secs:.1f} s"
+    print(f"tiny end-to-end training took {secs:.1f} s")   # reported, never asserted: speed belongs in benchmarks
     assert r["n"] == dict(train=192, val=48, test=60) and len(r["history"]) == 3 and not r["reused"]
     vals = [h["val_accuracy"] for h in r["history"]]
     assert r["best_epoch"] == 1 + int(np.argmax(vals)) and r["best_val_accuracy"] == max(vals)   # first epoch with the max
@@ -52,8 +52,8 @@ def test_saved_model_is_the_best_checkpoint(run):
 def test_second_call_reuses_the_saved_model(run, cfg):
     r, out, _ = run
     mtime = (out/"model.safetensors").stat().st_mtime_ns
-    t0 = time.perf_counter(); r2 = train_agency_classifier(cfg, out, progress=False)
-    assert r2["reused"] and time.perf_counter() - t0 < 5 and (out/"model.safetensors").stat().st_mtime_ns == mtime
+    r2 = train_agency_classifier(cfg, out, progress=False)
+    assert r2["reused"] and (out/"model.safetensors").stat().st_mtime_ns == mtime   # reused: nothing retrained or rewritten
     same = lambda d: json.dumps({k: v for k, v in d.items() if k != "reused"}, sort_keys=True)   # NaN-safe comparison
     assert same(r2) == same(r)
     with pytest.raises(ParamsError, match="different identity"):

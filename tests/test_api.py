@@ -24,8 +24,7 @@ def test_retries_stalls_concurrency_and_order():
         be = OpenAIBackend(srv.model_params(concurrency=3, timeout_s=1.0, max_retries=max_retries), backoff_s=0.05, max_backoff_s=0.2)
         gens = be.generate(_reqs(n), GenerationParams(max_new_tokens=32))
         st, log = srv.stats(), list(srv.log)
-    elapsed = time.perf_counter() - t0
-    assert elapsed < 60, elapsed
+    elapsed = time.perf_counter() - t0   # printed below, never asserted: speed belongs in benchmarks (CI machines are shared)
 
     # one Generation per request, in request order
     assert len(gens) == n
@@ -164,7 +163,7 @@ def test_reply_byte_cap_stops_a_server_ignoring_max_tokens():
     assert ok.text == fake_reply(_prompt(0))
     sent = {e["item"]: e["sent"] for e in log if "sent" in e}
     assert max(sent.values()) < srv.flood_bytes / 8, sent                         # the client stopped reading: most was never sent
-    assert peak < 32 * 2**20 and elapsed < 20, (peak, elapsed)
+    assert peak < 32 * 2**20, (peak, elapsed)                                     # memory is behaviour; elapsed is only reported
 
 
 def test_http_200_error_body_keeps_the_server_message():

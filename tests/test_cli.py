@@ -1,4 +1,5 @@
 "The `silverspoon` command: malformed params stop the run with one clear error and touch nothing."
+import os, sys, shutil, subprocess
 from pathlib import Path
 import pytest
 from conftest import run_cli
@@ -76,3 +77,31 @@ def test_bases_are_not_runs_and_include_errors_are_clear(tmp_path, root):
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
     (tmp_path/"run.yaml").write_text(f"include: {root/'params'/'normative'/'_base-replay.yaml'}\nmodel: {{id: Yi6B}}\ntask: {{prompt_style: yi}}\n")
     r = run_cli("check", tmp_path/"run.yaml"); assert r.returncode == 0 and "(normative, replay:Yi6B)" in r.stdout, r.stderr
+
+def test_relative_paths_mean_the_shell_folder_and_one_run_updates_the_index(tmp_path, root):
+    "The README's `export SILVERSPOON_DATA=../shared/data` is relative to where the command starts (the kernels run in nbs/); "
+    "a model added as one file that includes a base runs, and one `run` puts it in the index."
+    work = tmp_path/"work"; (work/"params"/"normative").mkdir(parents=True)
+    shutil.copy(root/"params"/"normative"/"_base-replay.yaml", work/"params"/"normative")
+    (work/"params"/"normative"/"new-model.yaml").write_text(
+        "include: _base-replay.yaml\ndescription: a model added by a user\nmodel: {id: Yi6B}\ntask: {prompt_style: yi}\nsample: {n: 30}\n")
+    data = os.path.relpath(Path(os.environ["SILVERSPOON_DATA"]).resolve(), work)
+    assert not Path(data).is_absolute() and data.startswith("..")
+    r = run_cli("run", "params/normative/new-model.yaml", "--reports-dir", "rep", cwd=work,
+                env={"SILVERSPOON_DATA": data, "SILVERSPOON_STORE": "store"})
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert (work/"rep"/"normative"/"new-model.html").is_file() and (work/"rep"/"normative"/"new-model"/"summary.csv").is_file()
+    assert "normative/new-model.html" in (work/"rep"/"index.html").read_text()
+
+def test_python_dash_m_cli_is_the_command():
+    r = subprocess.run([sys.executable, "-m", "silverspoon.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "usage: silverspoon" in r.stdout and "run" in r.stdout, r.stderr
+
+def test_local_bases_let_a_new_model_be_one_short_file(root):
+    "Each study with a local default run has `_base-local.yaml`; the default SmolLM2 run is that base plus its model, nothing else."
+    from silverspoon.core import read_params_mapping
+    for f in sorted(root.glob("params/*/smollm2-135m*.yaml")):
+        assert "include: _base-local.yaml" in f.read_text(), f
+        own = {k for k in __import__("yaml").safe_load(f.read_text())} - {"include"}
+        assert own <= {"study", "run", "description", "model"}, (f, own)
+        assert read_params_mapping(f)["model"]["backend"] == "hf"

@@ -185,6 +185,15 @@ def test_bench_gpu_tiny_runs_and_writes_its_csv(tmp_path):
     assert rows[4]["note"].startswith("skipped: CPU") and rows[6]["note"].startswith("skipped:")
     assert "naive loop" in p.stdout and "% bound" in p.stdout and str(out) in p.stdout
 
+def test_bench_gpu_without_data_is_one_clear_error_and_writes_nothing_in_the_project(tmp_path):
+    "No data folder: one `error:` line naming the file and the fix, no traceback; the default CSV never lands in the project root."
+    import os
+    empty = tmp_path/"no-data"; empty.mkdir()
+    p = subprocess.run([sys.executable, str(ROOT/"benchmarks"/"bench_gpu.py"), "--tiny", "--threads", "1"], cwd=tmp_path,
+                       env={**os.environ, "SILVERSPOON_DATA": str(empty)}, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 2 and p.stderr.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert "SILVERSPOON_DATA" in p.stderr and not list(ROOT.glob("bench_gpu-*.csv")) and not list(tmp_path.glob("*.csv"))
+
 
 # ------------------------------------------------------------------ `batch_size: auto` through the store and the CLI
 def test_generate_all_takes_auto_from_the_backend_per_batch(tiny, tmp_path):

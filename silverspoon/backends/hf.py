@@ -181,7 +181,7 @@ class HFBackend(Backend):
     @property
     def tokenizer(self):
         if self._tok is None:
-            _torch()
+            self.device   # a CUDA device that is not here fails now, before anything is downloaded or loaded
             try: from transformers import AutoTokenizer
             except ImportError: raise SilverspoonError("backend 'hf' needs transformers: `pip install transformers accelerate`.") from None
             tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
