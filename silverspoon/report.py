@@ -10,11 +10,12 @@ import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['PROVENANCE_FORMAT', 'REPORT_MARKER', 'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'package_versions', 'git_state',
-           'params_chain', 'content_record', 'verify_provenance', 'ci_text', 'summary_wide', 'ci_columns',
-           'display_frame', 'model_label', 'Report', 'warning_without_path', 'report_cells', 'safe_markdown_outputs',
-           'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text',
-           'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'failed_calls',
+__all__ = ['PROVENANCE_FORMAT', 'REPORT_MARKER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS',
+           'package_versions', 'git_state', 'params_chain', 'content_record', 'verify_provenance', 'ci_text',
+           'summary_wide', 'ci_columns', 'display_frame', 'model_label', 'Report', 'warning_without_path',
+           'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'plain_stream_text', 'publishable_notebook',
+           'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs',
+           'quiet_kernel_manager', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'failed_calls',
            'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
@@ -195,7 +196,8 @@ class Report:
         from IPython.display import display
         self._show_heading(title, note)
         if isinstance(df, pd.DataFrame):   # cells hold model answers and params strings: escaped, never markup
-            display(display_frame(df).style.format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
+            display(display_frame(df).style.set_uuid(re.sub(r"\W", "_", name))   # ids from the table's name, not random: a re-run gives the same page
+                    .format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
         else: display(df)
         if self.out_dir:
             df.to_csv(self.out_dir/f"{name}.csv", index=False)
@@ -311,6 +313,36 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
     Path(html_path).write_text(_page(title, _nb_html(nb)), encoding="utf-8")
     return Path(html_path)
 
+# %% ../nbs/06_report.ipynb #nbpub001
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
+NOTEBOOK_BUDGET_BYTES = 1_500_000                             # the most a committed executed notebook may weigh (the 25 default runs: 0.30-0.85 MB, 11.9 MB in all)
+_VOLATILE_CELL_METADATA = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")   # '<pandas.io.formats.style.Styler at 0x7f...>': a memory address, new on every run
+
+def plain_stream_text(text:str # a stream output's text
+                     )->str:
+    "`text` as a terminal leaves it: on every line only what follows its last carriage return (a text progress bar's final state)."
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+def publishable_notebook(nb,                      # an executed notebook (nbformat node)
+                         replace:dict|None=None   # exact text -> what to write instead, in order (e.g. the run's temporary folder -> its report folder)
+                        ):
+    "`nb` as it is committed beside its report: widget outputs and state removed, text progress bars at their final line, papermill's timings, paths and random ids and the memory addresses of reprs dropped, `replace` applied to sources and outputs."
+    import nbformat
+    for k in ("widgets", "papermill"): nb.metadata.pop(k, None)
+    for c in nb.cells:
+        for k in _VOLATILE_CELL_METADATA: c.metadata.pop(k, None)
+        if "injected-parameters" in c.metadata.get("tags", []): c.id = "injected-parameters"   # papermill draws a random id for it
+        if c.cell_type != "code": continue
+        c.outputs = [o for o in c.outputs if WIDGET_MIME not in o.get("data", {})]
+        for o in c.outputs:
+            if o.output_type == "stream": o.text = plain_stream_text(o.text)
+            elif isinstance(o.get("data", {}).get("text/plain"), str): o.data["text/plain"] = _ADDRESS.sub(">", o.data["text/plain"])
+    if not replace: return nb
+    text = nbformat.writes(nb)
+    for old, new in replace.items(): text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+    return nbformat.reads(text, as_version=4)
+
 # %% ../nbs/06_report.ipynb #b6f25da2
 def study_notebook(study:str, src:str="<params>")->Path:
     "The notebook of a registered study (`silverspoon.studies.get_study`); a `ParamsError` lists the known studies."
@@ -366,6 +398,19 @@ def scrub_outputs(folder:str|Path, # a run's output folder, before it is publish
         clean = scrub_text(text, secrets)
         if clean != text: f.write_text(clean, encoding="utf-8", errors="surrogateescape"); changed.append(f)
     return changed
+
+# %% ../nbs/06_report.ipynb #quietkm1
+import functools
+
+@functools.cache
+def quiet_kernel_manager()->type:
+    "jupyter_client's `AsyncKernelManager` (papermill's default), minus the needless interrupt of an idle kernel at shutdown."
+    from jupyter_client.manager import AsyncKernelManager
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self):
+            if self.shutting_down: return   # shutdown_kernel interrupts first: nothing runs by then, and ipykernel would log a KeyboardInterrupt
+            return await super()._async_interrupt_kernel()
+    return QuietShutdownKernelManager
 
 # %% ../nbs/06_report.ipynb #79e2a728
 def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.partial-*")) + sorted(study_dir.glob(f".{run}.old-*"))
@@ -433,11 +478,16 @@ def run_params_file(path:str|Path,               # a file in params/
             from silverspoon.store import relay_notices
             with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
                 pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                                    progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS)
+                                    progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
+                                    kernel_manager_class=quiet_kernel_manager())
+            _make_publishable(executed, tmp, study_dir)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}")
         except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
         except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
         if failure is not None:
+            if executed.exists():
+                try: _make_publishable(executed, tmp, study_dir)
+                except Exception: pass   # the failure page is best effort: shown as papermill left it
             page = notebook_to_html_safe(executed, tmp/f"{p.run}.failed.html") if executed.exists() else None
             scrub_outputs(tmp, secrets)
             if page: os.replace(page, study_dir/f"{p.run}.failed.html")
@@ -450,6 +500,12 @@ def run_params_file(path:str|Path,               # a file in params/
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1),
             "failed_calls": failed_calls(study_dir/p.run, p.model.backend)}
+
+def _make_publishable(nb_path:Path, tmp:Path, study_dir:Path):
+    "Rewrite the executed notebook at `nb_path` as `publishable_notebook` makes it: the temporary folder `tmp` becomes `study_dir`, then the project root a relative path."
+    import nbformat
+    replace = {str(tmp.resolve()): _relpath(study_dir.resolve()), str(tmp): _relpath(study_dir.resolve()), str(project_root()) + "/": ""}
+    nbformat.write(publishable_notebook(nbformat.read(str(nb_path), as_version=4), replace), str(nb_path))
 
 def notebook_to_html_safe(nb_path, html_path):
     "Best-effort HTML of a failed run (whole notebook, code shown) for debugging; None if even that fails."
