@@ -460,6 +460,7 @@ def run_params_file(path:str|Path,               # a file in params/
                     kernel:str="python3", progress:bool=False)->dict:
     "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds; say which calls failed (`failed_calls`)."
     import papermill as pm
+    absolute_path_settings()   # relative SILVERSPOON_* folders mean this process's folder, not nbs/ where the kernel runs
     p = read_params_file(path)
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
     study_dir = reports_folder(reports_dir)/p.study
