@@ -727,6 +727,7 @@ def build_mirror(out:Path|str,                 # the mirror folder (created)
     out, data = Path(out), Path(data) if data else data_dir()
     rows = _upstream_rows(names)
     for r in rows:
+        if r["mirror_path"] is None: r["in_mirror"] = False; continue     # not on the public host: a mirror cannot stand in for it
         dst = out/r["mirror_path"]
         ok = _pinned(dst, r["sha256"], r["git_blob"])
         if not ok and r["relpath"] and _pinned(data/r["relpath"], r["sha256"], r["git_blob"]):
