@@ -108,7 +108,10 @@ def _run(args)->int:
     runs = validate_runs(files)                   # validate everything first
     from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
     from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs
-    fetch_all(sorted({n for p in runs for n in get_study(p.study).data_files}))
+    try: fetch_all(sorted({n for p in runs for n in get_study(p.study).data_files}))
+    except DataError as e:                        # one terminal line per file, each made printable
+        for i, line in enumerate(getattr(e, "lines", [str(e)])): print(printable(f"error: {line}" if i == 0 else line), file=sys.stderr)
+        return 2
     t0, failed, incomplete = time.time(), [], []
     def one(f):
         try:

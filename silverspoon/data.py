@@ -691,7 +691,9 @@ def fetch_all(names:list[str]|tuple|None=None, # registry names or relpaths (def
         if os.environ.get("SILVERSPOON_DATA"): where = f"data folder {data_dir()} (SILVERSPOON_DATA; nothing is downloaded)"
         else: where = (f"cache {data_dir()}, downloading from " + (f"the mirror {os.environ['SILVERSPOON_MIRROR']} (SILVERSPOON_MIRROR)"
                        if os.environ.get("SILVERSPOON_MIRROR", "").strip() else "the public sources") + ("" if download else " (download=False)"))
-        raise DataError(f"{len(failed)} of {len(fs)} data files cannot be used ({where}):\n" + "\n".join(failed))
+        err = DataError(f"{len(failed)} of {len(fs)} data files cannot be used ({where}):\n" + "\n".join(failed))
+        err.lines = [f"{len(failed)} of {len(fs)} data files cannot be used ({where}):", *failed]   # one line per file, for a terminal
+        raise err
     return got
 
 # %% ../nbs/01_data.ipynb #b4b68878

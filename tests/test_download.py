@@ -270,3 +270,15 @@ def test_real_sources_build_the_released_files():
         paths = [UPSTREAM/f.repo/f.commit/s.path for s in f.sources]
         assert [sha(p.read_bytes()) for p in paths] == [s.sha256 for s in f.sources], f.name
         assert data.BUILDERS[f.build](f, paths) == (SHARED/f.relpath).read_bytes(), f.name
+
+
+def test_silverspoon_run_names_every_missing_file_before_anything_runs(tmp_path):
+    from conftest import run_cli
+    (tmp_path/"no-data").mkdir()
+    r = run_cli("run", "params/normative/gpt4-replay.yaml", "--reports-dir", tmp_path/"reports",
+                env={"SILVERSPOON_DATA": str(tmp_path/"no-data"), "SILVERSPOON_STORE": str(tmp_path/"store")})
+    lines = r.stderr.splitlines()
+    assert r.returncode == 2 and lines[0].startswith("error: 3 of 3 data files cannot be used"), r.stderr
+    assert [l.split(":")[0] for l in lines[1:]] == ["- silverspoon/silverSpoonHumanBinary.csv", "- silverspoon/silverSpoonLLMsBinary.csv",
+                                                    "- silverspoon/Code/SilverSpoon_Assigned_Topics.csv"], r.stderr
+    assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
