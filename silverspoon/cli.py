@@ -105,7 +105,13 @@ def _run(args)->int:
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
-    validate_runs(files)                          # validate everything first
+    runs = validate_runs(files)                   # validate everything first
+    from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
+    from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs
+    try: fetch_all(sorted({n for p in runs for n in get_study(p.study).data_files}))
+    except DataError as e:                        # one terminal line per file, each made printable
+        for i, line in enumerate(getattr(e, "lines", [str(e)])): print(printable(f"error: {line}" if i == 0 else line), file=sys.stderr)
+        return 2
     t0, failed, incomplete = time.time(), [], []
     def one(f):
         try:

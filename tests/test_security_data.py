@@ -70,10 +70,11 @@ def test_deleted_bbq_file_fails_the_downstream_run(tmp_path):
     before = {f.name: f.read_bytes() for f in (store/"downstream").iterdir()}
     r = run_cli("run", "params/downstream/smollm2-135m-stop-lora.yaml", "--reports-dir", tmp_path/"reports", "--no-index",
                 env={"SILVERSPOON_DATA": str(data), "SILVERSPOON_STORE": str(store)})
-    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
-    assert "DataError" in r.stderr and "bbq/data/Religion.jsonl: not found" in r.stderr, r.stderr
+    # `silverspoon run` fetches every data file of its runs before any notebook starts: one error, nothing run
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("error: 1 of 13 data files cannot be used") and "bbq/data/Religion.jsonl: not found" in r.stderr, r.stderr
     out = tmp_path/"reports"/"downstream"
-    assert not (out/"smollm2-135m-stop-lora.html").exists() and (out/"smollm2-135m-stop-lora.failed.html").exists()
+    assert not (out/"smollm2-135m-stop-lora.html").exists() and not (out/"smollm2-135m-stop-lora.failed.html").exists()
     assert {f.name: f.read_bytes() for f in (store/"downstream").iterdir()} == before      # nothing stored or lost
 
 
