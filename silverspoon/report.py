@@ -601,7 +601,10 @@ def build_index(reports_dir:str|Path|None=None)->Path:
     if not reports_dir.is_dir(): raise SilverspoonError(f"reports folder {reports_dir} does not exist: run `silverspoon run` first, or pass --reports-dir.")
     parts = [f"<h1>silverspoon reports</h1><p class='note'>Generated {datetime.date.today().isoformat()} by <code>silverspoon index</code>. "
              "Each row comes from a run's <code>summary.csv</code>; estimates are shown with 95% cluster-bootstrap CIs where the run computed them. "
-             "Open a run's report for n, methods, parse accounting and provenance.</p>"]
+             "Open a run's report for n, methods, parse accounting and provenance. "
+             "<a href='validity.html'>Instrument validity</a>: every parser, classifier and router of every run against its reference.</p>"]
+    from silverspoon.parse import gather_instruments, validity_page
+    (reports_dir/"validity.html").write_text(validity_page(gather_instruments(reports_dir)), encoding="utf-8")
     for study, df in collect_summaries(reports_dir).items():
         s = html.escape(study)
         links = " · ".join(f"<a href='{s}/{html.escape(r)}.html'>{html.escape(r)}</a>"
