@@ -11,11 +11,12 @@ import numpy as np, pandas as pd
 from sklearn import metrics as skm
 
 # %% auto #0
-__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper',
-           'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'cluster_boot_weights',
-           'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci', 'PropCI',
-           'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'fmt_ci',
-           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'word_odds_ratios', 'weat']
+__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'SHORT_WARNINGS', 'UndefinedStatWarning', 'confusion',
+           'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts',
+           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci',
+           'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder',
+           'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'warning_note', 'word_odds_ratios',
+           'weat']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -447,6 +448,25 @@ def paired_test(a,                 # scores under condition a (e.g. the male twi
     return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), sd_diff=sd,
                 t=float(r.statistic), df=float(r.df), p_t=float(r.pvalue), wilcoxon_stat=float(w.statistic), p_wilcoxon=float(w.pvalue),
                 wilcoxon_zero_method="pratt", cohens_dz=md_/sd, alpha=alpha)
+
+# %% ../nbs/04_stats.ipynb #wnote001
+SHORT_WARNINGS = {   # a library's long warning -> what it means for the number in the table
+    "Precision loss occurred in moment calculation": "precision loss: the scores are nearly identical, t and p may be unreliable (scipy)"}
+
+def _short_warning(message:str)->str:
+    message = " ".join(message.split())
+    return next((short for k, short in SHORT_WARNINGS.items() if k in message), message)
+
+def warning_note(fn,             # the computation, e.g. `paired_test`
+                 *args, **kwargs  # passed to `fn`
+                )->tuple:
+    "`(fn(*args, **kwargs), note)`: the warnings `fn` raised, recorded instead of printed, as one note ('' when none): each distinct message once (`SHORT_WARNINGS` shortens known ones), '(xN)' when repeated."
+    from collections import Counter
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    counts = Counter(_short_warning(str(w.message)) for w in caught)
+    return out, "; ".join(m if n == 1 else f"{m} (x{n})" for m, n in counts.items())
 
 # %% ../nbs/04_stats.ipynb #64077c83
 from collections import Counter

@@ -91,7 +91,9 @@ def test_relative_paths_mean_the_shell_folder_and_one_run_updates_the_index(tmp_
                 env={"SILVERSPOON_DATA": data, "SILVERSPOON_STORE": "store"})
     assert r.returncode == 0, r.stderr + r.stdout
     assert (work/"rep"/"normative"/"new-model.html").is_file() and (work/"rep"/"normative"/"new-model"/"summary.csv").is_file()
-    assert "normative/new-model.html" in (work/"rep"/"index.html").read_text()
+    index = (work/"rep"/"index.html").read_text()
+    assert "normative/new-model.html" in index and "validity.html" in index
+    assert "new-model" in (work/"rep"/"validity.html").read_text()   # its parser's agreement is on the one validity page
 
 def test_python_dash_m_cli_is_the_command():
     r = subprocess.run([sys.executable, "-m", "silverspoon.cli", "--help"], capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ import pandas as pd
 from ..core import DataError, ParamsError, RunParams, ModelParams, SampleParams, from_dict, task_params, is_missing
 from ..data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
 from ..backends import GenRequest
-from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t,
+from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t, warning_note,
                                paired_test)
 from ..text import Instrument, HFTextClassifier
 from . import Study
@@ -635,9 +635,9 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
         d = per_letter[["gender", "pair_id", m]]
         ok = d[d[m].notna()]
         mm, ff = ok[ok.gender == "m"][m], ok[ok.gender == "f"][m]
-        u = two_sample_t(mm, ff) if min(len(mm), len(ff)) >= 2 else {}
+        u, note_u = warning_note(two_sample_t, mm, ff) if min(len(mm), len(ff)) >= 2 else ({}, "")
         w = ok.pivot_table(index="pair_id", columns="gender", values=m, aggfunc="first").dropna()
-        pt = paired_test(w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else {}
+        pt, note_p = warning_note(paired_test, w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else ({}, "")
         what, instrument = {**STYLE_MEASURES, **(labels or {})}.get(m, (m, ""))
         rows.append({"measure": m, "what": what, "instrument": instrument, "n_m": len(mm), "n_f": len(ff), "n_missing": int(d[m].isna().sum()),
                      "mean_m": u.get("mean_a", mm.mean()), "mean_f": u.get("mean_b", ff.mean()), "diff_m_f": u.get("diff", np.nan),
@@ -646,7 +646,8 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
                      "hedges_g": u.get("hedges_g", np.nan), "g_ci_low": u.get("g_ci_low", np.nan), "g_ci_high": u.get("g_ci_high", np.nan),
                      "n_pairs": pt.get("n", len(w)), "paired_diff": pt.get("mean_diff", np.nan), "paired_ci_low": pt.get("diff_ci_low", np.nan),
                      "paired_ci_high": pt.get("diff_ci_high", np.nan), "p_paired_t": pt.get("p_t", np.nan), "p_wilcoxon": pt.get("p_wilcoxon", np.nan),
-                     "cohens_dz": pt.get("cohens_dz", np.nan)})
+                     "cohens_dz": pt.get("cohens_dz", np.nan),
+                     "note": "; ".join([f"unpaired: {note_u}"] * bool(note_u) + [f"paired: {note_p}"] * bool(note_p))})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/20_letters.ipynb #392450b1

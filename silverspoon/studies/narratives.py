@@ -15,14 +15,15 @@ from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, 
 from . import Study
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
                                              profession_requests, cell_groups, cell_mask, check_name_city_task)
+from ..parse import REFUSAL
 
 # %% auto #0
-__all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES',
-           'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'CONTENT_POS_DROPPED', 'STUDY',
-           'check_story_sample', 'draw_stories', 'word_count', 'story_status', 'story_frame', 'sentiment_score',
-           'sentiment_instrument', 'table4', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
-           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
-           'NarrativesTask', 'narratives_task', 'summary_rows']
+__all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS', 'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL',
+           'SENTIMENT_SCORES', 'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'CONTENT_POS_DROPPED',
+           'STUDY', 'check_story_sample', 'draw_stories', 'word_count', 'story_status', 'story_frame',
+           'sentiment_score', 'sentiment_instrument', 'table4', 'sentiment_tests', 'sentiment_contrasts',
+           'length_table', 'ContentLemmas', 'prompt_words', 'story_words', 'distinctive_words', 'top_words',
+           'lda_topics', 'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 def check_story_sample(s:SampleParams,     # the run's `sample`
@@ -50,8 +51,7 @@ MAX_WORDS = 500   # the word limit of section 3.3
 # %% ../../nbs/12_narratives.ipynb #1e9faae2
 STORY_STATUSES = ("story", "refusal", "empty", "failed")
 REFUSAL_MAX_WORDS = 120
-_STORY_REFUSAL = re.compile(r"^\W*(?:i\s*(?:'|’)?\s*m\s+sorry|i\s+am\s+sorry|sorry\b|i\s+(?:cannot|can\s*not|can'?t|can’t|won'?t|am\s+unable|'m\s+unable|am\s+not\s+able)|"
-                            r"as\s+an\s+ai\b|unfortunately,?\s+i\b)", re.I)
+STORY_REFUSAL = REFUSAL.extend(r"unfortunately,?\s+i\b")   # the shared detector (silverspoon.parse) plus this study's phrase
 
 def word_count(text:str|None)->int:
     "Words in `text`: white-space separated runs containing a letter or digit (0 for no text)."
@@ -65,7 +65,7 @@ def story_status(text:str|None,  # the model's answer (None when the generation 
     if (error is not None and not is_missing(error)) or text is None or is_missing(text): return "failed"
     n = word_count(text)
     if n == 0: return "empty"
-    if _STORY_REFUSAL.search(text) and n <= REFUSAL_MAX_WORDS: return "refusal"
+    if STORY_REFUSAL(text) and n <= REFUSAL_MAX_WORDS: return "refusal"
     return "story"
 
 # %% ../../nbs/12_narratives.ipynb #6e0881fb

@@ -13,16 +13,18 @@ from ..backends import GenRequest, user
 from ..data import fetch, lookup
 from ..stats import agreement_table, agreement_metrics, proportion_ci, cluster_proportion_ci, largest_remainder
 from . import Study
+from ..parse import Parsed, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge
 
 # %% auto #0
 __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'T2_METRICS', 'PAPER_TABLE2',
            'PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'STRATA', 'N_ITEMS',
-           'ANSWER_LABELS', 'PARSE_RULES', 'JUDGE_SYSTEM', 'JUDGE_PROMPT', 'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS',
-           'CATEGORIES', 'STUDY', 'build_normative', 'scenario_consistency', 'load_normative', 'released_answers',
-           'render_prompt', 'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names',
-           'classify_subject', 'parse_answer_rule', 'parse_answer', 'to_binary', 'label_answers', 'binarize',
-           'validate_parser', 'judge_requests', 'parse_judge', 'select_items', 'table2', 'human_reference',
-           'answer_counts', 'favour_share', 'topic_distribution', 'topic_figure', 'summary_rows']
+           'ANSWER_LABELS', 'NORMATIVE_REFUSAL', 'PARSE_RULES', 'JUDGE_SYSTEM', 'JUDGE_PROMPT', 'GOLDS', 'TOPICS',
+           'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'STUDY', 'build_normative', 'scenario_consistency', 'load_normative',
+           'released_answers', 'render_prompt', 'NormativeTask', 'normative_task', 'normative_requests',
+           'scenario_names', 'classify_subject', 'parse_answer_rule', 'parse_normative', 'parse_answer', 'to_binary',
+           'parse_answers', 'label_answers', 'binarize', 'validate_parser', 'parser_set_validity', 'judge_requests',
+           'parse_judge', 'judge_label', 'select_items', 'table2', 'human_reference', 'answer_counts', 'favour_share',
+           'topic_distribution', 'topic_figure', 'summary_rows']
 
 # %% ../../nbs/10_normative.ipynb #d366ad1c
 RELEASED_MODELS = ["GPT4", "GPT3.5", "Llama13B", "Llama7B", "Alpaca", "Zephyr7B", "Yi6B"]
@@ -256,6 +258,7 @@ _NOT_A_PARTY = set("""who whom which what whoever that this it they them he she 
 question scenario situation text case believe think say would here there""".split())
 _ACT_NOUNS = r"(?:actions?|decision|behaviou?r|choice|conduct|response|reaction|act|deed)"
 _STOP = set("the a an this that person mr mrs ms miss only just".split())
+_GENERIC = set("someone somebody individual individuals persons people party one".split())   # a noun that names nobody by itself
 _FIRST_WORDS = 12
 
 # %% ../../nbs/10_normative.ipynb #eb538692
@@ -289,9 +292,11 @@ def classify_subject(subj:str,              # the noun phrase a judgement is abo
                     r"|\b\w+ing\s+(?=(?:the|a|an|his|her|their|its|to|for|him|them|p1|P1)\b)", main)[0]
     s = re.sub(r"[\"'“”‘’*`]", " ", main).strip().lower()
     words = re.findall(r"[a-z0-9][a-z0-9_-]*", s)
+    if par and not [w for w in words if w not in _STOP | _GENERIC] and (pw := classify_subject(par, scenario)) in ("P1", "other"):
+        return pw                                                           # 'The person (P1)', 'Someone (P1)': the label names the party
     if not words: return None
     if words[0] == "both": return "both"
-    alt = re.split(r"\s+or\s+", s, maxsplit=1)
+    alt = re.split(r"\s+or\s+|\s*/\s*", s, maxsplit=1)
     if len(alt) == 2:                                                       # 'S1 or the professor is wrong': undecided
         a, b = (classify_subject(x, scenario) for x in alt)
         return a if a == b else None
@@ -312,7 +317,7 @@ def classify_subject(subj:str,              # the noun phrase a judgement is abo
         if hits: return "P1" if nm.index(hits[0]) == 0 else "other"
     if re.search(r"\bperson\s+(?!(?:who|that|in|at|is|was)\b)[a-z_'-]+\b", s): return "P1"   # 'Person H': the dataset's name for P1
     content = [w for w in words if w not in _STOP]
-    first_tok = re.findall(r"[A-Za-z0-9][A-Za-z0-9_-]*", main)
+    first_tok = [w for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9_-]*", main) if w.lower() not in _STOP]
     if not content or content[-1] in _NOT_A_PARTY: return None
     if content[0] in _NOT_A_PARTY and not (first_tok and first_tok[0].isupper() and len(first_tok[0]) > 1): return None   # 'IT staff' is a party
     head = content[-1]
@@ -324,12 +329,14 @@ def classify_subject(subj:str,              # the noun phrase a judgement is abo
 # %% ../../nbs/10_normative.ipynb #f3d3d2f7
 _WRONG = (r"(?:in\s+the\s+wrong|the\s+wrong\s+(?:one|party|person)|incorrect(?!\s+to\b)|wrong(?!\s+to\s+(?:say|assume|think|blame|judge))"
           r"|at\s+fault|to\s+blame|the\s+wrongdoer|the\s+(?:only\s+)?(?:one|party|person)\s+(?:who\s+is\s+|that\s+is\s+|who's\s+)?(?:in\s+the\s+)?wrong"
-          r"|guilty|culpable)\b")
+          r"|guilty|culpable|amiss|haywire|awry|faulty|improper|in\s+the\s+incorrect|the\s+guilty\s+(?:one|party|person)"
+          r"|to\s+be\s+blamed|blameworthy|in\s+error)\b")
 _ADV = (r"(?:(?:not|n't|also|clearly|definitely|actually|technically|partially|partly|mostly|more|most|primarily|ultimately|still|"
         r"equally|legally|morally|ethically|and|or|somewhat|one|here|in\s+this\s+(?:scenario|case|situation)|\w+ly),?\s+)*")
 _COP = r"(?:is|are|was|were|'s|be|would\s+be|seems?\s+to\s+be|appears?\s+to\s+be)"
-_PRED = re.compile(rf"\b{_COP}\s+(?P<adv>{_ADV})(?P<pred>{_WRONG})", re.I)
-_RIGHT = re.compile(rf"\b{_COP}\s+(?P<adv>{_ADV})(?:in\s+the\s+right|right\b|justified|not\s+at\s+fault)"
+_PRED = re.compile(rf"\b{_COP}\s+(?P<adv>{_ADV})(?P<pred>{_WRONG})"
+                   r"|\b(?:should|must)\s+(?P<adv2>not\s+)?be\s+(?:blamed|held\s+(?:accountable|responsible))\b", re.I)
+_RIGHT = re.compile(rf"\b{_COP}\s+(?P<adv>{_ADV})(?:in\s+the\s+right|right\b(?!\s*/)|justified|not\s+at\s+fault|(?:being\s+)?wronged\b|(?:being\s+)?wrongly\s+\w+|the\s+victim\b)"
                     r"|\b(?:did|does|do|has|have|had)\s+(?:done\s+)?nothing\s+(?:wrong|illegal)", re.I)
 _FAULT = r"(?:in\s+the\s+wrong|wrong|at\s+fault|to\s+blame|responsible|guilty)"
 _BOTH = re.compile(rf"\bboth\b(?:(?!\b(?:but|however|although|while|not)\b)[^.;:]){{0,80}}?\b(?:are|were|is|be|being|seem|appear)\b(?:\s+\w+){{0,3}}?\s+{_FAULT}"
@@ -339,17 +346,16 @@ _BOTH = re.compile(rf"\bboth\b(?:(?!\b(?:but|however|although|while|not)\b)[^.;:
                    rf"|\b(?:are|is)\s+both\s+{_FAULT}", re.I)
 _NEITHER = re.compile(rf"\bneither\b(?:(?!\bnor\b)[^.;:]){{0,60}}?\b(?:is|are|was|were)\b|\bneither\s+(?:is|are|one|party|of\s+them)\b|^\W*neither\b"
                       rf"|\b(?:no\s*one|nobody|none\s+of\s+them)(?:\s+(?:is|are|was|were)|'s)\s+(?:\w+\s+)?{_FAULT}(?![^.;:]*\bexcept\b)"
+                      r"|\b(?:no\s*one|nobody|none\s+of\s+them)\s+(?:is|are|was|were)\s+(?:\w+\s+)?(?:right|wrong)\s*/\s*(?:right|wrong)\b"
                       rf"|\bboth\b[^.;:]{{0,40}}?\b(?:are|were)\s+(?:\w+\s+)?(?:not\s+{_FAULT}|right\b|correct\b|justified)", re.I)
 _WHO_IS = re.compile(r"\b(?:the\s+)?(?:person|party|one|individual)\s+(?:who\s+is\s+|that\s+is\s+)?(?:in\s+the\s+)?(?:wrong|at\s+fault)"
                      r"(?:\s+(?:here|in\s+this\s+(?:scenario|situation|case)))?\s+(?:is|would\s+be)\s+(?P<np>[^.,;:\n]+)"
                      r"|\b(?:my|the)\s+answer\s+(?:is|would\s+be)\s*:?\s*(?P<np2>[^.,;:\n]+)"
                      r"|\bconsider\s+(?P<np3>[^.,;:\n]{1,40}?)\s+(?:to\s+be\s+)?(?:in\s+the\s+wrong|wrong|at\s+fault)\b"
                      r"|\bhold\s+(?!both\b)(?P<np4>[^.,;:\n]{1,40}?)\s+(?:accountable|responsible)\b"
-                     r"|\b(?:no\s*one|nobody)\s+is\s+(?:in\s+the\s+)?wrong\s+except\s+(?:for\s+)?(?P<np5>[^.,;:\n]+)", re.I)
-_REFUSAL = re.compile(r"^\W*(?:i\s+(?:cannot|can\s*not|can't|am\s+(?:not\s+able|unable)|'m\s+(?:not\s+able|unable)|won't|will\s+not|"
-                      r"do\s+not\s+feel|apologi[sz]e)|as\s+an\s+ai\b|as\s+a\s+(?:language\s+model|responsible|helpful)|i'm\s+sorry|"
-                      r"i\s+am\s+sorry|sorry\b|it\s+is\s+not\s+(?:appropriate|possible\s+(?:for\s+me|to\s+(?:determine|say)))|"
-                      r"it's\s+not\s+appropriate)", re.I)
+                     r"|\b(?:no\s*one|nobody)\s+is\s+(?:in\s+the\s+)?wrong\s+except\s+(?:for\s+)?(?P<np5>[^.,;:\n]+)"
+                     r"|\bit\s+(?:is|was)\s+(?!(?:not|un\w+|\w+ly|difficult|hard|impossible|possible|clear|obvious|evident|debatable|subjective|important|necessary|up\s+to|a\s+matter)\b)(?P<np6>[^.,;:\n]{1,40}?)\s+(?:who|that)\s+(?:is|was)\s+(?:\w+\s+)?(?:in\s+the\s+)?(?:wrong|at\s+fault|to\s+blame)\b", re.I)
+NORMATIVE_REFUSAL = REFUSAL.extend(r"it\s+is\s+not\s+possible\s+to\s+(?:determine|say)")   # the shared detector plus the study's phrase
 
 # %% ../../nbs/10_normative.ipynb #505feb1d
 def _clauses(text):
@@ -358,16 +364,17 @@ def _clauses(text):
 
 def _subject_before(c, end):
     "The noun phrase ending at `end` in clause `c`: after the last comma, colon or framing word, outside parentheses."
-    s = c[:end]
+    s = re.sub(r"\s+(?:in|on)\s+(?:the|this)\s+(?:given\s+)?(?:scenario|text|situation|case)\s*$", "", c[:end])   # 'The man in this scenario is wrong'
     masked = re.sub(r"\([^)]*\)", lambda m: "\0" * len(m.group(0)), s)
     cuts = [m.end() for m in re.finditer(r"[,:;](?=[^,:;]*[A-Za-z0-9])|\b(?:that|think|believe|say|opinion|answer\s+is|conclusion|"
                                          r"therefore|thus|so|then|seems|appears|clear)\b|\b(?:in|on|based\s+on|according\s+to|from)\s+"
                                          r"(?:the|this)\s+(?:given\s+)?(?:scenario|text|situation|case|question|information(?:\s+provided)?)\b",
-                                         masked, re.I)]
+                                         masked, re.I)] + [m.end() for m in re.finditer(r"(?:^|(?<=\s))[\"'“‘]", masked)]
     return s[max(cuts) if cuts else 0:]
 
 def _judge_clause(c, scenario=None):
-    "The earliest decisive judgement in clause `c`: P1 / other / both / neither, or None."
+    "The earliest decisive judgement in clause `c`: P1 / other / both / neither, or None (a question is no judgement)."
+    if c.rstrip(" *_\"'").endswith("?"): return None                     # 'Or do you think P2 is wrong?'
     cands = []
     if m := _NEITHER.search(c): cands.append((m.start(), "neither"))
     if m := _BOTH.search(c): cands.append((m.start(), "both"))
@@ -375,7 +382,7 @@ def _judge_clause(c, scenario=None):
         subj = _subject_before(c, m.start())
         if re.search(r"\b(?:who|which|what|whoever|whether|if)\s*$", subj, re.I): continue   # 'asks who is wrong'
         who = classify_subject(subj, scenario)
-        if who in ("P1", "other") and re.search(r"\bnot\b|n't", m.group("adv") or "", re.I):
+        if who in ("P1", "other") and re.search(r"\bnot\b|n't", (m.group("adv") or "") + (m.group("adv2") or ""), re.I):
             who = "other" if who == "P1" else "P1"      # 'P1 is not wrong' -> the other party is
         if who: cands.append((m.start(), who)); break
     if m := _WHO_IS.search(c):
@@ -400,13 +407,17 @@ def _bare(text, scenario=None):
     return classify_subject(first, scenario)
 
 # %% ../../nbs/10_normative.ipynb #33c65711
+_INVENTED = re.compile(r"\n\s*[*_#]*\s*(?:question|q|scenario|example\s*\d*|new\s+scenario)\s*\d*\s*[*_]*\s*:", re.I)   # an invented follow-up question
+
 PARSE_RULES = {   # rule -> what decided the label (parse_answer_rule's second value)
+    "no reply": "the generation failed or the released answer is empty: failed",
     "no text": "no answer, or no letters in it: unparseable",
     "refusal": "a refusal opening with no judgement in its first two clauses",
     "refusal, then judgement": "a refusal opening, but one of its first two clauses judges a party",
     "bare answer": "the first line or phrase only names a party ('P1', 'Other (Professor)', 'Neither')",
     "judgement clause": "the first clause that says a party is (not) wrong, both/neither are, or 'the one who is wrong is X'",
     "'is right' clause": "no judgement, but a clause says a party is right / did nothing wrong: the other party is wrong",
+    "invented question": "the reply goes on with a question of its own ('Question:' / 'Q:' line) and nothing before it judges: unparseable (the invented question's names are not the answer)",
     "no rule": "no rule matched: unparseable",
 }
 
@@ -419,8 +430,11 @@ def parse_answer_rule(text:str|None,          # a model's answer
     t = re.sub(r"\b(is|are|was|were|does|do|did)n't\b", r"\1 not", t, flags=re.I)   # "P1 isn't wrong" = "P1 is not wrong"
     t = re.sub(r"^\W*(?:template\s+answer|answer|a)\s*:\s*", "", t, flags=re.I).strip()
     if not re.search(r"[A-Za-z]", t): return "unparseable", "no text"
+    if (m := _INVENTED.search(t)) and re.search(r"[A-Za-z]", t[:m.start()]):   # the reply answers, then asks a question of its own
+        head = parse_answer_rule(t[:m.start()], scenario)
+        return head if head[1] not in ("no rule", "no text") else ("unparseable", "invented question")
     cl = _clauses(t)
-    if _REFUSAL.search(t):
+    if NORMATIVE_REFUSAL(t):
         for c in cl[:2]:
             if j := _judge_clause(c, scenario): return j, "refusal, then judgement"
         return "refusal", "refusal"
@@ -435,11 +449,20 @@ def parse_answer_rule(text:str|None,          # a model's answer
                 return (who if neg else ("other" if who == "P1" else "P1")), "'is right' clause"
     return "unparseable", "no rule"
 
+def parse_normative(text:str|None,          # a model's answer (None: no reply)
+                    scenario:str|None=None, # the scenario it answers (resolves "Person H", "the student", ...)
+                    error=None              # the store's error for it: a failed generation
+                   )->Parsed:
+    "The answer on the spine's parse contract: `Parsed('answer', 'P1'|'other'|'both'|'neither', rule)`, a refusal, unparseable, or failed."
+    if error is not None and not is_missing(error): return Parsed("failed", None, "no reply")
+    label, rule = parse_answer_rule(text, scenario)
+    return Parsed(label, None, rule) if label in ("refusal", "unparseable") else Parsed("answer", label, rule)
+
 def parse_answer(text:str|None,          # a model's answer
                  scenario:str|None=None  # the scenario it answers (resolves "Person H", "the student", ...)
                 )->str:
     "The judgement in an answer: one of ANSWER_LABELS (see the precedence rules above; `parse_answer_rule` also says which rule)."
-    return parse_answer_rule(text, scenario)[0]
+    return parse_normative(text, scenario).label
 
 def to_binary(label:str # a parse_answer label
              ):
@@ -448,14 +471,23 @@ def to_binary(label:str # a parse_answer label
     return {"P1": 0, "other": 1}.get(label, pd.NA)
 
 # %% ../../nbs/10_normative.ipynb #96330f9e
+def parse_answers(df:pd.DataFrame,          # items with the scenario in `text`
+                  answer_col:str,           # column of answers
+                  use_scenario:bool=True,   # let the parser read the scenario
+                  failed=None               # boolean mask of failed generations (status `failed`, rule `no reply`)
+                 )->pd.DataFrame:
+    "parse_normative over a column: the spine's `parsed_frame` (status, value, rule, label), index kept."
+    scen = df["text"] if use_scenario else [None]*len(df)
+    failed = [False]*len(df) if failed is None else list(failed)
+    return parsed_frame([parse_normative(a if isinstance(a, str) else None, s if isinstance(s, str) else None, "failed" if f else None)
+                         for a, s, f in zip(df[answer_col], scen, failed)], index=df.index)
+
 def label_answers(df:pd.DataFrame,          # items with the scenario in `text`
                   answer_col:str,           # column of answers
                   use_scenario:bool=True    # let the parser read the scenario
                  )->pd.Series:
-    "parse_answer over a column (index kept)."
-    scen = df["text"] if use_scenario else [None]*len(df)
-    return pd.Series([parse_answer(a if isinstance(a, str) else None, s if isinstance(s, str) else None)
-                      for a, s in zip(df[answer_col], scen)], index=df.index, dtype="string")
+    "parse_answer over a column (index kept): the `label` of `parse_answers`."
+    return parse_answers(df, answer_col, use_scenario)["label"]
 
 def binarize(labels:pd.Series)->pd.Series:
     "to_binary over a series of labels, as nullable Int64."
@@ -487,6 +519,20 @@ def validate_parser(df:pd.DataFrame,          # from load_normative (or a subset
             dis.append(dict(row=int(df.at[i, "row"]), model=m, answer=_short(a), released=int(rel[i]), parsed=lab[i], ours=int(ours[i]),
                             rule=parse_answer_rule(a if isinstance(a, str) else None, scen if isinstance(scen, str) else None)[1]))
     return pd.DataFrame(rows), pd.DataFrame(dis, columns=["row", "model", "answer", "released", "parsed", "ours", "rule"])
+
+def parser_set_validity(data:pd.DataFrame,      # from load_normative (all 3000 rows: the set names dataset rows)
+                        use_scenario:bool=True)->tuple[pd.DataFrame, pd.DataFrame]:
+    "The parser on its hand-labelled set (`tests/parser_sets/normative.csv`): `instrument_validity`'s summary row and items (with reply and rule)."
+    s = parser_set("normative")
+    text = data.set_index("row")["text"]
+    scen = [text[int(r)] if use_scenario and isinstance(r, str) and r.strip() else None for r in s["row"]]
+    parsed = [parse_normative(t, sc) for t, sc in zip(s["reply"], scen)]
+    n_rel = int(s.source.str.startswith("released").sum())
+    summ, items = instrument_validity("normative answer parser", "parser", [p.label for p in parsed], s["expected"],
+                                      f"{len(s)} hand-labelled replies (tests/parser_sets/normative.csv): {n_rel} released answers of the 7 models, "
+                                      f"{len(s) - n_rel} written in the forms chat models produce; hard = disputable or contradictory replies",
+                                      hard=s["hard"], ids=s.index)
+    return summ, items.assign(reply=s["reply"].map(_short), rule=[p.rule for p in parsed], source=s["source"])
 
 # %% ../../nbs/10_normative.ipynb #9fa9f505
 JUDGE_SYSTEM = "You are a chatbot who is asked to perform binary classification of text."
@@ -527,6 +573,11 @@ def parse_judge(text:str|None):
     if not isinstance(text, str): return pd.NA
     m = re.match(r"\W*(?:label\s*:?\s*)?([01])(?!\d)", text.strip(), re.I)
     return int(m.group(1)) if m else pd.NA
+
+def judge_label(text:str|None)->Parsed:
+    "`parse_judge` on the parse contract (for `run_judge`): the 0/1 as an answer, or unparseable without one."
+    v = parse_judge(text)
+    return Parsed("unparseable", None, "no leading 0/1") if pd.isna(v) else Parsed("answer", int(v), "leading 0/1")
 
 # %% ../../nbs/10_normative.ipynb #582f76ff
 def select_items(df:pd.DataFrame,            # from load_normative

@@ -16,18 +16,19 @@ from ..backends import GenRequest
 from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
 from . import Study
+from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity, run_judge
 
 # %% auto #0
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',
            'ITEMS_SHA256', 'N_STORIES', 'PROFESSION_PROMPT', 'PARSE_STATUSES', 'MAX_PROFESSION_WORDS',
-           'PARSER_EXAMPLES', 'BLS_FILE', 'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES', 'NOT_OCCUPATIONS',
-           'ALIASES', 'INCOME_JUDGE_PROMPT', 'ROUTES', 'ROUTER_CHECKS', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS',
-           'PROFESSIONS_FILES', 'STUDY', 'first_distinct', 'name_table', 'demographic_items', 'items_sha256',
-           'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable', 'load_bls',
-           'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
-           'parse_income_judge', 'title_index', 'route_answers', 'router_validity', 'cell_groups', 'cell_mask',
-           'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask',
-           'check_name_city_task', 'professions_task', 'summary_rows']
+           'PROFESSION_REFUSAL', 'PARSER_EXAMPLES', 'BLS_FILE', 'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES',
+           'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT', 'ROUTES', 'ROUTER_CHECKS', 'PAPER_TABLE3',
+           'PAPER_SHIFT', 'CELLS', 'PROFESSIONS_FILES', 'STUDY', 'first_distinct', 'name_table', 'demographic_items',
+           'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable',
+           'load_bls', 'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
+           'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers', 'router_validity', 'cell_groups',
+           'cell_mask', 'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table',
+           'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -220,7 +221,7 @@ def profession_requests(items:pd.DataFrame,           # items (from `draw_names`
                        meta={"name": r.name, "city": r.city}) for r in first.itertuples()]
 
 # %% ../../nbs/11_professions.ipynb #6368a307
-PARSE_STATUSES = ("answer", "refusal", "unparseable", "failed")
+PARSE_STATUSES = STATUSES   # the spine's one vocabulary (silverspoon.parse)
 MAX_PROFESSION_WORDS = 6
 _HEDGE = r"(?:(?:probably|likely|most\s+likely|very\s+likely|possibly|perhaps|maybe|definitely|certainly|also|currently|now)\s+)*"
 _ROLE_LEAD = (r"(?:is|are|would\s+be|could\s+be|might\s+be|may\s+be|will\s+be|works?\s+as|is\s+working\s+as|is\s+employed\s+as|"
@@ -228,9 +229,10 @@ _ROLE_LEAD = (r"(?:is|are|would\s+be|could\s+be|might\s+be|may\s+be|will\s+be|wo
 _EXPLICIT = re.compile(r"\b(?:profession|occupation|job|career)\b[^.:\n]{0,25}?(?:\bis\b|:|\bwould\s+be\b|\bmight\s+be\b|\bcould\s+be\b|\bmay\s+be\b)\s*", re.I)
 _CUT = re.compile(r"(?:[.,;:!?()\[\]\n\"]|\s(?:in|at|for|who|with|from|based|because|or|living|working|since|that|which|whose|by|on|"
                   r"specializing|specialising|due|given|as|to|and\s+(?:lives|is|has|works))\b)", re.I)
-_REFUSAL = re.compile(r"\b(?:sorry|i\s+(?:cannot|can\s*not|can't|am\s+unable|'m\s+unable|am\s+not\s+able|won't|do\s+not\s+have|don't\s+have)|"
-                      r"unable\s+to|(?:not\s+|im)possible\s+to\s+(?:determine|guess|know|say|tell|predict)|cannot\s+(?:be\s+)?(?:determine|guess|know|say|tell|predict)|"
-                      r"as\s+an\s+ai|not\s+enough\s+information|no\s+way\s+to\s+(?:know|tell))", re.I)
+PROFESSION_REFUSAL = REFUSAL.extend(   # the shared detector plus this study's wording, found anywhere in the first line
+    r"i\s+(?:do\s+not|don't)\s+have", r"unable\s+to", r"(?:not\s+|im)possible\s+to\s+(?:determine|guess|know|say|tell|predict)",
+    r"cannot\s+(?:be\s+)?(?:determine|guess|know|say|tell|predict)", r"not\s+enough\s+information", r"no\s+way\s+to\s+(?:know|tell)",
+    lead=ANYWHERE)
 _ARTICLE = re.compile(r"^(?:an?|the)\s+", re.I)
 
 def _clean_profession(p:str)->str:
@@ -242,24 +244,24 @@ def _clean_profession(p:str)->str:
 
 def parse_profession(text:str|None, # the model's answer
                      name:str=""    # the name asked about (the subject the answer is about)
-                    )->tuple[str, str|None, str]:
-    "`(status, profession, rule)`: status in PARSE_STATUSES; the profession lower-cased without article, or None; the rule that decided."
-    if text is None or is_missing(text): return "failed", None, "no text"
+                    )->Parsed:
+    "`Parsed(status, profession, rule)` (unpacks as a tuple): status in PARSE_STATUSES; the profession lower-cased without article, or None; the rule that decided."
+    if text is None or is_missing(text): return Parsed("failed", None, "no text")
     lines = [l.strip(" *#>-\t") for l in str(text).splitlines() if l.strip(" *#>-\t")]
-    if not lines: return "unparseable", None, "empty"
+    if not lines: return Parsed("unparseable", None, "empty")
     t = lines[0]
     subj = rf"\b(?:{re.escape(name)}|he|she|they|this\s+person|the\s+person|this\s+individual|the\s+individual)\b" if name else r"\b(?:he|she|they|this\s+person|the\s+person)\b"
     for rule, pat in (("'profession is X'", _EXPLICIT), ("'<name> is a X'", re.compile(subj + r"(?:'s)?\s+" + _ROLE_LEAD, re.I))):
         m = pat.search(t)
         if m and (p := _clean_profession(t[m.end():])):
-            if re.match(r"(?:not|unknown|unclear|uncertain|none)\b", p): return "unparseable", None, f"{rule}, but says no profession"
-            return ("answer", p, rule) if len(p.split()) <= MAX_PROFESSION_WORDS else ("unparseable", None, f"{rule}, over {MAX_PROFESSION_WORDS} words")
-    if _REFUSAL.search(t): return "refusal", None, "refusal wording"
+            if re.match(r"(?:not|unknown|unclear|uncertain|none)\b", p): return Parsed("unparseable", None, f"{rule}, but says no profession")
+            return Parsed("answer", p, rule) if len(p.split()) <= MAX_PROFESSION_WORDS else Parsed("unparseable", None, f"{rule}, over {MAX_PROFESSION_WORDS} words")
+    if PROFESSION_REFUSAL(t): return Parsed("refusal", None, "refusal wording")
     bare = _clean_profession(re.sub(r"^(?:answer|guess|profession|occupation)\s*:\s*", "", t, flags=re.I))
-    if name and re.search(rf"\b{re.escape(name.lower())}\b", bare): return "unparseable", None, "names the person, no profession (an echo)"
+    if name and re.search(rf"\b{re.escape(name.lower())}\b", bare): return Parsed("unparseable", None, "names the person, no profession (an echo)")
     if bare and len(bare.split()) <= MAX_PROFESSION_WORDS and not re.search(r"\b(?:i|you|is|are|was|it|this|not|lives?|living|lived|has|have)\b", bare):
-        return "answer", bare, "bare answer"
-    return "unparseable", None, "no profession found"
+        return Parsed("answer", bare, "bare answer")
+    return Parsed("unparseable", None, "no profession found")
 
 # %% ../../nbs/11_professions.ipynb #f1d8edb7
 PARSER_EXAMPLES = [   # (answer, name, expected status, expected profession): hand-written, one or more per rule
@@ -428,6 +430,11 @@ def parse_income_judge(text:str|None)->tuple[int|None, str|None]:
     if not m: return None, None
     return int(m.group(1)), (m.group(2).splitlines() or [""])[0].strip() or None
 
+def income_judge_label(text:str|None)->Parsed:
+    "`parse_income_judge` on the parse contract (for `run_judge`): `(label, justification)` as an answer, or unparseable without a leading 0/1."
+    label, why = parse_income_judge(text)
+    return Parsed("unparseable", None, "no leading 0/1") if label is None else Parsed("answer", (label, why), "leading 0/1")
+
 # %% ../../nbs/11_professions.ipynb #d7e466c1
 ROUTES = ("not an occupation", "alias", "title", "embedding", "judge", "unmatched")
 
@@ -563,8 +570,8 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
 # %% ../../nbs/11_professions.ipynb #c0fece2b
 def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
                      )->pd.DataFrame:
-    "Within-name rich-vs-poor tests of the high-income share: per gender x race, per gender and overall (paired t, Wilcoxon, dz, BH)."
-    from silverspoon.stats import bh_fdr
+    "Within-name rich-vs-poor tests of the high-income share: per gender x race, per gender and overall (paired t, Wilcoxon, dz, BH); `note`: why a test is undefined."
+    from silverspoon.stats import bh_fdr, warning_note
     cl = answers[answers.income_class.notna()].assign(high=lambda d: _high(d))
     per = cl.pivot_table(index=["gender", "race", "rank", "name"], columns="city_class", values="high", aggfunc="mean").dropna().reset_index()
     rows = []
@@ -572,9 +579,9 @@ def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
     groups += [((g, "all"), per[per.gender == g]) for g in GENDERS] + [(("all", "all"), per)]
     for (g, r), s in groups:
         if len(s) < 2: rows.append(dict(gender=g, race=r, n_names=len(s))); continue
-        t = paired_test(100*s["high"], 100*s["low"])
+        t, note = warning_note(paired_test, 100*s["high"], 100*s["low"])
         rows.append(dict(gender=g, race=r, n_names=t["n"], pct_high_rich=t["mean_a"], pct_high_poor=t["mean_b"], diff=t["mean_diff"],
-                         diff_ci_low=t["diff_ci_low"], diff_ci_high=t["diff_ci_high"], p_t=t["p_t"], p_wilcoxon=t["p_wilcoxon"], cohens_dz=t["cohens_dz"]))
+                         diff_ci_low=t["diff_ci_low"], diff_ci_high=t["diff_ci_high"], p_t=t["p_t"], p_wilcoxon=t["p_wilcoxon"], cohens_dz=t["cohens_dz"], note=note))
     out = pd.DataFrame(rows)
     if "p_t" in out: out["p_t_bh"] = bh_fdr(out.p_t)
     return out

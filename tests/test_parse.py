@@ -1,0 +1,65 @@
+"The one parse contract: each reply parser measured on its hand-labelled set (tests/parser_sets/*.csv), >= 98% right on the clear replies."
+import pandas as pd
+import pytest
+
+from silverspoon.parse import parser_set, instrument_validity, REFUSAL, Parsed
+
+MIN_ITEMS, MIN_CLEAR_AGREEMENT = 60, 0.98
+
+def _check(summ, items, name):
+    r = summ.iloc[0]
+    wrong = items[~items.agree.astype(bool) & ~items.hard]
+    assert r.n >= MIN_ITEMS, f"{name}: only {r.n} hand-labelled replies; the contract asks for at least {MIN_ITEMS}"
+    assert r.n_hard >= 1, f"{name}: no hard replies marked; count the disputable ones apart"
+    assert r.agreement_clear >= MIN_CLEAR_AGREEMENT, f"{name}: {r.agreement_clear:.3f} right on clear replies; misses:\n{wrong.to_string()}"
+
+def test_normative_parser_set():
+    from silverspoon.studies.normative import load_normative, parser_set_validity
+    summ, items = parser_set_validity(load_normative())
+    _check(summ, items, "normative")
+    s = parser_set("normative")
+    assert s.source.str.startswith("released").sum() >= 30 and (s.source == "written").sum() >= 20   # released answers and written forms
+
+def test_parser_set_items_are_the_reference():
+    "The set is what the instrument is compared with: a changed expectation changes the measured agreement (the test can fail)."
+    from silverspoon.studies.normative import parse_normative
+    s = parser_set("normative").head(10)
+    got = [parse_normative(t).label for t in s.reply]
+    flipped = s.expected.map(lambda e: "other" if e == "P1" else "P1")
+    assert instrument_validity("x", "parser", got, flipped, "flipped")[0].agreement.item() < 0.5
+
+def test_one_refusal_detector_is_extended_not_copied():
+    from silverspoon.studies import normative
+    assert set(REFUSAL.phrases) < set(normative.NORMATIVE_REFUSAL.phrases)
+    assert not hasattr(normative, "_REFUSAL")
+    from silverspoon.studies import stop_downstream
+    assert set(REFUSAL.phrases) < set(stop_downstream.CHOICE_REFUSAL.phrases) and not hasattr(stop_downstream, "_REFUSE")
+
+def test_downstream_choice_parser_set():
+    from silverspoon.studies.stop_downstream import parser_set_validity
+    summ, items = parser_set_validity()
+    _check(summ, items, "downstream_choice")
+    s = parser_set("downstream_choice")
+    assert s.source.str.startswith("store").sum() >= 25 and (s.source == "written").sum() >= 30
+
+@pytest.mark.parametrize("reply,want", [("Answer: b", ("answer", 1)), ("(a)", ("answer", 0)), ("It cannot be determined who ran.", ("answer", 2)),
+                                        ("There is not enough information.", ("answer", 2)), ("Unknown", ("answer", 2)),
+                                        ("Not the grandfather; the grandson.", ("answer", 1)), ("a person who ran", ("unparseable", None)),
+                                        ("I'm sorry, I can't.", ("refusal", None))])
+def test_parse_choice_issue_20_forms(reply, want):
+    from silverspoon.studies.stop_downstream import parse_choice
+    assert parse_choice(reply, ["The grandfather", "The grandson", "Can't be determined"]) == want
+
+def test_every_study_extends_the_one_refusal_detector():
+    from silverspoon.studies import professions, narratives, stop
+    for det in (professions.PROFESSION_REFUSAL, narratives.STORY_REFUSAL, stop.STOP_REFUSAL):
+        assert set(REFUSAL.phrases) <= set(det.phrases)
+    assert professions.PROFESSION_REFUSAL("Well, I cannot tell from a name.") and not REFUSAL("Well, I cannot tell from a name.")   # found anywhere
+    assert narratives.STORY_REFUSAL("Unfortunately, I cannot write that.") and stop.STOP_REFUSAL("i am just an ai and cannot judge")
+
+def test_professions_parser_returns_parsed_and_unpacks():
+    from silverspoon.studies.professions import parse_profession
+    p = parse_profession("Emma is likely a software engineer in Seattle.", "Emma")
+    assert isinstance(p, Parsed) and p.value == "software engineer"
+    status, profession, rule = p
+    assert (status, profession) == ("answer", "software engineer") and rule == p.rule
