@@ -18,3 +18,14 @@ def run_cli(*args, env=None, timeout=600, cwd=ROOT, **kw):
 
 @pytest.fixture
 def root(): return ROOT
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    "The `silverspoon` command in this process (fast; an uncaught exception fails the test): returns rc, stdout, stderr."
+    from types import SimpleNamespace
+    from silverspoon.cli import main
+    def call(*args, env=None):
+        for k, v in (env or {}).items(): monkeypatch.setenv(k, v)
+        rc = main([str(a) for a in args]); out = capsys.readouterr()
+        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
+    return call

@@ -19,16 +19,6 @@ SHARED = Path(os.environ.get("SILVERSPOON_DATA") or ROOT.parent/"shared"/"data")
 needs_data = pytest.mark.skipif(not (SHARED/"bbq"/"data"/"Religion.jsonl").is_file(), reason="needs the shared data folder (SILVERSPOON_DATA)")
 
 
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    "The `silverspoon` command in this process: returns rc, stdout, stderr."
-    from types import SimpleNamespace
-    from silverspoon.cli import main
-    def call(*args, env=None):
-        for k, v in (env or {}).items(): monkeypatch.setenv(k, v)
-        rc = main([str(a) for a in args]); out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return call
 
 
 def _one_clear_error(r, *needles, rc=2):

@@ -12,16 +12,6 @@ from silverspoon.testing import FakeChatServer
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 19").hexdigest()[:24]
 
 
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    "The `silverspoon` command in this process: returns rc, stdout, stderr."
-    from types import SimpleNamespace
-    from silverspoon.cli import main
-    def call(*args, env=None):
-        for k, v in (env or {}).items(): monkeypatch.setenv(k, v)
-        rc = main([str(a) for a in args]); out = capsys.readouterr()
-        return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
-    return call
 
 
 def _one_clear_error(r, *needles, rc=2):
