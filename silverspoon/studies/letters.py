@@ -701,11 +701,14 @@ def level_comparability(measure:str,                # a style measure (`STYLE_ME
 AUTHOR_SCORES = {"positive_vader": "per_pos", "positive_hf": "per_pos", "formality_hd": "per_for", "formal_hf": "per_for", "agentic": "per_ac"}
 
 def agreement_with_authors(per_letter:pd.DataFrame, # our per-letter measures, with the authors' score columns joined
-                           alpha:float=0.05)->pd.DataFrame:
+                           alpha:float=0.05,
+                           pairs:dict|None=None,       # our measure -> the authors' score column; default `AUTHOR_SCORES`
+                           labels:dict|None=None       # our measure -> instrument, for measures not in `STYLE_MEASURES`
+                          )->pd.DataFrame:
     "Per (our measure, authors' score): n, Pearson r with Fisher-z CI and p, Spearman rho and p."
     from scipy import stats
     rows = []
-    for ours, theirs in AUTHOR_SCORES.items():
+    for ours, theirs in (pairs or AUTHOR_SCORES).items():
         if ours not in per_letter or theirs not in per_letter: continue
         d = per_letter[[ours, theirs]].dropna()
         n = len(d)
@@ -713,7 +716,7 @@ def agreement_with_authors(per_letter:pd.DataFrame, # our per-letter measures, w
             rows.append({"measure": ours, "authors_score": theirs, "n": n}); continue
         r, p = stats.pearsonr(d[ours], d[theirs]); rho, prho = stats.spearmanr(d[ours], d[theirs])
         z, q = np.arctanh(r), stats.norm.ppf(1 - alpha/2) / np.sqrt(n - 3)
-        rows.append({"measure": ours, "instrument": STYLE_MEASURES[ours][1], "authors_score": theirs, "n": n, "pearson_r": r,
+        rows.append({"measure": ours, "instrument": {**{k: v[1] for k, v in STYLE_MEASURES.items()}, **(labels or {})}.get(ours, ours), "authors_score": theirs, "n": n, "pearson_r": r,
                      "r_ci_low": np.tanh(z - q), "r_ci_high": np.tanh(z + q), "p_pearson": p, "spearman_rho": rho, "p_spearman": prho})
     return pd.DataFrame(rows)
 
