@@ -641,6 +641,7 @@ STYLE_MEASURES = {   # measure -> (what it is, instrument)
     "positive_vader": ("share of positive sentences", "VADER (compound >= 0.05)"),
     "formality_hd": ("lexical formality F (0-100)", "Heylighen & Dewaele F-score on spaCy POS"),
     "agentic": ("share of agentic sentences", "agency classifier (appendix F.2, trained here)"),
+    "p_agentic": ("mean P(agentic) over sentences", "agency classifier (appendix F.2, trained here), no threshold"),
     "formal_hf": ("share of formal sentences", "HF formality classifier (task.formality_model)"),
     "positive_hf": ("share of positive sentences", "HF sentiment classifier (task.sentiment_model)")}
 
@@ -691,14 +692,14 @@ def level_comparability(measure:str,                # a style measure (`STYLE_ME
                        )->str:
     "Whether the measure's levels can be read beside the paper's: only the paper's own HF classifiers give comparable levels."
     if measure in ("positive_vader", "formality_hd"): return "stand-in: levels not comparable to the paper (compare directions only)"
-    if measure == "agentic": return "trained here on another base model: levels not comparable to the paper (see the agency agreement table)"
+    if measure in ("agentic", "p_agentic"): return "trained here on another base model: levels not comparable to the paper (see the agency agreement table)"
     mid = {"formal_hf": formality_model, "positive_hf": sentiment_model}.get(measure)
     paper = {"formal_hf": PAPER_FORMALITY, "positive_hf": PAPER_SENTIMENT}.get(measure)
     if mid is None: return "not measured"
     return "the paper's instrument: levels comparable" if str(mid).split("/")[-1] == paper.split("/")[-1] else "another model than the paper's: levels not comparable to the paper"
 
 # %% ../../nbs/20_letters.ipynb #392450b1
-AUTHOR_SCORES = {"positive_vader": "per_pos", "positive_hf": "per_pos", "formality_hd": "per_for", "formal_hf": "per_for", "agentic": "per_ac"}
+AUTHOR_SCORES = {"positive_vader": "per_pos", "positive_hf": "per_pos", "formality_hd": "per_for", "formal_hf": "per_for", "agentic": "per_ac", "p_agentic": "per_ac"}
 
 def agreement_with_authors(per_letter:pd.DataFrame, # our per-letter measures, with the authors' score columns joined
                            alpha:float=0.05,
