@@ -35,15 +35,17 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"letters"/"tiny-letters"
     style = pd.read_csv(out/"style.csv")
-    assert set(style.measure) == {"positive_vader", "formality_hd", "agentic", "formal_hf", "positive_hf"}
+    assert set(style.measure) == {"positive_vader", "formality_hd", "agentic", "p_agentic", "formal_hf", "positive_hf"}
+    assert (style.paired_ci_low.isna() == (style.n_pairs < 5)).all() and style.paired_ci_note.str.startswith("no interval").all()   # 4 pairs: no interval
     assert (style.n_m + style.n_f == 8).all() and (style.n_pairs <= 4).all()
     hal = pd.read_csv(out/"hallucination.csv")
-    assert set(hal.gender) == {"f", "m"} and set(hal.measure) == {"positive_vader", "agentic", "formal_hf", "positive_hf"}
+    assert set(hal.gender) == {"f", "m"} and set(hal.measure) == {"positive_vader", "agentic", "p_agentic", "formal_hf", "positive_hf"}
     assert hal.n_sentences.sum() > 8 and set(hal.reading) <= {"propagation", "amplification", "attenuation", "not testable"}
     acc = pd.read_csv(out/"agency_classifier.csv")
     assert acc.loc[acc.metric == "test accuracy", "n"].item() == 60
     assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", "n"] == 8
-    for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "summary"): assert (out/f"{f}.csv").is_file(), f
+    for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "weat_sign_check", "summary"): assert (out/f"{f}.csv").is_file(), f
+    assert pd.read_csv(out/"lexicon_odds_ratios.csv").or_ci_low.isna().all()   # 4 letters per gender: too few for a letter bootstrap
     first = json.loads((out/"provenance.json").read_text())["instruments"]
     assert first["misses"] > 0 and (store/"letters"/"tiny-letters.instruments.jsonl").is_file()
     # the rerun computes nothing: every instrument output (and the agency training result) comes from the cache
