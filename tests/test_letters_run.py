@@ -64,3 +64,19 @@ def test_bad_letters_params_stop_before_running(tmp_path, tiny, task, needle):
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists()
+
+
+def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_path, tiny):
+    "CLG replay with the (tiny) agency classifier: level and per-letter agreement with the authors' per_ac, and how sure the classifier is."
+    p = _params(tmp_path, tiny, context="clg", success_filter=False, formality_model=None, sentiment_model=None, nli_model=None)
+    env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache"), "XDG_CACHE_HOME": str(tmp_path/"cache")}
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path/"reports"/"letters"/"tiny-letters"
+    agr = pd.read_csv(out/"agency_vs_authors.csv").set_index("measure")
+    assert list(agr.index) == ["agentic", "p_agentic", "agentic_fitted_threshold"] and (agr.n == 8).all()
+    assert (agr.authors_per_ac.nunique() == 1) and ((agr.level_diff - (agr.ours - agr.authors_per_ac)).abs() < 1e-12).all()
+    assert agr.level_diff_ci_low.ge(-1).all() and agr.level_diff_ci_high.le(1).all() and agr.within_tolerance.dtype == bool
+    prob = pd.read_csv(out/"agency_probabilities.csv").iloc[0]
+    assert prob.n_sentences > 8 and 0 <= prob.p_min <= prob.p_median <= prob.p_max <= 1
+    assert "p_agentic" in set(pd.read_csv(out/"instrument_validity.csv").measure)
