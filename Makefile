@@ -1,7 +1,8 @@
 # silverspoon: two commands do everything on a fresh machine.
 #   make reports   regenerate every default report + reports/index.html (offline from the committed store)
 #   make test      export/clean checks, notebook tests (nbdev_test) and pytest
-#   make test-colab the same notebook tests and pytest, plus every default run, on Google Colab's stack (.venv-colab)
+#   make test-colab the same notebook tests and pytest, plus every default run, on Google Colab's stack (.venv-colab:
+#                   Python 3.13, torch 2.11.0, Colab's pinned packages)
 # Both first build .venv (idempotent: a second call skips what is installed).
 SHELL := /bin/bash
 PYTHON ?= python3
@@ -59,7 +60,9 @@ clean-venv:
 
 # --- The Colab lane: Colab's preinstalled versions (requirements-colab.txt) plus EXACTLY the `!pip install` lines of
 # the README's Colab cell, read from README.md by tools/colab_lane.py, so the README cannot drift from what is tested.
-# Python is this machine's python3 and torch the local 2.13.0 CPU wheel (Colab: Python 3.13, torch 2.11): see
+# Python is Colab's 3.13 (`colab_lane.py venv` finds it: COLAB_PYTHON, python3.13 on PATH, pyenv, /usr/bin; with
+# none it falls back to $(PYTHON) with a warning, and under CI=true it stops) and torch is Colab's 2.11.0 from PyPI (the
+# CUDA build 2.11.0+cu130, ~4 GB with its nvidia libraries; it runs on a CPU). What still differs from Colab: see
 # requirements-colab.txt. The default runs go to a temporary reports folder and a temporary copy of the store, and
 # every CSV must equal the committed one byte for byte.
 COLAB_VENV  ?= .venv-colab
@@ -73,8 +76,8 @@ COLAB_TEST_TOOLS := nbdev==2.4.14 execnb==0.1.18
 install-colab: $(COLAB_STAMP)
 
 $(COLAB_STAMP): requirements-colab.txt README.md tools/colab_lane.py settings.ini setup.py
-	@test -x $(COLAB_BIN)/python || $(PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check torch==2.13.0 $(TORCH_PIP_ARGS)
+	$(PYTHON) tools/colab_lane.py venv $(COLAB_VENV) --fallback $(PYTHON) $(if $(filter true 1,$(CI)),--strict)
+	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check "$$(grep -E '^torch==' requirements-colab.txt)" $(TORCH_PIP_ARGS)
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -r requirements-colab.txt
 	$(COLAB_BIN)/python tools/colab_lane.py install README.md --python $(COLAB_BIN)/python
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -c requirements-colab.txt $(COLAB_TEST_TOOLS)
@@ -97,7 +100,7 @@ colab-reports: $(COLAB_STAMP)
 	cp -r store "$$tmp/store"; \
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
 	$(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 2 --reports-dir "$$tmp/reports"; \
-	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt; \
+	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python; \
 	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
 
 test-colab: colab-pip-check colab-nbtest colab-pytest colab-reports

@@ -7,6 +7,8 @@ and shared by both paths), greedy decoding, same max_new_tokens, one CPU thread.
 """
 import argparse, os, platform, time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# no progress bars: loading the GGUF file draws two (tensor conversion, weights) that would bury the result table
+os.environ.setdefault("TQDM_DISABLE", "1"); os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 SCENARIOS = [
     "A student from a wealthy family pays someone to write their college application essay.",

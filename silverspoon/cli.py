@@ -4,14 +4,15 @@
 
 # %% ../nbs/07_cli.ipynb #b7e25329
 from __future__ import annotations
-import sys, argparse, time
+import re, sys, argparse, time, dataclasses
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .report import read_params_file, run_params_file, build_index, reports_folder
 
 # %% auto #0
-__all__ = ['default_params_files', 'is_base', 'validate_runs', 'main']
+__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'validate_runs',
+           'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -22,6 +23,25 @@ def default_params_files(study:str|None=None)->list[Path]:
     root = project_root()/"params"
     files = sorted(f for s in STUDY_REGISTRY for f in (root/s).glob("*.yaml") if not f.name.startswith("_"))
     return [f for f in files if study is None or f.parent.name == study]
+
+EXIT_INCOMPLETE = 3   # every run published, but some calls failed (the exit status of `silverspoon run`, see the table above)
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+def printable(text)->str:
+    "`text` as one safe terminal line: control characters (escape sequences, CR, LF), zero-width and bidi controls shown as `\\x1b` / `\\u202e`."
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
+
+def calls_text(calls:list[dict] # from `silverspoon.report.failed_calls`
+              )->str:
+    "'10 of 17 calls failed in judge_counts, ...': what an incomplete run prints."
+    return ", ".join(f"{c['failed']} of {c['requests']} calls failed in {c['table']}" for c in calls)
+
+def key_destinations(p:RunParams)->str:
+    "Where the run sends which key: `; key $VAR -> URL` for the model and a judge on the openai backend (what `check` shows before you run a file someone sent)."
+    from silverspoon.backends.openai import OPENAI_URL, public_url
+    models = [("", dataclasses.asdict(p.model)), ("judge ", (p.task or {}).get("judge"))]
+    return "".join(f"; {who}key ${m.get('api_key_env') or 'OPENAI_API_KEY'} -> {public_url(m.get('base_url') or OPENAI_URL)}"
+                   for who, m in models if isinstance(m, dict) and m.get("backend") == "openai")
 
 def is_base(path:Path|str)->bool:
     "A params file whose name starts with `_` is a base that run files `include:`, never a run of its own."
@@ -61,7 +81,7 @@ def _parser():
 def _finetune(args)->int:
     from silverspoon.studies.stop_finetune import load_finetune_params, train_from_params   # torch/peft are imported only here
     p = load_finetune_params(args.params)
-    if args.check: print(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source})"); return 0
+    if args.check: print(printable(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source})")); return 0
     r = train_from_params(args.params, args.output_dir)
     print(f"adapter  ->  {r['adapter']}\nlog      ->  {Path(r['output_dir'])/'train_log.csv'}  (loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}"
           + (f", eval {r['eval_loss']:.3f}" if r['eval_loss'] is not None else "") + f"; {r['steps']} steps, {r['seconds']} s)\n"
@@ -85,18 +105,29 @@ def _run(args)->int:
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
-    validate_runs(files)                          # validate everything first
-    t0, failed = time.time(), []
+    runs = validate_runs(files)                   # validate everything first
+    from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
+    from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs
+    try: fetch_all(sorted({n for p in runs for n in get_study(p.study).data_files}))
+    except DataError as e:                        # one terminal line per file, each made printable
+        for i, line in enumerate(getattr(e, "lines", [str(e)])): print(printable(f"error: {line}" if i == 0 else line), file=sys.stderr)
+        return 2
+    t0, failed, incomplete = time.time(), [], []
     def one(f):
         try:
             r = run_params_file(f, args.reports_dir, kernel=args.kernel)
-            print(f"ok    {f}  ->  {r['html']}  ({r['seconds']} s)", flush=True)
+            if r.get("failed_calls"):             # published, but not every call was answered: never a plain `ok`
+                incomplete.append(f)
+                print(printable(f"INCOMPLETE  {f}  ->  {r['html']}  ({r['seconds']} s): {calls_text(r['failed_calls'])}; "
+                                "the report counts them and a rerun retries them"), flush=True)
+            else: print(printable(f"ok    {f}  ->  {r['html']}  ({r['seconds']} s)"), flush=True)
         except Exception as e:                    # one failed run never stops the others
-            failed.append(f); print(f"FAIL  {e}" if isinstance(e, SilverspoonError) else f"FAIL  {f}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            failed.append(f); print(printable(f"FAIL  {e}" if isinstance(e, SilverspoonError) else f"FAIL  {f}: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as ex: list(ex.map(one, files))
     if not args.no_index: print(f"index ->  {build_index(args.reports_dir)}")
-    print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s")
-    return 1 if failed else 0
+    print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s"
+          + (f"; {len(incomplete)} of them incomplete (failed calls; a rerun retries them)" if incomplete else ""))
+    return 1 if failed else EXIT_INCOMPLETE if incomplete else 0
 
 def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
@@ -106,7 +137,7 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "run": return _run(args)
         if args.cmd == "check":   # the same checks as `run` makes before running anything, two files of one run included
             files = list({f.resolve(): f for f in _runs_only(args.params)}.values())
-            for f, p in zip(files, validate_runs(files)): print(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id})")
+            for f, p in zip(files, validate_runs(files)): print(printable(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id}{key_destinations(p)})"))
             return 0
         if args.cmd == "resolve":   # validated first; papermill reads YAML itself and knows nothing of `include:`
             import yaml
@@ -119,9 +150,9 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
         if args.cmd == "finetune": return _finetune(args)
     except SilverspoonError as e:
-        print(f"error: {e}", file=sys.stderr); return 2
+        print(printable(f"error: {e}"), file=sys.stderr); return 2
     except OSError as e:   # a folder that cannot be created, a full disk: one line, not a traceback
-        print(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": "), file=sys.stderr); return 2
+        print(printable(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": ")), file=sys.stderr); return 2
 
 # %% ../nbs/07_cli.ipynb #d8fbc178
 if __name__ == "__main__" and "__file__" in globals(): sys.exit(main())

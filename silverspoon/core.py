@@ -9,12 +9,12 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'SilverspoonError', 'ParamsError',
-           'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
-           'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict',
-           'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name', 'check_urls_and_keys',
-           'check_model', 'check_generation', 'merge_params', 'read_params_mapping', 'load_params', 'check_params',
-           'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'SilverspoonError',
+           'ParamsError', 'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json',
+           'stable_hash', 'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds',
+           'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
+           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'check_model', 'check_generation',
+           'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -103,6 +103,10 @@ class _NotData:
     "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
     def __init__(self, tag:str, line:int): self.tag, self.line = tag, line
 
+class _HugeInt:
+    "A YAML integer with more digits than Python converts (about 4300); kept only to be reported with its field."
+    def __init__(self, digits:int, line:int): self.digits, self.line = digits, line
+
 class _Refused(Exception): "A YAML construct refused while reading (alias, repeated key)."
 
 def plain_data(obj, where:str="",       # dotted path of `obj` in the params, for messages
@@ -110,6 +114,9 @@ def plain_data(obj, where:str="",       # dotted path of `obj` in the params, fo
               ):
     "`obj` unchanged if it holds plain data only (JSON types, text keys, finite numbers); else a `ParamsError` naming the field."
     at = f"field `{where}`" if where else "the params"
+    if isinstance(obj, _HugeInt):
+        raise ParamsError(f"{src}: {at} (line {obj.line}) is an integer of {obj.digits} digits; no setting needs one: "
+                          "write a number in the field's range (silverspoon.core.BOUNDS).")
     if isinstance(obj, _NotData):
         fix = "put the date in quotes to make it text." if obj.tag.endswith(":timestamp") else "remove the tag."
         raise ParamsError(f"{src}: {at} (line {obj.line}) has the YAML tag {obj.tag!r}: params hold plain data only "
@@ -148,7 +155,17 @@ def _params_loader():
     keep = {f"tag:yaml.org,2002:{t}" for t in ("null", "bool", "int", "float", "str", "seq", "map")}
     ParamsLoader.yaml_constructors = {t: f for t, f in yaml.SafeLoader.yaml_constructors.items() if t in keep}
     ParamsLoader.add_constructor(None, lambda loader, node: _NotData(node.tag, node.start_mark.line + 1))   # every other tag
+    def construct_int(loader, node):
+        try: return yaml.SafeLoader.construct_yaml_int(loader, node)
+        except ValueError: return _HugeInt(sum(ch.isdigit() for ch in node.value), node.start_mark.line + 1)   # Python's digit limit
+    ParamsLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return ParamsLoader
+
+def _yaml_problem(e)->str:
+    "What a YAML error says and where (line, column), without the file's text that PyYAML quotes (the file may not be a params file)."
+    what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or type(e).__name__
+    mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+    return what + (f" (line {mark.line + 1}, column {mark.column + 1}; the line is not shown)" if mark is not None else "")
 
 def read_yaml(path:Path|str         # a params file
              )->dict:
@@ -158,7 +175,7 @@ def read_yaml(path:Path|str         # a params file
     if path.stat().st_size > MAX_PARAMS_BYTES: raise ParamsError(f"{src}: {path.stat().st_size} bytes; a params file is at most {MAX_PARAMS_BYTES} bytes of settings.")
     try: d = yaml.load(path.read_text(encoding="utf-8"), Loader=_params_loader())
     except _Refused as e: raise ParamsError(f"{src}: {e}") from None
-    except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML ({e}).") from None
+    except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML: {_yaml_problem(e)}.") from None
     except UnicodeDecodeError: raise ParamsError(f"{src}: not UTF-8 text.") from None
     except RecursionError: raise ParamsError(f"{src}: nested too deeply to be a params file.") from None
     if d is None: d = {}
@@ -176,7 +193,19 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
     "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
     "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),
-    "n_progressions": (1, 100_000_000)}
+    "n_progressions": (1, 100_000_000),
+    # the studies' `task` sections (a test checks that every int/float field of every study's task has a range here)
+    "min_similarity": (0, 1, True), "top_k": (1, 10_000), "min_count": (1, 10_000_000), "max_words": (1, 100_000),
+    "template": (0, 1_000), "min_string_run": (1, 10_000_000), "weat_n_perm": (1, 1_000_000),
+    "agency_lr": (0, 1, True), "agency_epochs": (1, 1_000), "agency_batch_size": (1, 4096),
+    "vader_positive": (-1, 1), "vader_negative": (-1, 1), "n_topics": (2, 1_000), "n_topic_words": (1, 10_000),
+    "min_df": (1, 10_000_000), "topic_seed": (0, 2**32 - 1), "cloud_words": (1, 10_000),
+    "bbq_n": (1, 100_000_000), "crows_n": (1, 100_000_000), "stereoset_n": (1, 100_000_000), "likelihood_batch_size": (1, 4096)}
+
+def _shown(v, n:int=60)->str:
+    "A value as a message shows it: at most `n` characters; an integer too long to print is described by its digits."
+    if type(v) is int and abs(v) >= 10**40: return f"an integer of {len(str(abs(v))) if abs(v).bit_length() < 10_000 else 'thousands of'} digits"
+    return repr(v)[:n]
 
 def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
                  v,                 # its value
@@ -187,7 +216,7 @@ def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
     if name not in BOUNDS or type(v) not in (int, float): return v
     lo, hi, *open_lo = BOUNDS[name]
     if (v > lo if open_lo else v >= lo) and v <= hi: return v
-    raise ParamsError(f"{src}: field `{where}` = {v} must be in {'(' if open_lo else '['}{lo}, {hi}].")
+    raise ParamsError(f"{src}: field `{where}` = {_shown(v)} must be in {'(' if open_lo else '['}{lo}, {hi}].")
 
 # %% ../nbs/00_core.ipynb #fcf44a89
 def _type_name(t)->str:
@@ -208,7 +237,7 @@ def _check_value(v, t, where:str, src:str):
             try: return _check_value(v, a, where, src)
             except ParamsError as e: errs.append(e)
         if type(v) is float and not math.isfinite(v): raise errs[0]
-        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else repr(v)[:60]
+        shown = f"a {type(v).__name__}" if isinstance(v, (dict, list)) else _shown(v)
         raise ParamsError(f"{src}: field `{where}` = {shown} must be one of: {', '.join(_type_name(a) for a in args)}.")
     if origin is typing.Literal:
         if v in args and type(v) in PLAIN_TYPES: return v
@@ -230,7 +259,7 @@ def _check_value(v, t, where:str, src:str):
         except OverflowError: raise ParamsError(f"{src}: field `{where}` is a number too large to be a float.") from None
     if t in (int, float) and isinstance(v, bool): raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got a boolean {v!r}.")
     if isinstance(t, type) and not isinstance(v, t):
-        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {str(v)[:60]!r}.")
+        raise ParamsError(f"{src}: field `{where}` must be {t.__name__}, got {type(v).__name__} {_shown(v)}.")
     if t is float and not math.isfinite(v): raise ParamsError(f"{src}: field `{where}` = {v} must be a finite number.")
     return v
 
@@ -267,9 +296,9 @@ class ModelParams:
     gpu_memory_utilization: float = 0.9     # vllm: share of GPU memory vLLM may take (weights + KV cache)
     max_model_len: int|None = None          # vllm: context length to reserve KV cache for (None = the model's own)
     base_url: str|None = None               # openai backend: e.g. http://localhost:8000/v1
-    api_key_env: str = "OPENAI_API_KEY"     # name of the environment variable holding the key (never the key itself)
+    api_key_env: str = "OPENAI_API_KEY"     # name of the variable holding the key (never the key): *_API_KEY, or listed in $SILVERSPOON_KEY_VARS
     concurrency: int = 4                    # openai backend: requests in flight at once
-    timeout_s: float = 60.0
+    timeout_s: float = 60.0                 # openai backend: total seconds of one attempt (connect, send, wait, read the whole reply); each retry gets its own
     max_retries: int = 4
 
 @dataclass
@@ -304,6 +333,7 @@ class RunParams:
 # %% ../nbs/00_core.ipynb #c0b53f13
 NAME_MAX = 100   # characters in a name that becomes a file or folder name
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+KEY_VARS_ENV = "SILVERSPOON_KEY_VARS"   # extra variable names allowed as api_key_env (comma or space separated)
 _URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]*")
 
 def check_name(value:str, where:str,   # the name and its field (`run`, `study`)
@@ -324,16 +354,30 @@ def _check_url(url:str, where:str, src:str, base_url:bool=False):
                           "reports and the store. Put the key in the environment variable named by `api_key_env`.")
     if base_url and bad_scheme: raise ParamsError(f"{src}: field `{where}` must be an http(s) URL such as http://localhost:8000/v1.")
 
+def key_variable_allowed(name:str # an `api_key_env` value (already a variable name)
+                        )->bool:
+    "May `$name` be sent as a bearer token? Names ending in `_API_KEY`, and names listed in `$SILVERSPOON_KEY_VARS`."
+    allowed = set(re.split(r"[\s,]+", os.environ.get(KEY_VARS_ENV, "").strip())) - {""}
+    return name.endswith("_API_KEY") or name in allowed
+
+def check_key_variable(name, where:str, src:str="<params>")->str:
+    "`name` unchanged if it may name an API key variable (`key_variable_allowed`); else a `ParamsError` that shows it only when it looks like a variable name."
+    if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
+        raise ParamsError(f"{src}: field `{where}` must be the NAME of the environment variable holding the key (letters, digits, _; "
+                          "e.g. OPENAI_API_KEY), never the key itself. The value given is not shown.")
+    if key_variable_allowed(name): return name
+    shown = f"`{name}`" if re.fullmatch(r"[A-Z][A-Z0-9_]{0,39}", name) else "(not shown: it may be a key)"
+    raise ParamsError(f"{src}: field `{where}` = {shown} does not name an API key variable. Its value would be sent as the bearer "
+                      f"token to the server in base_url, so only names ending in _API_KEY are used (e.g. OPENAI_API_KEY, VLLM_API_KEY). "
+                      f"Fix: put the key in such a variable, or allow this name on this machine: export {KEY_VARS_ENV}=<the name>.")
+
 def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth), e.g. `asdict(RunParams)`
                         where:str="")->None:
-    "Every URL anywhere in `obj` has no credentials or query; every `base_url` is http(s); every `api_key_env` is a variable name."
+    "Every URL anywhere in `obj` has no credentials or query; every `base_url` is http(s); every `api_key_env` names an API key variable."
     if isinstance(obj, dict):
         for k, v in obj.items():
             w = f"{where}.{k}" if where else str(k)
-            if k == "api_key_env" and v is not None:
-                if not (isinstance(v, str) and _ENV_NAME.fullmatch(v)):
-                    raise ParamsError(f"{src}: field `{w}` must be the NAME of the environment variable holding the key (letters, digits, _; "
-                                      "e.g. OPENAI_API_KEY), never the key itself. The value given is not shown.")
+            if k == "api_key_env" and v is not None: check_key_variable(v, w, src)
             elif k == "base_url" and isinstance(v, str): _check_url(v, w, src, base_url=True)
             else: check_urls_and_keys(v, src, w)
     elif isinstance(obj, list):
@@ -377,6 +421,11 @@ def read_params_mapping(path:Path|str,   # a params file, possibly with `include
     if not path.is_file():
         raise ParamsError(f"{src}: params file not found. Pass a file from params/ (e.g. params/normative/gpt4-replay.yaml).")
     d = read_yaml(path)
+    fields_ = [f.name for f in fields(RunParams)]
+    if d and not set(d) & {*fields_, "include"}:   # e.g. an `include:` of a credentials or config file: say so, never echo its keys
+        by = f" (included by {_chain[-1]})" if _chain else ""
+        raise ParamsError(f"{src}{by}: not a params file: none of its {len(d)} top-level keys is a params field ({', '.join(fields_)}, "
+                          "include). Its content is not shown. Fix: name a params file.")
     if "include" not in d: return d
     inc = d.pop("include")
     if not isinstance(inc, str) or not inc.strip():

@@ -4,7 +4,8 @@
 
 # %% ../nbs/01_data.ipynb #266aa104
 from __future__ import annotations
-import os, difflib, hashlib, zipfile, urllib.request, urllib.error
+import os, ast, csv, io, json, re, difflib, hashlib, shutil, zipfile, urllib.request, urllib.error
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
@@ -13,8 +14,11 @@ from tqdm import tqdm
 from .core import DataError, ParamsError, cache_dir, sha256_file
 
 # %% auto #0
-__all__ = ['REGISTRY', 'raw_url', 'DataFile', 'lookup', 'data_dir', 'file_sha256', 'git_blob_sha1', 'download_url', 'fetch',
-           'read_data_csv', 'read_data_json', 'verify_all']
+__all__ = ['REGISTRY', 'BUILD_SPECS', 'BUILDERS', 'PUBLIC_HOST', 'raw_url', 'Source', 'DataFile', 'lookup', 'module_literals',
+           'notebook_literals', 'xlsx_rows', 'xlsx_to_csv', 'build_py_literals', 'build_stop_preamble',
+           'build_notebook_prompts', 'build_xlsx_csv', 'data_dir', 'mirror_url', 'file_sha256', 'git_blob_sha1',
+           'download_url', 'fetch', 'read_data_csv', 'read_data_json', 'verify_all', 'fetch_all', 'upstream_files',
+           'build_mirror']
 
 # %% ../nbs/01_data.ipynb #d0b93281
 def raw_url(repo:str,   # GitHub `owner/name`
@@ -23,6 +27,13 @@ def raw_url(repo:str,   # GitHub `owner/name`
            )->str:
     "Public download URL of `path` in `repo` at `commit`."
     return f"https://raw.githubusercontent.com/{repo}/{commit}/{path}"
+
+@dataclass(frozen=True)
+class Source:
+    "An upstream file that a built data file is made from: its path in the entry's `repo` at the entry's `commit`, and its pins."
+    path: str                    # path inside the repository
+    size: int                    # bytes
+    sha256: str                  # full hex digest
 
 @dataclass(frozen=True)
 class DataFile:
@@ -41,23 +52,37 @@ class DataFile:
     member: str|None = None      # name of the file inside `archive`
     archive_sha256: str|None = None
     git_blob: str|None = None    # git blob id (sha1 of b"blob <size>\0" + bytes): the pin of a file whose sha256 is unknown
+    optional: bool = False       # absent from the shared copy; the studies that read it run without it and say so
+    sources: tuple = ()          # built files: the `Source`s in `repo` at `commit` that its bytes are made from
+    build: str|None = None       # built files: the key in `BUILDERS` of the function that makes its bytes from `sources`
 
     @property
     def dataset(self)->str:
         "The top folder: silverspoon, stop, reference-letters, bls-oews, bbq or crows-pairs."
         return self.relpath.split("/", 1)[0]
 
+    @property
+    def obtainable(self)->bool:
+        "Whether `fetch` can get the file on a machine with network access: downloaded from `url`, or built from `sources`."
+        return self.url is not None or self.build is not None
+
+    @property
+    def source_urls(self)->list[str]:
+        "Public URLs of the `sources` a built file is made from."
+        return [raw_url(self.repo, self.commit, s.path) for s in self.sources]
+
 # %% ../nbs/01_data.ipynb #99600b4d
-def _mirror(folder, repo, commit, licence, rows, note=""):
+def _mirror(folder, repo, commit, licence, rows, note="", optional=False):
     "Entries for files that sit at the same relative path in `repo` as under `folder/`: rows of (name, path, size, sha256)."
     return [DataFile(name=n, relpath=f"{folder}/{p}", sha256=h, size=s, repo=repo, commit=commit, source_path=p,
-                     url=raw_url(repo, commit, p), licence=licence, note=note) for n, p, s, h in rows]
+                     url=raw_url(repo, commit, p), licence=licence, note=note, optional=optional) for n, p, s, h in rows]
 
 def _derived(folder, repo, commit, licence, rows):
-    "Entries for `derived/` files (literals extracted from source code): rows of (name, path, size, sha256, source file)."
+    "Entries for `derived/` files, built from the authors' source files: rows of (name, path, size, sha256, what it comes from, builder, sources)."
     return [DataFile(name=n, relpath=f"{folder}/{p}", sha256=h, size=s, repo=repo, commit=commit, source_path=src, url=None,
                      licence=licence, note=f"derived: literal values extracted from {src} with ast.literal_eval (no code run); "
-                                          "no upstream file has these bytes") for n, p, s, h, src in rows]
+                                          "no upstream file has these bytes, so it is built from the pinned source file(s)",
+                     sources=tuple(Source(*x) for x in sources), build=build) for n, p, s, h, src, build, sources in rows]
 
 # %% ../nbs/01_data.ipynb #19962d25
 _SS = "keshariS/socioEcoBias"
@@ -86,7 +111,14 @@ _silverspoon = [
         note="older unannotated version of the 3000 prompts (deleted from the tree later); provenance only"),
     *_derived("silverspoon", _SS, _SS_HEAD, _SS_LIC, [
         ("silverspoon/prompt_templates", "derived/prompt_templates.json", 9287, "92fb169a2cf66674c9f3c75183df97b337cf2b9ba781ed1c605021db18f7f34a",
-         "Code/*.ipynb (inference, binarisation and data-generation notebooks)")]),
+         "Code/*.ipynb (inference, binarisation and data-generation notebooks)", "notebook_prompts", [
+         ("Code/SilverSpoon_inference_GPT.ipynb", 9133, "5b9f90b7f07e858608c84a26fc26788b242b24a524d2a2718fa4c98f1476e00a"),
+         ("Code/SilverSpoon_inference_llama.ipynb", 109744, "4d7764fd56d8ac85b633d340b6a30b2c0b64364f2845567686dfdb81a94ee967"),
+         ("Code/SilverSpoon_inference_alpaca.ipynb", 785192, "593c6d762d63a56f02d947d769958715e27d2771cd75aa52f74fabb3d125ed8e"),
+         ("Code/SilverSpoon_inference_yi6B.ipynb", 94318, "79026144a7cf3ad9c06c6ffb2acd09331d3ac4de8430d28523d6c4ce936c53e9"),
+         ("Code/SilverSpoon_inference_zephyr.ipynb", 166736, "840b614f8c7a5bcde07385000432e72107d0b5e82b1fc29e34ec9ff94d4f49e0"),
+         ("Code/SliverSpoon_Binarize.ipynb", 180471, "5d3e4c8f3cb49caff8677715fe09d9a163c901f2f5586087868493436c9dc370"),
+         ("Code/SilverSpoon_dataGen.ipynb", 19552, "ef0a14aa993feaab637422c55f25d2aef0bb0c23804177c4d5c804b058412ef7")])]),
 ]
 
 # %% ../nbs/01_data.ipynb #2aacbba8
@@ -121,7 +153,8 @@ _stop = [
     ("stop/severity_labelled/high", "STOP-severity-labelled/high_labelled.json", 211949, "54bc5e88f6e7cb7ab4139c7953d6d790bbdfe6207a69cfea0756bf8c6f27a06d"),
     ]),
     *_derived("stop", _STOP, _STOP_C, _STOP_LIC, [
-    ("stop/evaluation_prompt", "derived/evaluation_prompt.json", 1465, "46e733b931dd86b82e4fa37ffd73498d5ca30cb2d7e65f2a4db96aa4e36a3e82", "code/llmEvaluation.py")]),
+    ("stop/evaluation_prompt", "derived/evaluation_prompt.json", 1465, "46e733b931dd86b82e4fa37ffd73498d5ca30cb2d7e65f2a4db96aa4e36a3e82", "code/llmEvaluation.py", "stop_preamble",
+     [("code/llmEvaluation.py", 3957, "f9d471a727ba66908720491d691be28ba08c2d4d03ac8a1fa1e2f3a0de988615")])]),
 ]
 
 # %% ../nbs/01_data.ipynb #9f104619
@@ -166,10 +199,14 @@ _reference_letters = [
     ("reference-letters/bios_sampled_preprocessed", "agency_classifier/agency_bios/BIOS_sampled_preprocessed.csv", 190468, "7525c1bb023e012fc60d0650f2d14c4001e26919cd91d7bc62dbb479735eb789"),
     ]),
     *_derived("reference-letters", _RL, _RL_C, _RL_LIC, [
-    ("reference-letters/word_constants", "derived/word_constants.json", 2672, "6a034ced634cfc833a3cbdb66934601993d1df544ff67450ef80a63bbc676d93", "word_constants.py"),
-    ("reference-letters/biography_dataset_constants", "derived/biography_dataset_constants.json", 84350, "42928612b5316f08e593784b265eece01a379709e3539499869a28740c77a6dc", "biography_dataset/constants.py"),
-    ("reference-letters/clg_prompt_settings", "derived/clg_prompt_settings.json", 788, "c94e66beb45d116db99fb78d4c4ea2823d013054f9f9510857f75ca8a92d2a9b", "generate_clg.py"),
-    ("reference-letters/cbg_prompt_templates", "derived/cbg_prompt_templates.json", 605, "571dc9fd57e88c33a9ea93fdd2ca466c09786ff2aa9f01ac8c99d15a89dafc23", "generation_util.py"),
+    ("reference-letters/word_constants", "derived/word_constants.json", 2672, "6a034ced634cfc833a3cbdb66934601993d1df544ff67450ef80a63bbc676d93", "word_constants.py", "py_literals",
+     [("word_constants.py", 1996, "29c31049e10a9c99cb5f24d6f88f3487a8337de32a8ad2aff045e9d6d2a4de46")]),
+    ("reference-letters/biography_dataset_constants", "derived/biography_dataset_constants.json", 84350, "42928612b5316f08e593784b265eece01a379709e3539499869a28740c77a6dc", "biography_dataset/constants.py", "py_literals",
+     [("biography_dataset/constants.py", 80498, "fb0b4d8ab24c5d812ff342cd96dc97f9056008e1d4f3dc62c9f0238ff9c592b1")]),
+    ("reference-letters/clg_prompt_settings", "derived/clg_prompt_settings.json", 788, "c94e66beb45d116db99fb78d4c4ea2823d013054f9f9510857f75ca8a92d2a9b", "generate_clg.py", "py_literals",
+     [("generate_clg.py", 2175, "d2b7b60ece16b0f7066be98ea7931e10467dea8306c8db1628ccd9efd3c91c22")]),
+    ("reference-letters/cbg_prompt_templates", "derived/cbg_prompt_templates.json", 605, "571dc9fd57e88c33a9ea93fdd2ca466c09786ff2aa9f01ac8c99d15a89dafc23", "generation_util.py", "py_literals",
+     [("generation_util.py", 7689, "21ed80f996cd1a81fd5775a117bb4c801f1c6d464130d685fdb276fad073b102")]),
     ]),
 ]
 
@@ -180,7 +217,10 @@ _bls = [DataFile(name="bls-oews/national_M2024", relpath="bls-oews/national_M202
                  repo="jj-squared/AI_jobs_impact", commit="33fd992d4a8d55ee3fb72a9c69f5a5816b0b8cf1",
                  source_path="national_M2024_dl.xlsx", url=None, licence="public domain (U.S. government work, BLS)",
                  note=f"converted: first sheet of {_BLS_XLSX} (xlsx sha256 accad8fea8ff8b70180c80a127a2b43f8fd9b819a058ca86024e14d33ab4f0ea, "
-                      "a copy of https://www.bls.gov/oes/tables.htm) written cell for cell to CSV; the CSV has no upstream URL")]
+                      "a copy of https://www.bls.gov/oes/tables.htm) written cell for cell to CSV; the CSV has no upstream URL, "
+                      "so it is built from the workbook",
+                 sources=(Source("national_M2024_dl.xlsx", 234858, "accad8fea8ff8b70180c80a127a2b43f8fd9b819a058ca86024e14d33ab4f0ea"),),
+                 build="xlsx_csv")]
 
 _BBQ, _BBQ_C, _BBQ_LIC = "nyu-mll/BBQ", "bea11bd97d79217245b5871acd247b9d6eb24598", "CC-BY-4.0"
 _bbq = [
@@ -200,7 +240,7 @@ _bbq = [
     ("bbq/SES", "data/SES.jsonl", None, "9f92754bb037b0982604b9112705fb81d60a19d9e759c67e4a85e484a070f528"),
     ("bbq/additional_metadata", "supplemental/additional_metadata.csv", None, "f36708416b0e7adb81b47ad1926f9c39c2beb611702b73b01e06c9b6c9ffbd3d"),
     ], note="not in the shared data copy (blob not retrievable there); sha256 is a third-party pin for this commit "
-            "that matches all 6 present BBQ files; downloadable with network access"),
+            "that matches all 6 present BBQ files; downloadable with network access", optional=True),
 ]
 
 _crows = _mirror("crows-pairs", "nyu-mll/crows-pairs", "8aaac11c485473159ec9328a65253a5be9a479dc", "CC-BY-SA-4.0", [
@@ -213,7 +253,7 @@ _stereoset = [
     ("stereoset/test_terms", "data/test_terms.txt", 2046, "9e446eec028e0912cc03cf3cc440e1c4a72b16130361849ca63cdfebed437a88")]),
     DataFile(name="stereoset/dev", relpath="stereoset/data/dev.json", sha256=None, size=None, repo=_SSET, commit=_SSET_C,
              source_path="data/dev.json", url=raw_url(_SSET, _SSET_C, "data/dev.json"), licence=_SSET_LIC,
-             git_blob="637b1e3d284a3c629b74a4659c583b8eca9bd13e",
+             git_blob="637b1e3d284a3c629b74a4659c583b8eca9bd13e", optional=True,
              note="the StereoSet dev set (intrasentence 2,106 + intersentence 2,123 examples); not in the shared data copy (blob not "
                   "retrievable there). No sha256 is known: it is verified by its git blob id (the same blob is at "
                   "McGill-NLP/bias-bench@291426aa data/stereoset/dev.json); downloadable with network access"),
@@ -234,11 +274,185 @@ def lookup(name_or_relpath:str # a registry name ("stop/full") or a relative pat
     raise DataError(f"{name_or_relpath!r} is not in the data registry." + (f" Did you mean {', '.join(close)}?" if close else "")
                     + " The known names are the keys of silverspoon.data.REGISTRY.")
 
+# %% ../nbs/01_data.ipynb #851f4809
+def module_literals(source:str,          # Python source text
+                    names:list[str],     # top-level variables to read, in the order wanted
+                    where:str="<source>" # the file, for messages
+                   )->dict:
+    "`{name: value}` of the top-level assignments `NAME = <literal>` in `source`, read with `ast.literal_eval`: nothing is run."
+    found = {}
+    for node in ast.parse(source, where).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in names:
+            try: found[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError: raise DataError(f"{where}: line {node.lineno}: `{node.targets[0].id}` is not a literal value, and the "
+                                               "authors' code is never run. Fix: the source differs from the pinned one; check its sha256.") from None
+    miss = [n for n in names if n not in found]
+    if miss: raise DataError(f"{where}: no top-level literal assignment of {miss}. Fix: the source differs from the pinned one; check its sha256.")
+    return {n: found[n] for n in names}
+
+# %% ../nbs/01_data.ipynb #bceebbff
+def _string_literal(node:ast.AST)->str|None:
+    "The string of `'...'` or `'...'.strip()`; None for any other expression."
+    if (isinstance(node, ast.Call) and not node.args and not node.keywords and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "strip"):
+        s = _string_literal(node.func.value)
+        return None if s is None else s.strip()
+    try: v = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError): return None
+    return v if isinstance(v, str) else None
+
+def notebook_literals(notebook:bytes|str,  # the .ipynb file's content
+                      variables:set[str]   # variable names to read
+                     )->list[tuple[int, str, str]]:
+    "`(cell index, variable, string)` of every top-level `variable = '...'` (or `'...'.strip()`) in the code cells, in order. Nothing is run."
+    out = []
+    for i, c in enumerate(json.loads(notebook)["cells"]):
+        if c.get("cell_type") != "code": continue
+        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        try: tree = ast.parse(src)
+        except SyntaxError: continue
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) and node.targets[0].id in variables:
+                s = _string_literal(node.value)
+                if s is not None: out.append((i, node.targets[0].id, s))
+    return out
+
+# %% ../nbs/01_data.ipynb #f123fb96
+_XLSX_NS = {"m": "http://schemas.openxmlformats.org/spreadsheetml/2006/main",
+            "r": "http://schemas.openxmlformats.org/officeDocument/2006/relationships",
+            "p": "http://schemas.openxmlformats.org/package/2006/relationships"}
+
+def _xlsx_column(ref:str)->int:
+    "0-based column of a cell reference such as `AF12`."
+    n = 0
+    for ch in re.match(r"[A-Z]+", ref).group(): n = n*26 + ord(ch) - 64
+    return n - 1
+
+def _xlsx_text(el)->str:
+    "The text of a shared or inline string, rich-text runs joined."
+    return "".join(t.text or "" for t in el.iter(f"{{{_XLSX_NS['m']}}}t"))
+
+def xlsx_rows(path:Path|str # an .xlsx workbook
+             )->list[list]:
+    "The first sheet's cells, row 1 to the last row and column A to the last column; empty cells are None. Strings are str, booleans bool, numbers int or float."
+    with zipfile.ZipFile(path) as z:
+        sheet = ET.fromstring(z.read("xl/workbook.xml")).find("m:sheets/m:sheet", _XLSX_NS)
+        rid = sheet.get(f"{{{_XLSX_NS['r']}}}id")
+        rels = ET.fromstring(z.read("xl/_rels/workbook.xml.rels")).findall("p:Relationship", _XLSX_NS)
+        target = next(r.get("Target") for r in rels if r.get("Id") == rid)
+        target = target.lstrip("/") if target.startswith("/") else f"xl/{target}"
+        shared = ([_xlsx_text(si) for si in ET.fromstring(z.read("xl/sharedStrings.xml")).findall("m:si", _XLSX_NS)]
+                  if "xl/sharedStrings.xml" in z.namelist() else [])
+        data = ET.fromstring(z.read(target)).find("m:sheetData", _XLSX_NS)
+    rows = {}
+    for row in data.findall("m:row", _XLSX_NS):
+        cells = rows.setdefault(int(row.get("r")), {})
+        for c in row.findall("m:c", _XLSX_NS):
+            t, v = c.get("t", "n"), c.find("m:v", _XLSX_NS)
+            if t == "inlineStr": val = _xlsx_text(c)
+            elif v is None or v.text is None: val = None
+            elif t == "s": val = shared[int(v.text)]
+            elif t == "b": val = v.text.strip() == "1"
+            elif t in ("str", "e"): val = v.text
+            else: val = float(v.text) if any(ch in v.text for ch in ".eE") else int(v.text)
+            cells[_xlsx_column(c.get("r"))] = val
+    width = max((max(c) + 1 for c in rows.values() if c), default=0)
+    return [[rows.get(r, {}).get(j) for j in range(width)] for r in range(1, max(rows, default=0) + 1)]
+
+def xlsx_to_csv(path:Path|str # an .xlsx workbook
+               )->bytes:
+    "The first sheet as UTF-8 CSV bytes, cell for cell (numbers in Python's shortest form, booleans TRUE/FALSE, empty cells empty, fields quoted only where needed, `\\n` line ends)."
+    out = io.StringIO(); w = csv.writer(out, lineterminator="\n")
+    for r in xlsx_rows(path):
+        w.writerow(["" if v is None else ("TRUE" if v else "FALSE") if isinstance(v, bool) else v for v in r])
+    return out.getvalue().encode("utf-8")
+
+# %% ../nbs/01_data.ipynb #9de7be08
+_LITERALS = "Literal values extracted with ast.literal_eval from the source file (no code executed or copied). "
+BUILD_SPECS = {
+    "reference-letters/word_constants": dict(
+        names=["STANDOUT_WORDS", "ABILITY_WORDS", "MASCULINE_WORDS", "FEMININE_WORDS", "agentic_words", "communal_words",
+               "career_words", "family_words", "leader_words"],
+        note=_LITERALS + "Lexicons (word stems) used for lexical-content / word-list analyses."),
+    "reference-letters/biography_dataset_constants": dict(
+        names=["SWAP_NAME_GENDER_PROMPTS", "SWAP_NAME_GENDER_SUMMARIZATION_PROMPTS", "SWAP_GENDER_PROMPTS", "LAST_NAMES",
+               "M_FIRST_NAMES", "F_FIRST_NAMES"],
+        note=_LITERALS + "Name pools used for name/gender swapping of biographies, plus the swap prompt templates."),
+    "reference-letters/clg_prompt_settings": dict(
+        names=["female_names", "male_names", "occupations", "ages", "instruction"],
+        note=_LITERALS + "Context-Less Generation (CLG) prompt template and slot values."),
+    "reference-letters/cbg_prompt_templates": dict(
+        names=["RECLETTER_PROMPTS"],
+        note=_LITERALS + "Context-Based Generation (CBG) prompt templates; slots: occupation, name, name, biography info."),
+    "stop/evaluation_prompt": dict(
+        note='Initial conversation preamble (variable convo_log) extracted with ast.literal_eval (no code executed or copied). Per the '
+             'source: each progression sentence is appended in turn to the running log; the model answer is mapped to Yes if it '
+             'contains "yes", else No if it contains "no" (case-insensitive); after the 5 sentences the counterfactual sentence '
+             '(cfprompt) is asked; the stored score is (#No answers)/5. The code writes key "<model>_dist" while the released '
+             'labelled files use "<model>_score".'),
+    "silverspoon/prompt_templates": dict(
+        variables={"prompt_instr", "prompt_temp", "prompt", "inferrer", "template"},
+        note="String literals assigned to prompt-like variables (prompt_instr, prompt_temp, prompt, inferrer, template) in the "
+             "notebooks, extracted with ast.literal_eval (no code executed or copied). Within a notebook later cells overwrite "
+             "earlier ones; the repository does not record which variant produced the released outputs. Some entries are the "
+             "authors' smoke-test prompts."),
+}
+
+def _derived_json(f:DataFile, values:dict)->bytes:
+    "A derived file's bytes: a `_source` block (repo, commit, the source path when there is one source, note), then `values`."
+    src = {"repo": f.repo, "commit": f.commit, **({"path": f.sources[0].path} if len(f.sources) == 1 else {}), "note": BUILD_SPECS[f.name]["note"]}
+    return json.dumps({"_source": src, **values}, indent=1, ensure_ascii=False).encode("utf-8")
+
+def build_py_literals(f:DataFile, paths:list[Path])->bytes:
+    "The top-level literals `BUILD_SPECS[f.name]['names']` of one Python source file."
+    return _derived_json(f, module_literals(paths[0].read_text(encoding="utf-8"), BUILD_SPECS[f.name]["names"], f.sources[0].path))
+
+def build_stop_preamble(f:DataFile, paths:list[Path])->bytes:
+    "STOP's conversation preamble (the string literal assigned to `convo_log` in `evaluate`) and the models `get_response` routes (fine-tuned ids, with a ':', left out)."
+    where = f.sources[0].path
+    fns = {n.name: n for n in ast.parse(paths[0].read_text(encoding="utf-8"), where).body if isinstance(n, ast.FunctionDef)}
+    if not {"evaluate", "get_response"} <= set(fns): raise DataError(f"{where}: functions `evaluate` and `get_response` not found. Fix: check the source's sha256.")
+    pre = [s for n in ast.walk(fns["evaluate"]) if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "convo_log" for t in n.targets)
+           for s in [_string_literal(n.value)] if s is not None]
+    if len(pre) != 1: raise DataError(f"{where}: expected one literal `convo_log = '...'` in `evaluate`, found {len(pre)}. Fix: check the source's sha256.")
+    models = [m for n in ast.walk(fns["get_response"]) if isinstance(n, ast.Compare) and isinstance(n.ops[0], ast.In)
+              and isinstance(n.comparators[0], ast.List) for m in ast.literal_eval(n.comparators[0]) if ":" not in m]
+    return _derived_json(f, {"conversation_preamble": pre[0], "models_supported_in_code": models})
+
+def build_notebook_prompts(f:DataFile, paths:list[Path])->bytes:
+    "Every prompt-like string literal of the notebooks in `f.sources`, in source order, with notebook, cell index and variable."
+    spec = BUILD_SPECS[f.name]
+    return _derived_json(f, {"templates": [dict(notebook=s.path, cell_index=i, variable=v, value=x) for s, p in zip(f.sources, paths)
+                                           for i, v, x in notebook_literals(p.read_bytes(), spec["variables"])]})
+
+def build_xlsx_csv(f:DataFile, paths:list[Path])->bytes:
+    "The first sheet of the workbook, as CSV (`xlsx_to_csv`)."
+    return xlsx_to_csv(paths[0])
+
+BUILDERS = {"py_literals": build_py_literals, "stop_preamble": build_stop_preamble,
+            "notebook_prompts": build_notebook_prompts, "xlsx_csv": build_xlsx_csv}
+
 # %% ../nbs/01_data.ipynb #d0b562e2
 def data_dir()->Path:
     "`$SILVERSPOON_DATA` (a folder mirroring the shared data layout, only read) if set, else `cache_dir()/'data'` (downloads)."
     env = os.environ.get("SILVERSPOON_DATA")
     return Path(env).expanduser().resolve() if env else cache_dir()/"data"
+
+# %% ../nbs/01_data.ipynb #613fb2dd
+PUBLIC_HOST = "https://raw.githubusercontent.com/"
+
+def mirror_url(url:str # a public download URL
+              )->str:
+    "`url` with the public host replaced by `$SILVERSPOON_MIRROR` (a base URL, or a folder as a file:// URL), the path kept; `url` when unset."
+    m = os.environ.get("SILVERSPOON_MIRROR", "").strip()
+    if not m or not url.startswith(PUBLIC_HOST): return url
+    rest = url[len(PUBLIC_HOST):]
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", m): return f"{m.rstrip('/')}/{rest}"
+    folder = Path(m).expanduser()
+    if not folder.is_dir():
+        raise DataError(f"SILVERSPOON_MIRROR={m!r} is neither a URL (http://, https://, file://) nor an existing folder. Fix: point it at a "
+                        f"mirror folder laid out as <owner>/<repo>/<commit>/<path> (see build_mirror), or unset it to download from {PUBLIC_HOST}.")
+    return (folder.resolve()/rest).as_uri()
 
 # %% ../nbs/01_data.ipynb #0f456817
 _VERIFIED: dict[tuple[str, int, int], str] = {}   # (resolved path, size, mtime_ns) -> sha256 hashed in this process
@@ -271,6 +485,7 @@ def _digest(f:DataFile, path:Path)->str:
 
 # %% ../nbs/01_data.ipynb #66f16ebd
 def _origin(f:DataFile)->str:
+    if f.build: return f"built from {', '.join(mirror_url(u) for u in f.source_urls)}"
     if f.url is None: return f"not downloadable; {f.note}"
     return f"download: {f.url}" + (f", member {f.member} of that archive" if f.archive else "")
 
@@ -282,8 +497,9 @@ def _check(f:DataFile, path:Path)->Path:
     size = path.stat().st_size
     if os.environ.get("SILVERSPOON_DATA"):
         fix = (f"replace {path} with a good copy ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}"
-               + (", or unset SILVERSPOON_DATA to download it into the cache." if f.url else "."))
-    elif f.url: fix = f"delete {path} to re-download it from {f.url}, or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
+               + (", or unset SILVERSPOON_DATA to download it into the cache." if f.obtainable else "."))
+    elif f.build: fix = f"delete {path} to build it again ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
+    elif f.url: fix = f"delete {path} to re-download it from {mirror_url(f.url)}, or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
     else: fix = f"replace {path} with the released copy ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
     raise DataError(f"{f.relpath}: checksum mismatch for {path}: expected {kind} {expected[:12]}..., got {actual[:12]}... "
                     f"({size:,} bytes" + (f", expected {f.size:,}" if f.size is not None else "") + "). "
@@ -291,7 +507,7 @@ def _check(f:DataFile, path:Path)->Path:
 
 def _missing_file_error(f:DataFile, path:Path, why:str)->DataError:
     root = data_dir()
-    if f.url is None:
+    if not f.obtainable:
         fix = (f"copy the file to {path}, or put it at <DIR>/{f.relpath} for a folder <DIR> of your choice and set SILVERSPOON_DATA=<DIR> "
                "(with SILVERSPOON_DATA set nothing is downloaded, so <DIR> must hold every data file you use; "
                "the shared silverspoon data folder has this layout).")
@@ -300,7 +516,7 @@ def _missing_file_error(f:DataFile, path:Path, why:str)->DataError:
                f"or unset SILVERSPOON_DATA to let silverspoon download it into {cache_dir()/'data'}.")
     else: fix = f"call fetch({f.name!r}) with download=True, or download it by hand ({_origin(f)}) to {path}, or set SILVERSPOON_DATA to a folder holding {f.relpath}."
     return DataError(f"{f.relpath}: not found at {path} ({why}; data folder {root}). " +
-                     (f"It cannot be downloaded: {f.note}. " if f.url is None else "") + f"Fix: {fix}")
+                     (f"It cannot be downloaded: {f.note}. " if not f.obtainable else "") + f"Fix: {fix}")
 
 # %% ../nbs/01_data.ipynb #c98ceb1c
 def _stream(url:str, out:Path, total:int|None, desc:str, progress:bool)->str:
@@ -323,15 +539,19 @@ def download_url(url:str,          # where to download from
                  progress:bool=True,
                  git_blob:str|None=None # expected git blob id, checked when `sha256` is None
                 )->Path:
-    "Download `url` to `dest` via a `.part` file, check its sha256 (or git blob id) and rename it into place."
+    "Download `url` (from the mirror when `SILVERSPOON_MIRROR` is set) to `dest` via a `.part` file, check its sha256 (or git blob id) and rename it into place."
     dest = Path(dest); what = what or dest.name
+    src = mirror_url(url)
+    via = f" (SILVERSPOON_MIRROR stands in for {url})" if src != url else ""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
-    try: actual = _stream(url, part, size, what, progress)
+    try: actual = _stream(src, part, size, what, progress)
     except BaseException as e:
         part.unlink(missing_ok=True)
         if isinstance(e, (urllib.error.URLError, OSError, ValueError)):   # HTTP errors, refused connections, timeouts, bad URLs
-            raise DataError(f"{what}: download from {url} failed ({type(e).__name__}: {e}). Fix: check the network and retry, "
+            fix = (f"put the file at {src} in the mirror, or unset SILVERSPOON_MIRROR to download from the public host" if via
+                   else "check the network and retry")
+            raise DataError(f"{what}: download from {src}{via} failed ({type(e).__name__}: {e}). Fix: {fix}, "
                             f"or download it by hand to {dest}, or set SILVERSPOON_DATA to a folder that holds the data.") from None
         raise
     kind, expected = ("sha256", sha256) if sha256 else ("git blob", git_blob)
@@ -339,8 +559,9 @@ def download_url(url:str,          # where to download from
     if not sha256: actual = git_blob_sha1(part)
     if actual != expected:
         part.unlink(missing_ok=True)
-        raise DataError(f"{what}: the file downloaded from {url} fails its checksum: expected {kind} {expected[:12]}..., got {actual[:12]}... "
-                        f"Nothing was saved at {dest}. Fix: retry; if it fails again the upstream file differs from the pinned one, so "
+        raise DataError(f"{what}: the file downloaded from {src}{via} fails its checksum: expected {kind} {expected[:12]}..., got {actual[:12]}... "
+                        f"Nothing was saved at {dest}. Fix: retry; if it fails again the " + ("mirror's copy" if via else "upstream file") +
+                        " differs from the pinned one, so " + ("replace it in the mirror or " if via else "") +
                         "set SILVERSPOON_DATA to a folder holding a verified copy.")
     os.replace(part, dest)
     if sha256: _remember(dest, actual)
@@ -368,24 +589,48 @@ def _extract(f:DataFile, zip_path:Path, dest:Path)->Path:
     return dest
 
 # %% ../nbs/01_data.ipynb #1f19320a
-def _archive_path(f:DataFile)->Path:
-    return cache_dir()/"downloads"/f"{f.archive_sha256[:12]}-{Path(f.archive).name}"
+def _cached_upstream(url:str, sha256:str, size:int|None, what:str, progress:bool)->Path:
+    "A verified upstream file (an archive, a source file, a workbook) in `cache_dir()/'downloads'`, downloaded at most once."
+    p = cache_dir()/"downloads"/f"{sha256[:12]}-{url.rsplit('/', 1)[-1]}"
+    if not (p.is_file() and file_sha256(p) == sha256): download_url(url, p, sha256, size, what=what, progress=progress)
+    return p
+
+def _build(f:DataFile, dest:Path, progress:bool)->Path:
+    "Make `f` from its verified sources with `BUILDERS[f.build]`, check the result's sha256 and write it to `dest` atomically."
+    paths = [_cached_upstream(u, s.sha256, s.size, f"{s.path} (source of {f.relpath})", progress) for u, s in zip(f.source_urls, f.sources)]
+    srcs = ", ".join(s.path for s in f.sources)
+    try: body = BUILDERS[f.build](f, paths)
+    except DataError as e: raise DataError(f"{f.relpath}: cannot be built from {srcs}: {e}") from None
+    except (SyntaxError, ValueError, KeyError, IndexError, zipfile.BadZipFile, ET.ParseError) as e:
+        raise DataError(f"{f.relpath}: building it from {srcs} ({f.repo}@{f.commit[:8]}) failed ({type(e).__name__}: {e}). Fix: set "
+                        f"SILVERSPOON_DATA to a folder holding a verified copy of {f.relpath}.") from None
+    actual = hashlib.sha256(body).hexdigest()
+    if actual != f.sha256:
+        raise DataError(f"{f.relpath}: built from {srcs} ({f.repo}@{f.commit[:8]}), the result fails its checksum: expected sha256 "
+                        f"{f.sha256[:12]}..., got {actual[:12]}... ({len(body):,} bytes, expected {f.size:,}). Nothing was saved at {dest}. "
+                        f"The sources passed their checksums, so builder {f.build!r} does not reproduce the pinned file (a bug: report it). "
+                        f"Fix: set SILVERSPOON_DATA to a folder holding a verified copy of {f.relpath}.")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    part = dest.with_name(f"{dest.name}.{os.getpid()}.part")
+    try: part.write_bytes(body); os.replace(part, dest)
+    finally: part.unlink(missing_ok=True)
+    _remember(dest, actual)
+    return dest
 
 def fetch(name_or_relpath:str,   # registry name or relative path
-          download:bool=True,    # download a missing file when SILVERSPOON_DATA is unset
+          download:bool=True,    # download (or build) a missing file when SILVERSPOON_DATA is unset
           progress:bool=True     # show a tqdm progress bar while downloading
          )->Path:
-    "Path of a verified data file: found in `data_dir()` or downloaded into the cache; `DataError` naming the file and the fix."
+    "Path of a verified data file: found in `data_dir()`, or downloaded (built) into the cache; `DataError` naming the file and the fix."
     f = lookup(name_or_relpath)
     path = data_dir()/f.relpath
     if path.is_file(): return _check(f, path)
     if os.environ.get("SILVERSPOON_DATA"): raise _missing_file_error(f, path, "SILVERSPOON_DATA is set, so nothing is downloaded")
-    if f.url is None: raise _missing_file_error(f, path, "not downloadable")
+    if not f.obtainable: raise _missing_file_error(f, path, "not downloadable")
     if not download: raise _missing_file_error(f, path, "download=False")
+    if f.build: return _build(f, path, progress)
     if f.archive:
-        zp = _archive_path(f)
-        if not (zp.is_file() and file_sha256(zp) == f.archive_sha256):
-            download_url(f.url, zp, f.archive_sha256, what=f"{f.archive} (holds {f.relpath})", progress=progress)
+        zp = _cached_upstream(f.url, f.archive_sha256, None, f"{f.archive} (holds {f.relpath})", progress)
         return _extract(f, zp, path)
     return download_url(f.url, path, f.sha256, f.size, what=f.relpath, progress=progress, git_blob=f.git_blob)
 
@@ -428,3 +673,67 @@ def verify_all(names:list[str]|None=None, # registry names or relpaths (default:
                          sha256=f.sha256, size=f.size, url=f.url, path=str(p)))
     df = pd.DataFrame(rows, columns=["name", "relpath", "present", "sha256_ok", "sha256", "size", "url", "path"])
     return df.astype({"present": bool, "sha256_ok": bool, "size": "Int64"})
+
+# %% ../nbs/01_data.ipynb #8bd0038b
+def fetch_all(names:list[str]|tuple|None=None, # registry names or relpaths (default: the whole registry)
+              download:bool=True,               # download (or build) missing files when SILVERSPOON_DATA is unset
+              progress:bool=True                # show download progress bars
+             )->dict[str, Path]:
+    "`{name: verified path}` of every file of `names` that can be had; one `DataError` lists every file that cannot (optional files that are absent are skipped)."
+    fs = list({f.name: f for f in (lookup(n) for n in (REGISTRY if names is None else names))}.values())
+    got, failed = {}, []
+    for f in fs:
+        try: got[f.name] = fetch(f.name, download=download, progress=progress)
+        except DataError as e:
+            if f.optional and not (data_dir()/f.relpath).is_file() and "checksum" not in str(e): continue
+            failed.append(f"- {e}")
+    if failed:
+        if os.environ.get("SILVERSPOON_DATA"): where = f"data folder {data_dir()} (SILVERSPOON_DATA; nothing is downloaded)"
+        else: where = (f"cache {data_dir()}, downloading from " + (f"the mirror {os.environ['SILVERSPOON_MIRROR']} (SILVERSPOON_MIRROR)"
+                       if os.environ.get("SILVERSPOON_MIRROR", "").strip() else "the public sources") + ("" if download else " (download=False)"))
+        err = DataError(f"{len(failed)} of {len(fs)} data files cannot be used ({where}):\n" + "\n".join(failed))
+        err.lines = [f"{len(failed)} of {len(fs)} data files cannot be used ({where}):", *failed]   # one line per file, for a terminal
+        raise err
+    return got
+
+# %% ../nbs/01_data.ipynb #b4b68878
+def _upstream_rows(names:list[str]|None)->list[dict]:
+    "The rows of `upstream_files`, as plain dicts (None stays None)."
+    rows = {}
+    for f in ([lookup(n) for n in names] if names else REGISTRY.values()):
+        if f.build: ups = [(u, s.sha256, None, s.size, None) for u, s in zip(f.source_urls, f.sources)]
+        elif f.archive: ups = [(f.url, f.archive_sha256, None, None, None)]
+        elif f.url: ups = [(f.url, f.sha256, f.git_blob, f.size, f.relpath)]
+        else: ups = []
+        for url, sha, blob, size, rel in ups:
+            r = rows.setdefault(url, dict(mirror_path=url[len(PUBLIC_HOST):] if url.startswith(PUBLIC_HOST) else None, url=url, sha256=sha,
+                                          git_blob=blob, size=size, relpath=rel, needed_by=[]))
+            r["needed_by"].append(f.name)
+    return list(rows.values())
+
+def upstream_files(names:list[str]|None=None # registry names or relpaths (default: the whole registry)
+                  )->pd.DataFrame:
+    "One row per upstream file `fetch` downloads for `names`: mirror_path, url, sha256 (or git_blob), size, the data-folder relpath with the same bytes (or None), needed_by."
+    cols = ["mirror_path", "url", "sha256", "git_blob", "size", "relpath", "needed_by"]
+    return pd.DataFrame(_upstream_rows(names), columns=cols).astype({"size": "Int64"})
+
+def _pinned(path:Path, sha256:str|None, git_blob:str|None)->bool:
+    "Whether the file at `path` has the pinned sha256 (or, where none is known, git blob id)."
+    return path.is_file() and (file_sha256(path) == sha256 if sha256 else git_blob_sha1(path) == git_blob)
+
+def build_mirror(out:Path|str,                 # the mirror folder (created)
+                 data:Path|str|None=None,      # a data folder laid out like the shared one (default: `data_dir()`)
+                 names:list[str]|None=None     # registry names (default: the whole registry)
+                )->pd.DataFrame:
+    "Copy every upstream file that `data` holds byte for byte to `out/<mirror_path>`; `upstream_files` plus `in_mirror` (verified there). Rows still False must be downloaded from `url`."
+    out, data = Path(out), Path(data) if data else data_dir()
+    rows = _upstream_rows(names)
+    for r in rows:
+        if r["mirror_path"] is None: r["in_mirror"] = False; continue     # not on the public host: a mirror cannot stand in for it
+        dst = out/r["mirror_path"]
+        ok = _pinned(dst, r["sha256"], r["git_blob"])
+        if not ok and r["relpath"] and _pinned(data/r["relpath"], r["sha256"], r["git_blob"]):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(data/r["relpath"], dst); ok = _pinned(dst, r["sha256"], r["git_blob"])
+        r["in_mirror"] = ok
+    return pd.DataFrame(rows).astype({"size": "Int64"})

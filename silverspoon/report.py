@@ -10,10 +10,12 @@ import pandas as pd
 from .core import *
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'package_versions', 'git_state', 'ci_text', 'summary_wide',
-           'ci_columns', 'display_frame', 'model_label', 'Report', 'warning_without_path', 'report_cells',
-           'safe_markdown_outputs', 'notebook_to_html', 'study_notebook', 'validate_task', 'read_params_file',
-           'secret_values', 'scrub_text', 'scrub_outputs', 'reports_folder', 'run_params_file', 'notebook_to_html_safe',
+__all__ = ['PROVENANCE_FORMAT', 'REPORT_MARKER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS',
+           'package_versions', 'git_state', 'params_chain', 'content_record', 'verify_provenance', 'ci_text',
+           'summary_wide', 'ci_columns', 'display_frame', 'model_label', 'Report', 'warning_without_path',
+           'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'plain_stream_text', 'publishable_notebook',
+           'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs',
+           'quiet_kernel_manager', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'failed_calls',
            'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
 
 # %% ../nbs/06_report.ipynb #f4249d93
@@ -38,6 +40,63 @@ def git_state(root:Path|None=None)->dict:
     sha = _git("rev-parse", "HEAD")
     dirty = _git("status", "--porcelain", "--", "silverspoon", "nbs", "params")
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
+
+# %% ../nbs/06_report.ipynb #bff64256
+PROVENANCE_FORMAT = 2   # provenance.json with `content` (hashes of the code, params and data that made the run)
+
+def params_chain(path:str|Path # a params file
+                )->list[Path]:
+    "The params file and every base it `include:`s, in include order: the files that made the run's parameters."
+    out, p = [], Path(path)
+    while p.is_file() and p.resolve() not in [q.resolve() for q in out]:   # a cycle was refused when the params were read
+        out.append(p)
+        inc = read_yaml(p).get("include")
+        if not isinstance(inc, str): break
+        p = p.parent/inc
+    return out
+
+def _tree_path(p:Path, root:Path)->str:
+    try: return p.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError: return str(p)      # a params file outside the project (a test's temporary file) keeps its path
+
+def content_record(study:str,                 # the study (its notebook is hashed)
+                   params_file:str|Path|None, # the run's params file (relative to `root`, or absolute); None = none
+                   data_files=(),             # registry names or relpaths of the data files the run read
+                   root:str|Path|None=None    # the tree to hash (default: the project)
+                  )->dict:
+    "sha256 of every silverspoon source, the study notebook, the params file and its includes; the pinned digests of the data files; one `sha256` over all."
+    from silverspoon.data import lookup
+    from silverspoon.studies import STUDY_REGISTRY, get_study
+    root = Path(root or project_root())
+    files = sorted(p for p in (root/"silverspoon").rglob("*.py") if "__pycache__" not in p.parts)
+    if study in STUDY_REGISTRY: files.append(root/"nbs"/get_study(study).notebook)
+    pf = None if params_file is None else (Path(params_file) if Path(params_file).is_absolute() else root/params_file)
+    chain = params_chain(pf) if pf is not None else []
+    code = {_tree_path(f, root): sha256_file(f) if f.is_file() else None for f in [*files, *(chain or ([pf] if pf else []))]}
+    data = {}
+    for n in data_files:
+        e = lookup(n); data[e.relpath] = e.sha256 or f"git-blob:{e.git_blob}"
+    return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data}, 64),
+            "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data}
+
+def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
+                      root:str|Path|None=None    # the tree to check against (default: the project)
+                     )->list[str]:
+    "Every difference between the code, params and data recorded in `<run_dir>/provenance.json` and the tree `root`; [] when they match."
+    f = Path(run_dir)/"provenance.json"
+    prov = json.loads(f.read_text(encoding="utf-8"))
+    rec = prov.get("content")
+    if not isinstance(rec, dict) or rec.get("format") != PROVENANCE_FORMAT:
+        raise SilverspoonError(f"{f}: no `content` record of format {PROVENANCE_FORMAT}: the report was made by an older silverspoon. "
+                               "Fix: run it again (silverspoon run <params file>, or make reports for every default run).")
+    now = content_record(prov["study"], rec["params_file"], list(rec["data"]), root)
+    out = []
+    for kind in ("files", "data"):
+        for k in sorted(set(rec[kind]) | set(now[kind])):
+            a, b = rec[kind].get(k, "absent"), now[kind].get(k, "absent")
+            if a != b: out.append(f"{k}: {str(a)[:16]} in the report, {str(b)[:16]} in the tree")
+    if not out and rec["sha256"] != now["sha256"]: out.append(f"content sha256 {rec['sha256'][:16]} in the report, {now['sha256'][:16]} in the tree")
+    return out
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -120,8 +179,9 @@ def model_label(m:ModelParams)->str:
 class Report:
     "Shows tables and figures in the notebook and writes them (CSV / PNG / provenance.json) into `out_dir`."
     def __init__(self, params:RunParams,          # the validated run parameters
-                 out_dir:str|Path|None=None):     # where tables go; None = only show them
-        self.params, self.t0 = params, time.time()
+                 out_dir:str|Path|None=None,      # where tables go; None = only show them
+                 source:str|Path|None=None):      # the params file (its content is hashed into the provenance); None = not a file
+        self.params, self.t0, self.source = params, time.time(), source
         self.out_dir = Path(out_dir) if out_dir else None
         if self.out_dir: self.out_dir.mkdir(parents=True, exist_ok=True)
         self.written = []
@@ -136,7 +196,8 @@ class Report:
         from IPython.display import display
         self._show_heading(title, note)
         if isinstance(df, pd.DataFrame):   # cells hold model answers and params strings: escaped, never markup
-            display(display_frame(df).style.format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
+            display(display_frame(df).style.set_uuid(re.sub(r"\W", "_", name))   # ids from the table's name, not random: a re-run gives the same page
+                    .format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
         else: display(df)
         if self.out_dir:
             df.to_csv(self.out_dir/f"{name}.csv", index=False)
@@ -173,7 +234,7 @@ class Report:
                    **extra):
         "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
         from IPython.display import display, HTML
-        prov = {"run": self.params.run, "study": self.params.study, **git_state(),
+        prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                 "wall_seconds": round(time.time() - self.t0, 1),
                 "python": sys.version.split()[0], "platform": platform.platform(),
@@ -195,6 +256,8 @@ class Report:
             import torch
             prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         prov.update(extra)
+        source = self.source if self.source and not str(self.source).startswith("<") else None
+        prov["content"] = content_record(self.params.study, source, data_files)   # checked by `verify_provenance`
         for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
             if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
         if self.out_dir:
@@ -250,6 +313,36 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
     Path(html_path).write_text(_page(title, _nb_html(nb)), encoding="utf-8")
     return Path(html_path)
 
+# %% ../nbs/06_report.ipynb #nbpub001
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
+NOTEBOOK_BUDGET_BYTES = 1_500_000                             # the most a committed executed notebook may weigh (the 25 default runs: 0.30-0.85 MB, 11.9 MB in all)
+_VOLATILE_CELL_METADATA = ("papermill", "execution", "ExecuteTime", "collapsed", "scrolled")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")   # '<pandas.io.formats.style.Styler at 0x7f...>': a memory address, new on every run
+
+def plain_stream_text(text:str # a stream output's text
+                     )->str:
+    "`text` as a terminal leaves it: on every line only what follows its last carriage return (a text progress bar's final state)."
+    return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
+
+def publishable_notebook(nb,                      # an executed notebook (nbformat node)
+                         replace:dict|None=None   # exact text -> what to write instead, in order (e.g. the run's temporary folder -> its report folder)
+                        ):
+    "`nb` as it is committed beside its report: widget outputs and state removed, text progress bars at their final line, papermill's timings, paths and random ids and the memory addresses of reprs dropped, `replace` applied to sources and outputs."
+    import nbformat
+    for k in ("widgets", "papermill"): nb.metadata.pop(k, None)
+    for c in nb.cells:
+        for k in _VOLATILE_CELL_METADATA: c.metadata.pop(k, None)
+        if "injected-parameters" in c.metadata.get("tags", []): c.id = "injected-parameters"   # papermill draws a random id for it
+        if c.cell_type != "code": continue
+        c.outputs = [o for o in c.outputs if WIDGET_MIME not in o.get("data", {})]
+        for o in c.outputs:
+            if o.output_type == "stream": o.text = plain_stream_text(o.text)
+            elif isinstance(o.get("data", {}).get("text/plain"), str): o.data["text/plain"] = _ADDRESS.sub(">", o.data["text/plain"])
+    if not replace: return nb
+    text = nbformat.writes(nb)
+    for old, new in replace.items(): text = text.replace(json.dumps(old)[1:-1], json.dumps(new)[1:-1])
+    return nbformat.reads(text, as_version=4)
+
 # %% ../nbs/06_report.ipynb #b6f25da2
 def study_notebook(study:str, src:str="<params>")->Path:
     "The notebook of a registered study (`silverspoon.studies.get_study`); a `ParamsError` lists the known studies."
@@ -269,7 +362,8 @@ def read_params_file(path:str|Path)->RunParams:
     return p
 
 # %% ../nbs/06_report.ipynb #d9e07ca2
-MIN_SECRET_CHARS = 8   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), not a secret
+from .backends.openai import MIN_KEY_CHARS
+MIN_SECRET_CHARS = MIN_KEY_CHARS   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), never sent to another machine (`resolve_api_key`)
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
 
 def secret_values(params:dict # a params mapping, e.g. the papermill parameters of a run
@@ -304,6 +398,19 @@ def scrub_outputs(folder:str|Path, # a run's output folder, before it is publish
         clean = scrub_text(text, secrets)
         if clean != text: f.write_text(clean, encoding="utf-8", errors="surrogateescape"); changed.append(f)
     return changed
+
+# %% ../nbs/06_report.ipynb #quietkm1
+import functools
+
+@functools.cache
+def quiet_kernel_manager()->type:
+    "jupyter_client's `AsyncKernelManager` (papermill's default), minus the needless interrupt of an idle kernel at shutdown."
+    from jupyter_client.manager import AsyncKernelManager
+    class QuietShutdownKernelManager(AsyncKernelManager):
+        async def _async_interrupt_kernel(self):
+            if self.shutting_down: return   # shutdown_kernel interrupts first: nothing runs by then, and ipykernel would log a KeyboardInterrupt
+            return await super()._async_interrupt_kernel()
+    return QuietShutdownKernelManager
 
 # %% ../nbs/06_report.ipynb #79e2a728
 def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.partial-*")) + sorted(study_dir.glob(f".{run}.old-*"))
@@ -351,8 +458,9 @@ KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own 
 def run_params_file(path:str|Path,               # a file in params/
                     reports_dir:str|Path|None=None, # default: <project>/reports
                     kernel:str="python3", progress:bool=False)->dict:
-    "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds."
+    "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds; say which calls failed (`failed_calls`)."
     import papermill as pm
+    absolute_path_settings()   # relative SILVERSPOON_* folders mean this process's folder, not nbs/ where the kernel runs
     p = read_params_file(path)
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
     study_dir = reports_folder(reports_dir)/p.study
@@ -368,12 +476,19 @@ def run_params_file(path:str|Path,               # a file in params/
         secrets = secret_values(params)
         t0, failure = time.time(), None
         try:
-            pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                                progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS)
+            from silverspoon.store import relay_notices
+            with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
+                pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
+                                    progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
+                                    kernel_manager_class=quiet_kernel_manager())
+            _make_publishable(executed, tmp, study_dir)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}")
         except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
         except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
         if failure is not None:
+            if executed.exists():
+                try: _make_publishable(executed, tmp, study_dir)
+                except Exception: pass   # the failure page is best effort: shown as papermill left it
             page = notebook_to_html_safe(executed, tmp/f"{p.run}.failed.html") if executed.exists() else None
             scrub_outputs(tmp, secrets)
             if page: os.replace(page, study_dir/f"{p.run}.failed.html")
@@ -384,7 +499,14 @@ def run_params_file(path:str|Path,               # a file in params/
         scrub_outputs(tmp, secrets)
         _publish(tmp, study_dir, p.run)
     finally: shutil.rmtree(tmp, ignore_errors=True)
-    return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1)}
+    return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1),
+            "failed_calls": failed_calls(study_dir/p.run, p.model.backend)}
+
+def _make_publishable(nb_path:Path, tmp:Path, study_dir:Path):
+    "Rewrite the executed notebook at `nb_path` as `publishable_notebook` makes it: the temporary folder `tmp` becomes `study_dir`, then the project root a relative path."
+    import nbformat
+    replace = {str(tmp.resolve()): _relpath(study_dir.resolve()), str(tmp): _relpath(study_dir.resolve()), str(project_root()) + "/": ""}
+    nbformat.write(publishable_notebook(nbformat.read(str(nb_path), as_version=4), replace), str(nb_path))
 
 def notebook_to_html_safe(nb_path, html_path):
     "Best-effort HTML of a failed run (whole notebook, code shown) for debugging; None if even that fails."
@@ -393,6 +515,19 @@ def notebook_to_html_safe(nb_path, html_path):
         Path(html_path).write_text(_page("failed run", _nb_html(nbformat.read(str(nb_path), as_version=4), hide_code=False)), encoding="utf-8")
         return Path(html_path)
     except Exception: return None
+
+# %% ../nbs/06_report.ipynb #failc002
+def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<study>/<run>/`
+                 backend:str|None=None   # the run's `model.backend` ("replay": its generation counts are missing released answers)
+                )->list[dict]:
+    "The run's accounting tables with failed calls that a rerun retries: `[{table, failed, requests}]`, empty when the run is complete."
+    out = []
+    for f in sorted(Path(run_dir).glob("*.csv")):
+        if backend == "replay" and f.stem.startswith("generation_counts"): continue
+        if not {"requests", "failed"} <= set(pd.read_csv(f, nrows=0).columns): continue
+        df = pd.read_csv(f, usecols=["requests", "failed"]).apply(pd.to_numeric, errors="coerce").fillna(0)
+        if int(df["failed"].sum()) > 0: out.append(dict(table=f.stem, failed=int(df["failed"].sum()), requests=int(df["requests"].sum())))
+    return out
 
 # %% ../nbs/06_report.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:

@@ -11,11 +11,12 @@ import numpy as np, pandas as pd
 from sklearn import metrics as skm
 
 # %% auto #0
-__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper',
-           'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'cluster_boot_weights',
-           'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci', 'PropCI',
-           'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'fmt_ci',
-           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'word_odds_ratios', 'weat']
+__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'SHORT_WARNINGS', 'UndefinedStatWarning', 'confusion',
+           'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts',
+           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci',
+           'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder',
+           'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note',
+           'word_odds_ratios', 'weat']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -448,7 +449,7 @@ def paired_test(a,                 # scores under condition a (e.g. the male twi
                 t=float(r.statistic), df=float(r.df), p_t=float(r.pvalue), wilcoxon_stat=float(w.statistic), p_wilcoxon=float(w.pvalue),
                 wilcoxon_zero_method="pratt", cohens_dz=md_/sd, alpha=alpha)
 
-# %% ../nbs/04_stats.ipynb #f61f0608
+# %% ../nbs/04_stats.ipynb #16e533fc
 def ci_on_scale(lo:float, hi:float,          # an interval for a difference, e.g. `paired_test`'s diff_ci_low / diff_ci_high
                 n:int,                       # the units it rests on (pairs, names, letters of the smaller group)
                 lower:float, upper:float,    # the scale of the difference: -1, 1 for shares; -100, 100 for percentage points
@@ -459,6 +460,25 @@ def ci_on_scale(lo:float, hi:float,          # an interval for a difference, e.g
     if not (np.isfinite(lo) and np.isfinite(hi)): return float(lo), float(hi), ""
     clo, chi = max(float(lo), lower), min(float(hi), upper)
     return clo, chi, (f"cut to [{lower:g}, {upper:g}]" if (clo, chi) != (float(lo), float(hi)) else "")
+
+# %% ../nbs/04_stats.ipynb #wnote001
+SHORT_WARNINGS = {   # a library's long warning -> what it means for the number in the table
+    "Precision loss occurred in moment calculation": "precision loss: the scores are nearly identical, t and p may be unreliable (scipy)"}
+
+def _short_warning(message:str)->str:
+    message = " ".join(message.split())
+    return next((short for k, short in SHORT_WARNINGS.items() if k in message), message)
+
+def warning_note(fn,             # the computation, e.g. `paired_test`
+                 *args, **kwargs  # passed to `fn`
+                )->tuple:
+    "`(fn(*args, **kwargs), note)`: the warnings `fn` raised, recorded instead of printed, as one note ('' when none): each distinct message once (`SHORT_WARNINGS` shortens known ones), '(xN)' when repeated."
+    from collections import Counter
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = fn(*args, **kwargs)
+    counts = Counter(_short_warning(str(w.message)) for w in caught)
+    return out, "; ".join(m if n == 1 else f"{m} (x{n})" for m, n in counts.items())
 
 # %% ../nbs/04_stats.ipynb #64077c83
 from collections import Counter

@@ -4,14 +4,14 @@
 
 # %% ../nbs/03_store.ipynb #6a04da86
 from __future__ import annotations
-import os, sys, json, math, time, socket, numbers, warnings, datetime, contextlib, dataclasses
+import os, sys, json, math, time, socket, numbers, warnings, datetime, threading, contextlib, dataclasses
 from pathlib import Path
 from .core import SilverspoonError, GenerationParams, RunParams, project_root, stable_hash
 from .backends import Backend, GenRequest, Generation, Conversation
 
 # %% auto #0
-__all__ = ['RECORD_FIELDS', 'RESULT_COLUMNS', 'request_key', 'StoreError', 'record_problem', 'GenerationStore', 'store_root',
-           'unwritable_reason', 'store_for', 'generate_all']
+__all__ = ['RECORD_FIELDS', 'NOTICES_ENV', 'RESULT_COLUMNS', 'request_key', 'StoreError', 'record_problem', 'notice',
+           'GenerationStore', 'relay_notices', 'store_root', 'unwritable_reason', 'store_for', 'generate_all']
 
 # %% ../nbs/03_store.ipynb #27462693
 _NOT_IN_KEY = ("retry_failed", "n_samples")
@@ -98,6 +98,28 @@ def record_problem(rec)->str|None:
     return None
 
 # %% ../nbs/03_store.ipynb #547f2f84
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)   # open() fails on a symbolic link instead of following it (POSIX)
+
+def _refuse_link(path:Path, n_records:int=0):
+    "A `StoreError` when the store file (or its lock) is a symbolic link: records are never appended to a link's target."
+    if not path.is_symlink(): return
+    lost = f"a batch of {n_records} answer(s) is not saved (the next run generates it again)" if n_records else "nothing was generated or written"
+    raise StoreError(f"{path}: this store file is a symbolic link (to {os.readlink(path)}); silverspoon never writes through a link, so "
+                     f"{lost} and no stored answer was lost. Fix: replace the link by a plain copy of the file (cp --remove-destination "
+                     f"\"$(readlink -f {path})\" {path}), or set SILVERSPOON_STORE to the folder that really holds the store.")
+
+NOTICES_ENV = "SILVERSPOON_NOTICES"   # set by `relay_notices`: the file a study kernel writes its notices for the terminal into
+
+def notice(message:str):
+    "Tell the person waiting at the terminal: through the runner's notice file when a runner relays them, else on stderr."
+    path = os.environ.get(NOTICES_ENV)
+    if path:
+        try:
+            with open(path, "a", encoding="utf-8") as f: f.write(" ".join(message.splitlines()) + "\n")
+            return
+        except OSError: pass
+    print(message, file=sys.stderr, flush=True)
+
 class GenerationStore:
     "Append-only JSONL store of generation records; the latest usable record per key wins."
     def __init__(self, path:Path|str|None, # JSONL file (created on first append); None = in memory only
@@ -176,9 +198,10 @@ class GenerationStore:
             if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
         if self.path is not None:
             buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
+            _refuse_link(self.path, len(records))
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-                with open(self.path, "ab+") as f:
+                with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666), "rb+") as f:   # never through a link
                     _lock(f)
                     f.seek(0, os.SEEK_END)
                     if f.tell() > 0:                      # after a torn write, start on a fresh line
@@ -194,19 +217,21 @@ class GenerationStore:
     def locked(self):
         "Hold this store's run lock (waiting, with a message, while another run holds it), then read what others stored."
         if self.path is None: yield self; return
+        lock = self.path.with_name(self.path.name + ".lock")
+        for p in (self.path, lock): _refuse_link(p)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path.with_name(self.path.name + ".lock"), os.O_RDWR | os.O_CREAT, 0o666)
-            if self.path.exists(): open(self.path, "ab").close()   # the store itself must be writable too
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+            if self.path.exists(): os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW))   # the store itself must be writable too
         except OSError as e:
             raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
                              f"generating anything and no answer was lost. {_store_fix()}") from None
         try:
             if not _flock(fd, block=False):
-                print(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
-                      f"then its answers are reused instead of generated again (stop that run to go on at once).", file=sys.stderr, flush=True)
+                notice(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
+                       f"then its answers are reused instead of generated again (stop that run to go on at once).")
                 t0 = time.monotonic(); _flock(fd, block=True)
-                print(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.", file=sys.stderr, flush=True)
+                notice(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.")
             with contextlib.suppress(OSError, AttributeError):
                 info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
                 os.ftruncate(fd, 0); os.pwrite(fd, info, 0)
@@ -245,6 +270,42 @@ def _store_fix()->str:
     return f"Fix: make that folder writable, or set SILVERSPOON_STORE to a writable folder ({now})."
 
 # %% ../nbs/03_store.ipynb #a7c1e0d5
+_RELAY, _RELAY_LOCK = {"users": 0}, threading.Lock()   # one relay per process, shared by concurrent runs (`run --jobs N`)
+
+def _pump(path:str, out, stop, interval:float):
+    "Copy the complete lines appended to `path` to `out` until `stop` is set (then once more)."
+    pos = 0
+    while True:
+        last = stop.is_set()
+        with open(path, "rb") as f: f.seek(pos); data = f.read()
+        whole = data[:data.rfind(b"\n") + 1]; pos += len(whole)
+        if whole: out.write(whole.decode("utf-8", "replace")); out.flush()
+        if last: return
+        stop.wait(interval)
+
+@contextlib.contextmanager
+def relay_notices(to=None,          # where notices go (default: this process's stderr at that moment)
+                  interval:float=0.2 # seconds between looks at the notice file
+                 ):
+    "While the block runs, `notice`s of the processes it starts (a papermill kernel inherits the environment) reach `to` as they come."
+    import tempfile
+    with _RELAY_LOCK:                 # concurrent runs (threads) share one notice file: their kernels write to one terminal
+        if _RELAY["users"] == 0:
+            fd, path = tempfile.mkstemp(prefix="silverspoon-notices-", suffix=".txt"); os.close(fd)
+            stop = threading.Event()
+            t = threading.Thread(target=_pump, args=(path, to or sys.stderr, stop, interval), daemon=True, name="silverspoon-notices")
+            _RELAY.update(path=path, stop=stop, thread=t, old=os.environ.get(NOTICES_ENV))
+            os.environ[NOTICES_ENV] = path; t.start()
+        _RELAY["users"] += 1
+    try: yield _RELAY["path"]
+    finally:
+        with _RELAY_LOCK:
+            _RELAY["users"] -= 1
+            if _RELAY["users"] == 0:
+                if _RELAY["old"] is None: os.environ.pop(NOTICES_ENV, None)
+                else: os.environ[NOTICES_ENV] = _RELAY["old"]
+                _RELAY["stop"].set(); _RELAY["thread"].join(10); os.unlink(_RELAY["path"])
+
 def _flock(fd:int, block:bool)->bool:
     "Take an exclusive lock on `fd`: True when held (or when locks are not supported), False when busy and `block` is off."
     try: import fcntl

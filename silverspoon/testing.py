@@ -117,17 +117,19 @@ class FakeChatServer:
                  codes=(429, 500),              # statuses cycled by `fail_every`
                  stall_every:int=0,             # every k-th request stalls (0 = never)
                  stall_seconds:float=2.0,       # how long a stall lasts (bounded; ends on close)
-                 script:dict|None=None,         # {substring of last user message: [action per attempt] | action}
+                 script:dict|None=None,         # {substring of last user message: [action per attempt] | action}; actions: "ok", an
+                                                # HTTP status, "stall", a dict (HTTP 200 body), "flood", "flood-sized", "trickle", "redirect:<url>"
                  api_key:str|None=None,         # require this bearer token
                  echo_auth:bool=False,          # echo the Authorization header in error bodies (leak test)
                  retry_after:float|None=None,   # send `Retry-After` on error responses
                  model:str="fake-model",        # the model name `/v1/models` lists
                  port:int=0,                    # 0 = any free port; fix it to keep `base_url` (and identity) stable
-                 flood_bytes:int=256*2**20):    # length of a "flood" reply
+                 flood_bytes:int=256*2**20,     # length of a "flood" reply
+                 trickle_seconds:float=1.0):    # a "trickle" reply sends its headers, then one byte this often
         self.delay, self.fail_every, self.codes = delay, fail_every, tuple(codes)
         self.stall_every, self.stall_seconds, self.script = stall_every, stall_seconds, dict(script or {})
         self.api_key, self.echo_auth, self.retry_after, self.model, self.port = api_key, echo_auth, retry_after, model, port
-        self.flood_bytes = flood_bytes
+        self.flood_bytes, self.trickle_seconds = flood_bytes, trickle_seconds
         self._lock, self._stop, self._httpd = threading.Lock(), threading.Event(), None
         self.reset()
 
@@ -210,6 +212,20 @@ class FakeChatServer:
         h.close_connection = True
         return sent
 
+    def _trickle(self, h, model)->int:
+        "An HTTP 200 reply that sends its headers at once and then its body one byte per `trickle_seconds`; the bytes sent before the client hung up."
+        body, sent = json.dumps({"id": "chatcmpl-trickle", "object": "chat.completion", "model": model, "choices": [
+            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "slow " * 50}}]}).encode(), 0
+        try:
+            h.send_response(200); h.send_header("Content-Type", "application/json"); h.send_header("Content-Length", str(len(body)))
+            h.end_headers(); h.wfile.flush()
+            for i in range(len(body)):
+                if not self._wait(h, self.trickle_seconds): break
+                h.wfile.write(body[i:i+1]); h.wfile.flush(); sent += 1
+        except OSError: pass
+        h.close_connection = True
+        return sent
+
     def _handle(self, h):
         raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
         try: body = json.loads(raw or b"{}")
@@ -244,6 +260,13 @@ class FakeChatServer:
             if isinstance(action, dict):              # a scripted HTTP 200 body
                 entry["outcome"] = "scripted"; release()
                 return h.send_json(200, action)
+            if action == "trickle":
+                entry["outcome"] = "trickled"; release()
+                entry["sent"] = self._trickle(h, body.get("model"))
+                return
+            if isinstance(action, str) and action.startswith("redirect:"):   # "redirect:<url>": HTTP 307 (the client re-sends the POST there)
+                entry["outcome"] = "redirected"; release()
+                return h.send_json(307, {"redirect": action[len("redirect:"):]}, [("Location", action[len("redirect:"):])])
             if action in ("flood", "flood-sized"):
                 entry["outcome"] = "flooded"; release()
                 entry["sent"] = self._flood(h, body.get("model"), sized=action == "flood-sized")

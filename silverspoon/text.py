@@ -407,15 +407,17 @@ class InstrumentStore(GenerationStore):
     def __init__(self, path:Path|str|None # JSONL file (created on first append); None = in memory only
                 ):
         super().__init__(path, check=instrument_record_problem)
-        self.counts: dict[str, dict] = {}   # instrument name -> {"instrument": id, "hits": n, "misses": n}
+        self.counts: dict[str, dict] = {}   # instrument name -> {"hits": n, "misses": n, "instruments": {id: {"hits": n, "misses": n}}}
 
     def count(self, name:str, iid:str, hits:int, misses:int):
-        "Add to the per-instrument tally (and to the store's `hits`/`misses`)."
-        c = self.counts.setdefault(name, {"instrument": iid, "hits": 0, "misses": 0})
-        c["hits"] += hits; c["misses"] += misses; self.hits += hits; self.misses += misses
+        "Add to the tally of instrument `name` and of its id `iid` (one name can have several ids, e.g. a base model and base + adapter)."
+        c = self.counts.setdefault(name, {"hits": 0, "misses": 0, "instruments": {}})
+        by_id = c["instruments"].setdefault(iid, {"hits": 0, "misses": 0})
+        for t in (c, by_id): t["hits"] += hits; t["misses"] += misses
+        self.hits += hits; self.misses += misses
 
     def summary(self)->dict:
-        return {**super().summary(), "instruments": {n: dict(c) for n, c in self.counts.items()}}
+        return {**super().summary(), "instruments": {n: {**c, "instruments": {i: dict(t) for i, t in c["instruments"].items()}} for n, c in self.counts.items()}}
 
     def __repr__(self): return super().__repr__().replace("GenerationStore(", "InstrumentStore(", 1)
 

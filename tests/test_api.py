@@ -63,51 +63,52 @@ def test_non_retryable_fails_at_once():
     assert g.text is None and g.error.startswith("BadRequestError: ") and "after 1 attempt)" in g.error
     assert ok.text == fake_reply("ok")
 
-def test_connection_refused_is_recorded():
-    with FakeChatServer() as srv: mp = srv.model_params(max_retries=1, timeout_s=1)
+def test_connection_refused_fails_fast_with_the_cause():
+    "Issue 19, finding 10: a refused connection stops the batch with 'unreachable', not a report where nothing could be labelled."
+    with FakeChatServer() as srv: mp = srv.model_params(max_retries=1, timeout_s=1, concurrency=2)
     be = OpenAIBackend(mp, backoff_s=0.01)   # the server is closed now
-    g, = be.generate(_reqs(1), GenerationParams())
-    assert g.text is None and g.error.startswith("APIConnectionError: ") and "after 2 attempts" in g.error
+    with pytest.raises(SilverspoonError, match=rf"the server at {srv.base_url} is unreachable .*check base_url and that the server is running"):
+        be.generate(_reqs(6), GenerationParams())
 
 def test_api_key_never_leaks(monkeypatch, caplog):
     key = "sk-test-" + secrets.token_hex(16)
-    monkeypatch.setenv("SILVERSPOON_TEST_KEY", key)
+    monkeypatch.setenv("SILVERSPOON_TEST_API_KEY", key)
     caplog.set_level(logging.DEBUG)   # the SDK, httpx and silverspoon loggers, all levels
     with FakeChatServer(api_key=key, echo_auth=True, script={"fail": 500}) as srv:
-        be = OpenAIBackend(srv.model_params(api_key_env="SILVERSPOON_TEST_KEY", max_retries=1), backoff_s=0.01)
+        be = OpenAIBackend(srv.model_params(api_key_env="SILVERSPOON_TEST_API_KEY", max_retries=1), backoff_s=0.01)
         ok, bad = be.generate([GenRequest("a", [{"role": "user", "content": "fine"}]),
                                GenRequest("b", [{"role": "user", "content": "fail"}])], GenerationParams())
     assert ok.text == fake_reply("fine")                         # the key was sent and accepted
     assert bad.text is None and "Bearer ***" in bad.error        # the server echoed it; we scrubbed it
     # a server that rejects the key (and echoes it in the 401 message)
     with FakeChatServer(api_key="something-else", echo_auth=True) as srv2:
-        be2 = OpenAIBackend(srv2.model_params(api_key_env="SILVERSPOON_TEST_KEY", max_retries=0))
-        denied, = be2.generate(_reqs(1), GenerationParams())
-    assert denied.error.startswith("AuthenticationError: ")
-    shown = [repr(be), str(be), repr(vars(be)), str(be.identity()), repr(be.identity()), bad.error, denied.error,
+        be2 = OpenAIBackend(srv2.model_params(api_key_env="SILVERSPOON_TEST_API_KEY", max_retries=0))
+        with pytest.raises(SilverspoonError) as denied: be2.generate(_reqs(1), GenerationParams())
+    assert "HTTP 401 (AuthenticationError): check the key in the environment variable `SILVERSPOON_TEST_API_KEY`" in str(denied.value)
+    shown = [repr(be), str(be), repr(vars(be)), str(be.identity()), repr(be.identity()), bad.error, str(denied.value),
              repr(ok), repr(bad), caplog.text, *(r.getMessage() for r in caplog.records)]
     for s in shown: assert key not in s and key[8:] not in s, s
     assert be.identity() == {"backend": "openai", "base_url": srv.base_url, "id": "fake-model"}
     with pytest.raises(TypeError): pickle.dumps(be._key)
 
 def test_missing_key():
-    os.environ.pop("SILVERSPOON_UNSET_KEY", None)
+    os.environ.pop("SILVERSPOON_UNSET_API_KEY", None)
     with FakeChatServer() as srv:   # a local server without a key: the dummy key is used
-        mp = srv.model_params(api_key_env="SILVERSPOON_UNSET_KEY")
+        mp = srv.model_params(api_key_env="SILVERSPOON_UNSET_API_KEY")
         assert resolve_api_key(mp) == "EMPTY"
         g, = OpenAIBackend(mp).generate(_reqs(1), GenerationParams())
         assert g.text == fake_reply(_prompt(0))
-    with pytest.raises(SilverspoonError, match="`SILVERSPOON_UNSET_KEY` is not set"):
-        OpenAIBackend(mp.__class__(backend="openai", id="gpt-4o-2024-08-06", api_key_env="SILVERSPOON_UNSET_KEY"))
+    with pytest.raises(SilverspoonError, match="`SILVERSPOON_UNSET_API_KEY` is not set"):
+        OpenAIBackend(mp.__class__(backend="openai", id="gpt-4o-2024-08-06", api_key_env="SILVERSPOON_UNSET_API_KEY"))
 
 def test_through_generate_all(tmp_path, monkeypatch):
     "Through the store: failed items are recorded, a rerun asks only for them, cached answers are not re-requested."
     store_mod = pytest.importorskip("silverspoon.store")
     key = "sk-store-" + secrets.token_hex(12)
-    monkeypatch.setenv("SILVERSPOON_TEST_KEY", key)
+    monkeypatch.setenv("SILVERSPOON_TEST_API_KEY", key)
     path, gen, reqs = tmp_path/"run.jsonl", GenerationParams(max_new_tokens=16), _reqs(12)
     with FakeChatServer(api_key=key, echo_auth=True, script={_prompt(4): 500, _prompt(7): [429, "stall"]}, stall_seconds=3) as srv:
-        be = OpenAIBackend(srv.model_params(api_key_env="SILVERSPOON_TEST_KEY", concurrency=3, timeout_s=1.0, max_retries=2, batch_size=4),
+        be = OpenAIBackend(srv.model_params(api_key_env="SILVERSPOON_TEST_API_KEY", concurrency=3, timeout_s=1.0, max_retries=2, batch_size=4),
                            backoff_s=0.02, max_backoff_s=0.1)
         df = store_mod.generate_all(be, reqs, gen, store_mod.GenerationStore(path), run="t", progress=False)
         assert list(df.item_id) == [r.item_id for r in reqs] and not df.cached.any()
@@ -216,3 +217,76 @@ def test_a_wrapped_reply_too_large_is_still_recognised():
     be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://127.0.0.1:9/v1", max_retries=3), client=client, backoff_s=0.01)
     g, = be.generate(_reqs(1), GenerationParams())
     assert client.calls == 1 and g.error.startswith("ReplyTooLarge: the reply from http://x") and g.error.endswith("(after 1 attempt)")
+
+
+# ---------------------------------------------------------------- issue 19 (red-team round 2), findings 1, 2, 10, 11
+@pytest.mark.parametrize("status", [401, 403])
+def test_auth_error_fails_fast_and_names_the_key_variable(monkeypatch, status):
+    "Finding 10: HTTP 401/403 stops at once with 'check the key in VAR'; no further request is sent."
+    monkeypatch.setenv("SILVERSPOON_TEST_API_KEY", "sk-wrong-" + secrets.token_hex(8))
+    with FakeChatServer(script={"": status}) as srv:
+        be = OpenAIBackend(srv.model_params(api_key_env="SILVERSPOON_TEST_API_KEY", concurrency=2, max_retries=3), backoff_s=0.01)
+        with pytest.raises(SilverspoonError, match=rf"refused the request with HTTP {status} .*check the key in the environment variable "
+                                                   r"`SILVERSPOON_TEST_API_KEY`"):
+            be.generate(_reqs(20), GenerationParams())
+        assert srv.stats()["requests"] <= 2, srv.stats()    # the two in flight; none of the other 18, no retries
+
+
+def test_auth_error_after_answers_keeps_them():
+    "Finding 10, nothing lost: when some items of the batch were answered, they are returned (and stored); the rest are not sent."
+    with FakeChatServer(script={_prompt(3): 401}) as srv:
+        be = OpenAIBackend(srv.model_params(concurrency=1, max_retries=0))
+        gens = be.generate(_reqs(6), GenerationParams())
+    assert [g.text is not None for g in gens] == [True, True, True, False, False, False]
+    assert gens[3].error.startswith("AuthenticationError") and gens[4].error.startswith("NotSent: the server at")
+    assert srv.stats()["requests"] == 4
+
+
+def test_a_trickling_reply_is_cut_at_timeout_s():
+    "Finding 2: headers, then one byte every 0.5 s: the attempt ends at timeout_s (1 s) as a whole, not per read."
+    with FakeChatServer(script={"slow": "trickle"}, trickle_seconds=0.5) as srv:
+        be = OpenAIBackend(srv.model_params(max_retries=1, timeout_s=1.0), backoff_s=0.01)
+        g, ok = be.generate([GenRequest("s", [{"role": "user", "content": "slow"}]), *_reqs(1)], GenerationParams())
+        deadline = time.monotonic() + 10
+        while len([e for e in srv.log if e.get("outcome") == "trickled"]) < 2 and time.monotonic() < deadline: time.sleep(0.05)
+        log = list(srv.log)
+    assert g.text is None and g.error.startswith("APITimeoutError") and "model.timeout_s = 1 s bounds each attempt as a whole" in g.error, g.error
+    assert g.error.endswith("(after 2 attempts)") and ok.text == fake_reply(_prompt(0))
+    sent = [e["sent"] for e in log if e.get("outcome") == "trickled"]
+    # the reply is ~300 bytes (150 s at this pace); a per-read timeout would have read it all. Each attempt got a few bytes.
+    assert len(sent) == 2 and max(sent) <= 10, sent
+
+
+def test_redirect_to_another_server_is_refused():
+    "Finding 11: a 307 to another host is not followed (the other server never sees the prompt); a redirect on the same server is."
+    with FakeChatServer() as other, FakeChatServer() as srv:
+        srv.script = {"away": f"redirect:{other.base_url}/chat/completions", "same": [f"redirect:{srv.base_url}/chat/completions"]}
+        be = OpenAIBackend(srv.model_params(max_retries=2), backoff_s=0.01)
+        away, same = be.generate([GenRequest("a", [{"role": "user", "content": "away"}]),
+                                  GenRequest("s", [{"role": "user", "content": "same"}])], GenerationParams())
+        assert other.stats()["requests"] == 0
+        assert srv.stats()["attempts"]["away"] == 1          # refused, not retried
+    assert away.text is None and away.error.startswith(f"RedirectRefused: the server at {srv.base_url}/chat/completions redirected (HTTP 307) "
+                                                       f"to another server, {other.base_url}/chat/completions"), away.error
+    assert same.text == fake_reply("same")
+    assert be.identity()["base_url"] == srv.base_url
+
+
+@pytest.mark.parametrize("var", ["HOME", "PATH", "AWS_SECRET_ACCESS_KEY", "GITHUB_TOKEN"])
+def test_backend_refuses_a_variable_that_is_no_api_key(var):
+    "Finding 1 (defence in depth): even ModelParams built in code cannot send $HOME or a cloud credential as the bearer token."
+    with FakeChatServer(echo_auth=True) as srv:
+        with pytest.raises(SilverspoonError, match=f"`{var}` does not name an API key variable"):
+            OpenAIBackend(srv.model_params(api_key_env=var))
+        assert srv.stats()["requests"] == 0
+
+
+def test_short_key_never_leaves_the_machine(monkeypatch):
+    "Finding 1: a value under 8 characters (which reports cannot scrub safely) is sent only to a local server."
+    from silverspoon.core import ModelParams
+    monkeypatch.setenv("SILVERSPOON_TEST_API_KEY", "hunter2")
+    with pytest.raises(SilverspoonError, match="`SILVERSPOON_TEST_API_KEY` holds 7 characters, too few for an API key"):
+        OpenAIBackend(ModelParams(backend="openai", id="m", base_url="https://api.example.com/v1", api_key_env="SILVERSPOON_TEST_API_KEY"))
+    with FakeChatServer(api_key="hunter2") as srv:
+        g, = OpenAIBackend(srv.model_params(api_key_env="SILVERSPOON_TEST_API_KEY")).generate(_reqs(1), GenerationParams())
+    assert g.text == fake_reply(_prompt(0))

@@ -1,7 +1,7 @@
 """The Colab promise of the README: its Colab cell installs what the default runs need and leaves Colab's packages
 alone, its preflight cell runs, `device: cuda` without a GPU stops with one clear error, the settings.ini ranges
 admit both tested stacks, and the report comparison of `make test-colab` names the first differing cell."""
-import importlib.util, re, subprocess, sys
+import importlib.util, json, platform, re, subprocess, sys
 from pathlib import Path
 import pytest, yaml
 from conftest import ROOT, run_cli
@@ -92,7 +92,7 @@ def test_settings_ranges_admit_both_lanes_and_nothing_beyond():
     reqs = [Requirement(r) for key in ("requirements", "dev_requirements") for r in cfg["DEFAULT"][key].split()]
     colab = lane.pins((ROOT/"requirements-colab.txt").read_text(encoding="utf-8"))
     main = lane.pins("\n".join(l for l in (ROOT/"requirements.txt").read_text(encoding="utf-8").splitlines()))
-    main["torch"] = colab["torch"] = "2.13.0"   # both lanes install the same torch first (Makefile)
+    main["torch"] = "2.13.0"   # the main lane installs torch first (Makefile); the Colab lane pins Colab's in requirements-colab.txt
     for r in reqs:
         n = lane.norm(r.name)
         assert any(s.operator == "<" for s in r.specifier), f"settings.ini: {r} has no upper bound"
@@ -132,12 +132,16 @@ def test_pins_and_moved_pins():
     assert lane.moved_pins(p, {"pandas": "2.2.3", "huggingface-hub": "1.31.0"}) == ["huggingface-hub: pinned 1.27.0, installed 1.31.0"]
     assert lane.moved_pins(p, {"pandas": "2.2.3"}) == ["huggingface-hub: pinned 1.27.0, installed nothing"]
     with pytest.raises(SystemExit, match="not an exact"): lane.pins("pandas>=2\n")
+    # a local label is the build, not the release: PyPI's torch 2.11.0+cu130 is Colab's 2.11.0 (+cu128 there)
+    assert lane.moved_pins({"torch": "2.11.0"}, {"torch": "2.11.0+cu130"}) == []
+    assert lane.moved_pins({"torch": "2.11.0"}, {"torch": "2.13.0+cpu"}) == ["torch: pinned 2.11.0, installed 2.13.0+cpu"]
+    assert lane.moved_pins({"torch": "2.11.0"}, {"torch": None}) == ["torch: pinned 2.11.0, installed nothing"]
 
 def test_make_test_colab_installs_the_readme_cell_and_checks_everything():
     r = subprocess.run(["make", "-n", "-B", "test-colab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    for step in ("-r requirements-colab.txt", "tools/colab_lane.py install README.md", "tools/colab_lane.py check-pins requirements-colab.txt",
-                 "tools/colab_lane.py pip-check README.md", "nbdev_test", "-m pytest", "run --all", "tools/colab_lane.py check-provenance", "tools/colab_lane.py compare reports"):
+    for step in ("tools/colab_lane.py venv .venv-colab", "-r requirements-colab.txt", "tools/colab_lane.py install README.md", "tools/colab_lane.py check-pins requirements-colab.txt",
+                 "tools/colab_lane.py pip-check README.md", "nbdev_test", "-m pytest", "run --all", "tools/colab_lane.py check-provenance", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
         assert step in r.stdout, f"make test-colab no longer runs {step!r}"
 
 def test_pip_check_allows_only_what_the_cell_skips_with_no_deps():
@@ -148,3 +152,66 @@ def test_pip_check_allows_only_what_the_cell_skips_with_no_deps():
            "peft 0.19.1 requires accelerate, which is not installed.\n")
     assert lane.pip_check_problems(out, skipped) == out.splitlines()[1:]
     assert lane.pip_check_problems("No broken requirements found.\n", skipped) == []
+
+def _fake_python(path:Path, version:str|None)->str:
+    "An executable that answers `colab_lane.python_version` as Python `version` ('3 13'), or fails like a pyenv shim (None)."
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {version}\n" if version else "#!/bin/sh\necho 'pyenv: python3.13: command not found' >&2\nexit 127\n")
+    path.chmod(0o755)
+    return str(path)
+
+def test_find_python_prefers_colab_python_then_path_then_newest_pyenv(tmp_path, monkeypatch):
+    monkeypatch.setattr(lane, "SYSTEM_BIN", (str(tmp_path/"usr"/"bin"),))
+    shim = _fake_python(tmp_path/"shims"/"python3.13", None)               # on PATH but not runnable: skipped
+    pyenv = tmp_path/"pyenv"
+    for v in ("3.13.2", "3.13.10", "3.12.9"): _fake_python(pyenv/"versions"/v/"bin"/f"python{v.rsplit('.', 1)[0]}", v.rsplit(".", 1)[0].replace(".", " "))
+    _fake_python(pyenv/"versions"/"3.13.11t"/"bin"/"python3.13", "3 13")   # free-threaded build: not Colab's
+    env = {"PATH": str(tmp_path/"shims"), "PYENV_ROOT": str(pyenv)}
+    newest = str(pyenv/"versions"/"3.13.10"/"bin"/"python3.13")
+    assert lane.python_candidates(env=env) == [shim, newest, str(pyenv/"versions"/"3.13.2"/"bin"/"python3.13"), str(tmp_path/"usr"/"bin"/"python3.13")]
+    assert lane.find_python(env=env) == (newest, None)
+    ok = _fake_python(tmp_path/"path"/"python3.13", "3 13")                # a runnable python3.13 on PATH comes first
+    assert lane.find_python(env=env | {"PATH": f"{tmp_path/'path'}:{tmp_path/'shims'}"}) == (ok, None)
+    # COLAB_PYTHON wins; another version runs with a warning, or stops under --strict; one that does not run stops
+    old = _fake_python(tmp_path/"py312", "3 12")
+    exe, msg = lane.find_python(env=env | {"COLAB_PYTHON": old})
+    assert exe == old and "is Python 3.12, not Colab's 3.13" in msg
+    with pytest.raises(SystemExit, match="point COLAB_PYTHON at a Python 3.13"): lane.find_python(strict=True, env=env | {"COLAB_PYTHON": old})
+    with pytest.raises(SystemExit, match="does not run"): lane.find_python(env=env | {"COLAB_PYTHON": shim})
+
+def test_find_python_falls_back_with_a_clear_message_or_stops_when_strict(tmp_path, monkeypatch):
+    monkeypatch.setattr(lane, "SYSTEM_BIN", (str(tmp_path/"usr"/"bin"),))
+    env = {"PATH": str(tmp_path/"empty"), "PYENV_ROOT": str(tmp_path/"no-pyenv")}
+    fallback = _fake_python(tmp_path/"python3", "3 11")
+    exe, msg = lane.find_python(fallback=fallback, env=env)
+    assert exe == fallback and msg.startswith("no Python 3.13 found (tried COLAB_PYTHON, python3.13 on PATH")
+    assert "set COLAB_PYTHON=" in msg and f"Falling back to {fallback} (Python 3.11)" in msg
+    with pytest.raises(SystemExit, match=r"no Python 3.13 found .* must run Colab's Python 3.13 here \(strict: CI\)"):
+        lane.find_python(fallback=fallback, strict=True, env=env)
+
+def test_make_venv_uses_the_python_found_and_replaces_a_venv_of_another_python(tmp_path, monkeypatch):
+    want = sys.version_info[:2]
+    venv = tmp_path/"venv"
+    _fake_python(venv/"bin"/"python", "2 7")                               # an old venv of another Python
+    (venv/"stale").write_text("x")
+    env = {"COLAB_PYTHON": sys.executable}
+    assert lane.make_venv(venv, want=want, env=env).endswith("(was Python 2.7)")
+    assert lane.python_version(str(venv/"bin"/"python")) == want and not (venv/"stale").exists()
+    assert "venv kept" in lane.make_venv(venv, want=want, env=env)
+
+def test_check_provenance_checks_each_runs_python(tmp_path):
+    req = tmp_path/"req.txt"; req.write_text("torch==2.11.0\n")
+    def run(python:str)->Path:
+        d = tmp_path/python/"normative"/"r"; d.mkdir(parents=True, exist_ok=True)
+        (d/"provenance.json").write_text(json.dumps({"python": python, "packages": {"torch": "2.11.0+cu130"}}))
+        return tmp_path/python
+    assert lane.main(["check-provenance", str(run(platform.python_version())), str(req), "--python", sys.executable]) == 0
+    assert lane.main(["check-provenance", str(run("2.7.18")), str(req), "--python", sys.executable]) == 1
+    assert lane.main(["check-provenance", str(run("2.7.18")), str(req)]) == 0   # without --python only the packages
+
+def test_make_install_colab_is_strict_about_python_under_ci():
+    def venv_step(*extra):
+        r = subprocess.run(["make", "-n", "-B", "install-colab", *extra], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return next(l for l in r.stdout.splitlines() if "colab_lane.py venv" in l)
+    assert "--strict" in venv_step("CI=true") and "--strict" not in venv_step("CI=")

@@ -56,6 +56,7 @@ def test_registry_is_consistent():
     assert len({f.relpath for f in fs}) == len(fs)
     assert all(len(f.sha256 or f.git_blob or "") == (64 if f.sha256 else 40) and len(f.commit) == 40 for f in fs)   # no sha256 known: git blob id
     assert all(f.url is None for f in fs if "/derived/" in f.relpath)
+    assert all(f.obtainable for f in fs)                    # downloaded, or built from pinned sources
     assert all(f.url.startswith("https://raw.githubusercontent.com/") for f in fs if f.url)
     for name in ["silverspoon/human", "silverspoon/llms", "silverspoon/topics", "silverspoon/prompts_full", "silverspoon/prompt_templates",
                  "stop/full", "stop/full_labelled", "stop/evaluation_prompt", "stop/demographic/age", "stop/severity_labelled/high",
@@ -121,12 +122,19 @@ def test_missing_file_message(tmp_path, monkeypatch):
         assert part in msg, part
 
 
-def test_missing_derived_file_says_where_to_put_it(cache):
-    with pytest.raises(DataError) as e: fetch("silverspoon/prompt_templates")
-    msg = str(e.value)
-    assert "cannot be downloaded" in msg
-    assert "<DIR>/silverspoon/derived/prompt_templates.json" in msg and "SILVERSPOON_DATA=<DIR>" in msg
-    assert str(cache/"data"/"silverspoon"/"derived"/"prompt_templates.json") in msg
+def test_missing_derived_file_is_built_from_its_sources(cache, tmp_path, monkeypatch):
+    monkeypatch.setenv("SILVERSPOON_MIRROR", str(tmp_path/"empty-mirror")); (tmp_path/"empty-mirror").mkdir()
+    f = lookup("silverspoon/prompt_templates")
+    with pytest.raises(DataError) as e: fetch(f.name, progress=False)
+    msg = str(e.value)              # the first source notebook is looked for in the mirror, in place of the public host
+    src = tmp_path/"empty-mirror"/f.repo/f.commit/f.sources[0].path
+    assert f"download from {src.resolve().as_uri()}" in msg and f"SILVERSPOON_MIRROR stands in for {f.source_urls[0]}" in msg
+    assert f"{f.sources[0].path} (source of {f.relpath})" in msg
+    assert not (cache/"data"/f.relpath).exists()
+    monkeypatch.setenv("SILVERSPOON_DATA", str(tmp_path/"data"))
+    with pytest.raises(DataError) as e: fetch(f.name)
+    assert "built from https://raw.githubusercontent.com/keshariS/socioEcoBias/" not in str(e.value)   # the mirror's URL is named instead
+    assert "unset SILVERSPOON_DATA" in str(e.value)
 
 
 def test_download_false_does_not_download(cache):

@@ -85,6 +85,8 @@ def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path
     prov = json.loads((out/"provenance.json").read_text())
     assert prov["arms"]["adapter"]["adapter_sha256"] and "adapter_sha256" not in prov["arms"]["base"]
     assert prov["store"]["misses"] == 2*(24 + 18) and prov["instruments"]["misses"] == 2*(24*3 + 18*2)
+    lik_ids = prov["instruments"]["instruments"]["loglikelihood"]["instruments"]   # issue 19 item 13: each arm's instrument id, with its own tally
+    assert len(lik_ids) == 2 and sorted(c["misses"] for c in lik_ids.values()) == [24*3 + 18*2] * 2, lik_ids
     # the rerun computes nothing: every answer from the store, every likelihood from the instrument cache
     before = {f: pd.read_csv(out/f"{f}.csv") for f in ("answer_rates", "performance", "answer_status", "summary")}
     r = run_cli("run", p, "--reports-dir", reports, env=env)

@@ -68,7 +68,7 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     (None, {"prompt": "Write a story about {name}."}, "field `task.prompt` lacks {city}"),
     ({"n": 5000}, {}, "field `sample.n` = 5000: draw between 1 and 1000 stories"),
     ({"n": 32, "stratify_by": "race"}, {}, "field `sample.stratify_by` = 'race'"),
-    (None, {"n_topics": 1}, "field `task.n_topics` = 1: use at least 2 topics"),
+    (None, {"n_topics": 1}, "field `task.n_topics` = 1 must be in [2, 1000]"),
     (None, {"vader_positive": -0.1}, "negative must be below positive")])
 def test_bad_narratives_params_stop_before_running(tmp_path, tiny, sample, task, needle):
     p = _params(tmp_path, tiny, sample, **task)

@@ -25,8 +25,53 @@ def test_replay_report_reproduces_paper(tmp_path):
     assert prov["params"]["model"]["id"] == "GPT4" and prov["datasets"]
     assert "normative" in (tmp_path/"index.html").read_text()
 
+NOISE = ["application/vnd.jupyter.widget", "jupyter-widgets", "var element = $(", "Warning:", "tests/", "KeyboardInterrupt"]
+
+def assert_publishable(nb_path:Path):
+    "A published executed notebook and its HTML: present together, no widget or warning noise, no timings or machine paths, under the budget."
+    import nbformat
+    from silverspoon.report import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
+    from silverspoon.core import project_root
+    html, text = nb_path.with_suffix(".html").read_text(), nb_path.read_text()
+    assert nb_path.stat().st_size <= NOTEBOOK_BUDGET_BYTES, (nb_path, nb_path.stat().st_size)
+    nb = nbformat.reads(text, as_version=4)
+    assert not {"widgets", "papermill"} & set(nb.metadata), nb_path
+    assert not any({"papermill", "execution"} & set(c.metadata) for c in nb.cells), nb_path
+    assert not any(WIDGET_MIME in o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.outputs), nb_path
+    assert any(o.get("output_type") == "execute_result" or o.get("data") for c in nb.cells if c.cell_type == "code" for o in c.outputs)  # outputs kept
+    assert ".partial-" not in text and str(project_root()) not in text, nb_path
+    for needle in NOISE: assert needle not in html, (nb_path.with_suffix(".html"), needle)
+
+def test_committed_reports_have_their_notebooks(root):
+    "Every default run's executed notebook is committed beside its HTML, stripped, under the budget; its report shows no noise."
+    from silverspoon.core import load_params
+    from silverspoon.cli import default_params_files
+    runs = [load_params(f) for f in default_params_files()]
+    nbs = [root/"reports"/p.study/f"{p.run}.ipynb" for p in runs]
+    if not any(f.exists() for f in nbs):
+        pytest.skip("no executed notebook is committed under reports/ yet: `make reports` (run after the change that publishes them) writes them")
+    assert [f for f in nbs if not f.exists()] == []
+    for f in nbs: assert_publishable(f)
+
+def test_rerun_of_an_unchanged_report_changes_only_its_provenance(tmp_path):
+    "Run twice, the published notebook differs only in the provenance block (its `created` and `wall_seconds`): no timings, random ids or addresses."
+    import nbformat
+    p = tmp_path/"small.yaml"
+    p.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30, stratify_by: topic, seed: 0}\ntask: {n_boot: 50}\n")
+    published = []
+    for _ in range(2):
+        r = run_cli("run", p, "--reports-dir", tmp_path/"r", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+        assert r.returncode == 0, r.stdout + r.stderr
+        published.append(nbformat.read(str(tmp_path/"r"/"normative"/"small.ipynb"), as_version=4))
+    provenance = lambda o: "<h3>Provenance</h3>" in o.get("data", {}).get("text/html", "")
+    for nb in published:
+        assert sum(provenance(o) for c in nb.cells if c.cell_type == "code" for o in c.outputs) == 1
+        for c in nb.cells:
+            if c.cell_type == "code": c.outputs = [o for o in c.outputs if not provenance(o)]
+    assert nbformat.writes(published[0]) == nbformat.writes(published[1])
+
 def _openai_params(path:Path, srv, n=12, **model):
-    m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_KEY",
+    m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_API_KEY",
          "concurrency": 1, "batch_size": 2, "timeout_s": 5.0, "max_retries": 1, **model}
     import yaml
     path.write_text(yaml.safe_dump({"study": "normative", "model": m, "generation": {"max_new_tokens": 32},
@@ -39,10 +84,13 @@ def test_api_key_never_in_outputs(tmp_path):
     with FakeChatServer(api_key=secret, echo_auth=True) as srv:
         p = _openai_params(tmp_path/"secret-run.yaml", srv)
         r = run_cli("run", p, "--reports-dir", tmp_path/"reports",
-                    env={"SILVERSPOON_TEST_KEY": secret, "SILVERSPOON_STORE": str(tmp_path/"store")})
+                    env={"SILVERSPOON_TEST_API_KEY": secret, "SILVERSPOON_STORE": str(tmp_path/"store")})
         assert r.returncode == 0, r.stdout + r.stderr
         assert srv.stats()["requests"] >= 12            # the key was used: the server accepts only it
     assert secret not in r.stdout + r.stderr
+    assert "KeyboardInterrupt" not in r.stdout + r.stderr      # the kernel is shut down without the needless interrupt
+    # this run generated, so its kernel drew progress-bar widgets: the published notebook and HTML carry none of them
+    assert_publishable(tmp_path/"reports"/"normative"/"secret-run.ipynb")
     files = [f for f in tmp_path.rglob("*") if f.is_file()]
     assert any(f.suffix == ".html" for f in files) and any(f.suffix == ".ipynb" for f in files) and any(f.suffix == ".jsonl" for f in files)
     for f in files: assert secret not in f.read_text(errors="ignore"), f
@@ -53,7 +101,7 @@ def _store_keys(path:Path):
 def test_kill9_then_resume_same_tables(tmp_path):
     with FakeChatServer(delay=0.25) as srv:
         p = _openai_params(tmp_path/"resume.yaml", srv, n=30)
-        env = {**os.environ, "SILVERSPOON_TEST_KEY": "k", "SILVERSPOON_STORE": str(tmp_path/"store")}
+        env = {**os.environ, "SILVERSPOON_TEST_API_KEY": "k", "SILVERSPOON_STORE": str(tmp_path/"store")}
         store = tmp_path/"store"/"normative"/"resume.jsonl"
         proc = subprocess.Popen([*CLI, "run", str(p), "--reports-dir", str(tmp_path/"a"), "--no-index"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

@@ -182,10 +182,10 @@ def good_run(tmp_path_factory):
     pwned = d/"pwned"
     desc = f"<script>alert(1)</script> [x](javascript:alert(2)) <img src=x onerror=alert(3)> key {SECRET} {_payload(pwned)}"
     params = {"study": "normative", "description": desc,
-              "model": {"backend": "replay", "id": "GPT4", "api_key_env": "SILVERSPOON_TEST_KEY"},
+              "model": {"backend": "replay", "id": "GPT4", "api_key_env": "SILVERSPOON_TEST_API_KEY"},
               "sample": {"n": 30, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 50}}
     f = d/"sec-run.yaml"; f.write_text(yaml.safe_dump(params))
-    env = {"SILVERSPOON_TEST_KEY": SECRET, "SILVERSPOON_STORE": str(d/"store")}
+    env = {"SILVERSPOON_TEST_API_KEY": SECRET, "SILVERSPOON_STORE": str(d/"store")}
     r = run_cli("run", f, "--reports-dir", d/"reports", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     return dict(dir=d, file=f, params=params, env=env, reports=d/"reports", pwned=pwned, result=r)
@@ -217,7 +217,7 @@ def test_failed_rerun_keeps_last_good_report(good_run):
     before = _snapshot(study/"sec-run"); html_before = (study/"sec-run.html").read_bytes()
     index_before = (reports/"index.html").read_text()
     with FakeChatServer(fail_every=1, codes=(500,)) as srv:     # every judge call fails
-        judge = {"backend": "openai", "id": "judge", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_KEY",
+        judge = {"backend": "openai", "id": "judge", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_API_KEY",
                  "max_retries": 0, "timeout_s": 5.0, "concurrency": 2}
         f = good_run["dir"]/"rerun"/"sec-run.yaml"; f.parent.mkdir()
         f.write_text(yaml.safe_dump({**good_run["params"], "task": {"n_boot": 50, "judge": judge}}))

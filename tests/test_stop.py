@@ -365,7 +365,7 @@ def test_realistic_counts_annotations_outside_the_run(tmp_path, data):
     ([dict(progression_id="stop-001", annotator="a", sentence_index=i, answer="yes") for i in (1, 2, 3, 5)], "only sentences after a 'no'"),
     ([dict(progression_id="stop-001", annotator="a", sentence_index=1, answer="maybe")], "answer must be yes or no"),
     ([dict(progression_id="stop-001", annotator="a", sentence_index=1, answer="no")]*2, "repeats sentence 1"),
-    ([dict(pid="stop-001", who="a", score=0.2)], "match neither layout"),
+    ([dict(pid="stop-001", who="a", score=0.2)], "not a human annotation CSV: it lacks the columns annotator, progression_id"),
 ])
 def test_malformed_human_files_are_refused(tmp_path, data, rows, needle):
     path = tmp_path/"h.csv"; pd.DataFrame(rows).to_csv(path, index=False)

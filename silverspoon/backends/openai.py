@@ -8,15 +8,16 @@ import os, re, json, time, random, logging, warnings, threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
-from ..core import SilverspoonError, ParamsError, ModelParams, GenerationParams
+from ..core import SilverspoonError, ParamsError, ModelParams, GenerationParams, check_key_variable
 from .base import Backend, GenRequest, Generation
 
 _log = logging.getLogger("silverspoon.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'is_local_url', 'public_url', 'resolve_api_key', 'Secret',
-           'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge',
-           'BadReply', 'capped_http_client', 'reply_error_message', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'is_local_url', 'public_url',
+           'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay',
+           'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply', 'capped_http_client',
+           'reply_error_message', 'OpenAIBackend']
 
 # %% ../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -37,9 +38,17 @@ def public_url(url:str)->str:
     if p.port: netloc += f":{p.port}"
     return urlunsplit((p.scheme, netloc, p.path.rstrip("/"), "", ""))
 
+MIN_KEY_CHARS = 8   # a shorter value is a local server's placeholder: never sent to another machine (too short to scrub safely)
+
 def resolve_api_key(model:ModelParams)->str:
-    "The API key from `$<model.api_key_env>`; `'EMPTY'` for a local server when unset; else `SilverspoonError`."
+    "The API key from `$<model.api_key_env>` (a name `check_key_variable` allows); `'EMPTY'` for a local server when unset; else `SilverspoonError`."
+    check_key_variable(model.api_key_env, "api_key_env")
     key = os.environ.get(model.api_key_env, "").strip()
+    if key and len(key) < MIN_KEY_CHARS and not is_local_url(model.base_url):
+        raise SilverspoonError(
+            f"api_key_env: `{model.api_key_env}` holds {len(key)} characters, too few for an API key, and model.base_url "
+            f"({public_url(model.base_url or OPENAI_URL)}) is not on this machine. A value under {MIN_KEY_CHARS} characters is sent only "
+            f"to a local server (it could not be scrubbed from reports). Export the real key in `{model.api_key_env}`.")
     if key: return key
     if is_local_url(model.base_url): return "EMPTY"
     raise SilverspoonError(
@@ -121,6 +130,40 @@ def reply_byte_cap(max_tokens:int|None # the request's max_tokens / max_completi
 class ReplyTooLarge(Exception):
     "A reply longer than `reply_byte_cap` allows: the server ignores max_tokens (or is not a chat endpoint)."
 
+class RedirectRefused(Exception):
+    "A redirect to another server (scheme, host or port): not followed, so prompts and key go only where base_url says."
+
+_DEADLINE = threading.local()   # `.end`: the monotonic time by which this thread's current attempt must be done (None: no deadline)
+
+def _deadline_backend(core_module,   # httpcore or httpcore2: its ConnectTimeout / ReadTimeout / WriteTimeout
+                      backend):       # the pool's network backend
+    "`backend` with every connect, TLS handshake, read and write bounded by this thread's `_DEADLINE` (as well as the client's own timeout)."
+    def left(timeout, exc):
+        end = getattr(_DEADLINE, "end", None)
+        if end is None: return timeout
+        rest = end - time.monotonic()
+        if rest <= 0: raise exc("the request passed its total deadline (model.timeout_s)")
+        return rest if timeout is None else min(timeout, rest)
+    class Stream:
+        def __init__(self, s): self._s = s
+        def read(self, max_bytes, timeout=None): return self._s.read(max_bytes, left(timeout, core_module.ReadTimeout))
+        def write(self, buffer, timeout=None): return self._s.write(buffer, left(timeout, core_module.WriteTimeout))
+        def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+            return Stream(self._s.start_tls(ssl_context, server_hostname, left(timeout, core_module.ConnectTimeout)))
+        def close(self): return self._s.close()
+        def get_extra_info(self, info): return self._s.get_extra_info(info)
+    class DeadlineBackend:
+        def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+            return Stream(backend.connect_tcp(host, port, left(timeout, core_module.ConnectTimeout), local_address, socket_options))
+        def connect_unix_socket(self, path, timeout=None, socket_options=None):
+            return Stream(backend.connect_unix_socket(path, left(timeout, core_module.ConnectTimeout), socket_options))
+        def sleep(self, seconds): return backend.sleep(seconds)
+    return DeadlineBackend()
+
+def _origin(url)->tuple:
+    "(scheme, host, port) of an httpx URL, the port filled in for http/https."
+    return (url.scheme, (url.host or "").lower(), url.port or {"http": 80, "https": 443}.get(url.scheme))
+
 class BadReply(ValueError):
     "An HTTP 200 reply that is not a usable chat completion: no choices (an error body), or an answer that is not text."
 
@@ -142,7 +185,7 @@ def _http_library(openai_module):
 def capped_http_client(openai_module,       # the imported `openai` package
                        trust_env:bool=True  # use HTTP(S)_PROXY and the like (off for a server on this machine)
                       ):
-    "An `openai.DefaultHttpxClient` that asks for uncompressed replies and stops reading a reply past its `reply_byte_cap`."
+    "An `openai.DefaultHttpxClient` that asks for uncompressed replies, stops reading a reply past its `reply_byte_cap`, keeps each attempt within its `_DEADLINE` and refuses redirects to another server."
     hx = _http_library(openai_module)
     def too_large(request, cap, declared=None):
         size = f"declares {declared:,} bytes, over" if declared else "passed"
@@ -161,11 +204,27 @@ def capped_http_client(openai_module,       # the imported `openai` package
         def close(self): self.stream.close()
     def ask_uncompressed(request): request.headers["Accept-Encoding"] = "identity"
     def cap_reply(response):
+        loc = response.headers.get("Location")
+        if response.status_code in (301, 302, 303, 307, 308) and loc:
+            target = response.request.url.join(loc)
+            if _origin(target) != _origin(response.request.url):
+                raise RedirectRefused(f"the server at {public_url(str(response.request.url))} redirected (HTTP {response.status_code}) to another "
+                                      f"server, {public_url(str(target))}; silverspoon does not follow redirects across servers (the prompts and "
+                                      "the key would go where the params never said). Fix: set base_url to the server that answers.")
         cap = reply_byte_cap(_requested_tokens(response.request))
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > cap: raise too_large(response.request, cap, int(declared))
         response.stream = CappedStream(response.stream, response.request, cap)
-    return openai_module.DefaultHttpxClient(trust_env=trust_env, event_hooks={"request": [ask_uncompressed], "response": [cap_reply]})
+    client = openai_module.DefaultHttpxClient(trust_env=trust_env, event_hooks={"request": [ask_uncompressed], "response": [cap_reply]})
+    for t in [client._transport, *client._mounts.values()]:   # the direct transport and any proxy ones
+        pool = getattr(t, "_pool", None)
+        if t is not None and not hasattr(pool, "_network_backend"):
+            raise SilverspoonError(f"openai {openai_module.__version__}: its HTTP transport {type(t).__name__} has no network backend to "
+                                   "bound, so silverspoon cannot enforce model.timeout_s as a total deadline per request.")
+        if pool is not None:
+            import importlib
+            pool._network_backend = _deadline_backend(importlib.import_module(type(pool).__module__.split(".")[0]), pool._network_backend)
+    return client
 
 def reply_error_message(resp)->str:
     "What a reply without choices says about itself: the server's own error message (OpenAI `error.message`, vLLM `message`), else the reply, shortened."
@@ -211,6 +270,7 @@ class OpenAIBackend(Backend):
         self._client, self._lock = client, threading.Lock()
         self.batch_size = max(32 if model.batch_size == "auto" else model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
         self.served = Counter()   # (model, system_fingerprint) as reported by the server -> count
+        self._fatal = None        # set by the first failure every later request would repeat (key refused, server unreachable)
 
     def __repr__(self):
         return (f"OpenAIBackend(model={self.model.id!r}, base_url={public_url(self.base_url)!r}, "
@@ -257,22 +317,42 @@ class OpenAIBackend(Backend):
                           prompt_tokens=_count(getattr(u, "prompt_tokens", None)), completion_tokens=_count(getattr(u, "completion_tokens", None)),
                           seconds=seconds)
 
+    def fatal_error(self, exc:BaseException)->str|None:
+        "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403) or the server unreachable; else None."
+        import openai
+        url = public_url(self.base_url)
+        if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
+            return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
+                    f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
+        if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+            cause = _cause(exc, _http_library(openai).ConnectError)
+            if cause is not None:
+                return (f"the server at {url} is unreachable ({self.scrub(str(cause))[:200] or type(cause).__name__}): check base_url and that "
+                        f"the server is running. Nothing more was sent.")
+        return None
+
     def _one(self, req:GenRequest, gen:GenerationParams)->Generation:
-        "One item, with retries; never raises."
+        "One item, with retries; never raises. Each attempt must end within `model.timeout_s` (`_DEADLINE`)."
         t0, client = time.perf_counter(), self.client
+        if self._fatal: return Generation(text=None, finish_reason="error", error=f"NotSent: {self._fatal}", seconds=0.0)
         kw = chat_kwargs(self.model.id, req.messages, gen, req.sample_index, self.token_param)
         n_try = self.model.max_retries + 1
         for attempt in range(n_try):
+            _DEADLINE.end = time.monotonic() + self.model.timeout_s
             try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
             except Exception as e:
-                last = _cause(e, ReplyTooLarge) or e       # an SDK may wrap it in a connection error; it is not one
-                if attempt == n_try - 1 or not is_retryable(last): break
+                last = _cause(e, (ReplyTooLarge, RedirectRefused)) or e   # an SDK may wrap them in a connection error; they are not one
+                if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
                 d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
                 _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
                          attempt + 1, n_try - 1, d)
                 time.sleep(d)
+            finally: _DEADLINE.end = None
+        if (fatal := self.fatal_error(last)) is not None:
+            with self._lock: self._fatal = self._fatal or fatal
         err = self.scrub(f"{type(last).__name__}: {last}")      # scrub first, then shorten (never cut a key in half)
         if len(err) > 500: err = err[:497] + "..."
+        if type(last).__name__ == "APITimeoutError": err += f" (model.timeout_s = {self.model.timeout_s:g} s bounds each attempt as a whole)"
         err += f" (after {attempt + 1} attempt{'s' if attempt else ''})"
         _log.info("%s #%d failed: %s", req.item_id, req.sample_index, err)
         return Generation(text=None, finish_reason="error", error=err, seconds=time.perf_counter() - t0)
@@ -281,11 +361,14 @@ class OpenAIBackend(Backend):
         "One `Generation` per request, same order; at most `model.concurrency` requests in flight."
         if not requests: return []
         self.client   # build it (or fail on a missing package) before any thread starts
+        self._fatal = None
         ex = ThreadPoolExecutor(max_workers=min(self.model.concurrency, len(requests)), thread_name_prefix="silverspoon-api")
         try:
             futs = [ex.submit(self._one, r, gen) for r in requests]
             out = [f.result() for f in futs]
         finally: ex.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: in-flight items finish, queued ones are dropped
+        if self._fatal and all(g.text is None for g in out):   # nothing answered, so nothing is lost by stopping here
+            raise SilverspoonError(f"model {self.model.id!r}: {self._fatal}")
         failed = [g for g in out if g.text is None]
         if failed: _log.warning("%d of %d requests to %s failed after retries; first error: %s",
                                len(failed), len(out), public_url(self.base_url), failed[0].error)

@@ -67,7 +67,7 @@ def start_run(study:str,                      # the study this notebook implemen
                           "run the file with `silverspoon run`, which picks the notebook from `study`.")
     opts = s.validate(params, params_source)
     from silverspoon.report import Report, model_label, warning_without_path   # report imports this module: imported here, no import circle
-    rep = Report(params, out_dir)
+    rep = Report(params, out_dir, source=params_source)
     if out_dir is not None: warnings.formatwarning = warning_without_path   # a report run: warnings shown without this machine's paths
     if show:
         from IPython.display import Markdown, display

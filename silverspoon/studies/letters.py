@@ -13,7 +13,7 @@ import pandas as pd
 from ..core import DataError, ParamsError, RunParams, ModelParams, SampleParams, from_dict, task_params, is_missing
 from ..data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
 from ..backends import GenRequest
-from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t,
+from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t, warning_note,
                                paired_test, cluster_boot_weights, percentile_ci, MIN_CLUSTERS, ci_on_scale)
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
@@ -666,9 +666,9 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
         d = per_letter[["gender", "pair_id", m]]
         ok = d[d[m].notna()]
         mm, ff = ok[ok.gender == "m"][m], ok[ok.gender == "f"][m]
-        u = two_sample_t(mm, ff) if min(len(mm), len(ff)) >= 2 else {}
+        u, note_u = warning_note(two_sample_t, mm, ff) if min(len(mm), len(ff)) >= 2 else ({}, "")
         w = ok.pivot_table(index="pair_id", columns="gender", values=m, aggfunc="first").dropna()
-        pt = paired_test(w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else {}
+        pt, note_p = warning_note(paired_test, w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else ({}, "")
         what, instrument = {**STYLE_MEASURES, **(labels or {})}.get(m, (m, ""))
         top = STYLE_SCALE.get(m, 1.0)   # a difference of shares lies in [-1, 1], of the 0-100 formality score in [-100, 100]
         ulo, uhi, unote = ci_on_scale(u.get("diff_ci_low", np.nan), u.get("diff_ci_high", np.nan), min(len(mm), len(ff)), -top, top)
@@ -680,7 +680,8 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
                      "hedges_g": u.get("hedges_g", np.nan), "g_ci_low": u.get("g_ci_low", np.nan), "g_ci_high": u.get("g_ci_high", np.nan),
                      "n_pairs": pt.get("n", len(w)), "paired_diff": pt.get("mean_diff", np.nan), "paired_ci_low": plo,
                      "paired_ci_high": phi, "paired_ci_note": pnote, "p_paired_t": pt.get("p_t", np.nan), "p_wilcoxon": pt.get("p_wilcoxon", np.nan),
-                     "cohens_dz": pt.get("cohens_dz", np.nan)})
+                     "cohens_dz": pt.get("cohens_dz", np.nan),
+                     "note": "; ".join([f"unpaired: {note_u}"] * bool(note_u) + [f"paired: {note_p}"] * bool(note_p))})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/20_letters.ipynb #131c4af8

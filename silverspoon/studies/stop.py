@@ -622,13 +622,16 @@ def load_human(path:str|Path,        # the CSV (see the format above)
     except (ValueError, UnicodeDecodeError) as e: raise DataError(f"{path}: not a readable UTF-8 CSV ({e}).") from None
     h.columns = [c.strip().lower() for c in h.columns]
     long, wide = {"sentence_index", "answer"} <= set(h.columns), "score" in h.columns
-    if not {"progression_id", "annotator"} <= set(h.columns) or long == wide:
-        raise DataError(f"{path}: columns {list(h.columns)} match neither layout. Use progression_id, annotator, sentence_index, answer "
-                        "(one row per sentence) or progression_id, annotator, score[, cf_answer] (one row per progression).")
+    if not {"progression_id", "annotator"} <= set(h.columns) or long == wide:   # the header is not shown: the file may be anything
+        missing = sorted({"progression_id", "annotator", *(() if long or wide else ("sentence_index", "answer"))} - set(h.columns))
+        why = f"it lacks the columns {', '.join(missing)}" if missing else "it has the columns of both layouts"
+        raise DataError(f"{path}: not a human annotation CSV: {why} (its header has {len(h.columns)} columns; the file's content is not "
+                        "shown). Use progression_id, annotator, sentence_index, answer (one row per sentence) or progression_id, annotator, "
+                        "score[, cf_answer] (one row per progression).")
     known = set(items.progression_id)
     h["pid"] = [parse_progression_id(v, known) for v in h.progression_id]
     bad = h.index[h.pid.isna()]
-    if len(bad): raise DataError(f"{path}: row {bad[0] + 2} has progression_id {h.progression_id[bad[0]]!r}, not a STOP progression "
+    if len(bad): raise DataError(f"{path}: row {bad[0] + 2}: progression_id is not a STOP progression "
                                  "(use stop-NNN or the index NNN in STOP-full.json, 0-449).")
     h["annotator"] = h.annotator.str.strip()
     if (h.annotator == "").any(): raise DataError(f"{path}: row {int(h.index[h.annotator == ''][0]) + 2} has no annotator.")
@@ -637,7 +640,7 @@ def load_human(path:str|Path,        # the CSV (see the format above)
         h["si"], h["ans"] = h.sentence_index.str.strip().str.lower(), h.answer.str.strip().str.lower()
         for col, ok, what in (("si", {"1", "2", "3", "4", "5", "cf"}, "sentence_index must be 1-5 or cf"), ("ans", {"yes", "no"}, "answer must be yes or no")):
             b = h.index[~h[col].isin(ok)]
-            if len(b): raise DataError(f"{path}: row {b[0] + 2}: {what}, got {h.loc[b[0], col]!r}.")
+            if len(b): raise DataError(f"{path}: row {b[0] + 2}: {what}.")
         dup = h.duplicated(["pid", "annotator", "si"])
         if dup.any(): raise DataError(f"{path}: row {int(h.index[dup][0]) + 2} repeats sentence {h.si[dup].iloc[0]} of {h.pid[dup].iloc[0]} for annotator {h.annotator[dup].iloc[0]!r}.")
         for (pid, ann), g in h.groupby(["pid", "annotator"], sort=True):
@@ -653,10 +656,10 @@ def load_human(path:str|Path,        # the CSV (see the format above)
     else:
         sc = pd.to_numeric(h.score.str.strip(), errors="coerce")
         b = h.index[sc.isna() | (sc < 0) | (sc > 1) | ((sc*N_SENTENCES - (sc*N_SENTENCES).round()).abs() > 1e-6)]
-        if len(b): raise DataError(f"{path}: row {b[0] + 2}: score must be a sensitivity score #no/5 (0, 0.2, ..., 1), got {h.score[b[0]]!r}.")
+        if len(b): raise DataError(f"{path}: row {b[0] + 2}: score must be a sensitivity score #no/5 (0, 0.2, ..., 1).")
         cf = h.cf_answer.str.strip().str.lower() if "cf_answer" in h.columns else pd.Series("", index=h.index)
         b = h.index[~cf.isin(["yes", "no", ""])]
-        if len(b): raise DataError(f"{path}: row {b[0] + 2}: cf_answer must be yes, no or empty, got {h.cf_answer[b[0]]!r}.")
+        if len(b): raise DataError(f"{path}: row {b[0] + 2}: cf_answer must be yes, no or empty.")
         dup = h.duplicated(["pid", "annotator"])
         if dup.any(): raise DataError(f"{path}: row {int(h.index[dup][0]) + 2} repeats progression {h.pid[dup].iloc[0]} for annotator {h.annotator[dup].iloc[0]!r}.")
         for i in h.index:

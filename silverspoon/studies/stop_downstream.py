@@ -17,12 +17,13 @@ from ..text import Instrument
 from . import Study
 
 # %% auto #0
-__all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS', 'LETTERS', 'BBQ_PROMPT',
-           'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'STATUSES', 'O3', 'PARSER_EXAMPLES', 'SCORES', 'FLAGS', 'HEADLINE',
-           'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame', 'crows_frame', 'parse_stereoset', 'stereoset_frame',
-           'synthetic_stereoset', 'stratified_draw', 'prompted_items', 'requests_for', 'parse_choice', 'outcomes',
-           'paired_scores', 'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices',
-           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows']
+__all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS',
+           'LETTERS', 'BBQ_PROMPT', 'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'STATUSES', 'O3', 'PARSER_EXAMPLES', 'SCORES',
+           'FLAGS', 'LIKELIHOOD_PREFIXES', 'HEADLINE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame',
+           'crows_frame', 'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw',
+           'prompted_items', 'requests_for', 'parse_choice', 'outcomes', 'paired_scores', 'answer_rate_tests',
+           'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'finetune_info', 'DownstreamTask',
+           'downstream_task', 'summary_rows']
 
 # %% ../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -39,9 +40,12 @@ def bbq_target(row:dict # one BBQ row (answer_info, additional_metadata.stereoty
     return hits[0] if len(hits) == 1 else None
 
 # %% ../../nbs/33_stop_downstream.ipynb #578916eb
+MISSING_UPSTREAM = ("bbq/Gender_identity", "bbq/Race_ethnicity", "bbq/Race_x_SES", "bbq/Race_x_gender", "bbq/SES",
+                    "stereoset/dev")   # PROVENANCE.md "Missing": could not be retrieved for the shared data copy
+
 def _absent(name:str, e:DataError)->bool:
-    "True when `fetch(name)` failed because the file is absent (and could not be downloaded), not because a copy is corrupt."
-    return not (data_dir()/lookup(name).relpath).is_file() and "fails its checksum" not in str(e)
+    "True when `fetch(name)` failed because a file known to be unavailable upstream is absent; any other failure is an error."
+    return name in MISSING_UPSTREAM and not (data_dir()/lookup(name).relpath).is_file() and "fails its checksum" not in str(e)
 
 def absent_reason(name:str # registry name of a file `fetch` could not find
                  )->str:
@@ -353,16 +357,20 @@ def answer_rate_tests(rows:list[tuple[str, str, pd.DataFrame, pd.DataFrame]] # (
     return df
 
 # %% ../../nbs/33_stop_downstream.ipynb #b380585a
+LIKELIHOOD_PREFIXES = {"harness": "bos, else eos, before an empty context only", "bos": "bos, else eos"}   # convention -> identity text
+
 class LogLikelihood(Instrument):
     "Summed log-probability of a continuation given a context, from an `HFBackend`'s model (adapter included)."
     name = "loglikelihood"
     def __init__(self, backend,          # an `HFBackend` (loaded on first use)
-                 batch_size:int=16       # sequences per forward pass (and per cache append)
+                 batch_size:int=16,      # sequences per forward pass (and per cache append)
+                 prefix:str="harness"    # "harness": BOS (else EOS) only before an empty context, as lm-evaluation-harness; "bos": before every sequence
                 ):
-        self.backend, self.batch_size, self.n_forward = backend, batch_size, 0
+        if prefix not in LIKELIHOOD_PREFIXES: raise ValueError(f"prefix {prefix!r}: use one of {list(LIKELIHOOD_PREFIXES)}")
+        self.backend, self.batch_size, self.prefix, self.n_forward = backend, batch_size, prefix, 0
 
-    def identity(self)->dict:
-        return {"instrument": "hf-loglikelihood", "model": self.backend.identity(), "prefix": "bos, else eos", "chat_template": False, "format": 1}
+    def identity(self)->dict:   # "bos" keeps the identity (and so the cache keys) of the scores made before the convention was a choice
+        return {"instrument": "hf-loglikelihood", "model": self.backend.identity(), "prefix": LIKELIHOOD_PREFIXES[self.prefix], "chat_template": False, "format": 1}
 
     def encode(self, context:str, continuation:str)->tuple[list[int], int]:
         "(token ids: prefix + context + continuation, number of continuation tokens at the end)."
@@ -371,7 +379,7 @@ class LogLikelihood(Instrument):
         c = tok(context, add_special_tokens=False)["input_ids"] if context else []
         full = tok(context + continuation, add_special_tokens=False)["input_ids"]
         cont = full[len(c):] if full[:len(c)] == c and len(full) > len(c) else tok(continuation, add_special_tokens=False)["input_ids"]
-        return [pre] + c + cont, len(cont)
+        return ([pre] if self.prefix == "bos" or not c else []) + c + cont, len(cont)
 
     def score_pairs(self, contexts:list[str], continuations:list[str])->list[dict]:
         "`logprob` (sum over the continuation's tokens) and `n_tokens` per (context, continuation) pair."
@@ -457,6 +465,7 @@ class DownstreamTask:
     stereoset_n: int|None = 120                 # StereoSet examples, even over task x domain (when the file is present); null = all
     likelihood: bool = True                     # also score by likelihood (hf backend only)
     likelihood_batch_size: int = 16             # sequences per forward pass of the likelihood scoring
+    likelihood_prefix: str = "harness"          # harness: BOS only before an empty context (lm-evaluation-harness); bos: before every sequence
     n_boot: int = 2000                          # bootstrap replicates of every CI (paired: the same draws for both arms)
     boot_seed: int = 0
     max_examples: int = 12                      # replies shown per benchmark in the hand-checkable samples
@@ -480,6 +489,9 @@ def downstream_task(params:RunParams, src:str="<params>")->DownstreamTask:
     bad = [b for b in t.benchmarks if b not in BENCHMARKS]
     if bad or not t.benchmarks or len(set(t.benchmarks)) != len(t.benchmarks):
         raise ParamsError(f"{src}: field `task.benchmarks` = {t.benchmarks!r}: list each of {list(BENCHMARKS)} at most once (at least one).")
+    if t.likelihood_prefix not in LIKELIHOOD_PREFIXES:
+        raise ParamsError(f"{src}: field `task.likelihood_prefix` = {t.likelihood_prefix!r}: use one of {list(LIKELIHOOD_PREFIXES)} "
+                          "(harness = lm-evaluation-harness's convention, the default).")
     bad = [c for c in t.bbq_categories if c not in BBQ_CATEGORIES]
     if bad: raise ParamsError(f"{src}: field `task.bbq_categories` has {bad[0]!r}; BBQ's categories are {list(BBQ_CATEGORIES)}.")
     for f in ("bbq_n", "crows_n", "stereoset_n", "likelihood_batch_size", "max_examples"):
