@@ -15,8 +15,8 @@ __all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'SHORT_WARNINGS', 'U
            'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts',
            'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci',
            'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder',
-           'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'warning_note', 'word_odds_ratios',
-           'weat']
+           'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note',
+           'word_odds_ratios', 'weat']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -448,6 +448,18 @@ def paired_test(a,                 # scores under condition a (e.g. the male twi
     return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), sd_diff=sd,
                 t=float(r.statistic), df=float(r.df), p_t=float(r.pvalue), wilcoxon_stat=float(w.statistic), p_wilcoxon=float(w.pvalue),
                 wilcoxon_zero_method="pratt", cohens_dz=md_/sd, alpha=alpha)
+
+# %% ../nbs/04_stats.ipynb #16e533fc
+def ci_on_scale(lo:float, hi:float,          # an interval for a difference, e.g. `paired_test`'s diff_ci_low / diff_ci_high
+                n:int,                       # the units it rests on (pairs, names, letters of the smaller group)
+                lower:float, upper:float,    # the scale of the difference: -1, 1 for shares; -100, 100 for percentage points
+                min_n:int=MIN_CLUSTERS       # below this many units: no interval
+               )->tuple[float, float, str]:
+    "(lo, hi, note): no interval below `min_n` units, else the interval cut to [lower, upper]; the note says which."
+    if n < min_n: return float("nan"), float("nan"), f"no interval: {n} < {min_n} units"
+    if not (np.isfinite(lo) and np.isfinite(hi)): return float(lo), float(hi), ""
+    clo, chi = max(float(lo), lower), min(float(hi), upper)
+    return clo, chi, (f"cut to [{lower:g}, {upper:g}]" if (clo, chi) != (float(lo), float(hi)) else "")
 
 # %% ../nbs/04_stats.ipynb #wnote001
 SHORT_WARNINGS = {   # a library's long warning -> what it means for the number in the table

@@ -35,15 +35,17 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"letters"/"tiny-letters"
     style = pd.read_csv(out/"style.csv")
-    assert set(style.measure) == {"positive_vader", "formality_hd", "agentic", "formal_hf", "positive_hf"}
+    assert set(style.measure) == {"positive_vader", "formality_hd", "agentic", "p_agentic", "formal_hf", "positive_hf"}
+    assert (style.paired_ci_low.isna() == (style.n_pairs < 5)).all() and style.paired_ci_note.str.startswith("no interval").all()   # 4 pairs: no interval
     assert (style.n_m + style.n_f == 8).all() and (style.n_pairs <= 4).all()
     hal = pd.read_csv(out/"hallucination.csv")
-    assert set(hal.gender) == {"f", "m"} and set(hal.measure) == {"positive_vader", "agentic", "formal_hf", "positive_hf"}
+    assert set(hal.gender) == {"f", "m"} and set(hal.measure) == {"positive_vader", "agentic", "p_agentic", "formal_hf", "positive_hf"}
     assert hal.n_sentences.sum() > 8 and set(hal.reading) <= {"propagation", "amplification", "attenuation", "not testable"}
     acc = pd.read_csv(out/"agency_classifier.csv")
     assert acc.loc[acc.metric == "test accuracy", "n"].item() == 60
     assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", "n"] == 8
-    for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "summary"): assert (out/f"{f}.csv").is_file(), f
+    for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "weat_sign_check", "summary"): assert (out/f"{f}.csv").is_file(), f
+    assert pd.read_csv(out/"lexicon_odds_ratios.csv").or_ci_low.isna().all()   # 4 letters per gender: too few for a letter bootstrap
     first = json.loads((out/"provenance.json").read_text())["instruments"]
     assert first["misses"] > 0 and (store/"letters"/"tiny-letters.instruments.jsonl").is_file()
     # the rerun computes nothing: every instrument output (and the agency training result) comes from the cache
@@ -62,3 +64,19 @@ def test_bad_letters_params_stop_before_running(tmp_path, tiny, task, needle):
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists()
+
+
+def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_path, tiny):
+    "CLG replay with the (tiny) agency classifier: level and per-letter agreement with the authors' per_ac, and how sure the classifier is."
+    p = _params(tmp_path, tiny, context="clg", success_filter=False, formality_model=None, sentiment_model=None, nli_model=None)
+    env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache"), "XDG_CACHE_HOME": str(tmp_path/"cache")}
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path/"reports"/"letters"/"tiny-letters"
+    agr = pd.read_csv(out/"agency_vs_authors.csv").set_index("measure")
+    assert list(agr.index) == ["agentic", "p_agentic", "agentic_fitted_threshold"] and (agr.n == 8).all()
+    assert (agr.authors_per_ac.nunique() == 1) and ((agr.level_diff - (agr.ours - agr.authors_per_ac)).abs() < 1e-12).all()
+    assert agr.level_diff_ci_low.ge(-1).all() and agr.level_diff_ci_high.le(1).all() and agr.within_tolerance.dtype == bool
+    prob = pd.read_csv(out/"agency_probabilities.csv").iloc[0]
+    assert prob.n_sentences > 8 and 0 <= prob.p_min <= prob.p_median <= prob.p_max <= 1
+    assert "p_agentic" in set(pd.read_csv(out/"instrument_validity.csv").measure)

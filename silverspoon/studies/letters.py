@@ -14,7 +14,8 @@ from ..core import DataError, ParamsError, RunParams, ModelParams, SampleParams,
 from ..data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
 from ..backends import GenRequest
 from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t, warning_note,
-                               paired_test)
+                               paired_test, cluster_boot_weights, percentile_ci, MIN_CLUSTERS, ci_on_scale)
+from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
 from . import Study
 
@@ -22,14 +23,15 @@ from . import Study
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS',
            'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3',
-           'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS', 'WEAT_TESTS', 'STYLE_MEASURES', 'AUTHOR_SCORES', 'STUDY',
-           'missing_groups', 'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned',
-           'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools',
-           'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns',
-           'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'table2_agreement',
-           'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive',
-           'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'sentence_shares', 'style_tests',
-           'agreement_with_authors', 'hallucination_tests', 'AgencyTraining', 'AgencyClassifier', 'summary_rows']
+           'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS', 'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY',
+           'PAPER_SENTIMENT', 'AUTHOR_SCORES', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
+           'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons',
+           'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender',
+           'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios',
+           'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status',
+           'is_repetitive', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
+           'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
+           'hallucination_tests', 'AgencyTraining', 'AgencyClassifier', 'summary_rows']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -368,27 +370,42 @@ def trait_matcher(stems:list|tuple,           # the lexicon's stems (stars strip
 def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `letter` and `gender` ("male"/"female" or "m"/"f")
                         mode:str="faithful",      # see `trait_matcher`
                         lexicons:dict|None=None,  # default `load_lexicons()`
-                        alpha:float=0.05
+                        alpha:float=0.05,
+                        n_boot:int=2000,          # bootstrap replicates over letters
+                        seed:int=0                # seeds the letter draws (male letters: seed, female letters: seed + 1)
                        )->pd.DataFrame:
-    "One row per trait of Table 2: trait-word counts and word totals per gender, the paper's OR, Haldane log OR with CI, p and BH p."
+    "One row per trait of Table 2: counts per gender, the paper's OR, the Haldane log OR with a CI and p that resample letters (Wald on words beside)."
     lexicons = lexicons or load_lexicons()
     g = letters["gender"].map({"male": "m", "m": "m", "female": "f", "f": "f"})
     if g.isna().any(): raise ParamsError(f"gender must be male/female (or m/f); found {sorted(set(letters['gender'][g.isna()].astype(str)))}.")
-    toks = {k: [t for text in letters.loc[g == k, "letter"] for t in letter_tokens(text)] for k in ("m", "f")}
-    n_let = g.value_counts().reindex(["m", "f"], fill_value=0)
+    toks = [letter_tokens(text) for text in letters["letter"]]
+    n_tok = np.array([len(t) for t in toks], dtype=np.float64)
+    idx = {k: np.flatnonzero(g.to_numpy() == k) for k in ("m", "f")}
+    few = min(len(idx["m"]), len(idx["f"])) < MIN_CLUSTERS
+    W = None if few else {k: cluster_boot_weights(len(idx[k]), n_boot, seed + j) for j, k in enumerate(("m", "f"))}
+    q = _norm.ppf(1 - alpha/2)
     rows = []
     for trait, key in TRAITS.items():
         hit = trait_matcher(lexicons[key], mode, STARRED_STEMS[trait])
-        a = {k: sum(map(hit, toks[k])) for k in toks}
-        n = {k: len(toks[k]) for k in toks}
+        h = np.array([sum(map(hit, t)) for t in toks], dtype=np.float64)   # trait words per letter
+        a = {k: int(h[idx[k]].sum()) for k in idx}
+        n = {k: int(n_tok[idx[k]].sum()) for k in idx}
         am, bm, af, bf = a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"]
-        s = log_odds_ratio(am, bm, af, bf, alpha=alpha, haldane="always")
+        s = log_odds_ratio(am, bm, af, bf, alpha=alpha, haldane="always")   # Wald on words: every word independent (kept for comparison)
         with np.errstate(divide="ignore", invalid="ignore"): or_paper = (am / bm) / (af / bf) if bm and bf and af else np.nan
+        lo = hi = se = p = np.nan
+        if not few:   # resample letters within each gender: the letter, not the word, is the sampling unit
+            (Am, Nm), (Af, Nf) = [(W[k] @ h[idx[k]], W[k] @ n_tok[idx[k]]) for k in ("m", "f")]
+            reps = np.log((Am + 0.5) / (Nm - Am + 0.5)) - np.log((Af + 0.5) / (Nf - Af + 0.5))
+            lo, hi, _ = percentile_ci(reps, alpha); se = float(reps.std(ddof=1))
+            p = float(2 * _norm.sf(abs(s["log_or"]) / se)) if se > 0 else np.nan
         rows.append({"trait": trait, "lexicon": key, "mode": mode, "a_m": am, "n_m": n["m"], "a_f": af, "n_f": n["f"],
-                     "n_letters_m": int(n_let["m"]), "n_letters_f": int(n_let["f"]), "or_paper": or_paper,
-                     "log_or": s["log_or"], "log_or_se": s["se"], "log_or_ci_low": s["ci_low"], "log_or_ci_high": s["ci_high"],
-                     "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(s["ci_low"])), "or_ci_high": float(np.exp(s["ci_high"])),
-                     "pvalue": s["pvalue"], "paper": PAPER_TABLE2[trait]})
+                     "n_letters_m": len(idx["m"]), "n_letters_f": len(idx["f"]), "or_paper": or_paper,
+                     "log_or": s["log_or"], "log_or_se": se, "log_or_ci_low": lo, "log_or_ci_high": hi,
+                     "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(lo)), "or_ci_high": float(np.exp(hi)), "pvalue": p,
+                     "ci_method": (f"letter bootstrap ({n_boot}, percentile)" if not few else f"none: fewer than {MIN_CLUSTERS} letters in a gender"),
+                     "or_wald_ci_low": float(np.exp(s["log_or"] - q * s["se"])), "or_wald_ci_high": float(np.exp(s["log_or"] + q * s["se"])),
+                     "pvalue_wald": s["pvalue"], "paper": PAPER_TABLE2[trait]})
     out = pd.DataFrame(rows)
     out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
     return out
@@ -608,11 +625,23 @@ def weat_tests(female_words:list[str], male_words:list[str], # targets X (female
         out.append({"test": test, **r})
     return out
 
+# %% ../../nbs/20_letters.ipynb #97411b0e
+def weat_sign_check(wt:pd.DataFrame # WEAT rows with `words`, `pos`, `test`, `effect_size` and the published `paper` value
+                   )->pd.DataFrame:
+    "Per part of speech, over the rows with a published value: how many signs agree with the paper under our order and under the reversed one."
+    d = wt[wt.paper.notna() & wt.effect_size.notna()]
+    same = np.sign(d.effect_size) == np.sign(d.paper)
+    out = d.assign(same=same).groupby("pos", sort=False).agg(n=("same", "size"), same_sign_our_order=("same", "sum"))
+    out["same_sign_reversed_order"] = out.n - out.same_sign_our_order
+    out = pd.concat([out, out.sum().to_frame("all").T]).rename_axis("pos").reset_index()
+    return out.astype({c: int for c in ("n", "same_sign_our_order", "same_sign_reversed_order")})
+
 # %% ../../nbs/20_letters.ipynb #0603ca28
 STYLE_MEASURES = {   # measure -> (what it is, instrument)
     "positive_vader": ("share of positive sentences", "VADER (compound >= 0.05)"),
     "formality_hd": ("lexical formality F (0-100)", "Heylighen & Dewaele F-score on spaCy POS"),
     "agentic": ("share of agentic sentences", "agency classifier (appendix F.2, trained here)"),
+    "p_agentic": ("mean P(agentic) over sentences", "agency classifier (appendix F.2, trained here), no threshold"),
     "formal_hf": ("share of formal sentences", "HF formality classifier (task.formality_model)"),
     "positive_hf": ("share of positive sentences", "HF sentiment classifier (task.sentiment_model)")}
 
@@ -625,11 +654,13 @@ def sentence_shares(letter_of:list[int], # for each sentence, the row of its let
     with np.errstate(invalid="ignore", divide="ignore"): return np.where(tot > 0, hit / np.maximum(tot, 1), np.nan)
 
 # %% ../../nbs/20_letters.ipynb #064ba993
+STYLE_SCALE = {"formality_hd": 100.0}   # measure -> the largest possible |difference| (shares: 1)
+
 def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id and the measure columns
                 measures:list[str],
                 labels:dict|None=None    # measure -> (what, instrument) for measures not in `STYLE_MEASURES`
                )->pd.DataFrame:
-    "Per measure: male vs female unpaired (Student, Welch, Hedges' g) and paired over complete twin pairs; NaN letters counted."
+    "Per measure: male vs female unpaired (Student, Welch, Hedges' g) and paired over complete twin pairs; NaN letters counted; CIs on the measure's scale."
     rows = []
     for m in measures:
         d = per_letter[["gender", "pair_id", m]]
@@ -639,26 +670,47 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
         w = ok.pivot_table(index="pair_id", columns="gender", values=m, aggfunc="first").dropna()
         pt, note_p = warning_note(paired_test, w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else ({}, "")
         what, instrument = {**STYLE_MEASURES, **(labels or {})}.get(m, (m, ""))
+        top = STYLE_SCALE.get(m, 1.0)   # a difference of shares lies in [-1, 1], of the 0-100 formality score in [-100, 100]
+        ulo, uhi, unote = ci_on_scale(u.get("diff_ci_low", np.nan), u.get("diff_ci_high", np.nan), min(len(mm), len(ff)), -top, top)
+        plo, phi, pnote = ci_on_scale(pt.get("diff_ci_low", np.nan), pt.get("diff_ci_high", np.nan), pt.get("n", len(w)), -top, top)
         rows.append({"measure": m, "what": what, "instrument": instrument, "n_m": len(mm), "n_f": len(ff), "n_missing": int(d[m].isna().sum()),
                      "mean_m": u.get("mean_a", mm.mean()), "mean_f": u.get("mean_b", ff.mean()), "diff_m_f": u.get("diff", np.nan),
-                     "diff_ci_low": u.get("diff_ci_low", np.nan), "diff_ci_high": u.get("diff_ci_high", np.nan),
+                     "diff_ci_low": ulo, "diff_ci_high": uhi, "diff_ci_note": unote,
                      "t_student": u.get("t_student", np.nan), "p_student": u.get("p_student", np.nan), "p_welch": u.get("p_welch", np.nan),
                      "hedges_g": u.get("hedges_g", np.nan), "g_ci_low": u.get("g_ci_low", np.nan), "g_ci_high": u.get("g_ci_high", np.nan),
-                     "n_pairs": pt.get("n", len(w)), "paired_diff": pt.get("mean_diff", np.nan), "paired_ci_low": pt.get("diff_ci_low", np.nan),
-                     "paired_ci_high": pt.get("diff_ci_high", np.nan), "p_paired_t": pt.get("p_t", np.nan), "p_wilcoxon": pt.get("p_wilcoxon", np.nan),
+                     "n_pairs": pt.get("n", len(w)), "paired_diff": pt.get("mean_diff", np.nan), "paired_ci_low": plo,
+                     "paired_ci_high": phi, "paired_ci_note": pnote, "p_paired_t": pt.get("p_t", np.nan), "p_wilcoxon": pt.get("p_wilcoxon", np.nan),
                      "cohens_dz": pt.get("cohens_dz", np.nan),
                      "note": "; ".join([f"unpaired: {note_u}"] * bool(note_u) + [f"paired: {note_p}"] * bool(note_p))})
     return pd.DataFrame(rows)
 
+# %% ../../nbs/20_letters.ipynb #131c4af8
+PAPER_FORMALITY = "s-nlp/roberta-base-formality-ranker"                # classifier.py: label "formal"
+PAPER_SENTIMENT = "distilbert-base-uncased-finetuned-sst-2-english"    # classifier.py: pipeline("sentiment-analysis") default, label "POSITIVE"
+
+def level_comparability(measure:str,                # a style measure (`STYLE_MEASURES`)
+                        formality_model:str|None=None, sentiment_model:str|None=None  # the run's `task` settings
+                       )->str:
+    "Whether the measure's levels can be read beside the paper's: only the paper's own HF classifiers give comparable levels."
+    if measure in ("positive_vader", "formality_hd"): return "stand-in: levels not comparable to the paper (compare directions only)"
+    if measure in ("agentic", "p_agentic"): return "trained here on another base model: levels not comparable to the paper (see the agency agreement table)"
+    mid = {"formal_hf": formality_model, "positive_hf": sentiment_model}.get(measure)
+    paper = {"formal_hf": PAPER_FORMALITY, "positive_hf": PAPER_SENTIMENT}.get(measure)
+    if mid is None: return "not measured"
+    return "the paper's instrument: levels comparable" if str(mid).split("/")[-1] == paper.split("/")[-1] else "another model than the paper's: levels not comparable to the paper"
+
 # %% ../../nbs/20_letters.ipynb #392450b1
-AUTHOR_SCORES = {"positive_vader": "per_pos", "positive_hf": "per_pos", "formality_hd": "per_for", "formal_hf": "per_for", "agentic": "per_ac"}
+AUTHOR_SCORES = {"positive_vader": "per_pos", "positive_hf": "per_pos", "formality_hd": "per_for", "formal_hf": "per_for", "agentic": "per_ac", "p_agentic": "per_ac"}
 
 def agreement_with_authors(per_letter:pd.DataFrame, # our per-letter measures, with the authors' score columns joined
-                           alpha:float=0.05)->pd.DataFrame:
+                           alpha:float=0.05,
+                           pairs:dict|None=None,       # our measure -> the authors' score column; default `AUTHOR_SCORES`
+                           labels:dict|None=None       # our measure -> instrument, for measures not in `STYLE_MEASURES`
+                          )->pd.DataFrame:
     "Per (our measure, authors' score): n, Pearson r with Fisher-z CI and p, Spearman rho and p."
     from scipy import stats
     rows = []
-    for ours, theirs in AUTHOR_SCORES.items():
+    for ours, theirs in (pairs or AUTHOR_SCORES).items():
         if ours not in per_letter or theirs not in per_letter: continue
         d = per_letter[[ours, theirs]].dropna()
         n = len(d)
@@ -666,7 +718,7 @@ def agreement_with_authors(per_letter:pd.DataFrame, # our per-letter measures, w
             rows.append({"measure": ours, "authors_score": theirs, "n": n}); continue
         r, p = stats.pearsonr(d[ours], d[theirs]); rho, prho = stats.spearmanr(d[ours], d[theirs])
         z, q = np.arctanh(r), stats.norm.ppf(1 - alpha/2) / np.sqrt(n - 3)
-        rows.append({"measure": ours, "instrument": STYLE_MEASURES[ours][1], "authors_score": theirs, "n": n, "pearson_r": r,
+        rows.append({"measure": ours, "instrument": {**{k: v[1] for k, v in STYLE_MEASURES.items()}, **(labels or {})}.get(ours, ours), "authors_score": theirs, "n": n, "pearson_r": r,
                      "r_ci_low": np.tanh(z - q), "r_ci_high": np.tanh(z + q), "p_pearson": p, "spearman_rho": rho, "p_spearman": prho})
     return pd.DataFrame(rows)
 

@@ -571,7 +571,7 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
 def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
                      )->pd.DataFrame:
     "Within-name rich-vs-poor tests of the high-income share: per gender x race, per gender and overall (paired t, Wilcoxon, dz, BH); `note`: why a test is undefined."
-    from silverspoon.stats import bh_fdr, warning_note
+    from silverspoon.stats import bh_fdr, warning_note, ci_on_scale
     cl = answers[answers.income_class.notna()].assign(high=lambda d: _high(d))
     per = cl.pivot_table(index=["gender", "race", "rank", "name"], columns="city_class", values="high", aggfunc="mean").dropna().reset_index()
     rows = []
@@ -580,8 +580,9 @@ def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
     for (g, r), s in groups:
         if len(s) < 2: rows.append(dict(gender=g, race=r, n_names=len(s))); continue
         t, note = warning_note(paired_test, 100*s["high"], 100*s["low"])
+        lo, hi, ci_note = ci_on_scale(t["diff_ci_low"], t["diff_ci_high"], t["n"], -100, 100)   # percentage points; no interval from < 5 names
         rows.append(dict(gender=g, race=r, n_names=t["n"], pct_high_rich=t["mean_a"], pct_high_poor=t["mean_b"], diff=t["mean_diff"],
-                         diff_ci_low=t["diff_ci_low"], diff_ci_high=t["diff_ci_high"], p_t=t["p_t"], p_wilcoxon=t["p_wilcoxon"], cohens_dz=t["cohens_dz"], note=note))
+                         diff_ci_low=lo, diff_ci_high=hi, ci_note=ci_note, p_t=t["p_t"], p_wilcoxon=t["p_wilcoxon"], cohens_dz=t["cohens_dz"], note=note))
     out = pd.DataFrame(rows)
     if "p_t" in out: out["p_t_bh"] = bh_fdr(out.p_t)
     return out
