@@ -200,7 +200,8 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "agency_lr": (0, 1, True), "agency_epochs": (1, 1_000), "agency_batch_size": (1, 4096),
     "vader_positive": (-1, 1), "vader_negative": (-1, 1), "n_topics": (2, 1_000), "n_topic_words": (1, 10_000),
     "min_df": (1, 10_000_000), "topic_seed": (0, 2**32 - 1), "cloud_words": (1, 10_000),
-    "bbq_n": (1, 100_000_000), "crows_n": (1, 100_000_000), "stereoset_n": (1, 100_000_000), "likelihood_batch_size": (1, 4096)}
+    "bbq_n": (1, 100_000_000), "crows_n": (1, 100_000_000), "stereoset_n": (1, 100_000_000), "likelihood_batch_size": (1, 4096),
+    "seeds": (0, 449), "stop_max_new_tokens": (1, 1_000_000)}   # stop_scale: seed indices into the 450 STOP progressions
 
 def _shown(v, n:int=60)->str:
     "A value as a message shows it: at most `n` characters; an integer too long to print is described by its digits."
