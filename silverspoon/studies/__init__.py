@@ -8,6 +8,8 @@ import importlib, warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
+from ..provenance import model_label
+from ..report import Report, warning_without_path
 
 # %% auto #0
 __all__ = ['STUDY_REGISTRY', 'Study', 'get_study', 'start_run']
@@ -67,8 +69,7 @@ def start_run(study:str,                      # the study this notebook implemen
         raise ParamsError(f"{params_source}: field `study` = {params.study!r}, but this is the {s.name} notebook ({s.notebook}); "
                           "run the file with `silverspoon run`, which picks the notebook from `study`.")
     opts = s.validate(params, params_source)
-    from silverspoon.report import Report, model_label, warning_without_path   # report imports this module: imported here, no import circle
-    rep = Report(params, out_dir, source=params_source)
+    rep = Report(params, out_dir, source=params_source, notebook=s.notebook)
     if out_dir is not None: warnings.formatwarning = warning_without_path   # a report run: warnings shown without this machine's paths
     if show:
         from IPython.display import Markdown, display

@@ -18,6 +18,7 @@ from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, w
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
 from . import Study
+from ..provenance import model_label
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
@@ -792,7 +793,6 @@ def summary_rows(success:pd.DataFrame,  # from `success_table`
 
 # %% ../../nbs/20_letters.ipynb #059ed6d6
 def _describe(params:RunParams, opts:LettersTask)->str:
-    from silverspoon.report import model_label   # report imports the study registry; imported here, no cycle
     what = "context-less letters (CLG, appendix C.1/C.2)" if opts.context == "clg" else "context-based letters (CBG, appendix C.3: a biography in the prompt)"
     return f"model `{model_label(params.model)}` via `{params.model.backend}`, {what}. {params.description}"
 
