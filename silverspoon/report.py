@@ -11,7 +11,7 @@ from .core import *
 from .provenance import *
 
 # %% auto #0
-__all__ = ['ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'warning_without_path']
+__all__ = ['INSTRUMENTS_MARK', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'warning_without_path']
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -84,6 +84,8 @@ def _jsonable(o):
     if isinstance(o, Path): return str(o)
     return str(o)
 
+INSTRUMENTS_MARK = "silverspoon_instruments"   # output metadata key of the instruments table: the runner places that output first in the HTML report
+
 class Report:
     "Shows tables and figures in the notebook and writes them (CSV / PNG / provenance.json) into `out_dir`."
     def __init__(self, params:RunParams,          # the validated run parameters
@@ -95,22 +97,28 @@ class Report:
         if self.out_dir: self.out_dir.mkdir(parents=True, exist_ok=True)
         self.written = []
 
+    def _heading(self, title, note)->str: return f"<h3>{html.escape(title)}</h3>" + (f"<p><i>{html.escape(note)}</i></p>" if note else "")
+
     def _show_heading(self, title, note):
         from IPython.display import display, HTML
-        display(HTML(f"<h3>{html.escape(title)}</h3>" + (f"<p><i>{html.escape(note)}</i></p>" if note else "")))
+        display(HTML(self._heading(title, note)))
+
+    def _styled(self, df:pd.DataFrame, name:str):   # cells hold model answers and params strings: escaped, never markup
+        return (display_frame(df).style.set_uuid(re.sub(r"\W", "_", name))   # ids from the table's name, not random: a re-run gives the same page
+                .format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
+
+    def _write(self, df, name:str):
+        if self.out_dir:
+            df.to_csv(self.out_dir/f"{name}.csv", index=False)
+            self.written.append(f"{name}.csv")
 
     def table(self, df:pd.DataFrame, name:str, # file stem: `<out_dir>/<name>.csv`
               title:str, note:str=""):
         "Show `df` under `title` (with `note`: what the numbers are, n, CI method) as `display_frame` shows it, and write `df` itself as CSV."
         from IPython.display import display
         self._show_heading(title, note)
-        if isinstance(df, pd.DataFrame):   # cells hold model answers and params strings: escaped, never markup
-            display(display_frame(df).style.set_uuid(re.sub(r"\W", "_", name))   # ids from the table's name, not random: a re-run gives the same page
-                    .format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
-        else: display(df)
-        if self.out_dir:
-            df.to_csv(self.out_dir/f"{name}.csv", index=False)
-            self.written.append(f"{name}.csv")
+        display(self._styled(df, name) if isinstance(df, pd.DataFrame) else df)
+        self._write(df, name)
 
     def figure(self, fig, name:str, title:str, note:str=""):
         "Show a matplotlib figure under `title` and save it as PNG."
@@ -130,10 +138,13 @@ class Report:
 
     def instruments(self, df:pd.DataFrame, # rows of `silverspoon.parse.instrument_validity`, one per instrument
                     note:str=""):          # anything the reader must know besides the columns
-        "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is."
-        self.table(df, "instruments", "Instruments: how far each measuring step agrees with its reference",
-                   "agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
-                   "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
+        "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
+        from IPython.display import display, HTML
+        about = ("agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
+                 "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
+        display(HTML(self._heading("Instruments: how far each measuring step agrees with its reference", about) + self._styled(df, "instruments").to_html()),
+                metadata={INSTRUMENTS_MARK: True})
+        self._write(df, "instruments")
 
     def counts(self, res:pd.DataFrame, # a `generate_all` result
                title:str="Generation accounting", name:str="generation_counts"):

@@ -9,15 +9,16 @@ from pathlib import Path
 import pandas as pd
 from .core import *
 from .provenance import *
-from .report import summary_wide, _relpath, _SUMMARY_VALUES
+from .report import summary_wide, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK
 from .studies import STUDY_REGISTRY, get_study
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'verify_provenance',
-           'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'plain_stream_text', 'publishable_notebook',
-           'study_notebook', 'validate_task', 'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs',
-           'quiet_kernel_manager', 'reports_folder', 'run_params_file', 'notebook_to_html_safe', 'failed_calls',
-           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'build_index']
+__all__ = ['REPORT_MARKER', 'INSTRUMENTS_POINTER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS',
+           'verify_provenance', 'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
+           'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file',
+           'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'run_params_file',
+           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
+           'figure_data_uri', 'build_index']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -78,10 +79,27 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
     "Write the report HTML of an executed notebook (code hidden, library part removed)."
     import nbformat
     nb = nbformat.read(str(nb_path), as_version=4)
-    nb.cells = report_cells(nb)
+    nb.cells = lift_instruments(report_cells(nb))
     Path(html_path).parent.mkdir(parents=True, exist_ok=True)
     Path(html_path).write_text(_page(title, _nb_html(nb)), encoding="utf-8")
     return Path(html_path)
+
+# %% ../nbs/07a_runner.ipynb #lift0001
+INSTRUMENTS_POINTER = "<p><i>The instruments table of this run is at the top of the report.</i></p>"
+
+def lift_instruments(cells:list # report cells (`report_cells`) of an executed notebook
+                    )->list:
+    "`cells` with every output marked `silverspoon.report.INSTRUMENTS_MARK` moved into one cell right after the first code cell (the run line), a pointer left in its place; unchanged when nothing is marked."
+    import nbformat
+    first = next((i for i, c in enumerate(cells) if c.cell_type == "code"), None)
+    marked = [o for c in cells if c.cell_type == "code" for o in c.outputs if o.get("metadata", {}).get(INSTRUMENTS_MARK)]
+    if first is None or not marked: return cells
+    pointer = lambda: nbformat.v4.new_output("display_data", data={"text/html": INSTRUMENTS_POINTER, "text/plain": "(instruments table: at the top)"})
+    for c in cells:
+        if c.cell_type == "code": c.outputs = [pointer() if o.get("metadata", {}).get(INSTRUMENTS_MARK) else o for o in c.outputs]
+    top = nbformat.v4.new_code_cell("", outputs=marked)
+    top.id = "instruments-at-top"   # a fixed id: a re-run gives the same page
+    return cells[:first + 1] + [top] + cells[first + 1:]
 
 # %% ../nbs/07a_runner.ipynb #nbpub001
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
