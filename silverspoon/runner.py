@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from .core import *
 from .provenance import *
-from .report import summary_wide, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK
+from .report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK
 from .studies import STUDY_REGISTRY, get_study
 
 # %% auto #0
@@ -18,7 +18,7 @@ __all__ = ['REPORT_MARKER', 'INSTRUMENTS_POINTER', 'WIDGET_MIME', 'NOTEBOOK_BUDG
            'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file',
            'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'run_params_file',
            'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'build_index']
+           'figure_data_uri', 'build_index', 'validity_page']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -378,7 +378,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
              "Each row comes from a run's <code>summary.csv</code>; estimates are shown with 95% cluster-bootstrap CIs where the run computed them. "
              "Open a run's report for n, methods, parse accounting and provenance. "
              "<a href='validity.html'>Instrument validity</a>: every parser, classifier and router of every run against its reference.</p>"]
-    from silverspoon.parse import gather_instruments, validity_page
+    from silverspoon.parse import gather_instruments
     (reports_dir/"validity.html").write_text(validity_page(gather_instruments(reports_dir)), encoding="utf-8")
     for study, df in collect_summaries(reports_dir).items():
         s = html.escape(study)
@@ -404,3 +404,23 @@ def build_index(reports_dir:str|Path|None=None)->Path:
     out = reports_dir/"index.html"
     out.write_text(_page("silverspoon reports", "".join(parts)), encoding="utf-8")
     return out
+
+# %% ../nbs/07a_runner.ipynb #valid001
+def validity_page(df:pd.DataFrame,  # from `silverspoon.parse.gather_instruments`
+                  title:str="silverspoon: instrument validity")->str:
+    "The validity page on the index's template (`_page`): per study, every run's instruments with n, agreement [95% CI], clear and hard apart, reference and note (all cells escaped)."
+    share = lambda est, n: "NA" if is_missing(est) else f"{est:.3f} (n={int(n)})"
+    parts = [f"<h1>{html.escape(title)}</h1><p class='note'><a href='index.html'>Back to the index</a>. Each run's instruments table "
+             "(<code>instruments.csv</code>, shown at the top of its report): how far each parser, classifier, router or judge agrees with "
+             "its reference. agreement = share of the n compared items where the instrument gives the reference's value (Wilson 95% CI); "
+             "clear / hard = the reference's undisputed and hard items apart; n = 0: no reference in that run (the instrument is used "
+             "unvalidated); a correlation with a reference (the letters' per-letter scores) is given in the note.</p>"]
+    if df.empty: parts.append("<p>No run has written an instruments table yet.</p>")
+    for study, g in df.groupby("study", sort=True):
+        shown = pd.DataFrame({"run": g["run"], "instrument": g["instrument"], "kind": g["kind"], "n": g["n"].astype("Int64"),
+                              "agreement [95% CI]": [ci_text(e, l, h) for e, l, h in zip(g["agreement"], g["ci_low"], g["ci_high"])],
+                              "clear": [share(e, n) for e, n in zip(g["agreement_clear"], g["n_clear"])],
+                              "hard": [share(e, n) for e, n in zip(g["agreement_hard"], g["n_hard"])],
+                              "reference": g["reference"], "note": g["note"]})
+        parts.append(f"<h2>{html.escape(str(study))}</h2>" + shown.to_html(index=False, na_rep="", border=0, escape=True))
+    return _page(title, "".join(parts))
