@@ -4,14 +4,15 @@
 
 # %% ../nbs/06_report.ipynb #2512b8eb
 from __future__ import annotations
-import re, sys, json, time, html, platform, datetime, dataclasses
+import re, sys, json, time, html, platform, datetime, dataclasses, warnings
 from pathlib import Path
 import pandas as pd
 from .core import *
 from .provenance import *
 
 # %% auto #0
-__all__ = ['INSTRUMENTS_MARK', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'warning_without_path']
+__all__ = ['INSTRUMENTS_MARK', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report',
+           'check_summary', 'warning_without_path']
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -91,8 +92,8 @@ class Report:
     def __init__(self, params:RunParams,          # the validated run parameters
                  out_dir:str|Path|None=None,      # where tables go; None = only show them
                  source:str|Path|None=None,       # the params file (its content is hashed into the provenance); None = not a file
-                 notebook:str|None=None):         # the study's notebook in nbs/ (`Study.notebook`, hashed into the provenance); None = none
-        self.params, self.t0, self.source, self.notebook = params, time.time(), source, notebook
+                 study=None):                     # the run's `Study` (`start_run` passes it): its `summary_rows` makes the summary, its `data_files` the provenance
+        self.params, self.t0, self.source, self.study = params, time.time(), source, study
         self.out_dir = Path(out_dir) if out_dir else None
         if self.out_dir: self.out_dir.mkdir(parents=True, exist_ok=True)
         self.written = []
@@ -130,9 +131,12 @@ class Report:
             self.written.append(f"{name}.png")
         display(fig); plt.close(fig)
 
-    def summary(self, df:pd.DataFrame):
-        "The run's headline rows for the cross-model index page (`summary.csv`); shown too."
-        df = df.copy()
+    def summary(self, *args, **kwargs):
+        "The run's headline rows for the index page (`summary.csv`), made by the study's `summary_rows(*args, **kwargs)` and checked against the contract; shown too. Without a study: `summary(df)`."
+        if self.study is not None: df = self.study.summary_rows(*args, **kwargs)
+        elif len(args) == 1 and not kwargs: df = args[0]
+        else: raise TypeError("Report.summary: a report without a study takes the summary frame itself, summary(df); start_run gives the study.")
+        df = check_summary(df, self.study).copy()
         df.insert(0, "run", self.params.run); df.insert(1, "model", model_label(self.params.model)); df.insert(2, "backend", self.params.model.backend)
         self.table(df, "summary", "Summary for the cross-model index", "One row per headline metric of this run; reports/index.html gathers these rows across runs.")
 
@@ -157,9 +161,10 @@ class Report:
                    "empty_answers counts answered-but-empty replies, which the study labels unparseable.")
 
     def provenance(self, store=None,              # the GenerationStore used (hits/misses)
-                   data_files=(),                 # registry names/relpaths of the datasets read
+                   data_files=None,               # registry names/relpaths of the datasets read; None = the study's `data_files`
                    **extra):
         "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
+        if data_files is None: data_files = tuple(self.study.data_files) if self.study is not None else ()
         from IPython.display import display, HTML
         prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -184,7 +189,7 @@ class Report:
             prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         prov.update(extra)
         source = self.source if self.source and not str(self.source).startswith("<") else None
-        prov["content"] = content_record(self.notebook, source, data_files)   # checked by `verify_provenance`
+        prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files)   # checked by `verify_provenance`
         for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
             if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
         if self.out_dir:
@@ -192,6 +197,27 @@ class Report:
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
                        for k, v in prov.items())
         display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
+
+# %% ../nbs/06_report.ipynb #c0ntr002
+SUMMARY_COLUMNS = ("metric", "estimate", "ci_low", "ci_high", "n")   # every summary row has these; the study's key columns may follow
+_ADDED_BY_REPORT = ("run", "model", "backend")
+
+def check_summary(df,          # what the study's `summary_rows` returned
+                  study=None   # the `Study` (for messages and its headline); None = a report without a study
+                 ):
+    "`df` if it is the contract's headline frame (a DataFrame with `SUMMARY_COLUMNS`, one row per metric); a `TypeError` naming the study's notebook and the fix otherwise."
+    import pandas as pd
+    who = f"nbs/{study.notebook} (study {study.name!r}): summary_rows" if study is not None else "Report.summary"
+    fix = "return the long-format headline frame, one row per metric with columns " + ", ".join(SUMMARY_COLUMNS) + " (+ key columns)"
+    if not isinstance(df, pd.DataFrame): raise TypeError(f"{who} returned {type(df).__name__}, not a DataFrame; {fix}.")
+    missing = [c for c in SUMMARY_COLUMNS if c not in df.columns]
+    if missing: raise TypeError(f"{who} returned no column(s) {missing}; {fix}.")
+    clash = [c for c in _ADDED_BY_REPORT if c in df.columns]
+    if clash: raise TypeError(f"{who} returned column(s) {clash}, which the report adds itself; drop them.")
+    if df.empty or df["metric"].isna().any(): raise TypeError(f"{who} returned {'no rows' if df.empty else 'a row without a metric'}; {fix}.")
+    if study is not None and study.headline and study.headline not in set(df["metric"]):
+        warnings.warn(f"{who} gave no row for the headline metric {study.headline!r}: the index plots this run's first metric instead.")
+    return df
 
 # %% ../nbs/06_report.ipynb #warnfmt1
 def warning_without_path(message, category, filename, lineno, line=None)->str:

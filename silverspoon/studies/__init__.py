@@ -5,11 +5,11 @@
 # %% ../../nbs/08_studies.ipynb #9b86cdbe
 from __future__ import annotations
 import importlib, warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
 from ..provenance import model_label
-from ..report import Report, warning_without_path
+from ..report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 
 # %% auto #0
 __all__ = ['STUDY_REGISTRY', 'Study', 'get_study', 'start_run']
@@ -29,8 +29,13 @@ class Study:
     describe: Callable|None = None  # describe(params, opts) -> markdown after "**Run** `<run>`: "; None = model, backend, description
 
     def __post_init__(self):
-        if self.summary_rows is None: raise TypeError(f"Study {self.name!r}: summary_rows is mandatory (it gives the index its rows).")
-        if not self.notebook.endswith(".ipynb"): raise TypeError(f"Study {self.name!r}: notebook must be a file in nbs/, e.g. '10_normative.ipynb'.")
+        fix = "fix the `STUDY = Study(...)` cell of the study's notebook"
+        if self.summary_rows is None: raise TypeError(f"Study {self.name!r}: summary_rows is mandatory (it gives the index its rows); {fix}.")
+        if not callable(self.summary_rows): raise TypeError(f"Study {self.name!r}: summary_rows must be a function returning the headline frame; {fix}.")
+        if not callable(self.validate): raise TypeError(f"Study {self.name!r}: validate must be a function validate(params, src) -> task options; {fix}.")
+        if not is_dataclass(self.task): raise TypeError(f"Study {self.name!r}: task must be the dataclass of the `task:` section (got {self.task!r}); {fix}.")
+        if not self.notebook.endswith(".ipynb"): raise TypeError(f"Study {self.name!r}: notebook must be a file in nbs/, e.g. '10_normative.ipynb'; {fix}.")
+        if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
 STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily
@@ -69,7 +74,7 @@ def start_run(study:str,                      # the study this notebook implemen
         raise ParamsError(f"{params_source}: field `study` = {params.study!r}, but this is the {s.name} notebook ({s.notebook}); "
                           "run the file with `silverspoon run`, which picks the notebook from `study`.")
     opts = s.validate(params, params_source)
-    rep = Report(params, out_dir, source=params_source, notebook=s.notebook)
+    rep = Report(params, out_dir, source=params_source, study=s)   # the report makes the summary with `s.summary_rows` and records `s.data_files`
     if out_dir is not None: warnings.formatwarning = warning_without_path   # a report run: warnings shown without this machine's paths
     if show:
         from IPython.display import Markdown, display
