@@ -7,13 +7,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/"tools"))
 import split_cells as sc
 
+@pytest.mark.xfail(strict=True, reason="the lead applies `python tools/split_cells.py --write --patch` after merging every branch, "
+                                       "then deletes this marker (strict: once the median is <= 12 the marker itself fails)")
 def test_median_exported_cell_is_at_most_12_lines():
     lengths = sc.exported_lengths(sorted((ROOT/"nbs").glob("*.ipynb")))
     assert len(lengths) > 100, "no exported cells found: is nbs/ there?"
-    if statistics.median(lengths) > 12:
-        pytest.xfail(f"median exported cell is {statistics.median(lengths)} lines over {len(lengths)} cells: the lead applies "
-                     "`python tools/split_cells.py --write --patch` after merging (then delete this xfail)")
-    assert statistics.median(lengths) <= 12
+    assert statistics.median(lengths) <= 12, f"median exported cell: {statistics.median(lengths)} lines over {len(lengths)} cells"
 
 SRC = '''#| export
 import contextlib
@@ -50,6 +49,8 @@ class Counter(Base):
     def zero(): return 0
     def __len__(self): return self.n
     def _private(self): return "p"
+    def __repr__(self): return f"Counter({self.n})"
+    __str__ = __repr__
 
 LAST = double(LIMIT)'''
 
@@ -66,7 +67,7 @@ def _behaviour(ns):
     c = ns["Counter"](2)
     with c.held() as h: inside = h.n
     c.size = 5
-    return (ns["LAST"], c.size, c.bump(2).n, c.hello(), c.secret(), c.label(), inside, c.n, ns["Counter"].zero(), len(c), c._private(),
+    return (ns["LAST"], c.size, c.bump(2).n, c.hello(), str(c), c.secret(), c.label(), inside, c.n, ns["Counter"].zero(), len(c), c._private(),
             ns["Counter"].__doc__, ns["Counter"].bump.__doc__, ns["Counter"].bump.__qualname__)
 
 def test_split_keeps_behaviour_and_all_and_moves_only_safe_methods():
@@ -77,7 +78,7 @@ def test_split_keeps_behaviour_and_all_and_moves_only_safe_methods():
     assert "LIMIT = 3" in sources[0] and "def double" in sources[0] and "from fastcore.basics import patch" in sources[0]
     assert sources[1].startswith("#| export\n# a comment above a class\nclass Base")
     cls = next(s for s in sources if "class Counter" in s)
-    for stays in ("def __init__", "def hello", "def secret", "def label", "def zero", "unit = "):
+    for stays in ("def __init__", "def hello", "def secret", "def label", "def zero", "unit = ", "def __repr__"):
         assert stays in cls, stays
     moved = [s for s in sources if "@patch" in s]
     assert [s.splitlines()[2 if "----" in s else 1] for s in moved] == [

@@ -18,7 +18,8 @@ ABC) out of the class, each into its own cell right after the class, with fastco
 A method stays in the class when moving it would change what it does: it calls zero-argument `super()` or reads
 `__class__`, uses a name-mangled `__attr`, has a decorator other than `property` (then `as_prop=True`), its
 `.setter` (`set_prop=True`) or `contextlib.contextmanager`, is a static/class method, is `__init__`/`__new__`/
-`__init_subclass__`/`__class_getitem__`/`__set_name__`, has a default value that reads a name of the class body, or
+`__init_subclass__`/`__class_getitem__`/`__set_name__`, has a default value that reads a name of the class body, is read by the class body
+(`__str__ = __repr__`), or
 already annotates its first parameter. The notebook's first exported import cell gets `from fastcore.basics import
 patch` when a method moves. Standard library only (plus nothing), so it runs before anything is installed.
 """
@@ -120,6 +121,9 @@ def method_blocker(cls:ast.ClassDef, m)->str|None:
         if isinstance(s, ast.Assign): body_names |= {t.id for t in s.targets if isinstance(t, ast.Name)}
         elif isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name): body_names.add(s.target.id)
         elif _is_def(s): body_names.add(s.name)
+    body_reads = {n.id for s in cls.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
+                  for n in ast.walk(s) if isinstance(n, ast.Name)}
+    if m.name in body_reads: return "the class body reads it (e.g. `__str__ = __repr__`)"
     defaults = [*a.defaults, *[d for d in a.kw_defaults if d is not None]]
     if any(_names_in(d) & body_names for d in defaults): return "a default reads the class body"
     return None
