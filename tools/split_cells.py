@@ -21,7 +21,7 @@ A method stays in the class when moving it would change what it does: it calls z
 `__init_subclass__`/`__class_getitem__`/`__set_name__`, has a default value that reads a name of the class body, is read by the class body
 (`__str__ = __repr__`), or
 already annotates its first parameter. The notebook's first exported import cell gets `from fastcore.basics import
-patch` when a method moves. Standard library only (plus nothing), so it runs before anything is installed.
+patch` when a method moves. Standard library only.
 """
 from __future__ import annotations
 import argparse, ast, json, re, statistics, subprocess, sys, uuid
