@@ -8,6 +8,7 @@ import os, sys, json, math, time, socket, numbers, warnings, datetime, threading
 from pathlib import Path
 from .core import SilverspoonError, GenerationParams, RunParams, project_root, stable_hash
 from .backends import Backend, GenRequest, Generation, Conversation
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['RECORD_FIELDS', 'NOTICES_ENV', 'RESULT_COLUMNS', 'request_key', 'StoreError', 'record_problem', 'notice',
@@ -21,6 +22,7 @@ def _key_of(identity:dict, item_id:str, messages:Conversation, gen:dict, sample_
     g = {k: v for k, v in gen.items() if k not in _NOT_IN_KEY}
     return stable_hash({"identity": identity, "item_id": item_id, "messages": messages, "gen": g, "sample_index": sample_index})
 
+# %% ../nbs/03_store.ipynb #4c3546c3
 def request_key(identity:dict,            # `backend.identity()`
                 item_id:str,              # the item asked (`GenRequest.item_id`)
                 messages:Conversation,    # the chat sent
@@ -34,16 +36,20 @@ def request_key(identity:dict,            # `backend.identity()`
 class StoreError(SilverspoonError):
     "The generation store cannot be read or written; the message says which file, what was kept and how to fix it."
 
+# %% ../nbs/03_store.ipynb #8b9f5863
 def _count(v)->int|None:
     "A token count: an integer >= 0, else None."
     return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 else None
 
+# %% ../nbs/03_store.ipynb #389b0b98
 def _secs(v)->float|None:
     "A duration: a finite number >= 0, else None."
     return float(v) if isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 else None
 
+# %% ../nbs/03_store.ipynb #2499a59a
 def _now()->str: return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
+# %% ../nbs/03_store.ipynb #8924a5d7
 def _record(key:str, run:str, r:GenRequest, g:Generation, identity:dict, gen:GenerationParams)->dict:
     "The store record of generation `g` for request `r`: normalised, so it always passes `record_problem`."
     text, error = g.text, g.error
@@ -57,9 +63,13 @@ def _record(key:str, run:str, r:GenRequest, g:Generation, identity:dict, gen:Gen
             "prompt_tokens": _count(g.prompt_tokens), "completion_tokens": _count(g.completion_tokens), "seconds": _secs(g.seconds), "batch_size": _count(getattr(g, "batch_size", None)),
             "identity": identity, "gen": dataclasses.asdict(gen), "created": _now()}
 
+# %% ../nbs/03_store.ipynb #83650bf6
 def _is_int(v): return isinstance(v, int) and not isinstance(v, bool)
+
+# %% ../nbs/03_store.ipynb #28618c3f
 def _opt(ok): return lambda v: v is None or ok(v)
 
+# %% ../nbs/03_store.ipynb #15b52d6d
 RECORD_FIELDS = {   # field: (check, what it must be)
     "key": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
     "run": (lambda v: isinstance(v, str), "a string"),
@@ -83,6 +93,7 @@ def _shown(v)->str:
     s = json.dumps(v, ensure_ascii=True, default=str)
     return f"{type(v).__name__} {s[:40]}{'...' if len(s) > 40 else ''}"
 
+# %% ../nbs/03_store.ipynb #5842405d
 def record_problem(rec)->str|None:
     "Why `rec` cannot be used as a store record (None when it can): a missing or mistyped field, `answer` and `error` both set or both null, or a `key` that is not the hash of the record's own request."
     if not isinstance(rec, dict): return f"not a JSON object but {type(rec).__name__}"
@@ -108,6 +119,7 @@ def _refuse_link(path:Path, n_records:int=0):
                      f"{lost} and no stored answer was lost. Fix: replace the link by a plain copy of the file (cp --remove-destination "
                      f"\"$(readlink -f {path})\" {path}), or set SILVERSPOON_STORE to the folder that really holds the store.")
 
+# %% ../nbs/03_store.ipynb #005d00f0
 NOTICES_ENV = "SILVERSPOON_NOTICES"   # set by `relay_notices`: the file a study kernel writes its notices for the terminal into
 
 def notice(message:str):
@@ -120,6 +132,7 @@ def notice(message:str):
         except OSError: pass
     print(message, file=sys.stderr, flush=True)
 
+# %% ../nbs/03_store.ipynb #d4d57efd
 class GenerationStore:
     "Append-only JSONL store of generation records; the latest usable record per key wins."
     def __init__(self, path:Path|str|None, # JSONL file (created on first append); None = in memory only
@@ -131,139 +144,169 @@ class GenerationStore:
         self._forget()
         if self.path is not None: self.refresh()
 
-    def _forget(self):
-        self._recs: dict[str, dict] = {}
-        self.n_lines = 0                     # usable records read from the file
-        self.bad_lines: dict[int, str] = {}  # line number -> why it is not used
-        self._offset = self._line_no = 0     # bytes and lines read so far (complete lines only)
+# %% ../nbs/03_store.ipynb #592c95ce
+@patch
+def _forget(self:GenerationStore):
+    self._recs: dict[str, dict] = {}
+    self.n_lines = 0                     # usable records read from the file
+    self.bad_lines: dict[int, str] = {}  # line number -> why it is not used
+    self._offset = self._line_no = 0     # bytes and lines read so far (complete lines only)
 
-    @property
-    def n_bad_lines(self)->int:
-        "Lines of the file that are not used (torn, not JSON, or not a usable record)."
-        return len(self.bad_lines)
+# %% ../nbs/03_store.ipynb #7f2878d8
+@patch(as_prop=True)
+def n_bad_lines(self:GenerationStore)->int:
+    "Lines of the file that are not used (torn, not JSON, or not a usable record)."
+    return len(self.bad_lines)
 
-    def _take(self, line:bytes)->str|None:
-        "Use one line if it is a usable record; else say why not."
-        try: rec = json.loads(line)
-        except (ValueError, RecursionError): return "not JSON (a write torn by a killed run, or garbage)"
-        why = self.check(rec)
-        if why is None: self._recs[rec["key"]] = rec
-        return why
+# %% ../nbs/03_store.ipynb #b7d296a7
+@patch
+def _take(self:GenerationStore, line:bytes)->str|None:
+    "Use one line if it is a usable record; else say why not."
+    try: rec = json.loads(line)
+    except (ValueError, RecursionError): return "not JSON (a write torn by a killed run, or garbage)"
+    why = self.check(rec)
+    if why is None: self._recs[rec["key"]] = rec
+    return why
 
-    def refresh(self)->int:
-        "Read the lines appended since the last read (by this run or another); the number of new usable records."
-        if self.path is None: return 0
-        try:
-            with open(self.path, "rb") as f:
-                if os.fstat(f.fileno()).st_size < self._offset: self._forget()   # truncated or replaced: read it all again
-                f.seek(self._offset); data = f.read()
-        except (FileNotFoundError, NotADirectoryError): return 0
-        except OSError as e:
-            raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
-        *lines, tail = data.split(b"\n")   # tail: b"" after a final newline, else a line torn by a killed run (or still being written)
-        new, n_new, no = {}, 0, self._line_no
-        for line in lines:
-            no += 1
-            why = self._take(line) if line.strip() else None
-            if why is None: self.bad_lines.pop(no, None); n_new += bool(line.strip())
-            else: new[no] = why
-        self._offset += len(data) - len(tail); self._line_no = no; self.n_lines += n_new
-        if tail.strip():                     # kept unread: read again (complete, perhaps) next time
-            why = self._take(tail)
-            if why is None: self.bad_lines.pop(no + 1, None)
-            else: new[no + 1] = why
-        fresh = {n: w for n, w in new.items() if self.bad_lines.get(n) != w}
-        self.bad_lines.update(new)
-        if fresh:
-            shown = "; ".join(f"line {n}: {w}" for n, w in list(fresh.items())[:5]) + ("; ..." if len(fresh) > 5 else "")
-            warnings.warn(f"{self.path}: skipped {len(fresh)} unusable line(s) ({shown}). They are never used: "
-                          f"those items keep their last good record or are generated again.", stacklevel=2)
-        return n_new
+# %% ../nbs/03_store.ipynb #31cd9e9b
+@patch
+def refresh(self:GenerationStore)->int:
+    "Read the lines appended since the last read (by this run or another); the number of new usable records."
+    if self.path is None: return 0
+    try:
+        with open(self.path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < self._offset: self._forget()   # truncated or replaced: read it all again
+            f.seek(self._offset); data = f.read()
+    except (FileNotFoundError, NotADirectoryError): return 0
+    except OSError as e:
+        raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
+    *lines, tail = data.split(b"\n")   # tail: b"" after a final newline, else a line torn by a killed run (or still being written)
+    new, n_new, no = {}, 0, self._line_no
+    for line in lines:
+        no += 1
+        why = self._take(line) if line.strip() else None
+        if why is None: self.bad_lines.pop(no, None); n_new += bool(line.strip())
+        else: new[no] = why
+    self._offset += len(data) - len(tail); self._line_no = no; self.n_lines += n_new
+    if tail.strip():                     # kept unread: read again (complete, perhaps) next time
+        why = self._take(tail)
+        if why is None: self.bad_lines.pop(no + 1, None)
+        else: new[no + 1] = why
+    fresh = {n: w for n, w in new.items() if self.bad_lines.get(n) != w}
+    self.bad_lines.update(new)
+    if fresh:
+        shown = "; ".join(f"line {n}: {w}" for n, w in list(fresh.items())[:5]) + ("; ..." if len(fresh) > 5 else "")
+        warnings.warn(f"{self.path}: skipped {len(fresh)} unusable line(s) ({shown}). They are never used: "
+                      f"those items keep their last good record or are generated again.", stacklevel=2)
+    return n_new
 
-    def get(self, key:str)->dict|None:
-        "The latest usable record stored under `key`, or None."
-        return self._recs.get(key)
+# %% ../nbs/03_store.ipynb #33ab4c6f
+@patch
+def get(self:GenerationStore, key:str)->dict|None:
+    "The latest usable record stored under `key`, or None."
+    return self._recs.get(key)
 
-    def __contains__(self, key): return key in self._recs
-    def __len__(self): return len(self._recs)
-    def records(self)->list[dict]:
-        "The latest record of every key, in first-written order."
-        return list(self._recs.values())
+# %% ../nbs/03_store.ipynb #12d3636c
+@patch
+def __contains__(self:GenerationStore, key): return key in self._recs
 
-    def append(self, records:list[dict]):
-        "Add usable records (`self.check`); on disk: one write, then flush + fsync, so a completed batch survives a crash."
-        if not records: return
-        for r in records:
-            why = self.check(r)
-            if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
-        if self.path is not None:
-            buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
-            _refuse_link(self.path, len(records))
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666), "rb+") as f:   # never through a link
-                    _lock(f)
-                    f.seek(0, os.SEEK_END)
-                    if f.tell() > 0:                      # after a torn write, start on a fresh line
-                        f.seek(-1, os.SEEK_END)
-                        if f.read(1) != b"\n": buf = b"\n" + buf
-                    f.write(buf); f.flush(); os.fsync(f.fileno())
-            except OSError as e:
-                raise StoreError(f"{self.path}: could not save a batch of {len(records)} answer(s) ({_os_reason(e)}). That batch is lost "
-                                 f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
-        for r in records: self._recs[r["key"]] = r
+# %% ../nbs/03_store.ipynb #62a64134
+@patch
+def __len__(self:GenerationStore): return len(self._recs)
 
-    @contextlib.contextmanager
-    def locked(self):
-        "Hold this store's run lock (waiting, with a message, while another run holds it), then read what others stored."
-        if self.path is None: yield self; return
-        lock = self.path.with_name(self.path.name + ".lock")
-        for p in (self.path, lock): _refuse_link(p)
+# %% ../nbs/03_store.ipynb #16c2d2c8
+@patch
+def records(self:GenerationStore)->list[dict]:
+    "The latest record of every key, in first-written order."
+    return list(self._recs.values())
+
+# %% ../nbs/03_store.ipynb #7acb6aa7
+@patch
+def append(self:GenerationStore, records:list[dict]):
+    "Add usable records (`self.check`); on disk: one write, then flush + fsync, so a completed batch survives a crash."
+    if not records: return
+    for r in records:
+        why = self.check(r)
+        if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
+    if self.path is not None:
+        buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
+        _refuse_link(self.path, len(records))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
-            if self.path.exists(): os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW))   # the store itself must be writable too
+            with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666), "rb+") as f:   # never through a link
+                _lock(f)
+                f.seek(0, os.SEEK_END)
+                if f.tell() > 0:                      # after a torn write, start on a fresh line
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n": buf = b"\n" + buf
+                f.write(buf); f.flush(); os.fsync(f.fileno())
         except OSError as e:
-            raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
-                             f"generating anything and no answer was lost. {_store_fix()}") from None
-        try:
-            if not _flock(fd, block=False):
-                notice(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
-                       f"then its answers are reused instead of generated again (stop that run to go on at once).")
-                t0 = time.monotonic(); _flock(fd, block=True)
-                notice(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.")
-            with contextlib.suppress(OSError, AttributeError):
-                info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
-                os.ftruncate(fd, 0); os.pwrite(fd, info, 0)
-            self.refresh()
-            yield self
-        finally: os.close(fd)          # releases the lock
+            raise StoreError(f"{self.path}: could not save a batch of {len(records)} answer(s) ({_os_reason(e)}). That batch is lost "
+                             f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
+    for r in records: self._recs[r["key"]] = r
 
-    def summary(self)->dict:
-        "What a report shows about the store: file, keys, hits/misses, and the unused lines with their reasons."
-        return {"path": str(self.path) if self.path else None, "keys": len(self), "hits": self.hits, "misses": self.misses,
-                "unusable_lines": self.n_bad_lines,
-                "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]]}
+# %% ../nbs/03_store.ipynb #e6428918
+@patch
+@contextlib.contextmanager
+def locked(self:GenerationStore):
+    "Hold this store's run lock (waiting, with a message, while another run holds it), then read what others stored."
+    if self.path is None: yield self; return
+    lock = self.path.with_name(self.path.name + ".lock")
+    for p in (self.path, lock): _refuse_link(p)
+    try:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | _NOFOLLOW, 0o666)
+        if self.path.exists(): os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW))   # the store itself must be writable too
+    except OSError as e:
+        raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
+                         f"generating anything and no answer was lost. {_store_fix()}") from None
+    try:
+        if not _flock(fd, block=False):
+            notice(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
+                   f"then its answers are reused instead of generated again (stop that run to go on at once).")
+            t0 = time.monotonic(); _flock(fd, block=True)
+            notice(f"{self.path}: the other run is done (waited {time.monotonic() - t0:.0f}s); going on.")
+        with contextlib.suppress(OSError, AttributeError):
+            info = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": _now()}).encode()
+            os.ftruncate(fd, 0); os.pwrite(fd, info, 0)
+        self.refresh()
+        yield self
+    finally: os.close(fd)          # releases the lock
 
-    def batch_sizes(self)->dict:
-        "How many stored answers each batch size made (\"unknown\": replayed answers and records older than the field)."
-        from collections import Counter
-        c = Counter("unknown" if r.get("batch_size") is None else int(r["batch_size"]) for r in self._recs.values())
-        return dict(sorted(c.items(), key=lambda kv: (isinstance(kv[0], str), kv[0])))
+# %% ../nbs/03_store.ipynb #75a2fc39
+@patch
+def summary(self:GenerationStore)->dict:
+    "What a report shows about the store: file, keys, hits/misses, and the unused lines with their reasons."
+    return {"path": str(self.path) if self.path else None, "keys": len(self), "hits": self.hits, "misses": self.misses,
+            "unusable_lines": self.n_bad_lines,
+            "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]]}
 
-    def __repr__(self):
-        bad = f", {self.n_bad_lines} unusable line(s)" if self.n_bad_lines else ""
-        return f"GenerationStore({str(self.path) if self.path else 'in memory'}: {len(self)} keys, hits={self.hits}, misses={self.misses}{bad})"
+# %% ../nbs/03_store.ipynb #febc9704
+@patch
+def batch_sizes(self:GenerationStore)->dict:
+    "How many stored answers each batch size made (\"unknown\": replayed answers and records older than the field)."
+    from collections import Counter
+    c = Counter("unknown" if r.get("batch_size") is None else int(r["batch_size"]) for r in self._recs.values())
+    return dict(sorted(c.items(), key=lambda kv: (isinstance(kv[0], str), kv[0])))
 
+# %% ../nbs/03_store.ipynb #9ceba93c
+@patch
+def __repr__(self:GenerationStore):
+    bad = f", {self.n_bad_lines} unusable line(s)" if self.n_bad_lines else ""
+    return f"GenerationStore({str(self.path) if self.path else 'in memory'}: {len(self)} keys, hits={self.hits}, misses={self.misses}{bad})"
+
+# %% ../nbs/03_store.ipynb #2d642379
 def _lock(f):
     "Exclusive advisory lock until `f` is closed (POSIX); two processes appending to one file do not interleave lines."
     try:
         import fcntl; fcntl.flock(f.fileno(), fcntl.LOCK_EX)
     except (ImportError, OSError): pass
 
+# %% ../nbs/03_store.ipynb #342d5f6a
 def _os_reason(e:OSError)->str:
     return f"{e.strerror or type(e).__name__}: {e.filename}" if e.filename else (e.strerror or str(e))
 
+# %% ../nbs/03_store.ipynb #313c2072
 def _store_fix()->str:
     env = os.environ.get("SILVERSPOON_STORE")
     now = f"SILVERSPOON_STORE={env}" if env else f"SILVERSPOON_STORE is unset, so the store root is {project_root()/'store'}"
@@ -283,6 +326,7 @@ def _pump(path:str, out, stop, interval:float):
         if last: return
         stop.wait(interval)
 
+# %% ../nbs/03_store.ipynb #1323479f
 @contextlib.contextmanager
 def relay_notices(to=None,          # where notices go (default: this process's stderr at that moment)
                   interval:float=0.2 # seconds between looks at the notice file
@@ -306,6 +350,7 @@ def relay_notices(to=None,          # where notices go (default: this process's 
                 else: os.environ[NOTICES_ENV] = _RELAY["old"]
                 _RELAY["stop"].set(); _RELAY["thread"].join(10); os.unlink(_RELAY["path"])
 
+# %% ../nbs/03_store.ipynb #c44c9747
 def _flock(fd:int, block:bool)->bool:
     "Take an exclusive lock on `fd`: True when held (or when locks are not supported), False when busy and `block` is off."
     try: import fcntl
@@ -316,6 +361,7 @@ def _flock(fd:int, block:bool)->bool:
         warnings.warn(f"file locks are not supported here ({e.strerror}): two runs on one store are not kept apart.")
         return True
 
+# %% ../nbs/03_store.ipynb #32506dd4
 def _holder(fd:int, tries:int=20)->str:
     "Who holds the lock, as the holder wrote it into the lock file (retried for up to ~1 s: it writes just after taking the lock)."
     for i in range(tries):
@@ -331,6 +377,7 @@ def store_root()->Path:
     "Where run stores live: `$SILVERSPOON_STORE` (e.g. a Google Drive folder on Colab), else `<project>/store`."
     return Path(os.environ["SILVERSPOON_STORE"]) if os.environ.get("SILVERSPOON_STORE") else project_root()/"store"
 
+# %% ../nbs/03_store.ipynb #de700e66
 def unwritable_reason(path:Path|str # a store file
                      )->str|None:
     "Why the store file `path` could not be written, judged without creating anything; None when it looks writable."
@@ -343,6 +390,7 @@ def unwritable_reason(path:Path|str # a store file
         return None if os.access(d, os.W_OK | os.X_OK) else f"{d} is not writable"
     except OSError as e: return _os_reason(e)
 
+# %% ../nbs/03_store.ipynb #8125e543
 def store_for(params:RunParams, # the run's parameters (study and run name)
               backend:Backend   # the backend that will answer
              )->GenerationStore:
@@ -362,11 +410,13 @@ def _progress(total:int, desc:str, enabled:bool):
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, unit="item", disable=not enabled or total == 0, dynamic_ncols=True, mininterval=0.5)
 
+# %% ../nbs/03_store.ipynb #135a1f02
 def _chunk_size(batch_size:int|str|None, backend)->int:
     "Requests `generate_all` hands over (and stores) at a time: `batch_size`, or the backend's when None or \"auto\"."
     b = batch_size if isinstance(batch_size, int) and not isinstance(batch_size, bool) else getattr(backend, "batch_size", 8)
     return max(1, b if isinstance(b, int) and not isinstance(b, bool) else 8)
 
+# %% ../nbs/03_store.ipynb #f016f9d5
 def generate_all(backend:Backend,            # what answers
                  requests:list[GenRequest],  # what to ask, in the order the result should have
                  gen:GenerationParams,       # decoding parameters (part of every key)

@@ -9,6 +9,7 @@ from collections import deque
 from pathlib import Path
 from ..core import SilverspoonError, ModelParams, GenerationParams, canonical_json, stable_hash, sha256_file, project_root
 from .base import Backend, GenRequest, Generation, Conversation, error_text, check_decoding
+from fastcore.basics import patch
 
 _log = logging.getLogger("silverspoon.backends.hf")
 
@@ -20,6 +21,7 @@ __all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_S
 # %% ../../nbs/02b_hf.ipynb #750498da
 def _pip_name(package:str)->str: return package.split(".")[0].replace("_", "-")
 
+# %% ../../nbs/02b_hf.ipynb #2199b923
 def resolve_model_path(model:ModelParams # the `model` section of the run params
                       )->str:
     "Hub id or folder to load: `model.id`, or with `model.package` the folder `id` inside that installed package."
@@ -71,9 +73,13 @@ def _torch():
                                                "(CPU-only torch: add `--index-url https://download.pytorch.org/whl/cpu`).") from None
     return torch
 
+# %% ../../nbs/02b_hf.ipynb #67cc6c83
 class _DropCastWarning(logging.Filter):
     "bitsandbytes' 8-bit matmul logs one line per layer call on CPU; keep the log readable."
-    def filter(self, record): return "inputs will be cast from" not in record.getMessage()
+
+# %% ../../nbs/02b_hf.ipynb #4bb273a9
+@patch
+def filter(self:_DropCastWarning, record): return "inputs will be cast from" not in record.getMessage()
 
 # %% ../../nbs/02b_hf.ipynb #bea91d0c
 AUTO_BATCH_CPU = 8          # `batch_size: auto` without a CUDA device
@@ -82,6 +88,7 @@ AUTO_MEMORY_SHARE = 0.4     # share of the free CUDA memory `auto` lets the KV c
 
 def _dtype_bytes(dtype)->int: return _torch().tensor([], dtype=dtype).element_size()
 
+# %% ../../nbs/02b_hf.ipynb #bcb02c30
 def kv_cache_bytes_per_token(config,          # a transformers model config (its text part is used for multimodal ones)
                              dtype_bytes:int=2 # bytes per cached value: 2 for bfloat16/float16, 4 for float32
                             )->int:
@@ -106,6 +113,7 @@ def auto_batch_size(free_bytes:int,            # CUDA memory a batch may use (fr
 def _batch_seed(seed:int, requests:list[GenRequest])->int:
     return int(stable_hash([seed, [[r.item_id, r.sample_index] for r in requests]], n=15), 16)
 
+# %% ../../nbs/02b_hf.ipynb #c4fa206d
 def _stop_ids(tok, model, fallback:bool)->set[int]:
     ids = model.generation_config.eos_token_id
     ids = set(ids if isinstance(ids, (list, tuple)) else [] if ids is None else [ids])
@@ -115,15 +123,18 @@ def _stop_ids(tok, model, fallback:bool)->set[int]:
         if isinstance(im_end, int) and im_end != tok.unk_token_id: ids.add(im_end)
     return ids
 
+# %% ../../nbs/02b_hf.ipynb #19b0e628
 def _free_accelerator_memory():
     import gc; gc.collect()
     torch = _torch()
     if torch.cuda.is_available(): torch.cuda.empty_cache()
 
+# %% ../../nbs/02b_hf.ipynb #19d683cc
 def _oom_error()->type:
     torch = _torch()
     return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
 
+# %% ../../nbs/02b_hf.ipynb #4e36d483
 def _is_oom(e:BaseException)->bool:
     "A CUDA out-of-memory: torch's `OutOfMemoryError`, or the plain `RuntimeError`s some kernels and cuBLAS raise for it."
     if isinstance(e, _oom_error()): return True
@@ -152,260 +163,292 @@ class HFBackend(Backend):
         self.auto_estimate: int|None = None        # `batch_size: auto`: the estimate of the last generate call
         self.compile_seconds, self.compiles = 0.0, 0   # `compile: true`: wall time of the batches that (re)compiled, and how many
 
-    # ---------------------------------------------------------------- loading
-    @property
-    def path(self)->str:
-        if self._path is None: self._path = resolve_model_path(self.params)
-        return self._path
+# %% ../../nbs/02b_hf.ipynb #1a7dfb06
+@patch(as_prop=True)
+def path(self:HFBackend)->str:
+    if self._path is None: self._path = resolve_model_path(self.params)
+    return self._path
 
-    def _load_kw(self)->dict:
-        kw = {"revision": self.params.revision} if self.params.revision else {}
-        if self.params.gguf_file: kw["gguf_file"] = self.params.gguf_file
-        return kw
+# %% ../../nbs/02b_hf.ipynb #5295243a
+@patch
+def _load_kw(self:HFBackend)->dict:
+    kw = {"revision": self.params.revision} if self.params.revision else {}
+    if self.params.gguf_file: kw["gguf_file"] = self.params.gguf_file
+    return kw
 
-    @property
-    def device(self)->str:
-        torch, d = _torch(), self.params.device
-        if d == "auto": return "cuda" if torch.cuda.is_available() else "cpu"
-        if d.startswith("cuda") and not torch.cuda.is_available():
-            raise SilverspoonError(f"model.device = {d!r} but no CUDA GPU is available here. Use device: auto (or cpu).")
-        return d
+# %% ../../nbs/02b_hf.ipynb #a2079609
+@patch(as_prop=True)
+def device(self:HFBackend)->str:
+    torch, d = _torch(), self.params.device
+    if d == "auto": return "cuda" if torch.cuda.is_available() else "cpu"
+    if d.startswith("cuda") and not torch.cuda.is_available():
+        raise SilverspoonError(f"model.device = {d!r} but no CUDA GPU is available here. Use device: auto (or cpu).")
+    return d
 
-    @property
-    def dtype(self):
-        torch = _torch()
-        if self.params.dtype != "auto": return getattr(torch, self.params.dtype)
-        if self.device.startswith("cuda"): return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
+# %% ../../nbs/02b_hf.ipynb #85a2dfef
+@patch(as_prop=True)
+def dtype(self:HFBackend):
+    torch = _torch()
+    if self.params.dtype != "auto": return getattr(torch, self.params.dtype)
+    if self.device.startswith("cuda"): return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.float32
 
-    @property
-    def tokenizer(self):
-        if self._tok is None:
-            self.device   # a CUDA device that is not here fails now, before anything is downloaded or loaded
-            try: from transformers import AutoTokenizer
-            except ImportError: raise SilverspoonError("backend 'hf' needs transformers: `pip install transformers accelerate`.") from None
-            tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
-            tok.padding_side = "left"
-            if tok.chat_template: self.chat_template_source = "tokenizer"
-            else: tok.chat_template, self.chat_template_source = CHATML_TEMPLATE, "chatml-fallback"
-            if tok.pad_token is None:
-                if tok.eos_token is None: raise SilverspoonError(f"the tokenizer of {self.params.id!r} has neither a pad nor an eos token; cannot batch.")
-                tok.pad_token = tok.eos_token
-            self._tok = tok
-        return self._tok
+# %% ../../nbs/02b_hf.ipynb #d84db9de
+@patch(as_prop=True)
+def tokenizer(self:HFBackend):
+    if self._tok is None:
+        self.device   # a CUDA device that is not here fails now, before anything is downloaded or loaded
+        try: from transformers import AutoTokenizer
+        except ImportError: raise SilverspoonError("backend 'hf' needs transformers: `pip install transformers accelerate`.") from None
+        tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
+        tok.padding_side = "left"
+        if tok.chat_template: self.chat_template_source = "tokenizer"
+        else: tok.chat_template, self.chat_template_source = CHATML_TEMPLATE, "chatml-fallback"
+        if tok.pad_token is None:
+            if tok.eos_token is None: raise SilverspoonError(f"the tokenizer of {self.params.id!r} has neither a pad nor an eos token; cannot batch.")
+            tok.pad_token = tok.eos_token
+        self._tok = tok
+    return self._tok
 
-    @property
-    def adapter_path(self)->Path|None:
-        "The adapter folder named by `model.adapter` (None without one); raises if it is not a PEFT adapter folder."
-        a = self.params.adapter
-        if not a: return None
-        for cand in [Path(a).expanduser(), project_root()/a]:
-            if (cand/"adapter_config.json").exists(): return cand.resolve()
-        raise SilverspoonError(f"model.adapter = {a!r} is not a PEFT adapter folder (no adapter_config.json there, nor under the "
-                               f"project root {project_root()}). Point it at the `adapter/` folder written by `silverspoon finetune` "
-                               "(or by `PeftModel.save_pretrained`), or remove `adapter`.")
+# %% ../../nbs/02b_hf.ipynb #974e8b28
+@patch(as_prop=True)
+def adapter_path(self:HFBackend)->Path|None:
+    "The adapter folder named by `model.adapter` (None without one); raises if it is not a PEFT adapter folder."
+    a = self.params.adapter
+    if not a: return None
+    for cand in [Path(a).expanduser(), project_root()/a]:
+        if (cand/"adapter_config.json").exists(): return cand.resolve()
+    raise SilverspoonError(f"model.adapter = {a!r} is not a PEFT adapter folder (no adapter_config.json there, nor under the "
+                           f"project root {project_root()}). Point it at the `adapter/` folder written by `silverspoon finetune` "
+                           "(or by `PeftModel.save_pretrained`), or remove `adapter`.")
 
-    def adapter_sha256(self)->str|None:
-        "sha256 over the sha256 of each adapter file (config + weights); None without an adapter."
-        d = self.adapter_path
-        if d is None: return None
-        files = sorted(f for f in d.iterdir() if f.is_file() and (f.name == "adapter_config.json" or f.name.startswith("adapter_model")))
-        if not any(f.name.startswith("adapter_model") for f in files):
-            raise SilverspoonError(f"model.adapter = {self.params.adapter!r}: {d} has adapter_config.json but no adapter_model.* weights file.")
-        return _sha256({f.name: sha256_file(f) for f in files})
+# %% ../../nbs/02b_hf.ipynb #5a30adcd
+@patch
+def adapter_sha256(self:HFBackend)->str|None:
+    "sha256 over the sha256 of each adapter file (config + weights); None without an adapter."
+    d = self.adapter_path
+    if d is None: return None
+    files = sorted(f for f in d.iterdir() if f.is_file() and (f.name == "adapter_config.json" or f.name.startswith("adapter_model")))
+    if not any(f.name.startswith("adapter_model") for f in files):
+        raise SilverspoonError(f"model.adapter = {self.params.adapter!r}: {d} has adapter_config.json but no adapter_model.* weights file.")
+    return _sha256({f.name: sha256_file(f) for f in files})
 
-    def _quantization_config(self):
-        q = self.params.quantization
-        if q == "none": return None
-        try: import bitsandbytes  # noqa: F401
-        except ImportError: raise SilverspoonError(f"model.quantization = {q!r} needs bitsandbytes: `pip install bitsandbytes accelerate` "
-                                                   "(or set quantization: none).") from None
-        torch = _torch(); from transformers import BitsAndBytesConfig
-        if q == "8bit":
-            lg = logging.getLogger("bitsandbytes.autograd._functions")
-            if not any(isinstance(f, _DropCastWarning) for f in lg.filters): lg.addFilter(_DropCastWarning())
-            return BitsAndBytesConfig(load_in_8bit=True)
-        compute = torch.bfloat16 if self.device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
-        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute)
+# %% ../../nbs/02b_hf.ipynb #eaa376e0
+@patch
+def _quantization_config(self:HFBackend):
+    q = self.params.quantization
+    if q == "none": return None
+    try: import bitsandbytes  # noqa: F401
+    except ImportError: raise SilverspoonError(f"model.quantization = {q!r} needs bitsandbytes: `pip install bitsandbytes accelerate` "
+                                               "(or set quantization: none).") from None
+    torch = _torch(); from transformers import BitsAndBytesConfig
+    if q == "8bit":
+        lg = logging.getLogger("bitsandbytes.autograd._functions")
+        if not any(isinstance(f, _DropCastWarning) for f in lg.filters): lg.addFilter(_DropCastWarning())
+        return BitsAndBytesConfig(load_in_8bit=True)
+    compute = torch.bfloat16 if self.device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute)
 
-    @property
-    def model(self):
-        if self._model is None:
-            from transformers import AutoModelForCausalLM
-            qc, kw = self._quantization_config(), self._load_kw()
-            if qc is not None: kw.update(quantization_config=qc, device_map={"": self.device})
-            m = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, **kw)
-            if qc is None: m = m.to(self.device)
-            if self.adapter_path is not None:
-                try: from peft import PeftModel
-                except ImportError: raise SilverspoonError("model.adapter needs peft: `pip install peft`.") from None
-                m = PeftModel.from_pretrained(m, str(self.adapter_path), is_trainable=False)
-            m.eval()
-            m.generation_config.pad_token_id = self.tokenizer.pad_token_id
-            self._model = m
-        return self._model
+# %% ../../nbs/02b_hf.ipynb #eca4aa13
+@patch(as_prop=True)
+def model(self:HFBackend):
+    if self._model is None:
+        from transformers import AutoModelForCausalLM
+        qc, kw = self._quantization_config(), self._load_kw()
+        if qc is not None: kw.update(quantization_config=qc, device_map={"": self.device})
+        m = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, **kw)
+        if qc is None: m = m.to(self.device)
+        if self.adapter_path is not None:
+            try: from peft import PeftModel
+            except ImportError: raise SilverspoonError("model.adapter needs peft: `pip install peft`.") from None
+            m = PeftModel.from_pretrained(m, str(self.adapter_path), is_trainable=False)
+        m.eval()
+        m.generation_config.pad_token_id = self.tokenizer.pad_token_id
+        self._model = m
+    return self._model
 
-    def load(self):
-        "Load tokenizer and weights now (otherwise the first `generate` does)."
-        self.tokenizer, self.model
-        return self
+# %% ../../nbs/02b_hf.ipynb #228a8d73
+@patch
+def load(self:HFBackend):
+    "Load tokenizer and weights now (otherwise the first `generate` does)."
+    self.tokenizer, self.model
+    return self
 
-    # ---------------------------------------------------------------- identity
-    def _commit(self)->str|None:
-        if self._model is not None and getattr(self._model.config, "_commit_hash", None): return self._model.config._commit_hash
-        if self.params.package or Path(self.path).exists(): return None   # a local folder has no commit
-        try:
-            from transformers.utils import cached_file, extract_commit_hash
-            f = cached_file(self.path, self.params.gguf_file or "config.json", revision=self.params.revision)
-            return extract_commit_hash(f, None)
-        except Exception: return None
+# %% ../../nbs/02b_hf.ipynb #08dd04e1
+@patch
+def _commit(self:HFBackend)->str|None:
+    if self._model is not None and getattr(self._model.config, "_commit_hash", None): return self._model.config._commit_hash
+    if self.params.package or Path(self.path).exists(): return None   # a local folder has no commit
+    try:
+        from transformers.utils import cached_file, extract_commit_hash
+        f = cached_file(self.path, self.params.gguf_file or "config.json", revision=self.params.revision)
+        return extract_commit_hash(f, None)
+    except Exception: return None
 
-    def identity(self)->dict:
-        if self._identity is None:
-            p, tok = self.params, self.tokenizer
-            self._identity = {"backend": "hf", "id": p.id, "package": p.package, "package_version": package_version(p.package),
-                "revision": p.revision, "commit": self._commit(), "gguf_file": p.gguf_file, "quantization": p.quantization,
-                "dtype": str(self.dtype).replace("torch.", ""), "chat_template_sha256": _sha256(tok.chat_template),
-                "chat_template_source": self.chat_template_source}
-            if p.adapter: self._identity.update(adapter=p.adapter, adapter_sha256=self.adapter_sha256())
-            if p.compile: self._identity["compile"] = True   # only when on: the keys of plain runs stay what they were
-        return self._identity
+# %% ../../nbs/02b_hf.ipynb #ca937542
+@patch
+def identity(self:HFBackend)->dict:
+    if self._identity is None:
+        p, tok = self.params, self.tokenizer
+        self._identity = {"backend": "hf", "id": p.id, "package": p.package, "package_version": package_version(p.package),
+            "revision": p.revision, "commit": self._commit(), "gguf_file": p.gguf_file, "quantization": p.quantization,
+            "dtype": str(self.dtype).replace("torch.", ""), "chat_template_sha256": _sha256(tok.chat_template),
+            "chat_template_source": self.chat_template_source}
+        if p.adapter: self._identity.update(adapter=p.adapter, adapter_sha256=self.adapter_sha256())
+        if p.compile: self._identity["compile"] = True   # only when on: the keys of plain runs stay what they were
+    return self._identity
 
-    def __repr__(self):
-        p = self.params
-        return (f"HFBackend(id={p.id!r}" + (f", package={p.package!r}" if p.package else "") + (f", gguf_file={p.gguf_file!r}" if p.gguf_file else "")
-                + (f", adapter={p.adapter!r}" if p.adapter else "") + f", quantization={p.quantization!r}, batch_size={p.batch_size!r}" + (", compile=True" if p.compile else "")
-                + f", loaded={self._model is not None})")
+# %% ../../nbs/02b_hf.ipynb #b84e525f
+@patch
+def __repr__(self:HFBackend):
+    p = self.params
+    return (f"HFBackend(id={p.id!r}" + (f", package={p.package!r}" if p.package else "") + (f", gguf_file={p.gguf_file!r}" if p.gguf_file else "")
+            + (f", adapter={p.adapter!r}" if p.adapter else "") + f", quantization={p.quantization!r}, batch_size={p.batch_size!r}" + (", compile=True" if p.compile else "")
+            + f", loaded={self._model is not None})")
 
-    def render(self, messages:Conversation)->str:
-        "The prompt string the model sees for `messages` (chat template + generation prompt)."
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+# %% ../../nbs/02b_hf.ipynb #9b733c6c
+@patch
+def render(self:HFBackend, messages:Conversation)->str:
+    "The prompt string the model sees for `messages` (chat template + generation prompt)."
+    return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
-    # ---------------------------------------------------------------- batch size
-    @property
-    def batch_size(self)->int:
-        "Requests `generate_all` hands over (and stores) at a time: `model.batch_size`; for `auto`, see `_call_batch_size`."
-        b = self.params.batch_size
-        if b != "auto": return b
-        if self._free_accelerator_bytes() is None: return AUTO_BATCH_CPU
-        return self.learned_batch_size or AUTO_BATCH_MAX
+# %% ../../nbs/02b_hf.ipynb #2f1c4b9d
+@patch(as_prop=True)
+def batch_size(self:HFBackend)->int:
+    "Requests `generate_all` hands over (and stores) at a time: `model.batch_size`; for `auto`, see `_call_batch_size`."
+    b = self.params.batch_size
+    if b != "auto": return b
+    if self._free_accelerator_bytes() is None: return AUTO_BATCH_CPU
+    return self.learned_batch_size or AUTO_BATCH_MAX
 
-    @batch_size.setter
-    def batch_size(self, value:int|str): self.params = dataclasses.replace(self.params, batch_size=value)
+# %% ../../nbs/02b_hf.ipynb #78e593b7
+@patch(set_prop=True)
+def batch_size(self:HFBackend, value:int|str): self.params = dataclasses.replace(self.params, batch_size=value)
 
-    def engine_stats(self)->dict:
-        "The batch size asked for, the `auto` estimate and the size learned after an out-of-memory; with `compile`, what compiling cost."
-        out = dict(batch_size=self.params.batch_size, auto_estimate=self.auto_estimate, learned_batch_size=self.learned_batch_size)
-        if self.params.compile: out.update(compiles=self.compiles, compile_seconds=round(self.compile_seconds, 1))
-        return out
+# %% ../../nbs/02b_hf.ipynb #01e1b807
+@patch
+def engine_stats(self:HFBackend)->dict:
+    "The batch size asked for, the `auto` estimate and the size learned after an out-of-memory; with `compile`, what compiling cost."
+    out = dict(batch_size=self.params.batch_size, auto_estimate=self.auto_estimate, learned_batch_size=self.learned_batch_size)
+    if self.params.compile: out.update(compiles=self.compiles, compile_seconds=round(self.compile_seconds, 1))
+    return out
 
-    def _free_accelerator_bytes(self)->int|None:
-        "Bytes a batch may still use on the model's CUDA device (free + cached by torch but unused); None without CUDA."
-        torch, dev = _torch(), self.device
-        if not dev.startswith("cuda"): return None
-        free, _ = torch.cuda.mem_get_info(dev)
-        return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
+# %% ../../nbs/02b_hf.ipynb #fd226caf
+@patch
+def _free_accelerator_bytes(self:HFBackend)->int|None:
+    "Bytes a batch may still use on the model's CUDA device (free + cached by torch but unused); None without CUDA."
+    torch, dev = _torch(), self.device
+    if not dev.startswith("cuda"): return None
+    free, _ = torch.cuda.mem_get_info(dev)
+    return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
 
-    def _call_batch_size(self, longest_prompt:int, gen:GenerationParams)->int:
-        "Batch size of one `generate` call: `model.batch_size` (or the `auto` estimate), never above `learned_batch_size`."
-        b = self.params.batch_size
-        if b == "auto":
-            free = self._free_accelerator_bytes()
-            b = AUTO_BATCH_CPU if free is None else auto_batch_size(
-                free, kv_cache_bytes_per_token(self.model.config, _dtype_bytes(self.dtype)), longest_prompt + gen.max_new_tokens)
-            self.auto_estimate = b
-        if self.learned_batch_size: b = min(b, self.learned_batch_size)
-        return max(1, b)
+# %% ../../nbs/02b_hf.ipynb #58dfb7f3
+@patch
+def _call_batch_size(self:HFBackend, longest_prompt:int, gen:GenerationParams)->int:
+    "Batch size of one `generate` call: `model.batch_size` (or the `auto` estimate), never above `learned_batch_size`."
+    b = self.params.batch_size
+    if b == "auto":
+        free = self._free_accelerator_bytes()
+        b = AUTO_BATCH_CPU if free is None else auto_batch_size(
+            free, kv_cache_bytes_per_token(self.model.config, _dtype_bytes(self.dtype)), longest_prompt + gen.max_new_tokens)
+        self.auto_estimate = b
+    if self.learned_batch_size: b = min(b, self.learned_batch_size)
+    return max(1, b)
 
-    # ---------------------------------------------------------------- generation
-    def _compile_kwargs(self)->dict:
-        "`generate` arguments of the compiled path: a static KV cache and one `CompileConfig` per backend."
-        if self._compile_config is None:
-            from transformers import CompileConfig
-            if self.model.device.type == "cuda": cc = CompileConfig()   # transformers' defaults: inductor, reduce-overhead (CUDA graphs)
+# %% ../../nbs/02b_hf.ipynb #e7424911
+@patch
+def _compile_kwargs(self:HFBackend)->dict:
+    "`generate` arguments of the compiled path: a static KV cache and one `CompileConfig` per backend."
+    if self._compile_config is None:
+        from transformers import CompileConfig
+        if self.model.device.type == "cuda": cc = CompileConfig()   # transformers' defaults: inductor, reduce-overhead (CUDA graphs)
+        else:
+            cc = CompileConfig(mode="default")
+            cc._compile_all_devices = True                          # transformers compiles on accelerators only unless told
+        self._compile_config = cc
+    return dict(cache_implementation="static", compile_config=self._compile_config)
+
+# %% ../../nbs/02b_hf.ipynb #13ac36b4
+@patch
+def _generate_batch(self:HFBackend, requests:list[GenRequest], prompts:list[list[int]], gen:GenerationParams)->list[Generation]:
+    "Generate for one batch of tokenized prompts; raises if the batch fails."
+    torch, tok, model, compiled = _torch(), self.tokenizer, self.model, self.params.compile
+    t0 = time.perf_counter()
+    enc = tok.pad({"input_ids": prompts}, padding=True, pad_to_multiple_of=COMPILE_PAD_MULTIPLE if compiled else None,
+                  return_tensors="pt").to(model.device)
+    stop = _stop_ids(tok, model, self.chat_template_source == "chatml-fallback")
+    kw = dict(max_new_tokens=gen.max_new_tokens, do_sample=gen.do_sample, pad_token_id=tok.pad_token_id, eos_token_id=sorted(stop))
+    if compiled: kw.update(self._compile_kwargs())
+    if gen.do_sample:
+        kw.update(temperature=gen.temperature, top_p=gen.top_p, top_k=0)
+        torch.manual_seed(_batch_seed(gen.seed, requests))
+    graphs = _compiled_graphs() if compiled else 0
+    with torch.inference_mode(): out = model.generate(**enc, **kw)
+    if compiled and _compiled_graphs() > graphs:
+        secs = time.perf_counter() - t0
+        self.compiles += 1; self.compile_seconds += secs
+        _log.info("torch.compile: a batch of %d prompts padded to %d tokens compiled a new graph; that batch took %.1f s "
+                  "(%d compilations, %.1f s so far)", len(prompts), enc["input_ids"].shape[1], secs, self.compiles, self.compile_seconds)
+    new = out[:, enc["input_ids"].shape[1]:].tolist()
+    secs = (time.perf_counter() - t0)/len(requests)
+    res = []
+    for row, p in zip(new, prompts):
+        n = next((j+1 for j,t in enumerate(row) if t in stop), None)
+        toks = row if n is None else row[:n]
+        finish = "stop" if n is not None or len(row) < gen.max_new_tokens else "length"
+        res.append(Generation(text=tok.decode(toks, skip_special_tokens=True), finish_reason=finish,
+                              prompt_tokens=len(p), completion_tokens=len(toks), seconds=secs, batch_size=len(requests)))
+    return res
+
+# %% ../../nbs/02b_hf.ipynb #ef348baf
+@patch
+def generate(self:HFBackend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
+    "One `Generation` per request, same order; length-sorted left-padded batches, halved on CUDA out-of-memory."
+    check_decoding(gen)
+    tok, _ = self.tokenizer, self.model
+    out: list[Generation|None] = [None]*len(requests)
+    texts = {}
+    for i, r in enumerate(requests):
+        try: texts[i] = self.render(r.messages)
+        except Exception as e: out[i] = Generation(text=None, finish_reason="error", error="chat template: " + error_text(e))
+    idx = list(texts)
+    prompts = dict(zip(idx, tok([texts[i] for i in idx], add_special_tokens=False)["input_ids"])) if idx else {}
+    order = sorted(idx, key=lambda i: -len(prompts[i]))
+    size = self._call_batch_size(len(prompts[order[0]]) if order else 0, gen)
+    root = object()                                     # "not split yet": the batch starts its own chain of halvings
+    todo = deque((order[b:b+size], root) for b in range(0, len(order), size))
+    while todo:
+        batch, before = todo.popleft()                  # before: the learned size before the halvings that made this batch
+        cap = self.learned_batch_size
+        if cap and len(batch) > cap:                    # an out-of-memory since this batch was cut: cut it to what fits
+            todo.extendleft(reversed([(batch[j:j+cap], root) for j in range(0, len(batch), cap)])); continue
+        try: res, err = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], gen), None
+        except Exception as e: res, err = None, e
+        if err is not None and _is_oom(err):
+            e = err
+            e.__traceback__ = None                      # drop the failed batch's frames (and their tensors) before freeing
+            _free_accelerator_memory()
+            if before is root: before = self.learned_batch_size
+            if len(batch) == 1:                         # this prompt does not fit even alone: it fails, and the halvings
+                res = [Generation(text=None, finish_reason="error", error=error_text(e))]
+                self.learned_batch_size = before        # that isolated it say nothing about the other prompts
             else:
-                cc = CompileConfig(mode="default")
-                cc._compile_all_devices = True                          # transformers compiles on accelerators only unless told
-            self._compile_config = cc
-        return dict(cache_implementation="static", compile_config=self._compile_config)
-
-    def _generate_batch(self, requests:list[GenRequest], prompts:list[list[int]], gen:GenerationParams)->list[Generation]:
-        "Generate for one batch of tokenized prompts; raises if the batch fails."
-        torch, tok, model, compiled = _torch(), self.tokenizer, self.model, self.params.compile
-        t0 = time.perf_counter()
-        enc = tok.pad({"input_ids": prompts}, padding=True, pad_to_multiple_of=COMPILE_PAD_MULTIPLE if compiled else None,
-                      return_tensors="pt").to(model.device)
-        stop = _stop_ids(tok, model, self.chat_template_source == "chatml-fallback")
-        kw = dict(max_new_tokens=gen.max_new_tokens, do_sample=gen.do_sample, pad_token_id=tok.pad_token_id, eos_token_id=sorted(stop))
-        if compiled: kw.update(self._compile_kwargs())
-        if gen.do_sample:
-            kw.update(temperature=gen.temperature, top_p=gen.top_p, top_k=0)
-            torch.manual_seed(_batch_seed(gen.seed, requests))
-        graphs = _compiled_graphs() if compiled else 0
-        with torch.inference_mode(): out = model.generate(**enc, **kw)
-        if compiled and _compiled_graphs() > graphs:
-            secs = time.perf_counter() - t0
-            self.compiles += 1; self.compile_seconds += secs
-            _log.info("torch.compile: a batch of %d prompts padded to %d tokens compiled a new graph; that batch took %.1f s "
-                      "(%d compilations, %.1f s so far)", len(prompts), enc["input_ids"].shape[1], secs, self.compiles, self.compile_seconds)
-        new = out[:, enc["input_ids"].shape[1]:].tolist()
-        secs = (time.perf_counter() - t0)/len(requests)
-        res = []
-        for row, p in zip(new, prompts):
-            n = next((j+1 for j,t in enumerate(row) if t in stop), None)
-            toks = row if n is None else row[:n]
-            finish = "stop" if n is not None or len(row) < gen.max_new_tokens else "length"
-            res.append(Generation(text=tok.decode(toks, skip_special_tokens=True), finish_reason=finish,
-                                  prompt_tokens=len(p), completion_tokens=len(toks), seconds=secs, batch_size=len(requests)))
-        return res
-
-    def generate(self, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-        "One `Generation` per request, same order; length-sorted left-padded batches, halved on CUDA out-of-memory."
-        check_decoding(gen)
-        tok, _ = self.tokenizer, self.model
-        out: list[Generation|None] = [None]*len(requests)
-        texts = {}
-        for i, r in enumerate(requests):
-            try: texts[i] = self.render(r.messages)
-            except Exception as e: out[i] = Generation(text=None, finish_reason="error", error="chat template: " + error_text(e))
-        idx = list(texts)
-        prompts = dict(zip(idx, tok([texts[i] for i in idx], add_special_tokens=False)["input_ids"])) if idx else {}
-        order = sorted(idx, key=lambda i: -len(prompts[i]))
-        size = self._call_batch_size(len(prompts[order[0]]) if order else 0, gen)
-        root = object()                                     # "not split yet": the batch starts its own chain of halvings
-        todo = deque((order[b:b+size], root) for b in range(0, len(order), size))
-        while todo:
-            batch, before = todo.popleft()                  # before: the learned size before the halvings that made this batch
-            cap = self.learned_batch_size
-            if cap and len(batch) > cap:                    # an out-of-memory since this batch was cut: cut it to what fits
-                todo.extendleft(reversed([(batch[j:j+cap], root) for j in range(0, len(batch), cap)])); continue
-            try: res, err = self._generate_batch([requests[i] for i in batch], [prompts[i] for i in batch], gen), None
-            except Exception as e: res, err = None, e
-            if err is not None and _is_oom(err):
-                e = err
-                e.__traceback__ = None                      # drop the failed batch's frames (and their tensors) before freeing
-                _free_accelerator_memory()
-                if before is root: before = self.learned_batch_size
-                if len(batch) == 1:                         # this prompt does not fit even alone: it fails, and the halvings
-                    res = [Generation(text=None, finish_reason="error", error=error_text(e))]
-                    self.learned_batch_size = before        # that isolated it say nothing about the other prompts
-                else:
-                    half = (len(batch) + 1)//2
-                    self.learned_batch_size = min(self.learned_batch_size or half, half)
-                    _log.warning("CUDA out of memory on a batch of %d prompts; splitting it in halves, later batches use at most %d.",
-                                 len(batch), self.learned_batch_size)
-                    todo.extendleft([(batch[half:], before), (batch[:half], before)]); continue   # the first half runs next
-            elif err is not None:
-                e = err
-                e.__traceback__ = None
-                _free_accelerator_memory()
-                if len(batch) == 1: res = [Generation(text=None, finish_reason="error", error=error_text(e))]
-                else:
-                    res = []
-                    for i in batch:   # not a memory problem: find the item(s) that fail, one at a time
-                        try: res += self._generate_batch([requests[i]], [prompts[i]], gen)
-                        except Exception as e1:
-                            _free_accelerator_memory()
-                            res.append(Generation(text=None, finish_reason="error", error=error_text(e1)))
-            for i, g in zip(batch, res): out[i] = g
-        return out
+                half = (len(batch) + 1)//2
+                self.learned_batch_size = min(self.learned_batch_size or half, half)
+                _log.warning("CUDA out of memory on a batch of %d prompts; splitting it in halves, later batches use at most %d.",
+                             len(batch), self.learned_batch_size)
+                todo.extendleft([(batch[half:], before), (batch[:half], before)]); continue   # the first half runs next
+        elif err is not None:
+            e = err
+            e.__traceback__ = None
+            _free_accelerator_memory()
+            if len(batch) == 1: res = [Generation(text=None, finish_reason="error", error=error_text(e))]
+            else:
+                res = []
+                for i in batch:   # not a memory problem: find the item(s) that fail, one at a time
+                    try: res += self._generate_batch([requests[i]], [prompts[i]], gen)
+                    except Exception as e1:
+                        _free_accelerator_memory()
+                        res.append(Generation(text=None, finish_reason="error", error=error_text(e1)))
+        for i, g in zip(batch, res): out[i] = g
+    return out

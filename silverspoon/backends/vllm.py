@@ -9,6 +9,7 @@ from pathlib import Path
 from ..core import SilverspoonError, ParamsError, ModelParams, GenerationParams, stable_hash
 from .base import Backend, GenRequest, Generation, error_text, check_decoding
 from .hf import HFBackend
+from fastcore.basics import patch
 
 _log = logging.getLogger("silverspoon.backends.vllm")
 
@@ -39,6 +40,7 @@ def _lora_rank(adapter:Path)->int:
         if k >= r: return k
     raise ParamsError(f"model.adapter = {str(adapter)!r} has LoRA rank r = {r}; vLLM serves ranks up to {_VLLM_LORA_RANKS[-1]}. Use backend: hf.")
 
+# %% ../../nbs/02d_vllm.ipynb #e769161a
 def vllm_engine_args(model:ModelParams,        # the `model` section of the run params (backend "vllm")
                      path:str,                 # the model folder or Hub id (`resolve_model_path`)
                      adapter:Path|None=None    # a PEFT adapter folder, or None
@@ -76,132 +78,154 @@ class VLLMBackend(Backend):
         self._llm = self._vllm = self._identity = self._lora = None
         self.load_seconds: float|None = None
 
-    @property
-    def batch_size(self)->int:
-        "Requests `generate_all` hands over (and stores) at a time."
-        return VLLM_AUTO_BATCH if self.params.batch_size == "auto" else self.params.batch_size
+# %% ../../nbs/02d_vllm.ipynb #e447addf
+@patch(as_prop=True)
+def batch_size(self:VLLMBackend)->int:
+    "Requests `generate_all` hands over (and stores) at a time."
+    return VLLM_AUTO_BATCH if self.params.batch_size == "auto" else self.params.batch_size
 
-    # ---------------------------------------------------------------- the engine
-    @property
-    def vllm(self):
-        if self._vllm is None: self._vllm = import_vllm()
-        return self._vllm
+# %% ../../nbs/02d_vllm.ipynb #9f03efbb
+@patch(as_prop=True)
+def vllm(self:VLLMBackend):
+    if self._vllm is None: self._vllm = import_vllm()
+    return self._vllm
 
-    @property
-    def llm(self):
-        "The engine, started on first use (loads the weights onto the GPU(s) and reserves the KV cache)."
-        if self._llm is None:
-            kw = vllm_engine_args(self.params, self.chat.path, self.chat.adapter_path)
-            vllm, t = self.vllm, time.perf_counter()
-            self._llm = vllm.LLM(**kw)
-            self.load_seconds = time.perf_counter() - t
-            _log.info("vLLM engine for %s started in %.1f s", self.params.id, self.load_seconds)
-        return self._llm
+# %% ../../nbs/02d_vllm.ipynb #4b74c7a6
+@patch(as_prop=True)
+def llm(self:VLLMBackend):
+    "The engine, started on first use (loads the weights onto the GPU(s) and reserves the KV cache)."
+    if self._llm is None:
+        kw = vllm_engine_args(self.params, self.chat.path, self.chat.adapter_path)
+        vllm, t = self.vllm, time.perf_counter()
+        self._llm = vllm.LLM(**kw)
+        self.load_seconds = time.perf_counter() - t
+        _log.info("vLLM engine for %s started in %.1f s", self.params.id, self.load_seconds)
+    return self._llm
 
-    def load(self):
-        "Start the engine now (otherwise the first `generate` does)."
-        self.llm
-        return self
+# %% ../../nbs/02d_vllm.ipynb #3a37afd9
+@patch
+def load(self:VLLMBackend):
+    "Start the engine now (otherwise the first `generate` does)."
+    self.llm
+    return self
 
-    def close(self):
-        "Drop the engine and free its GPU memory (a new one starts on the next `generate`)."
-        self._llm = None
-        import gc; gc.collect()
-        try:
-            import torch
-            if torch.cuda.is_available(): torch.cuda.empty_cache()
-        except ImportError: pass
+# %% ../../nbs/02d_vllm.ipynb #3ac905fe
+@patch
+def close(self:VLLMBackend):
+    "Drop the engine and free its GPU memory (a new one starts on the next `generate`)."
+    self._llm = None
+    import gc; gc.collect()
+    try:
+        import torch
+        if torch.cuda.is_available(): torch.cuda.empty_cache()
+    except ImportError: pass
 
-    def _max_model_len(self)->int|None:
-        "The engine's context length (what it resolved), else `model.max_model_len`."
-        cfg = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
-        n = getattr(cfg, "max_model_len", None)
-        return n if isinstance(n, int) else self.params.max_model_len
+# %% ../../nbs/02d_vllm.ipynb #aa1aee5c
+@patch
+def _max_model_len(self:VLLMBackend)->int|None:
+    "The engine's context length (what it resolved), else `model.max_model_len`."
+    cfg = getattr(getattr(self.llm, "llm_engine", None), "model_config", None)
+    n = getattr(cfg, "max_model_len", None)
+    return n if isinstance(n, int) else self.params.max_model_len
 
-    def _lora_request(self)->dict:
-        if self.chat.adapter_path is None: return {}
-        if self._lora is None:
-            from vllm.lora.request import LoRARequest
-            self._lora = LoRARequest("adapter", 1, str(self.chat.adapter_path))
-        return {"lora_request": self._lora}
+# %% ../../nbs/02d_vllm.ipynb #d1e3e527
+@patch
+def _lora_request(self:VLLMBackend)->dict:
+    if self.chat.adapter_path is None: return {}
+    if self._lora is None:
+        from vllm.lora.request import LoRARequest
+        self._lora = LoRARequest("adapter", 1, str(self.chat.adapter_path))
+    return {"lora_request": self._lora}
 
-    # ---------------------------------------------------------------- identity
-    def engine_stats(self)->dict:
-        "Requests handed to vLLM at a time and the engine's start-up time (None until it started)."
-        return dict(batch_size=self.batch_size, engine_start_seconds=None if self.load_seconds is None else round(self.load_seconds, 1))
+# %% ../../nbs/02d_vllm.ipynb #a2ff980e
+@patch
+def engine_stats(self:VLLMBackend)->dict:
+    "Requests handed to vLLM at a time and the engine's start-up time (None until it started)."
+    return dict(batch_size=self.batch_size, engine_start_seconds=None if self.load_seconds is None else round(self.load_seconds, 1))
 
-    def identity(self)->dict:
-        if self._identity is None:
-            h, p = self.chat.identity(), self.params
-            self._identity = {"backend": "vllm", "id": p.id, "package": p.package, "package_version": h["package_version"],
-                              "revision": p.revision, "commit": h["commit"], "quantization": p.quantization, "dtype": p.dtype,
-                              "chat_template_sha256": h["chat_template_sha256"], "chat_template_source": h["chat_template_source"]}
-            if p.adapter: self._identity.update(adapter=h["adapter"], adapter_sha256=h["adapter_sha256"])
-            if p.tensor_parallel_size > 1: self._identity["tensor_parallel_size"] = p.tensor_parallel_size   # sharded matmuls sum in another order
-        return self._identity
+# %% ../../nbs/02d_vllm.ipynb #33a7d8fd
+@patch
+def identity(self:VLLMBackend)->dict:
+    if self._identity is None:
+        h, p = self.chat.identity(), self.params
+        self._identity = {"backend": "vllm", "id": p.id, "package": p.package, "package_version": h["package_version"],
+                          "revision": p.revision, "commit": h["commit"], "quantization": p.quantization, "dtype": p.dtype,
+                          "chat_template_sha256": h["chat_template_sha256"], "chat_template_source": h["chat_template_source"]}
+        if p.adapter: self._identity.update(adapter=h["adapter"], adapter_sha256=h["adapter_sha256"])
+        if p.tensor_parallel_size > 1: self._identity["tensor_parallel_size"] = p.tensor_parallel_size   # sharded matmuls sum in another order
+    return self._identity
 
-    def __repr__(self):
-        p = self.params
-        return (f"VLLMBackend(id={p.id!r}, quantization={p.quantization!r}, dtype={p.dtype!r}, tensor_parallel_size={p.tensor_parallel_size}, "
-                f"batch_size={p.batch_size!r}, started={self._llm is not None})")
+# %% ../../nbs/02d_vllm.ipynb #2f3efae7
+@patch
+def __repr__(self:VLLMBackend):
+    p = self.params
+    return (f"VLLMBackend(id={p.id!r}, quantization={p.quantization!r}, dtype={p.dtype!r}, tensor_parallel_size={p.tensor_parallel_size}, "
+            f"batch_size={p.batch_size!r}, started={self._llm is not None})")
 
-    # ---------------------------------------------------------------- generation
-    def _stop_token_ids(self)->list[int]:
-        "End tokens beyond vLLM's own eos: `<|im_end|>` when the ChatML fallback template is used (as `HFBackend` does)."
-        tok = self.chat.tokenizer
-        if self.chat.chat_template_source != "chatml-fallback": return []
-        im_end = tok.convert_tokens_to_ids("<|im_end|>")
-        return [im_end] if isinstance(im_end, int) and im_end != tok.unk_token_id else []
+# %% ../../nbs/02d_vllm.ipynb #fd078f77
+@patch
+def _stop_token_ids(self:VLLMBackend)->list[int]:
+    "End tokens beyond vLLM's own eos: `<|im_end|>` when the ChatML fallback template is used (as `HFBackend` does)."
+    tok = self.chat.tokenizer
+    if self.chat.chat_template_source != "chatml-fallback": return []
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    return [im_end] if isinstance(im_end, int) and im_end != tok.unk_token_id else []
 
-    def _sampling_params(self, r:GenRequest, gen:GenerationParams):
-        "`vllm.SamplingParams` of one request: greedy, or seeded per request."
-        kw = dict(n=1, max_tokens=gen.max_new_tokens, skip_special_tokens=True)
-        if gen.do_sample: kw.update(temperature=gen.temperature, top_p=gen.top_p, seed=request_seed(gen.seed, r))
-        else: kw.update(temperature=0.0)
-        stop = self._stop_token_ids()
-        if stop: kw["stop_token_ids"] = stop
-        return self.vllm.SamplingParams(**kw)
+# %% ../../nbs/02d_vllm.ipynb #a444433f
+@patch
+def _sampling_params(self:VLLMBackend, r:GenRequest, gen:GenerationParams):
+    "`vllm.SamplingParams` of one request: greedy, or seeded per request."
+    kw = dict(n=1, max_tokens=gen.max_new_tokens, skip_special_tokens=True)
+    if gen.do_sample: kw.update(temperature=gen.temperature, top_p=gen.top_p, seed=request_seed(gen.seed, r))
+    else: kw.update(temperature=0.0)
+    stop = self._stop_token_ids()
+    if stop: kw["stop_token_ids"] = stop
+    return self.vllm.SamplingParams(**kw)
 
-    def _call(self, requests:list[GenRequest], prompts:list[list[int]], gen:GenerationParams)->list[Generation]:
-        "One `LLM.generate` call; raises if it fails."
-        t0 = time.perf_counter()
-        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], [self._sampling_params(r, gen) for r in requests],
-                                 use_tqdm=False, **self._lora_request())
-        if len(outs) != len(prompts): raise SilverspoonError(f"vLLM returned {len(outs)} outputs for {len(prompts)} prompts.")
-        secs, res = (time.perf_counter() - t0)/len(prompts), []
-        for o, p in zip(outs, prompts):
-            c = o.outputs[0]
-            if c.finish_reason not in ("stop", "length"):
-                res.append(Generation(text=None, finish_reason="error", error=f"vLLM finished the request with {c.finish_reason!r}",
-                                      prompt_tokens=len(p), seconds=secs, batch_size=len(prompts)))
-            else: res.append(Generation(text=c.text, finish_reason=c.finish_reason, prompt_tokens=len(p), completion_tokens=len(c.token_ids),
-                                        seconds=secs, batch_size=len(prompts)))
-        return res
+# %% ../../nbs/02d_vllm.ipynb #07395aa9
+@patch
+def _call(self:VLLMBackend, requests:list[GenRequest], prompts:list[list[int]], gen:GenerationParams)->list[Generation]:
+    "One `LLM.generate` call; raises if it fails."
+    t0 = time.perf_counter()
+    outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], [self._sampling_params(r, gen) for r in requests],
+                             use_tqdm=False, **self._lora_request())
+    if len(outs) != len(prompts): raise SilverspoonError(f"vLLM returned {len(outs)} outputs for {len(prompts)} prompts.")
+    secs, res = (time.perf_counter() - t0)/len(prompts), []
+    for o, p in zip(outs, prompts):
+        c = o.outputs[0]
+        if c.finish_reason not in ("stop", "length"):
+            res.append(Generation(text=None, finish_reason="error", error=f"vLLM finished the request with {c.finish_reason!r}",
+                                  prompt_tokens=len(p), seconds=secs, batch_size=len(prompts)))
+        else: res.append(Generation(text=c.text, finish_reason=c.finish_reason, prompt_tokens=len(p), completion_tokens=len(c.token_ids),
+                                    seconds=secs, batch_size=len(prompts)))
+    return res
 
-    def generate(self, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-        "One `Generation` per request, same order; a failing call is split in halves down to the prompt that fails."
-        check_decoding(gen)
-        tok = self.chat.tokenizer
-        out: list[Generation|None] = [None]*len(requests)
-        prompts = {}
-        for i, r in enumerate(requests):
-            try: prompts[i] = tok(self.chat.render(r.messages), add_special_tokens=False)["input_ids"]
-            except Exception as e: out[i] = Generation(text=None, finish_reason="error", error="chat template: " + error_text(e))
-        limit = self._max_model_len() if prompts else None
-        if limit:
-            for i in [i for i, p in prompts.items() if len(p) >= limit]:
-                n = len(prompts.pop(i))
-                out[i] = Generation(text=None, finish_reason="error", prompt_tokens=n,
-                                    error=f"the prompt has {n} tokens: the engine's max_model_len = {limit} leaves no room for an answer; "
-                                          "raise model.max_model_len (the GPU must hold its KV cache)")
-        todo = [list(prompts)] if prompts else []
-        while todo:
-            batch = todo.pop()
-            try: res = self._call([requests[i] for i in batch], [prompts[i] for i in batch], gen)
-            except Exception as e:
-                if len(batch) == 1: res = [Generation(text=None, finish_reason="error", error=error_text(e), prompt_tokens=len(prompts[batch[0]]))]
-                else:
-                    half = (len(batch) + 1)//2
-                    todo += [batch[half:], batch[:half]]; continue   # the first half runs next
-            for i, g in zip(batch, res): out[i] = g
-        return out
+# %% ../../nbs/02d_vllm.ipynb #7fb19c51
+@patch
+def generate(self:VLLMBackend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
+    "One `Generation` per request, same order; a failing call is split in halves down to the prompt that fails."
+    check_decoding(gen)
+    tok = self.chat.tokenizer
+    out: list[Generation|None] = [None]*len(requests)
+    prompts = {}
+    for i, r in enumerate(requests):
+        try: prompts[i] = tok(self.chat.render(r.messages), add_special_tokens=False)["input_ids"]
+        except Exception as e: out[i] = Generation(text=None, finish_reason="error", error="chat template: " + error_text(e))
+    limit = self._max_model_len() if prompts else None
+    if limit:
+        for i in [i for i, p in prompts.items() if len(p) >= limit]:
+            n = len(prompts.pop(i))
+            out[i] = Generation(text=None, finish_reason="error", prompt_tokens=n,
+                                error=f"the prompt has {n} tokens: the engine's max_model_len = {limit} leaves no room for an answer; "
+                                      "raise model.max_model_len (the GPU must hold its KV cache)")
+    todo = [list(prompts)] if prompts else []
+    while todo:
+        batch = todo.pop()
+        try: res = self._call([requests[i] for i in batch], [prompts[i] for i in batch], gen)
+        except Exception as e:
+            if len(batch) == 1: res = [Generation(text=None, finish_reason="error", error=error_text(e), prompt_tokens=len(prompts[batch[0]]))]
+            else:
+                half = (len(batch) + 1)//2
+                todo += [batch[half:], batch[:half]]; continue   # the first half runs next
+        for i, g in zip(batch, res): out[i] = g
+    return out

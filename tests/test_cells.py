@@ -1,0 +1,108 @@
+"Exported cells read like the anchors' (issue 21 item 6): short cells of one definition, and `tools/split_cells.py` that gets there."
+import ast, json, statistics, sys
+from pathlib import Path
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT/"tools"))
+import split_cells as sc
+
+@pytest.mark.xfail(strict=True, reason="the lead applies `python tools/split_cells.py --write --patch` after merging every branch, "
+                                       "then deletes this marker (strict: once the median is <= 12 the marker itself fails)")
+def test_median_exported_cell_is_at_most_12_lines():
+    lengths = sc.exported_lengths(sorted((ROOT/"nbs").glob("*.ipynb")))
+    assert len(lengths) > 100, "no exported cells found: is nbs/ there?"
+    assert statistics.median(lengths) <= 12, f"median exported cell: {statistics.median(lengths)} lines over {len(lengths)} cells"
+
+SRC = '''#| export
+import contextlib
+LIMIT = 3   # a constant above its function
+
+def double(x): return 2*x
+
+# a comment above a class
+class Base:
+    "A base."
+    def hello(self): return "base"
+
+class Counter(Base):
+    "Counts."
+    unit = "items"
+    def __init__(self, n=0): self.n, self.__secret = n, 7
+    # ---- reading
+    @property
+    def size(self)->int: return self.n
+    @size.setter
+    def size(self, v): self.n = v
+    def bump(self, by:int=1):
+        "Add `by`."
+        self.n += by; return self
+    def hello(self): return "counter " + super().hello()
+    def secret(self): return self.__secret
+    def label(self, u=unit): return f"{self.n} {u}"
+    @contextlib.contextmanager
+    def held(self):
+        self.n += 100
+        try: yield self
+        finally: self.n -= 100
+    @staticmethod
+    def zero(): return 0
+    def __len__(self): return self.n
+    def _private(self): return "p"
+    def __repr__(self): return f"Counter({self.n})"
+    __str__ = __repr__
+
+LAST = double(LIMIT)'''
+
+def _nb(src): return {"cells": [{"cell_type": "code", "execution_count": None, "id": "a1", "metadata": {}, "outputs": [], "source": src}],
+                      "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+def _module(nb)->dict:
+    "Execute the exported cells of `nb` in order, as the exported module would."
+    ns = {"__name__": "m"}
+    exec("\n\n".join(sc.cell_source(c) for c in nb["cells"] if sc.is_exported(c)), ns)
+    return ns
+
+def _behaviour(ns):
+    c = ns["Counter"](2)
+    with c.held() as h: inside = h.n
+    c.size = 5
+    return (ns["LAST"], c.size, c.bump(2).n, c.hello(), str(c), c.secret(), c.label(), inside, c.n, ns["Counter"].zero(), len(c), c._private(),
+            ns["Counter"].__doc__, ns["Counter"].bump.__doc__, ns["Counter"].bump.__qualname__)
+
+def test_split_keeps_behaviour_and_all_and_moves_only_safe_methods():
+    nb = _nb(SRC)
+    new, notes = sc.split_notebook(nb, patch=True)
+    sources = [sc.cell_source(c) for c in new["cells"]]
+    assert all(s.startswith("#| export\n") for s in sources)
+    assert "LIMIT = 3" in sources[0] and "def double" in sources[0] and "from fastcore.basics import patch" in sources[0]
+    assert sources[1].startswith("#| export\n# a comment above a class\nclass Base")
+    cls = next(s for s in sources if "class Counter" in s)
+    for stays in ("def __init__", "def hello", "def secret", "def label", "def zero", "unit = ", "def __repr__"):
+        assert stays in cls, stays
+    moved = [s for s in sources if "@patch" in s]
+    assert [s.splitlines()[2 if "----" in s else 1] for s in moved] == [
+        "@patch", "@patch(as_prop=True)", "@patch(set_prop=True)", "@patch", "@patch", "@patch", "@patch"]
+    assert "def hello(self:Base):" in moved[0] and "# ---- reading" in moved[1] and "@contextlib.contextmanager" in moved[4]
+    assert "def bump(self:Counter, by:int=1):" in moved[3] and "def _private" in moved[-1]
+    assert sources[-1] == "#| export\nLAST = double(LIMIT)"                      # after the @patch cells of its class
+    assert any("zero-arg super()" in n for n in notes) and any("name-mangled" in n for n in notes) and any("class body" in n for n in notes)
+    assert _behaviour(_module(new)) == _behaviour(_module(nb))
+    from nbdev.maker import ModuleMaker
+    from execnb.nbio import dict2nb
+    exported = lambda n: [c for c in dict2nb(n).cells if sc.is_exported(c)]
+    mm = ModuleMaker(dest=ROOT, name="x", nb_path="x.ipynb")
+    assert list(mm.make_all(exported(new))) == list(mm.make_all(exported(nb))) == ["LIMIT", "LAST", "double", "Base", "Counter"]
+
+def test_cells_that_must_stay_whole_stay_whole():
+    for src in ["#| export\nimport os\nfrom pathlib import Path",                     # imports only
+                "#| export\n__all__ = ['a']\ndef a(): pass",                           # one definition
+                "#| export\ndef a(): pass\n%time a()",                                # a magic: does not parse
+                "#| export\n@dataclass\nclass P:\n    x: int = 1\n    def f(self): return self.x"]:   # a dataclass keeps its methods
+        new, _ = sc.split_notebook(_nb(src), patch=True)
+        assert [sc.cell_source(c) for c in new["cells"]] == [src]
+    new, _ = sc.split_notebook(_nb("#| export\ndef a(): pass\ndef b(): pass"), patch=False)
+    assert [sc.cell_source(c) for c in new["cells"]] == ["#| export\ndef a(): pass", "#| export\ndef b(): pass"]
+    assert new["cells"][1]["id"] != new["cells"][0]["id"]
+    new, _ = sc.split_notebook(_nb("#| export\nfrom unittest.mock import patch\nclass A:\n    def f(self): pass"), patch=True)
+    assert len(new["cells"]) == 1                                                # `patch` is taken: nothing moves
