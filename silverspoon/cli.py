@@ -8,7 +8,7 @@ import re, sys, argparse, time, dataclasses
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
-from .report import read_params_file, run_params_file, build_index, reports_folder
+from .runner import read_params_file, run_params_file, build_index, reports_folder
 
 # %% auto #0
 __all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'validate_runs',
@@ -31,7 +31,7 @@ def printable(text)->str:
     "`text` as one safe terminal line: control characters (escape sequences, CR, LF), zero-width and bidi controls shown as `\\x1b` / `\\u202e`."
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
 
-def calls_text(calls:list[dict] # from `silverspoon.report.failed_calls`
+def calls_text(calls:list[dict] # from `silverspoon.runner.failed_calls`
               )->str:
     "'10 of 17 calls failed in judge_counts, ...': what an incomplete run prints."
     return ", ".join(f"{c['failed']} of {c['requests']} calls failed in {c['table']}" for c in calls)

@@ -14,7 +14,7 @@ from .stats import proportion_ci
 # %% auto #0
 __all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
            'parsed_frame', 'rule_counts', 'RefusalDetector', 'instrument_validity', 'parser_set_path', 'parser_set',
-           'run_judge', 'gather_instruments', 'validity_page']
+           'run_judge', 'gather_instruments']
 
 # %% ../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "unparseable", "failed")
@@ -188,20 +188,3 @@ def gather_instruments(reports_dir:str|Path # a reports folder: `<study>/<run>/i
     df = pd.concat(rows, ignore_index=True)
     return df[[c for c in cols if c in df.columns]].sort_values(["study", "run"], kind="stable").reset_index(drop=True)
 
-def validity_page(df:pd.DataFrame,   # from `gather_instruments`
-                  title:str="silverspoon: instrument validity")->str:
-    "One HTML page: per study, each run's instruments with agreement [CI], n, clear and hard apart, and the reference (all cells escaped)."
-    import html as _h
-    fmt = lambda v: "NA" if is_missing(v) else (f"{v:.3f}" if isinstance(v, float) else _h.escape(str(v)))
-    parts = [f"<html><head><meta charset='utf-8'><title>{_h.escape(title)}</title></head><body><h1>{_h.escape(title)}</h1>",
-             "<p>Agreement of each instrument with its reference (Wilson 95% CI); clear and hard items apart; the reference says what "
-             "the instrument was compared with.</p>"]
-    for study, g in df.groupby("study", sort=True):
-        parts.append(f"<h2>{_h.escape(str(study))}</h2><table border='1' cellspacing='0' cellpadding='3'><tr>" +
-                     "".join(f"<th>{c}</th>" for c in ["run", "instrument", "kind", "agreement [CI]", "n", "clear", "hard", "reference"]) + "</tr>")
-        for r in g.itertuples():
-            parts.append(f"<tr><td>{fmt(r.run)}</td><td>{fmt(r.instrument)}</td><td>{fmt(r.kind)}</td>"
-                         f"<td>{fmt(r.agreement)} [{fmt(r.ci_low)}, {fmt(r.ci_high)}]</td><td>{fmt(r.n)}</td>"
-                         f"<td>{fmt(r.agreement_clear)} (n={fmt(r.n_clear)})</td><td>{fmt(r.agreement_hard)} (n={fmt(r.n_hard)})</td><td>{fmt(r.reference)}</td></tr>")
-        parts.append("</table>")
-    return "\n".join(parts + ["</body></html>"])

@@ -79,4 +79,5 @@ def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_pat
     assert agr.level_diff_ci_low.ge(-1).all() and agr.level_diff_ci_high.le(1).all() and agr.within_tolerance.dtype == bool
     prob = pd.read_csv(out/"agency_probabilities.csv").iloc[0]
     assert prob.n_sentences > 8 and 0 <= prob.p_min <= prob.p_median <= prob.p_max <= 1
-    assert "p_agentic" in set(pd.read_csv(out/"instrument_validity.csv").measure)
+    inst = pd.read_csv(out/"instruments.csv")   # the letters' instruments table, in the one contract: the validity page lists it
+    assert "p_agentic" in set(inst.measure) and inst.agreement.isna().all() and (inst.n == 8).all()

@@ -45,6 +45,8 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     lengths = pd.read_csv(out/"lengths.csv")
     assert lengths.iloc[-1].n_items == 32 and lengths.iloc[-1].pct_truncated > 50   # 24 new tokens: a random model rarely stops
     assert set(pd.read_csv(out/"sentiment_tests.csv").test) == {"chi-square", "proportional odds"}
+    inst = pd.read_csv(out/"instruments.csv")   # the instruments table: the status parser (no reference) and the classifier against VADER
+    assert inst.instrument.str.startswith(("story status", "sentiment classifier")).all() and inst.n.tolist() == [0, t4.n_stories.sum()]
     for f in ("design", "contrasts", "instrument_agreement", "story_examples", "top_words", "topics", "topic_shares", "summary", "generation_counts"):
         assert (out/f"{f}.csv").is_file(), f
     for f in ("word_clouds", "table4_figure", "vader_compound"): assert (out/f"{f}.png").is_file(), f

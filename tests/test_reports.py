@@ -15,6 +15,9 @@ def test_replay_report_reproduces_paper(tmp_path):
     html = (tmp_path/"normative"/"gpt4-minimal.html").read_text()
     assert "Table 2" in html and "Provenance" in html
     assert "def parse_answer" not in html             # library definitions are not in the report
+    # the report opens with its instruments table: right below the run line, before any result; a pointer where it was computed
+    assert html.index("<strong>Run</strong>") < html.index("<h3>Instruments") < html.index("instruments table of this run") < html.index("Table 2: agreement")
+    assert html.count("<h3>Instruments") == 1
     out = tmp_path/"normative"/"gpt4-minimal"
     assert pd.read_csv(out/"generation_counts.csv")["requests"].item() == 3000
     vs = pd.read_csv(out/"table2_vs_paper.csv")
@@ -30,7 +33,7 @@ NOISE = ["application/vnd.jupyter.widget", "jupyter-widgets", "var element = $("
 def assert_publishable(nb_path:Path):
     "A published executed notebook and its HTML: present together, no widget or warning noise, no timings or machine paths, under the budget."
     import nbformat
-    from silverspoon.report import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
+    from silverspoon.runner import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
     from silverspoon.core import project_root
     html, text = nb_path.with_suffix(".html").read_text(), nb_path.read_text()
     assert nb_path.stat().st_size <= NOTEBOOK_BUDGET_BYTES, (nb_path, nb_path.stat().st_size)

@@ -215,7 +215,7 @@ def test_new_default_runs_and_the_table6_example_pass_check(root):
     files = ["params/stop_scale/smollm2-135m.yaml", "params/stop/smollm2-135m-stop-lora-heldout.yaml", "params/examples/letters-table6-nli-colab.yaml"]
     r = run_cli("check", *files); assert r.returncode == 0, r.stderr
     assert r.stdout.count("ok ") == 3
-    from silverspoon.report import read_params_file
+    from silverspoon.runner import read_params_file
     t6 = read_params_file(root/files[2])
     assert t6.study == "letters" and t6.task["nli_model"] == "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli" and t6.task["context"] == "cbg"
     ho = read_params_file(root/files[1])

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params
-from silverspoon.report import read_params_file, validate_task, verify_provenance, PROVENANCE_FORMAT
+from silverspoon.runner import read_params_file, validate_task, verify_provenance
+from silverspoon.provenance import PROVENANCE_FORMAT
 from silverspoon.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
 from silverspoon.text import InstrumentStore
 from silverspoon.testing import ScriptedBackend
@@ -227,13 +228,13 @@ def test_concurrent_runs_share_one_relay():
 
 def test_runner_relays_kernel_notices(tmp_path, monkeypatch, capsys):
     # `silverspoon run` wraps papermill in the relay: a notice the kernel (a child process) sends reaches the runner's stderr
-    import papermill, silverspoon.report as report
+    import papermill, silverspoon.runner as runner
     def fake_execute(*a, **k):
         subprocess.run([sys.executable, "-c", "from silverspoon.store import notice; notice('another run holds the store')"], check=True)
         raise RuntimeError("stop here")
     monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
     with pytest.raises(Exception, match="stop here"):
-        report.run_params_file(ROOT/"params"/"normative"/"gpt4-replay.yaml", tmp_path/"reports")
+        runner.run_params_file(ROOT/"params"/"normative"/"gpt4-replay.yaml", tmp_path/"reports")
     assert "another run holds the store" in capsys.readouterr().err
 
 

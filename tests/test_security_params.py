@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import run_cli
 from silverspoon.core import ParamsError, load_params
-from silverspoon.report import read_params_file
+from silverspoon.runner import read_params_file
 from silverspoon.testing import FakeChatServer
 
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 8").hexdigest()[:24]
@@ -61,12 +61,12 @@ def test_only_plain_data_loads(tmp_path, value, needle):
 def test_only_plain_data_reaches_papermill(tmp_path, monkeypatch):
     # the last check sits right before papermill: a value that is not plain data never reaches the injected cell,
     # even if it got past validation
-    import dataclasses, papermill, silverspoon.report as report
+    import dataclasses, papermill, silverspoon.runner as runner
     p = load_params({"study": "normative", "run": "r", "model": {"backend": "replay", "id": "GPT4"}})
-    monkeypatch.setattr(report, "read_params_file", lambda path: dataclasses.replace(p, description=_payload(tmp_path/"x").encode()))
+    monkeypatch.setattr(runner, "read_params_file", lambda path: dataclasses.replace(p, description=_payload(tmp_path/"x").encode()))
     called = []
     monkeypatch.setattr(papermill, "execute_notebook", lambda *a, **k: called.append(1))
-    with pytest.raises(ParamsError, match="field `description` is a bytes"): report.run_params_file("r.yaml", tmp_path/"reports")
+    with pytest.raises(ParamsError, match="field `description` is a bytes"): runner.run_params_file("r.yaml", tmp_path/"reports")
     assert not called and not (tmp_path/"reports").exists()
 
 

@@ -374,7 +374,7 @@ def test_malformed_human_files_are_refused(tmp_path, data, rows, needle):
 
 # ---------------------------------------------------------------- params files and the report with a human file
 def test_params_files_validate(root):
-    from silverspoon.report import read_params_file
+    from silverspoon.runner import read_params_file
     files = sorted(f for f in (root/"params"/"stop").glob("*.yaml") if not f.name.startswith("_"))   # "_*.yaml" are include bases, not runs
     assert len(files) == 12 and any(f.stem.endswith("-heldout") for f in files)   # 10 released models, SmolLM2, SmolLM2 + adapter on the held-out split
     for f in files: read_params_file(f)
@@ -384,7 +384,7 @@ def test_params_files_validate(root):
 
 def test_report_with_a_human_file(tmp_path, root, data):
     "The notebook run by papermill on a replay subset with a synthetic human file: realistic performance and the summary rows."
-    from silverspoon.report import run_params_file
+    from silverspoon.runner import run_params_file
     pids = select_progressions(data, {"n": 60, "stratify_by": "severity", "seed": 0}).progression_id   # the run's own selection
     extra = [p for p in data.progression_id if p not in set(pids)][:4]                                 # annotated, not in the run
     rng = np.random.default_rng(0)

@@ -9,7 +9,7 @@ import json, re, warnings
 from pathlib import Path
 import pandas as pd
 import pytest
-from silverspoon.report import REPORT_MARKER
+from silverspoon.runner import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, check_summary, get_study, start_run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -18,20 +18,23 @@ from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, w
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
 from . import Study
+from ..provenance import model_label
+from ..parse import INSTRUMENT_COLUMNS
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS',
            'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3',
            'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS', 'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY',
-           'PAPER_SENTIMENT', 'AUTHOR_SCORES', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
-           'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons',
-           'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender',
-           'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios',
-           'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status',
-           'is_repetitive', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
-           'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
-           'hallucination_tests', 'AgencyTraining', 'AgencyClassifier', 'summary_rows']
+           'PAPER_SENTIMENT', 'AUTHOR_SCORES', 'AUTHORS_CORRELATION_COLUMNS', 'STUDY', 'missing_groups',
+           'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
+           'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
+           'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
+           'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task',
+           'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'success_table', 'salient_words',
+           'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests',
+           'level_comparability', 'agreement_with_authors', 'authors_score_instruments', 'hallucination_tests',
+           'AgencyTraining', 'AgencyClassifier', 'summary_rows']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -722,6 +725,23 @@ def agreement_with_authors(per_letter:pd.DataFrame, # our per-letter measures, w
                      "r_ci_low": np.tanh(z - q), "r_ci_high": np.tanh(z + q), "p_pearson": p, "spearman_rho": rho, "p_spearman": prho})
     return pd.DataFrame(rows)
 
+# %% ../../nbs/20_letters.ipynb #authi001
+AUTHORS_CORRELATION_COLUMNS = ["measure", "authors_score", "pearson_r", "r_ci_low", "r_ci_high", "p_pearson", "spearman_rho", "p_spearman"]
+
+def authors_score_instruments(agreement:pd.DataFrame, # from `agreement_with_authors`
+                              reference:str           # what the authors' scores are and on which letters
+                             )->pd.DataFrame:
+    "`agreement_with_authors` rows as instruments-table rows: `INSTRUMENT_COLUMNS` (agreement empty: a correlation is no item agreement; r [CI] in `note`), then the correlation columns."
+    rows = []
+    for r in agreement.to_dict("records"):
+        known = not is_missing(r.get("pearson_r"))
+        note = (f"per-letter Pearson r = {r['pearson_r']:.3f} [{r['r_ci_low']:.3f}, {r['r_ci_high']:.3f}] (Fisher z), Spearman rho = {r['spearman_rho']:.3f}"
+                if known else "no correlation: fewer than 4 letters, or a constant score")
+        rows.append({**dict.fromkeys(INSTRUMENT_COLUMNS), **{c: r.get(c) for c in AUTHORS_CORRELATION_COLUMNS},
+                     "instrument": r.get("instrument") if not is_missing(r.get("instrument")) else r["measure"], "kind": "per-letter score",
+                     "reference": f"{reference}: {r['authors_score']}", "n": r["n"], "note": note})
+    return pd.DataFrame(rows, columns=[*INSTRUMENT_COLUMNS, *AUTHORS_CORRELATION_COLUMNS])
+
 # %% ../../nbs/20_letters.ipynb #c3516e88
 def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row), gender, hallucinated (bool) and the measure flags
                         measures:list[str], alpha:float=0.05)->pd.DataFrame:
@@ -792,7 +812,6 @@ def summary_rows(success:pd.DataFrame,  # from `success_table`
 
 # %% ../../nbs/20_letters.ipynb #059ed6d6
 def _describe(params:RunParams, opts:LettersTask)->str:
-    from silverspoon.report import model_label   # report imports the study registry; imported here, no cycle
     what = "context-less letters (CLG, appendix C.1/C.2)" if opts.context == "clg" else "context-based letters (CBG, appendix C.3: a biography in the prompt)"
     return f"model `{model_label(params.model)}` via `{params.model.backend}`, {what}. {params.description}"
 

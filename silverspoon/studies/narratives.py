@@ -16,6 +16,7 @@ from . import Study
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
                                              profession_requests, cell_groups, cell_mask, check_name_city_task)
 from ..parse import REFUSAL
+from ..provenance import model_label
 
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS', 'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL',
@@ -408,7 +409,6 @@ def summary_rows(t4:pd.DataFrame,        # from `table4`
     return pd.DataFrame(rows)
 
 def _describe(params:RunParams, opts:NarrativesTask)->str:
-    from silverspoon.report import model_label
     return f"model `{model_label(params.model)}` via `{params.model.backend}` writing stories from a name and a city (section 3.3). {params.description}"
 
 STUDY = Study(name="narratives", title="SilverSpoon narratives (Singh et al., Table 4 and appendix I)", notebook="12_narratives.ipynb",

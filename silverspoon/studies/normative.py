@@ -14,6 +14,7 @@ from ..data import fetch, lookup
 from ..stats import agreement_table, agreement_metrics, proportion_ci, cluster_proportion_ci, largest_remainder
 from . import Study
 from ..parse import Parsed, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge
+from ..provenance import model_label
 
 # %% auto #0
 __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'T2_METRICS', 'PAPER_TABLE2',
@@ -715,7 +716,6 @@ def summary_rows(t2:pd.DataFrame,      # table2 rows of every label source, with
 
 # %% ../../nbs/10_normative.ipynb #7896bc06
 def _describe(params:RunParams, opts:NormativeTask)->str:
-    from silverspoon.report import model_label   # report imports the study registry; imported here, no cycle
     return (f"model `{model_label(params.model)}` via `{params.model.backend}`, prompt `{opts.prompt_style}` "
             f"(system prompt: {opts.system_prompt}), {opts.n_boot} bootstrap replicates. {params.description}")
 

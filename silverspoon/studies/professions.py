@@ -17,6 +17,7 @@ from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_
 from ..text import Instrument, TextEmbedder
 from . import Study
 from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity, run_judge
+from ..provenance import model_label
 
 # %% auto #0
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',
@@ -659,7 +660,6 @@ def summary_rows(t3:pd.DataFrame,     # from `table3`
 PROFESSIONS_FILES = (BLS_FILE,)
 
 def _describe(params:RunParams, opts:ProfessionsTask)->str:
-    from silverspoon.report import model_label
     return f"model `{model_label(params.model)}` via `{params.model.backend}` guessing professions from name and city (section 3.2). {params.description}"
 
 STUDY = Study(name="professions", title="SilverSpoon profession prediction (Singh et al., Table 3)", notebook="11_professions.ipynb",

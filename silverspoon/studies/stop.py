@@ -17,6 +17,7 @@ from ..store import generate_all
 from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS
 from . import Study
 from ..parse import REFUSAL, instrument_validity
+from ..provenance import model_label
 
 # %% auto #0
 __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES', 'UNSCORED_INDICES', 'INSTRUCTION', 'LABELS',
@@ -808,7 +809,6 @@ def describe_run(params:RunParams, # the validated run parameters
                  opts:StopTask     # the validated `task` section (from `stop_task`)
                 )->str:
     "The markdown after '**Run** `<run>`: ' in a STOP report: model, protocol, bootstrap replicates, description."
-    from silverspoon.report import model_label   # report imports the study registry: imported here, no import circle
     other = "strict" if opts.parser == "faithful" else "faithful"
     protocol = (f"dialogue **{opts.dialogue}**" + (f" (instruction as a {opts.instruction_role} message)" if opts.dialogue == "chat" else " (one flat user message, as the authors' code)")
                 + f"; {'all five sentences asked' if opts.ask == 'all' else 'asked until the first no (the instruction wording); unasked sentences count as no'}"

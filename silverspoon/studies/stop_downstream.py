@@ -16,6 +16,7 @@ from ..stats import cluster_boot_weights, percentile_ci, paired_mcnemar, proport
 from ..text import Instrument
 from . import Study
 from ..parse import Parsed, STATUSES, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set
+from ..provenance import model_label
 
 # %% auto #0
 __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS',
@@ -575,7 +576,6 @@ def summary_rows(scores:pd.DataFrame # from `paired_scores` (prompted and likeli
     return pd.DataFrame(rows, columns=["metric", "estimate", "ci_low", "ci_high", "n"])
 
 def _describe(params:RunParams, opts:DownstreamTask)->str:
-    from silverspoon.report import model_label
     return (f"base `{model_label(params.model)}` vs the same model + adapter `{opts.adapter}`, via `{params.model.backend}`, on "
             f"{', '.join(BENCHMARK_TITLES[b] for b in opts.benchmarks)}. {params.description}")
 

@@ -14,6 +14,7 @@ from ..core import (SilverspoonError, ParamsError, DataError, ModelParams, from_
 from ..backends import Conversation
 from ..backends.hf import HFBackend
 from .stop import load_stop, load_human, Dialogue, stop_task, INSTRUCTION, N_SENTENCES, IDEAL_NO, parse_progression_id
+from ..provenance import model_label, package_versions, git_state
 
 # %% auto #0
 __all__ = ['SENTENCE_COLUMNS', 'IDEAL_SENSITIVITY', 'IDEAL_COUNTERFACTUAL', 'IGNORE_INDEX', 'ideal_answers', 'sensitivity',
@@ -475,7 +476,6 @@ def eval_params(params:FinetuneParams, adapter_dir:str|Path,
             "compare_base": True}   # the report also runs the base model on the same progressions, paired (STOP's own score of the adapter)
     if held_out: task["progression_ids"] = sorted(held_out)   # held-out seed templates only (see `split_by_progression`)
     m = params.model
-    from silverspoon.report import model_label   # the one readable model name (report imports studies lazily: no cycle)
     name = model_label(m)
     ev = {"study": "stop", "run": params.run,
           "description": f"{name} + LoRA adapter fine-tuned on STOP ({d.source} labels), finetune run {params.run}.",
@@ -501,7 +501,6 @@ def train_from_params(path,                       # a finetune params YAML file 
                       progress:bool=True)->dict:
     "Build the SFT data, train the LoRA adapter and write adapter, logs, params and an evaluation params file."
     import yaml
-    from silverspoon.report import package_versions, git_state
     p = load_finetune_params(path)
     out = Path(output_dir or p.output_dir or project_root()/"finetune"/p.run)
     out.mkdir(parents=True, exist_ok=True)
