@@ -446,7 +446,7 @@ class LettersTask:
     weat_n_perm: int = 10000            # WEAT permutation p-values: re-partitions (exact when there are fewer)
     formality_model: str|None = None    # HF formality classifier (paper: s-nlp/roberta-base-formality-ranker, label "formal"); None = not run
     sentiment_model: str|None = None    # HF sentiment classifier (paper: distilbert-base-uncased-finetuned-sst-2-english); None = not run
-    model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; pin it for a committed cache
+    model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; None = each paper model's pinned commit (`PAPER_REVISIONS`)
     agency: bool = True                 # train (or reuse) the agency classifier of appendix F.2 and score agentic sentences
     agency_base_model: str|None = None  # its base encoder; None = all-MiniLM-L6-v2 from the pip package (bert-base-uncased needs the hub)
     agency_lr: float = 2e-5             # the paper's fine-tuning settings (appendix F.2)
