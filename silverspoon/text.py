@@ -200,15 +200,19 @@ PAPER_CLASSIFIERS = {   # instrument: (hub model id, positive label); loaded at 
 }
 PAPER_NLI = "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli"   # the paper's NLI model (hallucination detection)
 
-PAPER_REVISIONS = {   # the papers' hub instruments -> (full commit sha or None, where that sha was found)
+PAPER_REVISIONS = {   # the papers' hub instruments -> (full commit sha or None, where that sha was found); none verified against the hub from here
     "distilbert/distilbert-base-uncased-finetuned-sst-2-english": ("714eb0fa89d2f80546fda750413ed43d93601a13",
-        "transformers src/transformers/pipelines/__init__.py pins the text-classification default at '714eb0f'; the full sha as public code pins it (read from huggingface_hub model_info().sha)"),
+        "transformers src/transformers/pipelines/__init__.py pins the sentiment-analysis default (the letters paper's classifier) at '714eb0f'; "
+        "the full sha as public code pins it from huggingface_hub model_info().sha"),
     "s-nlp/roberta-base-formality-ranker": ("db9388f420a835ad49c45840adc9850a52240627",
-        "pinned in public code (a model manager pinning every hub model by model_info().sha)"),
+        "public code pins it (model_info().sha); the hub's tree page shows db9388f as main (a README update): the weights and config are "
+        "those added at 8ee404211f38aaa012c16a4373d5c264e748758f ('add the model', Dec 2021), plus a safetensors copy (2023)"),
     "tabularisai/robust-sentiment-analysis": ("c542a281e22b3d840a0b3f6c129acf8e357aed50",
-        "pinned in public code as the model's latest commit (its release commit there: 9b9b92e39d74b861dd17ff9532525222090d117d)"),
-    "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli": (None,
-        "no full commit sha found in public code: unpinned; pin it from https://huggingface.co/ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli/commits/main"),
+        "public code pins it as the model's latest commit, its release commit 9b9b92e39d74b861dd17ff9532525222090d117d beside it; "
+        "the repository has 40+ commits (config and weights updated), so which one the narratives paper ran is not known"),
+    "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli": ("da0da7e11b8008b8c6bd90e86fd88be7646d507c",
+        "the hub's commit pages: da0da7e ('allow flax', May 2021), the last main commit whose full sha is on record; main's head "
+        "5b605ab (no full sha found) only adds the flax weights, so the PyTorch weights (bee53d9, Oct 2020) are the same"),
 }
 
 def paper_revision(model_id:str # a hub id, with or without its organisation ("distilbert-base-uncased-finetuned-sst-2-english")

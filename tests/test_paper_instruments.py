@@ -41,7 +41,7 @@ def tiny(tmp_path_factory):
     d = tmp_path_factory.mktemp("paper-tiny")
     return {PAPER_SENTIMENT: build_tiny_classifier(d/"sst2", ("NEGATIVE", "POSITIVE"), seed=3),
             PAPER_SENTIMENT_MODEL: build_tiny_classifier(d/"robust", ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive"), seed=4),
-            PAPER_FORMALITY: build_tiny_roberta(d/"formality", ("formal", "informal"), seed=2),
+            PAPER_FORMALITY: build_tiny_roberta(d/"formality", ("informal", "formal"), seed=2),   # the ranker's id2label order
             PAPER_NLI: build_tiny_roberta(d/"nli", ("entailment", "neutral", "contradiction"), seed=1)}
 
 
@@ -74,7 +74,7 @@ def test_every_pinned_revision_is_a_full_sha_with_its_source():
         assert len(where) > 20, f"{hub_id}: say where the sha was found"
     assert {PAPER_CLASSIFIERS["formality"][0], PAPER_NLI, PAPER_SENTIMENT_MODEL} <= set(PAPER_REVISIONS)
     assert paper_revision(PAPER_CLASSIFIERS["sentiment"][0]) == PAPER_REVISIONS["distilbert/distilbert-base-uncased-finetuned-sst-2-english"][0]
-    assert paper_revision(PAPER_NLI) is None and "unpinned" in PAPER_REVISIONS[PAPER_NLI][1]   # no full sha found: said so
+    assert all(paper_revision(m) == PAPER_REVISIONS[m][0] for m in PAPER_REVISIONS)
 
 
 def test_paper_models_load_from_the_hub_cache_at_their_pinned_commits(hub_cache):
@@ -98,7 +98,7 @@ def test_paper_models_load_from_the_hub_cache_at_their_pinned_commits(hub_cache)
         assert out[mid]["identity"]["revision"] == paper_revision(mid)     # loaded at, and cached under, the pinned commit
         assert len(out[mid]["out"]) == 2 and all(o["label"] in labels and 0 <= o["p_positive"] <= 1 for o in out[mid]["out"])
     assert out["5class"]["identity"]["revision"] == PAPER_REVISIONS[PAPER_SENTIMENT_MODEL][0] and set(out["5class"]["scores"]) <= {-1, 0, 1}
-    assert out["nli"]["identity"]["revision"] is None                    # no full sha on record: unpinned (loads `main`)
+    assert out["nli"]["identity"]["revision"] == paper_revision(PAPER_NLI) == "da0da7e11b8008b8c6bd90e86fd88be7646d507c"
     assert all(x["label"] in ("entailment", "neutral", "contradiction") for x in out["nli"]["out"])
     assert out["main"] == "SilverspoonError"                             # the cache has only the pinned snapshot: `main` is not what loads
 
