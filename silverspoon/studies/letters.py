@@ -34,7 +34,7 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'success_table', 'salient_words',
            'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests',
            'level_comparability', 'agreement_with_authors', 'authors_score_instruments', 'hallucination_tests',
-           'AgencyTraining', 'AgencyClassifier', 'summary_rows']
+           'summary_rows']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -449,7 +449,7 @@ class LettersTask:
     weat_n_perm: int = 10000            # WEAT permutation p-values: re-partitions (exact when there are fewer)
     formality_model: str|None = None    # HF formality classifier (paper: s-nlp/roberta-base-formality-ranker, label "formal"); None = not run
     sentiment_model: str|None = None    # HF sentiment classifier (paper: distilbert-base-uncased-finetuned-sst-2-english); None = not run
-    model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; pin it for a committed cache
+    model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; None = each paper model's pinned commit (`PAPER_REVISIONS`)
     agency: bool = True                 # train (or reuse) the agency classifier of appendix F.2 and score agentic sentences
     agency_base_model: str|None = None  # its base encoder; None = all-MiniLM-L6-v2 from the pip package (bert-base-uncased needs the hub)
     agency_lr: float = 2e-5             # the paper's fine-tuning settings (appendix F.2)
@@ -766,33 +766,6 @@ def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row),
                          "t_student": u.get("t_student", np.nan), "p_student": p, "paired_diff": pt.get("mean_diff", np.nan),
                          "p_paired_t": pt.get("p_t", np.nan), "reading": reading})
     return pd.DataFrame(rows)
-
-# %% ../../nbs/20_letters.ipynb #b7fbde67
-def _training_identity(config)->dict:
-    "The agency training identity without library versions (a patch release must not invalidate the committed cache)."
-    return {k: v for k, v in config.identity().items() if k not in ("torch", "transformers")}
-
-class AgencyTraining(Instrument):
-    "Trains (or reuses) the agency classifier; `score([''])` -> [the training result]. Cached by training identity."
-    name, batch_size = "agency-training", 1
-    def __init__(self, config): self.config = config
-    def identity(self)->dict: return {"instrument": "agency-training", **_training_identity(self.config)}
-    def score(self, texts:list[str])->list[dict]:
-        from silverspoon.studies.agency import train_agency_classifier   # agency imports this module: imported here, no cycle
-        r = train_agency_classifier(self.config, progress=False)
-        keep = {k: r[k] for k in ("history", "best_epoch", "best_val_accuracy", "n", "test", "seconds", "identity_hash")}
-        return [keep for _ in texts]
-
-class AgencyClassifier(HFTextClassifier):
-    "The trained agency classifier as a sentence instrument (positive label: agentic), cached by training identity."
-    def __init__(self, config, batch_size:int=64):
-        self.config = config
-        super().__init__("agency (not trained yet)", "agentic", batch_size=batch_size, name="agency")
-    def identity(self)->dict: return {"instrument": "agency-classifier", **_training_identity(self.config), "positive_label": "agentic"}
-    def _load(self):
-        from silverspoon.studies.agency import train_agency_classifier
-        self.model_id = train_agency_classifier(self.config, progress=False)["model_dir"]
-        return super()._load()
 
 # %% ../../nbs/20_letters.ipynb #7c8c09cf
 def summary_rows(success:pd.DataFrame,  # from `success_table`
