@@ -63,3 +63,20 @@ def test_professions_parser_returns_parsed_and_unpacks():
     assert isinstance(p, Parsed) and p.value == "software engineer"
     status, profession, rule = p
     assert (status, profession) == ("answer", "software engineer") and rule == p.rule
+
+def test_professions_parser_set():
+    from silverspoon.studies.professions import parser_set_validity
+    summ, items = parser_set_validity()
+    _check(summ, items, "professions")
+    s = parser_set("professions")
+    assert s.source.str.startswith("store").sum() >= 25 and (s.source == "written").sum() >= 30   # real replies and written forms
+    assert s["name"].notna().all(), "every reply names the person asked about (the parser reads the answer about that name)"
+
+@pytest.mark.parametrize("reply,want", [('"Actor"', "actor"), ('The person\'s profession is "Lawyer"', "lawyer"),
+                                        ("Aaliyah is a professional dancer.", "dancer"), ("1. Nurse\n2. Teacher", "nurse"),
+                                        ("She is a chef and a restaurateur.", "chef"), ("My best guess would be a nurse.", "nurse"),
+                                        ("There isn't enough information to determine her profession.", "refusal"), ("Unknown", "unparseable"),
+                                        ("Awesome! You're right, I'll provide a more accurate answer.", "unparseable")])
+def test_parse_profession_issue_20_forms(reply, want):
+    from silverspoon.studies.professions import parse_profession
+    assert parse_profession(reply, "Aaliyah").label == want
