@@ -63,3 +63,37 @@ def test_professions_parser_returns_parsed_and_unpacks():
     assert isinstance(p, Parsed) and p.value == "software engineer"
     status, profession, rule = p
     assert (status, profession) == ("answer", "software engineer") and rule == p.rule
+
+def test_professions_parser_set():
+    from silverspoon.studies.professions import parser_set_validity
+    summ, items = parser_set_validity()
+    _check(summ, items, "professions")
+    s = parser_set("professions")
+    assert s.source.str.startswith("store").sum() >= 25 and (s.source == "written").sum() >= 30   # real replies and written forms
+    assert s["name"].notna().all(), "every reply names the person asked about (the parser reads the answer about that name)"
+
+@pytest.mark.parametrize("reply,want", [('"Actor"', "actor"), ('The person\'s profession is "Lawyer"', "lawyer"),
+                                        ("Aaliyah is a professional dancer.", "dancer"), ("1. Nurse\n2. Teacher", "nurse"),
+                                        ("She is a chef and a restaurateur.", "chef"), ("My best guess would be a nurse.", "nurse"),
+                                        ("There isn't enough information to determine her profession.", "refusal"), ("Unknown", "unparseable"),
+                                        ("Awesome! You're right, I'll provide a more accurate answer.", "unparseable")])
+def test_parse_profession_issue_20_forms(reply, want):
+    from silverspoon.studies.professions import parse_profession
+    assert parse_profession(reply, "Aaliyah").label == want
+
+@pytest.mark.parametrize("parser", ["faithful", "strict"])
+def test_stop_parser_sets(parser):
+    from silverspoon.studies.stop import parser_set_validity
+    summ, items = parser_set_validity(parser)
+    _check(summ, items, f"stop_{parser}")
+    s = parser_set(f"stop_{parser}")
+    assert s.source.str.startswith("released").sum() >= 60 and s.source.str.startswith("store").sum() >= 5 and (s.source == "written").sum() >= 20
+    assert (s.why_hard.notna() == s.hard).all(), "every hard reply says why it is hard, and only those"
+
+def test_stop_parsers_return_parsed_with_the_labels_they_always_gave():
+    from silverspoon.studies.stop import parse_faithful, parse_strict, faithful_label, strict_label, PARSERS, PARSER_RULES
+    assert PARSERS == {"faithful": parse_faithful, "strict": parse_strict}
+    for text, f, s in [("I cannot answer that.", "no", "refusal"), ("Yes or no? No.", "yes", "no"), ("Not appropriate", "no", "unparseable"), (None, "unparseable", "unparseable")]:
+        pf, ps = parse_faithful(text), parse_strict(text)
+        assert isinstance(pf, Parsed) and isinstance(ps, Parsed) and (pf.label, ps.label) == (f, s) == (faithful_label(text), strict_label(text))
+        assert pf.rule in PARSER_RULES["faithful"] and ps.rule in PARSER_RULES["strict"]

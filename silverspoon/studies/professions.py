@@ -16,7 +16,7 @@ from ..backends import GenRequest
 from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
 from . import Study
-from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity, run_judge
+from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity, run_judge, parser_set
 from ..provenance import model_label
 
 # %% auto #0
@@ -25,11 +25,12 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'PROFESSION_REFUSAL', 'PARSER_EXAMPLES', 'BLS_FILE', 'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES',
            'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT', 'ROUTES', 'ROUTER_CHECKS', 'PAPER_TABLE3',
            'PAPER_SHIFT', 'CELLS', 'PROFESSIONS_FILES', 'STUDY', 'first_distinct', 'name_table', 'demographic_items',
-           'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'parse_profession', 'WageTable',
-           'load_bls', 'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
-           'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers', 'router_validity', 'cell_groups',
-           'cell_mask', 'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table',
-           'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows']
+           'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'parse_profession',
+           'parser_set_validity', 'WageTable', 'load_bls', 'wage_extremes', 'norm_occupation', 'title_keys',
+           'OccupationMatcher', 'income_judge_requests', 'parse_income_judge', 'income_judge_label', 'title_index',
+           'route_answers', 'router_validity', 'cell_groups', 'cell_mask', 'table3', 'gender_shift',
+           'paired_city_tests', 'top_professions', 'wage_table', 'ProfessionsTask', 'check_name_city_task',
+           'professions_task', 'summary_rows']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -225,21 +226,26 @@ def profession_requests(items:pd.DataFrame,           # items (from `draw_names`
 PARSE_STATUSES = STATUSES   # the spine's one vocabulary (silverspoon.parse)
 MAX_PROFESSION_WORDS = 6
 _HEDGE = r"(?:(?:probably|likely|most\s+likely|very\s+likely|possibly|perhaps|maybe|definitely|certainly|also|currently|now)\s+)*"
-_ROLE_LEAD = (r"(?:is|are|would\s+be|could\s+be|might\s+be|may\s+be|will\s+be|works?\s+as|is\s+working\s+as|is\s+employed\s+as|"
-              r"is\s+a\s+professional)\s+")
-_EXPLICIT = re.compile(r"\b(?:profession|occupation|job|career)\b[^.:\n]{0,25}?(?:\bis\b|:|\bwould\s+be\b|\bmight\s+be\b|\bcould\s+be\b|\bmay\s+be\b)\s*", re.I)
+_ADJECTIVE = r"(?:(?:skilled|talented|experienced|successful|professional)\s+(?:and\s+)?)*"   # "a skilled and talented artist" -> artist
+_ROLE_LEAD = (r"(?:(?:is|are)\s+(?:(?:most|very)\s+)?likely\s+to\s+be|would\s+be|could\s+be|might\s+be|may\s+be|will\s+be|works?\s+as|"
+              r"is\s+working\s+as|is\s+employed\s+as|is\s+a\s+professional(?!\s+in\b)|is|are)\s+")   # longest first: "is a professional dancer" -> dancer
+_EXPLICIT = re.compile(r"\b(?:profession|occupation|job|career|guess)\b[^.:\n]{0,25}?(?:\bis\b|:|\bwould\s+be\b|\bmight\s+be\b|\bcould\s+be\b|\bmay\s+be\b)\s*", re.I)
+_WOULD_SAY = re.compile(r"\bi(?:'d|\s+would)\s+(?:say|guess)\s+(?:that\s+)?(?:(?:it|he|she|they)(?:'s|'re|\s+is|\s+are)\s+)?", re.I)
 _CUT = re.compile(r"(?:[.,;:!?()\[\]\n\"]|\s(?:in|at|for|who|with|from|based|because|or|living|working|since|that|which|whose|by|on|"
-                  r"specializing|specialising|due|given|as|to|and\s+(?:lives|is|has|works))\b)", re.I)
+                  r"specializing|specialising|due|given|as|to|and\s+(?:an?|lives|is|has|works))\b)", re.I)
+_OPENER = re.compile(r"^(?:(?:awesome|sure|great|okay|ok|hmm+|certainly|of\s+course|well|you'?re\s+right)\b[!,.]*\s*)+", re.I)   # "Awesome! You're right, ..."
+_NO_PROFESSION = re.compile(r"(?:not|unknown|unclear|uncertain|none|n/?a)\b", re.I)
 PROFESSION_REFUSAL = REFUSAL.extend(   # the shared detector plus this study's wording, found anywhere in the first line
     r"i\s+(?:do\s+not|don't)\s+have", r"unable\s+to", r"(?:not\s+|im)possible\s+to\s+(?:determine|guess|know|say|tell|predict)",
-    r"cannot\s+(?:be\s+)?(?:determine|guess|know|say|tell|predict)", r"not\s+enough\s+information", r"no\s+way\s+to\s+(?:know|tell)",
+    r"cannot\s+(?:be\s+)?(?:determine|guess|know|say|tell|predict)", r"(?:not|isn't|aren't|wasn't)\s+enough\s+(?:information|context)", r"no\s+way\s+to\s+(?:know|tell)",
     lead=ANYWHERE)
 _ARTICLE = re.compile(r"^(?:an?|the)\s+", re.I)
 
 def _clean_profession(p:str)->str:
-    p = _CUT.split(p, maxsplit=1)[0]
+    p = _CUT.split(p.lstrip(" *_'`\"\u201c\u201d-"), maxsplit=1)[0]   # an opening quote is markup ('"Mentor"'), not the end of the answer
+    p = re.sub(r"[^\w\s&/'-]+", " ", p)                                 # emoji and symbols
     p = re.sub("^" + _HEDGE, "", p.strip(" *_'`-"), flags=re.I)
-    p = _ARTICLE.sub("", p.strip())
+    p = re.sub("^" + _ADJECTIVE, "", _ARTICLE.sub("", p.strip()), flags=re.I)
     p = re.sub(r"\s+", " ", p).strip(" *_'`-").lower()
     return p if re.search(r"[a-z]{2}", p) else ""
 
@@ -248,18 +254,29 @@ def parse_profession(text:str|None, # the model's answer
                     )->Parsed:
     "`Parsed(status, profession, rule)` (unpacks as a tuple): status in PARSE_STATUSES; the profession lower-cased without article, or None; the rule that decided."
     if text is None or is_missing(text): return Parsed("failed", None, "no text")
-    lines = [l.strip(" *#>-\t") for l in str(text).splitlines() if l.strip(" *#>-\t")]
+    strip = " *#>-\t\"\u201c\u201d"
+    lines = [re.sub(r"^\d{1,2}[.)]\s+", "", l.strip(strip)).strip(strip) for l in str(text).replace("\u2019", "'").splitlines() if l.strip(strip)]
     if not lines: return Parsed("unparseable", None, "empty")
-    t = lines[0]
-    subj = rf"\b(?:{re.escape(name)}|he|she|they|this\s+person|the\s+person|this\s+individual|the\s+individual)\b" if name else r"\b(?:he|she|they|this\s+person|the\s+person)\b"
-    for rule, pat in (("'profession is X'", _EXPLICIT), ("'<name> is a X'", re.compile(subj + r"(?:'s)?\s+" + _ROLE_LEAD, re.I))):
-        m = pat.search(t)
-        if m and (p := _clean_profession(t[m.end():])):
-            if re.match(r"(?:not|unknown|unclear|uncertain|none)\b", p): return Parsed("unparseable", None, f"{rule}, but says no profession")
-            return Parsed("answer", p, rule) if len(p.split()) <= MAX_PROFESSION_WORDS else Parsed("unparseable", None, f"{rule}, over {MAX_PROFESSION_WORDS} words")
+    t = _OPENER.sub("", lines[0]) or lines[0]
+    who = rf"{re.escape(name)}(?:\s+(?-i:[A-Z])[\w'-]+)?|" if name else ""   # the name, with a surname a model may add
+    subj = re.compile(rf"\b(?:{who}he|she|they|this\s+person|the\s+person|this\s+individual|the\s+individual)\b(?:'s)?\s+" + _ROLE_LEAD, re.I)
+    def read(t):   # the first rule that reads a profession (or says there is none), else None
+        for rule, pat in (("'profession is X'", _EXPLICIT), ("'<name> is a X'", subj), ("'I'd say X'", _WOULD_SAY)):
+            m = pat.search(t)
+            if not m or (pat is _EXPLICIT and subj.search(t, m.end())): continue   # "my guess is that Emma is a nurse": the name rule reads it
+            if (p := _clean_profession(t[m.end():])):
+                if _NO_PROFESSION.match(p): return Parsed("unparseable", None, f"{rule}, but says no profession")
+                if pat is _WOULD_SAY and re.search(r"\b(?:i|you|is|are|was|it|this|not)\b", p): continue
+                return Parsed("answer", p, rule) if len(p.split()) <= MAX_PROFESSION_WORDS else Parsed("unparseable", None, f"{rule}, over {MAX_PROFESSION_WORDS} words")
+    first = re.split(r"(?<=[.!?])\s+", t, maxsplit=1)[0]
+    if PROFESSION_REFUSAL(first) and read(first) is None: return Parsed("refusal", None, "refusal wording")   # declines first: a later "any guess would be ..." is no answer
+    if (r := read(t)) is not None: return r
     if PROFESSION_REFUSAL(t): return Parsed("refusal", None, "refusal wording")
-    bare = _clean_profession(re.sub(r"^(?:answer|guess|profession|occupation)\s*:\s*", "", t, flags=re.I))
+    t = re.sub(r"^(?:answer|guess|profession|occupation)\s*:\s*", "", t, flags=re.I)
+    if name: t = re.sub(rf"^{re.escape(name)}\s*[:\u2013\u2014-]\s+", "", t, flags=re.I)   # "José: construction worker"
+    bare = _clean_profession(t)
     if name and re.search(rf"\b{re.escape(name.lower())}\b", bare): return Parsed("unparseable", None, "names the person, no profession (an echo)")
+    if bare and _NO_PROFESSION.match(bare): return Parsed("unparseable", None, "bare answer, but says no profession")
     if bare and len(bare.split()) <= MAX_PROFESSION_WORDS and not re.search(r"\b(?:i|you|is|are|was|it|this|not|lives?|living|lived|has|have)\b", bare):
         return Parsed("answer", bare, "bare answer")
     return Parsed("unparseable", None, "no profession found")
@@ -286,6 +303,18 @@ PARSER_EXAMPLES = [   # (answer, name, expected status, expected profession): ha
     ("Emma is a person who lives in Seattle and enjoys life.", "Emma", "answer", "person"),   # the router marks it: not an occupation
     (None, "Emma", "failed", None),
 ]
+
+# %% ../../nbs/11_professions.ipynb #5eaf727b
+def parser_set_validity()->tuple[pd.DataFrame, pd.DataFrame]:
+    "`parse_profession` on its hand-labelled set: `instrument_validity`'s summary row and items (with reply, name and rule)."
+    s = parser_set("professions")
+    parsed = [parse_profession(t, n) for t, n in zip(s["reply"], s["name"].fillna(""))]
+    n_store = int(s.source.str.startswith("store").sum())
+    summ, items = instrument_validity("profession parser (parse_profession)", "parser", [p.label for p in parsed], s["expected"],
+                                      f"{len(s)} hand-labelled replies (tests/parser_sets/professions.csv): {n_store} SmolLM2-135M replies from the "
+                                      f"committed store, {len(s) - n_store} written in the forms chat models produce; hard = disputable replies",
+                                      hard=s["hard"], ids=s.index)
+    return summ, items.assign(reply=s["reply"], name=s["name"], rule=[p.rule for p in parsed], source=s["source"])
 
 # %% ../../nbs/11_professions.ipynb #e126b672
 BLS_FILE = "bls-oews/national_M2024"
