@@ -614,9 +614,11 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         parts.append(f"<h2>{s}</h2><p>Reports: {links}</p>" + (f"<p class='note'>Last run failed (its row below is the previous good report, if any): {failed}</p>" if failed else ""))
         if {"metric", "estimate"} <= set(df.columns) and len(df):
             metric = index_headline(study, df)
+            from silverspoon.stats import metric_definition   # definitions come from the one metric registry
+            definition = metric_definition(metric, study)
             fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
             parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
-                         f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b> per run, highest first; bars: 95% CI "
+                         f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first; bars: 95% CI "
                          "(none where the run computed none). The table below has every metric.</figcaption></figure>")
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type
