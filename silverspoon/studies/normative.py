@@ -686,6 +686,12 @@ def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     return fig
 
 # %% ../../nbs/10_normative.ipynb #75b26315
+from ..stats import register_metric
+register_metric("share favouring underprivileged", "share of the answers with a binary label that favour the underprivileged party "
+                "(label 1), scenario-clustered CI", None, (0, 1), None, study="normative")
+register_metric("share excluded (both/neither/refusal/unparseable/failed)", "share of items our parser gave no binary label "
+                "(both, neither, refusal, unparseable or failed), scenario-clustered CI", None, (0, 1), False, study="normative")
+
 def summary_rows(t2:pd.DataFrame,      # table2 rows of every label source, with a `labels` column
                  fav:pd.DataFrame,     # favour_share rows, one per label source (`labels` column)
                  items:pd.DataFrame,   # the run's items with the `parser` binary label and `scenario_id`

@@ -547,6 +547,8 @@ def downstream_task(params:RunParams, src:str="<params>")->DownstreamTask:
 
 # %% ../../nbs/33_stop_downstream.ipynb #e9d9f438
 HEADLINE = "answer rate change, BBQ (adapter - base)"
+register_metric(HEADLINE, "the adapter's BBQ answer rate minus the base model's on the same items, with a paired cluster-bootstrap CI "
+                "(the paper's claim is that fine-tuning on STOP raises it)", None, (-1, 1), None, study="downstream")
 
 def summary_rows(scores:pd.DataFrame # from `paired_scores` (prompted and likelihood; a `scoring` column)
                 )->pd.DataFrame:
