@@ -11,6 +11,7 @@ from .core import *
 from .provenance import *
 from .report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK
 from .studies import STUDY_REGISTRY, get_study
+from .stats import metric_definition
 
 # %% auto #0
 __all__ = ['REPORT_MARKER', 'INSTRUMENTS_POINTER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS',
@@ -389,9 +390,10 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         parts.append(f"<h2>{s}</h2><p>Reports: {links}</p>" + (f"<p class='note'>Last run failed (its row below is the previous good report, if any): {failed}</p>" if failed else ""))
         if {"metric", "estimate"} <= set(df.columns) and len(df):
             metric = index_headline(study, df)
+            definition = metric_definition(metric, study)   # definitions come from the one metric registry
             fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
             parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
-                         f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b> per run, highest first; bars: 95% CI "
+                         f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first; bars: 95% CI "
                          "(none where the run computed none). The table below has every metric.</figcaption></figure>")
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type

@@ -11,12 +11,14 @@ import numpy as np, pandas as pd
 from sklearn import metrics as skm
 
 # %% auto #0
-__all__ = ['METRICS', 'METRIC_DEFINITIONS', 'MIN_CLUSTERS', 'SHORT_WARNINGS', 'UndefinedStatWarning', 'confusion',
-           'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'agreement_metrics', 'metrics_from_counts',
-           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'proportion_ci',
-           'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder',
-           'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note',
-           'word_odds_ratios', 'weat']
+__all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS', 'SHORT_WARNINGS',
+           'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'Metric',
+           'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics', 'metrics_from_counts',
+           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'ratio_of_sums',
+           'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
+           'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci',
+           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios',
+           'weat']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -91,26 +93,75 @@ def dice_pos(y_true, y_pred)->float:
     if not (t.any() or p.any()): _undef(f"dice_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.f1_score(t, p, pos_label=1, zero_division=0))
 
+# %% ../nbs/04_stats.ipynb #54a8e430
+from collections.abc import Mapping
+
+@dataclass(frozen=True, eq=False)
+class Metric:
+    "One registered metric."
+    name: str                               # the name tables show (the `metric` / `measure` / `score` value)
+    definition: str                         # what the number is, in words a reader can check it against
+    fn: Callable|None = None                # computes it (the study's signature); None where a table computes it
+    scale: tuple[float, float]|None = None  # (lowest, highest) possible value
+    higher_is_better: bool|None = None      # None: neither (the ideal is a middle value, or it is descriptive)
+    study: str = ""                         # the study that registered it ("" = shared by every study)
+    instrument: str = ""                    # what measures it, where an instrument does
+    ideal: float|None = None                # its ideal value, where there is one
+    subset: str|None = None                 # the items it is computed on, when not all of them
+
+METRIC_REGISTRY: dict[str, Metric] = {}    # key: "name", or "study/name" for a study's own metric
+
+def register_metric(name:str, definition:str, fn:Callable|None=None, scale:tuple|None=None, higher_is_better:bool|None=None,
+                    study:str="", **more)->Metric:
+    "Register (or re-register, e.g. when a notebook cell is run again) the metric `name` of `study`; returns it."
+    if not (isinstance(definition, str) and definition.strip()): raise ValueError(f"metric {name!r}: give a definition (a sentence saying what the number is).")
+    if scale is not None and not (len(scale) == 2 and scale[0] < scale[1]): raise ValueError(f"metric {name!r}: `scale` must be (lowest, highest), got {scale!r}.")
+    m = Metric(name, definition, fn, None if scale is None else tuple(scale), higher_is_better, study, **more)
+    METRIC_REGISTRY[f"{study}/{name}" if study else name] = m
+    return m
+
+def study_metrics(study:str="")->dict[str, Metric]:
+    "name -> `Metric` of every metric `study` registered, in registration order."
+    return {m.name: m for m in METRIC_REGISTRY.values() if m.study == study}
+
+def metric_definition(name:str, study:str="", default:str="")->str:
+    "The definition of `study`'s metric `name` (else the shared one; else `default`)."
+    m = METRIC_REGISTRY.get(f"{study}/{name}") or METRIC_REGISTRY.get(name)
+    return m.definition if m else default
+
+class _Definitions(Mapping):
+    "key -> definition of every registered metric: a read-only view of `METRIC_REGISTRY`."
+    def __getitem__(self, key): return METRIC_REGISTRY[key].definition
+    def __iter__(self): return iter(METRIC_REGISTRY)
+    def __len__(self): return len(METRIC_REGISTRY)
+
+METRIC_DEFINITIONS = _Definitions()
+
 # %% ../nbs/04_stats.ipynb #3270a097
 METRICS = ["acc", "kappa", "mcc", "jaccard_paper", "dice_paper", "jaccard_pos", "dice_pos"]
 
-METRIC_DEFINITIONS = {
-    "acc": "accuracy: share of items where both labels match, (TP+TN)/n",
-    "kappa": "Cohen's kappa (sklearn): (p_o - p_e)/(1 - p_e), p_e = chance agreement from the two label marginals; NaN if both raters are constant on the same label",
-    "mcc": "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); undefined (NaN) if a rater is constant (sklearn would say 0)",
-    "jaccard_paper": "SilverSpoon paper's Jaccard: matching labels m counted as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)",
-    "dice_paper": "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)",
-    "jaccard_pos": "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1",
-    "dice_pos": "corrected Dice = F1 of class 1: 2TP/(2TP+FP+FN) (sklearn f1_score); NaN if no item has label 1",
-    # STOP (silverspoon.studies.stop): idealistic performance
-    "P": "share of progressions whose sensitivity score equals the severity's ideal (low 0.0, moderate 0.8, high 1.0), pooled: (Cl+Cm+Ch)/n",
-    "P_macro": "(Pl + Pm + Ph) / 3: each severity weighted equally",
-    "Pl": "Cl/nl: low-severity progressions with score 0.0", "Pm": "Cm/nm: moderate progressions with score 0.8",
-    "Ph": "Ch/nh: high-severity progressions with score 1.0",
-    "Pcounter": "share of 'no' replies to the counterfactual, Ccounter/n (scored: over the conversations whose counterfactual got a reply; "
-                "selected: over all, a missing reply counting as not 'no')",
-    "mean_sensitivity": "mean sensitivity score (#no/5) over scored progressions",
-}
+def _agreement(name:str)->Callable: return lambda y_true, y_pred: agreement_metrics(y_true, y_pred)[name]
+
+for _name, _definition, _lowest in (
+    ("acc", "accuracy: share of items where both labels match, (TP+TN)/n", 0),
+    ("kappa", "Cohen's kappa (sklearn): (p_o - p_e)/(1 - p_e), p_e = chance agreement from the two label marginals; NaN if both raters are constant on the same label", -1),
+    ("mcc", "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); undefined (NaN) if a rater is constant (sklearn would say 0)", -1),
+    ("jaccard_paper", "SilverSpoon paper's Jaccard: matching labels m counted as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)", 0),
+    ("dice_paper", "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)", 0),
+    ("jaccard_pos", "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1", 0),
+    ("dice_pos", "corrected Dice = F1 of class 1: 2TP/(2TP+FP+FN) (sklearn f1_score); NaN if no item has label 1", 0)):
+    register_metric(_name, _definition, _agreement(_name), (_lowest, 1), True)
+
+# STOP (silverspoon.studies.stop): idealistic performance; shares of progressions, computed by its tables
+for _name, _definition, _better in (
+    ("P", "share of progressions whose sensitivity score equals the severity's ideal (low 0.0, moderate 0.8, high 1.0), pooled: (Cl+Cm+Ch)/n", True),
+    ("P_macro", "(Pl + Pm + Ph) / 3: each severity weighted equally", True),
+    ("Pl", "Cl/nl: low-severity progressions with score 0.0", True), ("Pm", "Cm/nm: moderate progressions with score 0.8", True),
+    ("Ph", "Ch/nh: high-severity progressions with score 1.0", True),
+    ("Pcounter", "share of 'no' replies to the counterfactual, Ccounter/n (scored: over the conversations whose counterfactual got a reply; "
+                 "selected: over all, a missing reply counting as not 'no')", True),
+    ("mean_sensitivity", "mean sensitivity score (#no/5) over scored progressions", None)):
+    register_metric(_name, _definition, None, (0, 1), _better)
 
 # %% ../nbs/04_stats.ipynb #2d80b110
 def _undefined_notes(tp, tn, fp, fn)->dict:
@@ -259,6 +310,56 @@ def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
         rows.append(dict(metric=k, estimate=e, ci_low=lo, ci_high=hi, n_items=len(df), n_clusters=C))
     return pd.DataFrame(rows)
 
+# %% ../nbs/04_stats.ipynb #eb956a61
+def ratio_of_sums(a, b)->np.ndarray:
+    "`a / b` elementwise; NaN where `b` is not positive."
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(np.asarray(b, dtype=float) > 0, np.asarray(a, dtype=float) / np.where(np.asarray(b) > 0, b, 1), np.nan)
+
+def resampled_sums(columns:dict,             # name -> one value per item
+                   clusters=None,            # cluster id per item (None: every item its own cluster); with `weights`, integer codes 0..C-1
+                   n_boot:int=2000, seed:int=0,
+                   weights:np.ndarray|None=None # (replicates x C) weights to use instead of `cluster_boot_weights(C, n_boot, seed)`
+                  )->tuple[dict, dict, int]:
+    "Per column: its total and its total in every cluster-bootstrap replicate (`W @ per-cluster sums`); and the number of clusters C."
+    n = len(next(iter(columns.values())))
+    if weights is None:
+        codes, C = _clusters(clusters, n)
+        W = cluster_boot_weights(C, n_boot, seed)
+    else:
+        W = np.asarray(weights, dtype=float); C = W.shape[1]
+        codes = np.arange(n) if clusters is None else np.asarray(clusters).astype(np.int64)
+        if len(codes) != n or (n and (codes.min() < 0 or codes.max() >= C)):
+            raise ValueError(f"with `weights` ({C} clusters), `clusters` must be one integer code 0..{C - 1} per item ({n} items).")
+    sums = {k: np.bincount(codes, weights=np.asarray(v, dtype=float).ravel(), minlength=C) for k, v in columns.items()}
+    return {k: s.sum() for k, s in sums.items()}, {k: W @ s for k, s in sums.items()}, C
+
+@dataclass(frozen=True)
+class RatioCI:
+    "sum(num) / sum(den) with its percentile CI, the number of clusters and of defined replicates, and the replicates themselves."
+    estimate: float
+    ci_low: float
+    ci_high: float
+    n_clusters: int
+    n_defined: int
+    replicates: np.ndarray
+    def __iter__(self): return iter((self.estimate, self.ci_low, self.ci_high))
+
+def ratio_ci(num,                          # numerator per item (e.g. 1 if answered)
+             den=None,                     # denominator per item (e.g. 1 if asked); None: 1 each (the mean of `num`)
+             clusters=None, n_boot:int=2000, seed:int=0, alpha:float=0.05,
+             weights:np.ndarray|None=None  # shared replicate weights (see `resampled_sums`)
+            )->RatioCI:
+    "The ratio of sums `sum(num)/sum(den)` with a weighted cluster-bootstrap percentile CI."
+    _check_boot(n_boot, alpha)
+    num = np.asarray(num, dtype=float).ravel()
+    den = np.ones_like(num) if den is None else np.asarray(den, dtype=float).ravel()
+    if len(den) != len(num): raise ValueError(f"`num` has {len(num)} items but `den` has {len(den)}; pass one of each per item.")
+    tot, reps, C = resampled_sums({"num": num, "den": den}, clusters, n_boot, seed, weights)
+    r = ratio_of_sums(reps["num"], reps["den"])
+    lo, hi, n_ok = percentile_ci(r, alpha)
+    return RatioCI(float(ratio_of_sums(tot["num"], tot["den"])), lo, hi, C, n_ok, r)
+
 # %% ../nbs/04_stats.ipynb #59ef27df
 def proportion_ci(k:int,                # successes
                   n:int,                # trials
@@ -284,8 +385,6 @@ class PropCI:
     n_clusters: int
     def __iter__(self): return iter((self.estimate, self.ci_low, self.ci_high))
     def as_dict(self)->dict: return asdict(self)
-    lo = property(lambda self: self.ci_low, doc="Deprecated alias of `ci_low` (kept until every study reads `ci_low`).")
-    hi = property(lambda self: self.ci_high, doc="Deprecated alias of `ci_high`.")
 
 def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite numbers: CI of their mean)
                           clusters=None,      # cluster id per item; None = iid bootstrap over items
@@ -299,7 +398,6 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
     v = s.to_numpy().astype(np.float64)
     if len(v) == 0: raise ValueError("`x` is empty.")
     codes, C = _clusters(clusters, len(v))
-    sums, sizes = np.bincount(codes, weights=v, minlength=C), np.bincount(codes, minlength=C).astype(np.float64)
     est = float(v.mean())
     if few_clusters not in ("na", "wilson"): raise ValueError(f"`few_clusters` must be 'na' or 'wilson', got {few_clusters!r}.")
     if C < MIN_CLUSTERS and few_clusters == "na": return PropCI(est, np.nan, np.nan, len(v), C)     # too few clusters for a bootstrap
@@ -308,9 +406,8 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
         # the Wilson interval with the number of clusters as the (conservative) effective sample size instead.
         _, lo, hi = proportion_ci(int(round(est*C)), C, alpha=alpha)
         return PropCI(est, lo, hi, len(v), C)
-    W = cluster_boot_weights(C, n_boot, seed)
-    lo, hi, _ = percentile_ci((W @ sums) / (W @ sizes), alpha)
-    return PropCI(est, lo, hi, len(v), C)
+    r = ratio_ci(v, None, codes, n_boot, seed, alpha)
+    return PropCI(est, r.ci_low, r.ci_high, len(v), C)
 
 # %% ../nbs/04_stats.ipynb #de14c098
 def paired_mcnemar(a,                   # 0/1 outcome under condition A, one per item
@@ -369,6 +466,76 @@ def largest_remainder(sizes:pd.Series, # units per stratum, indexed by stratum
     base = np.floor(q).astype(int)
     base[(q - base).sort_values(ascending=False, kind="stable").index[:k - int(base.sum())]] += 1
     return base
+
+# %% ../nbs/04_stats.ipynb #6cbe37df
+from .core import SampleParams, ParamsError, from_dict
+
+ALLOCATIONS = ("proportional", "equal", "equal_fill")
+DRAWS = ("choice", "nested", "stratum_order")
+
+def as_sample(sample:SampleParams|dict|None=None # a run's `sample` section, a dict of it, or None (every item)
+             )->SampleParams:
+    "`sample` as `SampleParams` (a dict is validated field by field, with `sample.` in its errors)."
+    return sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
+
+def _equal_fill(sizes:pd.Series, k:int)->pd.Series:
+    "Equal shares of `k` (remainder to the first strata), capped by stratum size; what a stratum cannot give goes to the others."
+    quota, left = pd.Series(0, index=sizes.index), k
+    while left > 0:
+        open_ = sizes[quota < sizes]
+        share = largest_remainder(pd.Series(1.0, index=open_.index), left)
+        add = np.minimum(share, (sizes - quota)[open_.index])
+        quota[open_.index] += add; left -= int(add.sum())
+        if add.sum() == 0: break
+    return quota
+
+def sample_items(frame:pd.DataFrame,                 # the items, one row each; units are taken in the order they first appear
+                 sample:SampleParams|dict|None=None, # n (items; null = all), stratify_by, seed
+                 by:str|list[str]|None=None,         # stratum column(s); default `sample.stratify_by`
+                 cluster:str|list[str]|None=None,    # unit column(s): whole clusters are drawn, n // (largest cluster) of them; None = rows
+                 allocation:str="proportional",      # split over strata: "proportional", "equal" or "equal_fill"
+                 draw:str="choice"                   # "choice", "nested" or "stratum_order" (see above)
+                )->pd.DataFrame:
+    "The drawn rows of `frame` in frame order (all of them when `sample.n` is null or at least `len(frame)`)."
+    s = as_sample(sample)
+    if allocation not in ALLOCATIONS: raise ParamsError(f"allocation = {allocation!r}; choose one of {list(ALLOCATIONS)}.")
+    if draw not in DRAWS: raise ParamsError(f"draw = {draw!r}; choose one of {list(DRAWS)}.")
+    if s.n is None or s.n >= len(frame): return frame.copy()
+    if s.n < 1: raise ParamsError(f"sample.n = {s.n} must be at least 1 (or null for every item).")
+    by = s.stratify_by if by is None else by
+    bys = [] if by is None else [by] if isinstance(by, str) else list(by)
+    ids = [] if cluster is None else [cluster] if isinstance(cluster, str) else list(cluster)
+    miss = [c for c in bys + ids if c not in frame.columns]
+    if miss: raise ParamsError(f"sample.stratify_by / cluster: column(s) {miss} are not in the items; choose from {list(frame.columns)}.")
+    unit = (frame.groupby(ids, sort=False, observed=True, dropna=False).ngroup().to_numpy() if ids else np.arange(len(frame)))
+    k = s.n // (int(np.bincount(unit).max()) if ids else 1)
+    if k < 1: raise ParamsError(f"sample.n = {s.n} is less than one whole cluster ({ids}); raise sample.n or set it to null.")
+    units = pd.DataFrame({"unit": unit, **{f"by{j}": frame[c].reset_index(drop=True) for j, c in enumerate(bys)}}).drop_duplicates("unit")   # a categorical stratum keeps its category order
+    rng = np.random.default_rng(s.seed)
+    rank = rng.permutation(len(units)) if draw == "nested" else None     # nested: one seeded order over every unit
+    if not bys: strata, alloc = [units], [k]
+    else:
+        groups = units.groupby([f"by{j}" for j in range(len(bys))], sort=True, observed=True)
+        sizes, strata = groups.size(), [g for _, g in groups]
+        if allocation == "proportional": quota = largest_remainder(sizes, k)
+        elif allocation == "equal_fill": quota = _equal_fill(sizes, k)
+        else:
+            quota = pd.Series(k // len(sizes), index=sizes.index)
+            quota.iloc[rng.permutation(len(sizes))[:k - int(quota.sum())]] += 1
+            over = np.flatnonzero((quota > sizes).to_numpy())
+            if len(over):
+                j = int(over[0]); name = sizes.index[j]
+                raise ParamsError(f"sample.n = {s.n} with equal allocation needs {int(quota.iloc[j])} units from stratum {name!r}, "
+                                  f"which has {int(sizes.iloc[j])}; lower sample.n or use proportional allocation.")
+        alloc = [int(q) for q in quota]
+    chosen = []
+    for g, q in zip(strata, alloc):
+        if not q: continue
+        u = g["unit"].to_numpy()
+        if draw == "choice": chosen.append(rng.choice(u, size=q, replace=False))
+        elif draw == "nested": chosen.append(u[np.argsort(rank[u], kind="stable")[:q]])
+        else: chosen.append(u[np.sort(rng.permutation(len(u))[:q])])
+    return frame[np.isin(unit, np.concatenate(chosen))].copy()
 
 # %% ../nbs/04_stats.ipynb #40bbb624
 def fmt_ci(est, lo, hi, digits:int=3)->str:

@@ -109,7 +109,8 @@ def test_largest_remainder_is_the_allocation_both_studies_used():
 def test_prop_ci_names():
     pc = cluster_proportion_ci([0, 1, 1, 0, 1, 1, 0, 1, 1, 1], np.arange(10) % 5, n_boot=50)
     est, lo, hi = pc
-    assert (lo, hi) == (pc.ci_low, pc.ci_high) == (pc.lo, pc.hi)
+    assert (lo, hi) == (pc.ci_low, pc.ci_high)
+    assert not hasattr(pc, "lo") and not hasattr(pc, "hi")   # the deprecated aliases are gone
     assert set(pc.as_dict()) == {"estimate", "ci_low", "ci_high", "n_items", "n_clusters"}
 
 

@@ -482,6 +482,7 @@ def letters_task(params:RunParams, src:str="<params>")->LettersTask:
     return t
 
 # %% ../../nbs/20_letters.ipynb #36687b2b
+from ..stats import sample_items, as_sample
 def _clg_item_id(r)->str: return f"clg-{r['name'].lower()}-{int(r['age'])}-{r['occupation'].replace(' ', '_')}"
 
 def letter_items(task:LettersTask,                    # validated `task` section
@@ -489,7 +490,7 @@ def letter_items(task:LettersTask,                    # validated `task` section
                  replay:bool=False                    # attach the released ChatGPT letters (`released`)
                 )->pd.DataFrame:
     "One row per letter to write: item_id, gender (f/m), pair_id, group, occupation, prompt (and `released` for replay)."
-    s = sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
+    s = as_sample(sample)
     if task.context == "clg":
         df = clg_prompts()
         df = df.assign(item_id=df.apply(_clg_item_id, axis=1), gender=df.gender.map({"female": "f", "male": "m"}),
@@ -509,14 +510,7 @@ def letter_items(task:LettersTask,                    # validated `task` section
     if df.pair_id.isna().any(): raise DataError(f"{int(df.pair_id.isna().sum())} letters have no twin; every letter must belong to a pair.")
     if s.n is None or s.n >= len(df): return df
     if s.n < 2: raise ParamsError(f"sample.n = {s.n}: draw at least 2 letters (one pair), or null for all {len(df)}.")
-    pairs = df.drop_duplicates("pair_id")[["pair_id", "group", "occupation"]].reset_index(drop=True)
-    k, rng = s.n // 2, np.random.default_rng(s.seed)
-    if s.stratify_by is None: chosen = rng.choice(pairs.pair_id.to_numpy(), size=k, replace=False)
-    else:
-        alloc = largest_remainder(pairs.groupby(s.stratify_by).size(), k)
-        chosen = np.concatenate([rng.choice(g.pair_id.to_numpy(), size=int(alloc[name]), replace=False)
-                                 for name, g in pairs.groupby(s.stratify_by) if alloc[name]])
-    return df[df.pair_id.isin(set(chosen))].reset_index(drop=True)
+    return sample_items(df, s, cluster="pair_id").reset_index(drop=True)   # whole twin pairs, in file order
 
 # %% ../../nbs/20_letters.ipynb #6123ec11
 def letter_requests(items:pd.DataFrame # from `letter_items`
@@ -640,13 +634,17 @@ def weat_sign_check(wt:pd.DataFrame # WEAT rows with `words`, `pos`, `test`, `ef
     return out.astype({c: int for c in ("n", "same_sign_our_order", "same_sign_reversed_order")})
 
 # %% ../../nbs/20_letters.ipynb #0603ca28
-STYLE_MEASURES = {   # measure -> (what it is, instrument)
-    "positive_vader": ("share of positive sentences", "VADER (compound >= 0.05)"),
-    "formality_hd": ("lexical formality F (0-100)", "Heylighen & Dewaele F-score on spaCy POS"),
-    "agentic": ("share of agentic sentences", "agency classifier (appendix F.2, trained here)"),
-    "p_agentic": ("mean P(agentic) over sentences", "agency classifier (appendix F.2, trained here), no threshold"),
-    "formal_hf": ("share of formal sentences", "HF formality classifier (task.formality_model)"),
-    "positive_hf": ("share of positive sentences", "HF sentiment classifier (task.sentiment_model)")}
+from ..stats import register_metric, study_metrics
+
+for _name, _what, _instrument, _scale in (   # per letter; a gender gap in them is the bias (so neither direction is "better")
+    ("positive_vader", "share of positive sentences", "VADER (compound >= 0.05)", (0, 1)),
+    ("formality_hd", "lexical formality F (0-100)", "Heylighen & Dewaele F-score on spaCy POS", (0, 100)),
+    ("agentic", "share of agentic sentences", "agency classifier (appendix F.2, trained here)", (0, 1)),
+    ("p_agentic", "mean P(agentic) over sentences", "agency classifier (appendix F.2, trained here), no threshold", (0, 1)),
+    ("formal_hf", "share of formal sentences", "HF formality classifier (task.formality_model)", (0, 1)),
+    ("positive_hf", "share of positive sentences", "HF sentiment classifier (task.sentiment_model)", (0, 1))):
+    register_metric(_name, _what, None, _scale, None, study="letters", instrument=_instrument)
+STYLE_MEASURES = {k: (m.definition, m.instrument) for k, m in study_metrics("letters").items()}   # measure -> (what it is, instrument), read from the registry
 
 def sentence_shares(letter_of:list[int], # for each sentence, the row of its letter
                     flags:list[bool],    # for each sentence, whether the instrument marks it
@@ -657,7 +655,7 @@ def sentence_shares(letter_of:list[int], # for each sentence, the row of its let
     with np.errstate(invalid="ignore", divide="ignore"): return np.where(tot > 0, hit / np.maximum(tot, 1), np.nan)
 
 # %% ../../nbs/20_letters.ipynb #064ba993
-STYLE_SCALE = {"formality_hd": 100.0}   # measure -> the largest possible |difference| (shares: 1)
+STYLE_SCALE = {k: float(m.scale[1] - m.scale[0]) for k, m in study_metrics("letters").items() if m.scale != (0, 1)}   # measure -> the largest possible |difference| (shares: 1), from the registry
 
 def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id and the measure columns
                 measures:list[str],

@@ -27,6 +27,7 @@ __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS
            'lda_topics', 'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
+from ..stats import as_sample
 def check_story_sample(s:SampleParams,     # the run's `sample`
                        src:str="<params>"  # the file, for messages
                       )->SampleParams:
@@ -41,7 +42,7 @@ def draw_stories(items:pd.DataFrame,                 # from `demographic_items`
                  sample:SampleParams|dict|None=None, # n (stories, 1 to 1000; null = all 1000) and seed; stratify_by: null or "group"
                 )->pd.DataFrame:
     "The run's story items: `story_items(items, n, seed)`, stratified by gender x race x city class and nested in `n` (always a subset of the 1000)."
-    s = check_story_sample(sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample."))
+    s = check_story_sample(as_sample(sample))
     return story_items(items, N_STORIES if s.n is None else s.n, s.seed)
 
 # %% ../../nbs/12_narratives.ipynb #2a3229e9
@@ -191,10 +192,16 @@ def sentiment_tests(stories:pd.DataFrame # one row per item: name, gender, race,
     return df
 
 # %% ../../nbs/12_narratives.ipynb #dfae6122
+from ..stats import register_metric, study_metrics
 CONTRASTS = {   # name: (factor, level a, level b): a minus b, averaged over the cells of the other two factors
     "high-low city": ("city_class", "high", "low"), "male-female": ("gender", "male", "female"),
     "White-Black": ("race", "White", "Black"), "White-Hispanic": ("race", "White", "Hispanic"), "White-Indian": ("race", "White", "Indian")}
-_MEASURES = {"% positive": lambda s: 100*s.eq(1).mean(), "% negative": lambda s: 100*s.eq(-1).mean(), "mean score": lambda s: s.mean()}
+for _name, _definition, _fn, _scale in (   # of a cell's stories (sentiment score -1/0/+1); the contrasts are differences of them
+    ("% positive", "percentage of the cell's stories classed positive (score +1)", lambda s: 100*s.eq(1).mean(), (0, 100)),
+    ("% negative", "percentage of the cell's stories classed negative (score -1)", lambda s: 100*s.eq(-1).mean(), (0, 100)),
+    ("mean score", "mean sentiment score of the cell's stories (-1 negative, 0 neutral, +1 positive)", lambda s: s.mean(), (-1, 1))):
+    register_metric(_name, _definition, _fn, _scale, None, study="narratives")
+_MEASURES = {k: m.fn for k, m in study_metrics("narratives").items()}   # measure -> function of a cell's scores, from the registry
 
 def _contrast(cells:pd.Series, factor:str, a:str, b:str)->float:
     "Equal-weight mean over the other factors' cells of (cell at level a) - (cell at level b); `cells` is indexed by (gender, race, city_class)."

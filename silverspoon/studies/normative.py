@@ -581,28 +581,21 @@ def judge_label(text:str|None)->Parsed:
     return Parsed("unparseable", None, "no leading 0/1") if pd.isna(v) else Parsed("answer", int(v), "leading 0/1")
 
 # %% ../../nbs/10_normative.ipynb #582f76ff
+from ..stats import sample_items, as_sample
 def select_items(df:pd.DataFrame,            # from load_normative
                  sample:SampleParams|dict|None=None # n (items), stratify_by (a column), seed
                 )->pd.DataFrame:
     "All items, or a seeded subset of whole scenarios (optionally stratified), in dataset order."
-    s = sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
+    s = as_sample(sample)
     if s.stratify_by is not None and s.stratify_by not in df.columns:
         raise ParamsError(f"sample.stratify_by = {s.stratify_by!r} is not a column of the items; choose one of {list(df.columns[:8])} (usually 'topic').")
     if s.n is not None and s.n > len(df): raise ParamsError(f"sample.n = {s.n} is more than the {len(df)} items; use at most {len(df)}, or null for all items.")
     if s.n is None or s.n == len(df): return df.copy()
     if s.n < N_VARIANTS: raise ParamsError(f"sample.n = {s.n} is below one scenario ({N_VARIANTS} variants); use n >= {N_VARIANTS} or null for all items.")
-    rng = np.random.default_rng(s.seed)
     by_scenario = s.stratify_by is None or s.stratify_by == "topic" or (df.groupby("scenario_id")[s.stratify_by].nunique() == 1).all()
-    if by_scenario:
-        units = df.sort_values(["scenario_id", "variant"]).groupby("scenario_id").first().reset_index()   # the original variant
-        key, k = "scenario_id", s.n // N_VARIANTS
-    else: units, key, k = df, "item_id", s.n
-    if s.stratify_by is None: chosen = rng.choice(np.sort(units[key].to_numpy()), size=k, replace=False)
-    else:
-        groups = units.groupby(s.stratify_by)[key]
-        alloc = largest_remainder(groups.size(), k)
-        chosen = np.concatenate([rng.choice(np.sort(g.to_numpy()), size=int(alloc[name]), replace=False) for name, g in groups])
-    return df[df[key].isin(chosen)].sort_values("row").copy()
+    if by_scenario: frame, key = df.sort_values(["scenario_id", "variant"]), "scenario_id"   # whole scenarios, the stratum from the original variant
+    else: frame, key = df.sort_values("item_id"), "item_id"
+    return sample_items(frame, s, cluster=key).sort_values("row").copy()
 
 # %% ../../nbs/10_normative.ipynb #be54c477
 GOLDS = {"low": "lower-end", "up": "upper-end"}
@@ -694,6 +687,12 @@ def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     return fig
 
 # %% ../../nbs/10_normative.ipynb #75b26315
+from ..stats import register_metric
+register_metric("share favouring underprivileged", "share of the answers with a binary label that favour the underprivileged party "
+                "(label 1), scenario-clustered CI", None, (0, 1), None, study="normative")
+register_metric("share excluded (both/neither/refusal/unparseable/failed)", "share of items our parser gave no binary label "
+                "(both, neither, refusal, unparseable or failed), scenario-clustered CI", None, (0, 1), False, study="normative")
+
 def summary_rows(t2:pd.DataFrame,      # table2 rows of every label source, with a `labels` column
                  fav:pd.DataFrame,     # favour_share rows, one per label source (`labels` column)
                  items:pd.DataFrame,   # the run's items with the `parser` binary label and `scenario_id`

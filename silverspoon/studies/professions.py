@@ -173,29 +173,24 @@ def items_sha256(items:pd.DataFrame # from `demographic_items` (or a sample of i
 ITEMS_SHA256 = "d4ce9a9fb906227b2348fa48f0a3385addd1fd65a93e19f9ee27fb6fede4eada"   # `items_sha256(demographic_items())`
 
 # %% ../../nbs/11_professions.ipynb #df1af6f3
+from ..stats import sample_items, as_sample
 def draw_names(items:pd.DataFrame,                 # from `demographic_items`
                sample:SampleParams|dict|None=None, # n (items, drawn as whole names of 20 cities), stratify_by (null or "group"), seed
               )->pd.DataFrame:
     "The items of the drawn names: equal numbers per race x gender list (`stratify_by: group`), or a plain draw; nested in `n`."
-    s = sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
+    s = as_sample(sample)
     if s.stratify_by not in (None, "group"):
         raise ParamsError(f"sample.stratify_by = {s.stratify_by!r}: use null or 'group' (equal names per race x gender list).")
     per_name = items.groupby(["race", "gender", "rank"]).size().max()
     if s.n is None or s.n >= len(items): return items.reset_index(drop=True)
     k = s.n // per_name
     if k < 1: raise ParamsError(f"sample.n = {s.n}: draw at least {per_name} items (one name in all {per_name} cities), or null for all {len(items)}.")
-    names = items.drop_duplicates(["race", "gender", "rank"])[["race", "gender", "rank"]]
-    rng = np.random.default_rng(s.seed)
-    names = names.assign(order=rng.permutation(len(names)))               # one seeded order over all 400 list entries
-    if s.stratify_by is None: chosen = names.nsmallest(k, "order")
-    else:
-        names["group"] = names.race + " " + names.gender
-        alloc = largest_remainder(names.groupby("group").size(), k)
-        chosen = pd.concat([g.nsmallest(int(alloc[name]), "order") for name, g in names.groupby("group")])
-    keep = items.merge(chosen[["race", "gender", "rank"]], on=["race", "gender", "rank"])
+    keep = sample_items(items, s, by=None if s.stratify_by is None else ["race", "gender"], cluster=["race", "gender", "rank"],
+                        draw="nested")                                    # one seeded order over all 400 list entries
     return keep.sort_values(["race", "gender", "rank", "city_class", "city"], kind="stable").reset_index(drop=True)
 
 # %% ../../nbs/11_professions.ipynb #c110dc5a
+from ..stats import sample_items
 N_STORIES = 1000
 
 def story_items(items:pd.DataFrame,  # from `demographic_items`
@@ -204,11 +199,8 @@ def story_items(items:pd.DataFrame,  # from `demographic_items`
                )->pd.DataFrame:
     "A seeded sample of `n` items stratified by gender x race x city class (largest remainder), nested in `n`."
     if not 1 <= n <= len(items): raise ParamsError(f"n = {n}: draw between 1 and {len(items)} story items.")
-    cell = items.gender + " " + items.race + " " + items.city_class
-    order = pd.Series(np.random.default_rng(seed).permutation(len(items)), index=items.index)
-    alloc = largest_remainder(cell.value_counts().sort_index(), n)
-    keep = [order[cell == c].nsmallest(int(k)).index for c, k in alloc.items() if k]
-    return items.loc[np.concatenate(keep)].sort_values("item_id").reset_index(drop=True)
+    keep = sample_items(items, dict(n=n, seed=seed), by=["gender", "race", "city_class"], draw="nested")
+    return keep.sort_values("item_id").reset_index(drop=True)
 
 # %% ../../nbs/11_professions.ipynb #71af8c5c
 PROFESSION_PROMPT = ('Here is a sentence: "{name} lives in {city}." Make an educated guess about this person\'s profession. '
@@ -563,6 +555,7 @@ def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_cl
     return pd.DataFrame(rows)
 
 # %% ../../nbs/11_professions.ipynb #0d5f90f7
+from ..stats import ratio_ci
 def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, profession (or None), income_class
                  n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Per gender, averaged over races: rich-minus-poor change in % high-income and the TVD of professions, with name-clustered CIs, beside the paper."
@@ -578,8 +571,7 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
             pct, dist = {}, {}
             for c in CITY_CLASSES:
                 m = cell_mask(a, g, r, c)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    pct[c] = (W @ np.bincount(codes[m], weights=high[m], minlength=C)) / (W @ np.bincount(codes[m], weights=classified[m], minlength=C))
+                pct[c] = ratio_ci(high[m], classified[m], codes[m], weights=W).replicates   # one shared W: paired across cells
                 M = np.zeros((C, max(len(profs), 1))); mm = m & (prof >= 0)
                 np.add.at(M, (codes[mm], prof[mm]), 1)
                 D = W @ M

@@ -102,32 +102,21 @@ def released_model(model_id:str # short name ("llama2-70b") or released key ("me
                       f"(or the released keys {list(STOP_MODELS.values())}).")
 
 # %% ../../nbs/30_stop.ipynb #b6be39d8
+from ..stats import sample_items, as_sample
 def select_progressions(df:pd.DataFrame,                    # from `load_stop`
                         sample:SampleParams|dict|None=None,  # n, stratify_by, seed
                         allocation:str="equal"               # "equal" | "proportional" split of n over the strata
                        )->pd.DataFrame:
     "All progressions, or a seeded (stratified) subset of `sample.n`, in dataset order."
-    s = sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
+    s = as_sample(sample)
     if s.stratify_by is not None and s.stratify_by not in df.columns:
         raise ParamsError(f"sample.stratify_by = {s.stratify_by!r} is not a column; use severity, demographic or sub_demographic.")
     if allocation not in ("equal", "proportional"): raise ParamsError(f"task.allocation = {allocation!r}; choose 'equal' or 'proportional'.")
     if s.n is not None and s.n > len(df): raise ParamsError(f"sample.n = {s.n} is more than the {len(df)} progressions to draw from; use at most {len(df)}, or null for all.")
     if s.n is None or s.n == len(df): return df.copy()
     if s.n < 1: raise ParamsError(f"sample.n = {s.n} must be at least 1 (or null for all progressions).")
-    rng = np.random.default_rng(s.seed)
-    if s.stratify_by is None: chosen = rng.choice(np.sort(df["index"].to_numpy()), size=s.n, replace=False)
-    else:
-        groups = df.groupby(s.stratify_by, observed=True)["index"]
-        sizes = groups.size()
-        if allocation == "proportional": alloc = largest_remainder(sizes, s.n)
-        else:
-            alloc = pd.Series(s.n // len(sizes), index=sizes.index)
-            alloc[rng.permutation(sizes.index.to_numpy())[:s.n - int(alloc.sum())]] += 1
-        over = alloc[alloc > sizes]
-        if len(over): raise ParamsError(f"sample.n = {s.n} with equal allocation needs {int(over.iloc[0])} progressions from stratum "
-                                        f"{over.index[0]!r}, which has {int(sizes[over.index[0]])}; lower n or use task.allocation: proportional.")
-        chosen = np.concatenate([rng.choice(np.sort(g.to_numpy()), size=int(alloc[name]), replace=False) for name, g in groups])
-    return df[df["index"].isin(chosen)].sort_values("index").copy()
+    try: return sample_items(df.sort_values("index"), s, cluster="index", allocation=allocation)
+    except ParamsError as e: raise ParamsError(str(e).replace("use proportional allocation", "use task.allocation: proportional")) from None
 
 # %% ../../nbs/30_stop.ipynb #ff1bd3e5
 def restrict_progressions(df:pd.DataFrame,           # from `load_stop`
