@@ -47,8 +47,9 @@ check-sync: $(STAMP)
 nbtest: $(STAMP)
 	$(OFFLINE) $(BIN)/nbdev_test --n_workers 2
 
+# `--lane main`: every test not marked for the Colab lane only (tests/conftest.py; tests/test_lanes.py checks the split)
 pytest: $(STAMP)
-	$(OFFLINE) $(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(BIN)/python -m pytest -q tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test: check-sync nbtest pytest
 
@@ -88,11 +89,14 @@ $(COLAB_STAMP): requirements-colab.txt README.md tools/colab_lane.py settings.in
 colab-pip-check: $(COLAB_STAMP)
 	$(COLAB_BIN)/python tools/colab_lane.py pip-check README.md --python $(COLAB_BIN)/python
 
+# every notebook but the study notebooks: colab-reports runs each of those top to bottom on this stack (tools/colab_lane.py nbtest-skip)
 colab-nbtest: $(COLAB_STAMP)
-	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2
+	@set -e; skip=$$($(COLAB_BIN)/python tools/colab_lane.py nbtest-skip --python $(COLAB_BIN)/python); \
+	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2 --skip_file_re "$$skip"
 
+# `--lane colab`: the stack-sensitive tests (marked in tests/) and those marked for both lanes
 colab-pytest: $(COLAB_STAMP)
-	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q tests --lane colab; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 # every default run on Colab's stack, into a temporary folder; the committed store/ is copied, never written
 colab-reports: $(COLAB_STAMP)
