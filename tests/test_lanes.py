@@ -59,3 +59,17 @@ def test_lanes_of_reads_the_marks(marks, lanes):
     class Item:
         def get_closest_marker(self, name): return getattr(pytest.mark, name) if name in marks else None
     assert lanes_of(Item()) == lanes
+
+def test_colab_nbtest_skips_exactly_the_notebooks_the_default_runs_execute():
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("colab_lane", ROOT/"tools"/"colab_lane.py")
+    lane = importlib.util.module_from_spec(spec); spec.loader.exec_module(lane)
+    from silverspoon.cli import default_params_files
+    from silverspoon.studies import get_study
+    run = lane.run_notebooks(sys.executable)
+    assert run == sorted({get_study(f.parent.name).notebook for f in default_params_files()}) and "10_normative.ipynb" in run
+    skip = re.compile(lane.nbtest_skip_re(run))
+    notebooks = sorted(p.name for p in (ROOT/"nbs").glob("*.ipynb"))
+    assert [n for n in notebooks if skip.search(n)] == run                        # the study notebooks, and no other
+    assert skip.search("_scratch.ipynb") and skip.search(".hidden.ipynb")         # nbdev_test's own default skip is kept
+    assert not skip.search("010_normative.ipynb") and not skip.search("10_normative.ipynb.bak")
