@@ -14,6 +14,11 @@ STAMP  := $(VENV)/.silverspoon-installed
 # a model a user adds to params/ may need a download.
 OFFLINE := HF_HUB_OFFLINE=1
 export PYTHONHASHSEED := 0
+# pytest on PYTEST_WORKERS processes (pytest-xdist) in both lanes: the 2 CI cores are half idle while one test waits on a
+# papermill kernel or a subprocess. A test file stays on one worker (`--dist loadfile`: its module fixtures are built
+# once). PYTEST_WORKERS=0 runs in this process, one test at a time.
+PYTEST_WORKERS ?= 2
+PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
 # extra pip arguments for the torch install, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
@@ -47,8 +52,9 @@ check-sync: $(STAMP)
 nbtest: $(STAMP)
 	$(OFFLINE) $(BIN)/nbdev_test --n_workers 2
 
+# `--lane main`: every test not marked for the Colab lane only (tests/conftest.py; tests/test_lanes.py checks the split)
 pytest: $(STAMP)
-	$(OFFLINE) $(BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test: check-sync nbtest pytest
 
@@ -71,7 +77,7 @@ COLAB_STAMP := $(COLAB_VENV)/.silverspoon-installed
 COLAB_TMP   ?= $(or $(TMPDIR),/tmp)
 # the notebook-test tools Colab lacks and a Colab user does not need (pytest is preinstalled there); held to
 # Colab's versions by `-c requirements-colab.txt` (nbdev's newest ghapi would otherwise upgrade Colab's fastcore)
-COLAB_TEST_TOOLS := nbdev==2.4.14 execnb==0.1.18
+COLAB_TEST_TOOLS := nbdev==2.4.14 execnet==2.1.2 execnb==0.1.18 pytest-xdist==3.8.0
 
 install-colab: $(COLAB_STAMP)
 
@@ -88,11 +94,14 @@ $(COLAB_STAMP): requirements-colab.txt README.md tools/colab_lane.py settings.in
 colab-pip-check: $(COLAB_STAMP)
 	$(COLAB_BIN)/python tools/colab_lane.py pip-check README.md --python $(COLAB_BIN)/python
 
+# every notebook but the study notebooks: colab-reports runs each of those top to bottom on this stack (tools/colab_lane.py nbtest-skip)
 colab-nbtest: $(COLAB_STAMP)
-	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2
+	@set -e; skip=$$($(COLAB_BIN)/python tools/colab_lane.py nbtest-skip --python $(COLAB_BIN)/python); \
+	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2 --skip_file_re "$$skip"
 
+# `--lane colab`: the stack-sensitive tests (marked in tests/) and those marked for both lanes
 colab-pytest: $(COLAB_STAMP)
-	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q tests; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane colab; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 # every default run on Colab's stack, into a temporary folder; the committed store/ is copied, never written
 colab-reports: $(COLAB_STAMP)

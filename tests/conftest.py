@@ -29,3 +29,35 @@ def cli(capsys, monkeypatch):
         rc = main([str(a) for a in args]); out = capsys.readouterr()
         return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
     return call
+
+# --- CI lanes (README "Two commands"): `make test` runs `pytest --lane main` on the pinned stack, `make test-colab` runs
+# `pytest --lane colab` on Colab's stack. A test runs in the main lane unless marked: `@pytest.mark.colab_lane` (stack-
+# sensitive: torch/transformers/peft/pandas behaviour that differs between the two stacks) runs in the Colab lane only;
+# `@pytest.mark.both_lanes(reason="...")` in both, and says why it is worth running twice. `--lane all` (the default, so
+# a plain `pytest tests/test_x.py` runs everything it names) ignores the marks. tests/test_lanes.py checks that every
+# collected test belongs to a lane that `make test` or `make test-colab` runs.
+LANES = ("main", "colab")
+
+def pytest_addoption(parser):
+    parser.addoption("--lane", choices=(*LANES, "all"), default="all",
+                     help="run only the tests of one CI lane (main: `make test`, colab: `make test-colab`); all (default): every test")
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "colab_lane: stack-sensitive (torch/transformers/peft/pandas behaviour): runs in the Colab lane (`make test-colab`) only")
+    config.addinivalue_line("markers", "both_lanes(reason): runs in the main and the Colab lane; `reason` says why it is worth running twice")
+
+def lanes_of(item)->set[str]:
+    "The CI lanes a collected test runs in: its marks, else the main lane."
+    if item.get_closest_marker("both_lanes"): return set(LANES)
+    if item.get_closest_marker("colab_lane"): return {"colab"}
+    return {"main"}
+
+COLLECTED = pytest.StashKey[dict]()   # node id -> its lanes, for every test collected in this session (before --lane deselects)
+
+def pytest_collection_modifyitems(config, items):
+    config.stash[COLLECTED] = {i.nodeid: (lanes_of(i), i) for i in items}
+    lane = config.getoption("--lane")
+    if lane == "all": return
+    keep = [i for i in items if lane in lanes_of(i)]
+    config.hook.pytest_deselected(items=[i for i in items if lane not in lanes_of(i)])
+    items[:] = keep

@@ -2,6 +2,7 @@
 import json, math, time
 import numpy as np
 import pytest
+pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: training a tiny BERT with torch/transformers: determinism and checkpoints depend on the stack
 from silverspoon.core import ParamsError
 from silverspoon.studies.agency import (AgencyTrainConfig, make_tiny_bert, train_agency_classifier, agency_metrics_table,
                                         confusion_table, PAPER_CONFIG, RESULT_FILE)

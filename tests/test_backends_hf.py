@@ -3,6 +3,7 @@
 Out-of-memory halving, `batch_size: auto` and the compiled path: tests/test_gpu_engine.py."""
 import shutil, importlib
 import pytest
+pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: transformers generation, bitsandbytes layers and the SmolLM2 GGUF load: torch/transformers behaviour
 from silverspoon.core import ModelParams, GenerationParams, SilverspoonError
 from silverspoon.backends import GenRequest, make_backend, user
 from silverspoon.backends.hf import HFBackend, smollm2, resolve_model_path, package_version, CHATML_TEMPLATE

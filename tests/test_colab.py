@@ -52,6 +52,7 @@ def test_colab_cell_parser_refuses_lines_it_cannot_mirror():
     ok = "## Colab\n\n```python\n!git clone https://x/y/silverspoon.git\n%pip install -q 'a<2' b==1\n!pip install --no-deps -e silverspoon\n```\n## Next\n```python\n!pip install c\n```\n"
     assert lane.pip_installs(ok) == [["-q", "a<2", "b==1"], ["--no-deps", "-e", str(lane.ROOT)]]
 
+@pytest.mark.colab_lane   # stack-sensitive: the README's Colab preflight cell on Colab's torch/transformers/bitsandbytes
 def test_preflight_cell_prints_gpu_and_versions():
     pytest.importorskip("bitsandbytes")
     import torch, transformers, bitsandbytes
@@ -65,6 +66,7 @@ def test_preflight_cell_prints_gpu_and_versions():
     else:
         assert "GPU: none" in r.stdout
 
+@pytest.mark.colab_lane   # stack-sensitive: torch's CUDA check of Colab's torch build
 @pytest.mark.parametrize("hub", [False, True], ids=["local-folder", "hub-id"])
 def test_device_cuda_without_gpu_stops_with_one_clear_error(tmp_path, hub):
     "The device is checked before anything is loaded: a hub id gives the CUDA message, not a hub connection error minutes later."

@@ -118,6 +118,7 @@ def _direct_logprob(model, ids, n):
     return sum(float(lp[j - 1, ids[j]]) for j in range(len(ids) - n, len(ids)))
 
 
+@pytest.mark.colab_lane   # stack-sensitive: log-likelihoods from torch/transformers/peft
 def test_likelihood_matches_a_direct_computation_with_and_without_the_adapter(tiny):
     mk = lambda **kw: HFBackend(ModelParams(backend="hf", id=str(tiny["llama"]), device="cpu", dtype="float32", **kw))
     base, tuned = mk(), mk(adapter=str(tiny["adapter"]))

@@ -4,6 +4,7 @@ import json, importlib
 import numpy as np
 import pandas as pd
 import pytest
+pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: peft/trl LoRA and QLoRA training on torch, and pandas splits: behaviour of the stack
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -4,6 +4,7 @@ from collections import Counter
 from pathlib import Path
 import numpy as np
 import pytest
+pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: transformers classifiers/NLI/MiniLM and spaCy: outputs depend on the stack
 from silverspoon.core import ParamsError, SilverspoonError, load_params
 from silverspoon.store import GenerationStore, record_problem
 from silverspoon.text import (HFTextClassifier, InstrumentStore, NLIClassifier, SpacyAnalysis, TextEmbedder, VaderSentiment,

@@ -7,6 +7,7 @@
     python tools/colab_lane.py pip-check README.md --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
     python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt --python .venv-colab/bin/python
     python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
+    python tools/colab_lane.py nbtest-skip --python .venv-colab/bin/python            # nbdev_test skips what the runs execute
 
 The README's Colab section is the single source of what a Colab user installs: `install` reads its `!pip install`
 lines and runs exactly those, so the README cannot drift from what CI tests.
@@ -195,6 +196,27 @@ def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
     if not e: problems.append(f"{expected_dir}: no CSV files to compare")
     return problems
 
+# The Colab lane's default runs execute every study notebook top to bottom on Colab's stack (papermill runs every cell,
+# the library definitions and their asserting examples included; the study notebooks carry no nbdev test flags), so
+# the lane's nbdev_test skips those notebooks instead of running their examples a second time. The main lane's
+# nbdev_test still runs every notebook, on the notebook's own small defaults.
+RUN_NOTEBOOKS = ("from silverspoon.cli import default_params_files\n"
+                 "from silverspoon.studies import get_study\n"
+                 "print(*sorted({get_study(f.parent.name).notebook for f in default_params_files()}), sep='\\n')")
+NBDEV_SKIP_RE = "^[_.]"   # nbdev_test's own default --skip_file_re, kept
+
+def run_notebooks(python:str)->list[str]:
+    "The nbs/ notebooks the default runs execute (one per study with a default run), asked of the lane's `python`."
+    r = subprocess.run([python, "-c", RUN_NOTEBOOKS], capture_output=True, text=True, cwd=ROOT)
+    if r.returncode: raise SystemExit(f"colab_lane.py nbtest-skip: could not list the default runs' notebooks with {python}:\n{r.stderr}")
+    names = r.stdout.split()
+    if not names: raise SystemExit("colab_lane.py nbtest-skip: no default run found under params/: nothing would run the study notebooks.")
+    return names
+
+def nbtest_skip_re(notebooks:list[str])->str:
+    "The `nbdev_test --skip_file_re` that skips `notebooks` (exact file names) and what nbdev skips by default."
+    return f"{NBDEV_SKIP_RE}|^(?:{'|'.join(re.escape(n) for n in sorted(notebooks))})$"
+
 def main(argv=None)->int:
     ap = argparse.ArgumentParser(prog="colab_lane.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -210,6 +232,8 @@ def main(argv=None)->int:
     c = sub.add_parser("check-provenance", help="every run's provenance.json records the pinned versions")
     c.add_argument("reports"); c.add_argument("requirements")
     c.add_argument("--python", help="the lane's python: every run must also have recorded its Python version")
+    nb = sub.add_parser("nbtest-skip", help="print the nbdev_test --skip_file_re that skips the notebooks the default runs execute")
+    nb.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
     k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
     args = ap.parse_args(argv)
@@ -230,6 +254,11 @@ def main(argv=None)->int:
         if r.returncode and not bad and not r.stdout.strip(): print(r.stderr, file=sys.stderr); return r.returncode
         if not bad: print(f"pip check: clean (allowed: the missing dependencies of {', '.join(sorted(skipped))}, installed with --no-deps by the README's Colab cell)")
         return 1 if bad else 0
+    if args.cmd == "nbtest-skip":
+        names = run_notebooks(args.python)
+        print(f"nbdev_test skips {len(names)} notebooks the default runs execute: {', '.join(names)}", file=sys.stderr)
+        print(nbtest_skip_re(names))
+        return 0
     if args.cmd == "check-pins":
         want = pins(Path(args.requirements).read_text(encoding="utf-8"))
         have = {norm(d.metadata["Name"]): d.version for d in metadata.distributions()}

@@ -1,0 +1,75 @@
+"""CI lanes (issue 21 item 7): `make test` runs `pytest --lane main`, `make test-colab` runs `pytest --lane colab`; every
+collected test belongs to a lane one of them runs, and a test run in both lanes says why (tests/conftest.py)."""
+import re
+import pytest
+from conftest import ROOT, COLLECTED, LANES, lanes_of
+
+RULE = re.compile(r"^([A-Za-z0-9_.-]+(?:\s+[A-Za-z0-9_.-]+)*)\s*:(?![=])\s*(.*)$")
+
+def make_rules(makefile:str)->dict[str, tuple[list[str], list[str]]]:
+    "target -> (prerequisites, recipe lines) of a Makefile (explicit rules; continuation lines joined)."
+    rules, current = {}, None
+    for line in makefile.replace("\\\n", " ").splitlines():
+        if line.startswith("\t") and current:
+            for t in current: rules[t][1].append(line.strip())
+        elif (m := RULE.match(line)) and not line.startswith((".PHONY", "#")):
+            current = m.group(1).split()
+            for t in current: rules.setdefault(t, ([], []))[0].extend(m.group(2).split())
+        elif line.strip() and not line.startswith("#"): current = None
+    return rules
+
+def pytest_lanes(rules, target:str, seen=None)->set[str]:
+    "The `--lane` values of every pytest command that `make target` runs, following its prerequisites."
+    seen = set() if seen is None else seen
+    if target in seen or target not in rules: return set()
+    seen.add(target)
+    prereqs, recipe = rules[target]
+    out = {m for line in recipe if "pytest" in line for m in re.findall(r"--lane[ =]+([A-Za-z_]+)", line)}
+    for line in recipe:
+        if "pytest" in line and "--lane" not in line: out.add("all")
+    for p in prereqs: out |= pytest_lanes(rules, p, seen)
+    return out
+
+def test_make_targets_run_one_lane_each():
+    rules = make_rules((ROOT/"Makefile").read_text(encoding="utf-8"))
+    assert pytest_lanes(rules, "test") == {"main"} and pytest_lanes(rules, "test-colab") == {"colab"}
+    fake = "test: a b\na:\n\tpytest -q tests --lane main; rc=$$?\nb: c\nc:\n\tpython -m pytest \\\n\t  --lane colab tests\n"
+    assert pytest_lanes(make_rules(fake), "test") == {"main", "colab"}   # prerequisites and continued lines are followed
+    assert pytest_lanes(make_rules("t:\n\tpytest tests\n"), "t") == {"all"}
+
+def test_every_collected_test_runs_in_a_ci_lane(request):
+    rules = make_rules((ROOT/"Makefile").read_text(encoding="utf-8"))
+    run = pytest_lanes(rules, "test") | pytest_lanes(rules, "test-colab")
+    collected = request.config.stash[COLLECTED]   # every test of this session, before --lane deselected any
+    assert request.node.nodeid in collected
+    orphans = [n for n, (lanes, _) in collected.items() if not (lanes & run or "all" in run)]
+    assert orphans == [], f"tests no CI lane runs (Makefile lanes {sorted(run)}): {orphans}"
+    twice = [n for n, (lanes, item) in collected.items() if lanes == set(LANES) and not (item.get_closest_marker("both_lanes").kwargs.get("reason") or "").strip()]
+    assert twice == [], f"marked both_lanes without a reason= saying why they run twice: {twice}"
+    known = {m.split(":")[0].split("(")[0].strip() for m in request.config.getini("markers")}   # registered, pytest's own included
+    typos = {n: sorted(bad) for n, (_, item) in collected.items() if (bad := {m.name for m in item.iter_markers()} - known)}
+    assert typos == {}, f"unregistered marks (a misspelt colab_lane would silently put a test in the main lane): {typos}"
+    if len({n.split("::")[0] for n in collected}) > 5:   # the whole suite: both lanes hold tests
+        per_lane = {lane: sum(lane in lanes for lanes, _ in collected.values()) for lane in LANES}
+        assert all(per_lane.values()), per_lane
+
+@pytest.mark.parametrize("marks,lanes", [([], {"main"}), (["colab_lane"], {"colab"}), (["both_lanes"], {"main", "colab"}),
+                                         (["colab_lane", "both_lanes"], {"main", "colab"})])
+def test_lanes_of_reads_the_marks(marks, lanes):
+    class Item:
+        def get_closest_marker(self, name): return getattr(pytest.mark, name) if name in marks else None
+    assert lanes_of(Item()) == lanes
+
+def test_colab_nbtest_skips_exactly_the_notebooks_the_default_runs_execute():
+    import importlib.util, sys
+    spec = importlib.util.spec_from_file_location("colab_lane", ROOT/"tools"/"colab_lane.py")
+    lane = importlib.util.module_from_spec(spec); spec.loader.exec_module(lane)
+    from silverspoon.cli import default_params_files
+    from silverspoon.studies import get_study
+    run = lane.run_notebooks(sys.executable)
+    assert run == sorted({get_study(f.parent.name).notebook for f in default_params_files()}) and "10_normative.ipynb" in run
+    skip = re.compile(lane.nbtest_skip_re(run))
+    notebooks = sorted(p.name for p in (ROOT/"nbs").glob("*.ipynb"))
+    assert [n for n in notebooks if skip.search(n)] == run                        # the study notebooks, and no other
+    assert skip.search("_scratch.ipynb") and skip.search(".hidden.ipynb")         # nbdev_test's own default skip is kept
+    assert not skip.search("010_normative.ipynb") and not skip.search("10_normative.ipynb.bak")
