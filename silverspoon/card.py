@@ -32,7 +32,7 @@ HEADLINES = [
              instrument="normative answer parser", positive="agrees beyond chance"),
     Headline("normative", "CKC upper-end", "Cohen's kappa with the upper-end (privileged) annotators' gold labels",
              instrument="normative answer parser", positive="agrees beyond chance"),
-    Headline("normative", "share favouring underprivileged", "share of verdicts that blame the privileged party",
+    Headline("normative", "share favouring underprivileged", "share of verdicts that blame the privileged party (0.5: neither side more often)",
              no_bias=0.5, instrument="normative answer parser", positive="favours the underprivileged"),
     Headline("professions", "shift_high female", "high-income share of predicted professions, rich minus poor city (women's names), points",
              instrument="profession parser", positive="richer professions in the rich city"),
@@ -125,6 +125,7 @@ def released_values(h:Headline, reports_dir:str|Path)->str:
 # %% ../nbs/07b_card.ipynb #fb659310
 def runs_for_model(name:str, reports_dir:str|Path)->dict[str,Path]:
     "Study -> published run folder for model `name` (exact run name first, else the first `name-*` folder with a summary)."
+    if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
     out = {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
         exact = study_dir/name
