@@ -12,8 +12,9 @@ from scipy.stats import norm
 from .core import project_root
 
 # %% auto #0
-__all__ = ['HEADLINES', 'Headline', 'min_detectable_effect', 'direction', 'run_cost', 'headline_row', 'instrument_validity',
-           'released_values', 'runs_for_model', 'bias_card', 'card_html', 'write_card']
+__all__ = ['HEADLINES', 'STUDY_NEEDS', 'Headline', 'min_detectable_effect', 'direction', 'run_cost', 'headline_row',
+           'instrument_validity', 'released_values', 'runs_for_model', 'bias_card', 'card_html', 'write_card',
+           'read_model_file', 'model_plan']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -184,3 +185,75 @@ def write_card(name:str, reports_dir:str|Path|None=None, store_dir:str|Path|None
     card.to_csv(out/name/"bias_card.csv", index=False)
     (out/f"{name}.html").write_text(card_html(card, name))
     return out/f"{name}.html"
+
+# %% ../nbs/07b_card.ipynb #1d5423f3
+STUDY_NEEDS = {   # study -> (dotted field the model file must set when no run file exists, why)
+    "downstream": ("task.adapter", "a LoRA adapter trained for this model (silverspoon finetune params/examples/finetune/...; then "
+                                   "studies: {downstream: {task: {adapter: <folder>}}} in the model file)"),
+}
+
+# %% ../nbs/07b_card.ipynb #d9059e84
+def _dotted(d:dict, key:str):
+    for k in key.split("."):
+        if not isinstance(d, dict) or k not in d: return None
+        d = d[k]
+    return d
+
+# %% ../nbs/07b_card.ipynb #79e19b54
+def read_model_file(path:str|Path)->dict:
+    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies`, `skip`, `description`."
+    from silverspoon.core import read_yaml, check_name, ParamsError
+    path = Path(path)
+    if not path.is_file(): raise ParamsError(f"{path}: model file not found. Pass a file from params/models/ (e.g. params/models/smollm2-135m.yaml).")
+    d = read_yaml(path) or {}
+    unknown = set(d) - {"name", "description", "model", "studies", "skip"}
+    if unknown: raise ParamsError(f"{path}: unknown field(s) {sorted(unknown)}; a model file has name, description, model, studies, skip.")
+    if not isinstance(d.get("model"), dict): raise ParamsError(f"{path}: field `model` must be a mapping (backend, id, ...), as in a run file.")
+    check_name(d.get("name") or path.stem, "name", str(path))
+    for k in ("studies",):
+        if not isinstance(d.get(k) or {}, dict): raise ParamsError(f"{path}: field `{k}` must map a study name to its overrides.")
+    if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
+    return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
+            "studies": d.get("studies") or {}, "skip": d.get("skip") or []}
+
+# %% ../nbs/07b_card.ipynb #9ec886b9
+def _merge(a:dict, b:dict)->dict:
+    "Mappings merged key by key (b wins), as `include:` does."
+    out = dict(a)
+    for k, v in b.items(): out[k] = _merge(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
+    return out
+
+# %% ../nbs/07b_card.ipynb #b02d4850
+def model_plan(models_file:str|Path,        # params/models/<name>.yaml
+               studies:list[str]|None=None,  # only these studies (default: every study with a params/<study>/_base-local.yaml)
+               root:str|Path|None=None)->pd.DataFrame:
+    "One row per study: the params file that runs it for this model (existing run file, or one written under tmp/models/), or why it is skipped."
+    import yaml, os
+    from silverspoon.core import read_params_mapping, ParamsError
+    from silverspoon.studies import STUDY_REGISTRY
+    root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
+    unknown = set(studies or []) - set(STUDY_REGISTRY)
+    if unknown: raise ParamsError(f"--studies: unknown {sorted(unknown)}; known studies: {sorted(STUDY_REGISTRY)}.")
+    rows = []
+    for study in sorted(STUDY_REGISTRY):
+        base = root/"params"/study/"_base-local.yaml"
+        if studies and study not in studies: continue
+        if not base.exists(): rows.append(dict(study=study, run=None, params=None, status="skipped: the study has no local base (params/<study>/_base-local.yaml)")); continue
+        if study in m["skip"]: rows.append(dict(study=study, run=None, params=None, status=f"skipped: listed under `skip` in {models_file}")); continue
+        over = dict(m["studies"].get(study) or {}); run = over.pop("run", name)
+        want = _merge(read_params_mapping(base).get("model", {}), m["model"])
+        existing = root/"params"/study/f"{run}.yaml"
+        if existing.exists():
+            got = read_params_mapping(existing).get("model", {})
+            diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
+            if diff: raise ParamsError(f"{existing}: its model block differs from {models_file} in {diff}; make them equal, or give this study another `run:` under `studies:`.")
+            rows.append(dict(study=study, run=run, params=str(existing.relative_to(root)), status="run file")); continue
+        need = STUDY_NEEDS.get(study)
+        if need and _dotted(over, need[0]) is None:
+            rows.append(dict(study=study, run=run, params=None, status=f"skipped: needs {need[0]}: {need[1]}")); continue
+        out = root/"tmp"/"models"/name/f"{study}.yaml"; out.parent.mkdir(parents=True, exist_ok=True)
+        doc = _merge({"study": study, "include": os.path.relpath(base, out.parent), "run": run,
+                      "description": f"{m['description'] or name}: {study} with its default task settings (from {models_file})", "model": m["model"]}, over)
+        out.write_text(yaml.safe_dump(doc, sort_keys=False))
+        rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
+    return pd.DataFrame(rows)
