@@ -12,9 +12,9 @@ from scipy.stats import norm
 from .core import project_root
 
 # %% auto #0
-__all__ = ['HEADLINES', 'STUDY_NEEDS', 'Headline', 'min_detectable_effect', 'direction', 'run_cost', 'headline_row',
-           'instrument_validity', 'released_values', 'runs_for_model', 'bias_card', 'card_html', 'write_card',
-           'read_model_file', 'model_plan']
+__all__ = ['HEADLINES', 'STUDY_NEEDS', 'A100_H100_BANDWIDTH', 'Headline', 'min_detectable_effect', 'direction', 'run_cost',
+           'headline_row', 'instrument_validity', 'released_values', 'runs_for_model', 'bias_card', 'card_html',
+           'write_card', 'read_model_file', 'model_plan', 'gpu_rates', 'gpu_time_estimate']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -256,4 +256,34 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
                       "description": f"{m['description'] or name}: {study} with its default task settings (from {models_file})", "model": m["model"]}, over)
         out.write_text(yaml.safe_dump(doc, sort_keys=False))
         rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
+    return pd.DataFrame(rows)
+
+# %% ../nbs/07b_card.ipynb #a40bdac8
+A100_H100_BANDWIDTH = 1555/3350   # A100-40GB vs H100-SXM HBM bandwidth (GB/s, vendor figures)
+
+def gpu_rates(results_dir:str|Path|None=None)->dict:
+    "Tokens per second of batched HF generation (`hf auto` rows) for Llama-3-8B: the H100 median, and the A100-40GB estimate."
+    results_dir = Path(results_dir or project_root()/"benchmarks"/"results")
+    rows = pd.concat([pd.read_csv(f).assign(file=f.name) for f in sorted(results_dir.glob("h100-*llama3-8b*.csv"))], ignore_index=True)
+    auto = rows[rows["path"].eq("hf auto") & rows["tokens_per_s"].notna()]
+    full, as40 = auto[~auto.card.str.contains("40 GB")], auto[auto.card.str.contains("40 GB")]
+    if full.empty or as40.empty: raise FileNotFoundError(f"{results_dir}: no `hf auto` rows for the full H100 and the 40 GB setting; run benchmarks/bench_gpu.py.")
+    return dict(h100=float(full.tokens_per_s.median()), a100_40gb=float(as40.tokens_per_s.median()*A100_H100_BANDWIDTH),
+                n_h100=len(full), n_a100_basis=len(as40))
+
+# %% ../nbs/07b_card.ipynb #d794dd9c
+def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give each study's number of generations
+                      root:str|Path|None=None)->pd.DataFrame:
+    "Per study: generations at its default sample, max_new_tokens, a token upper bound, and estimated seconds on an H100 and an A100-40GB."
+    from silverspoon.core import read_params_mapping
+    root = Path(root or project_root()); rates = gpu_rates(root/"benchmarks"/"results")
+    rows = []
+    for study, run_dir in runs_for_model(reference, root/"reports").items():
+        base = root/"params"/study/"_base-local.yaml"
+        if not base.exists(): continue
+        gen = run_cost(root/"store", study, run_dir.name)["generations"]
+        mnt = int(read_params_mapping(base).get("generation", {}).get("max_new_tokens", 0))
+        tok = gen*mnt
+        rows.append(dict(study=study, generations=gen, max_new_tokens=mnt, tokens_upper_bound=tok,
+                         h100_seconds=round(tok/rates["h100"], 1), a100_seconds=round(tok/rates["a100_40gb"], 1)))
     return pd.DataFrame(rows)
