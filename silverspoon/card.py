@@ -14,7 +14,8 @@ from .core import project_root
 # %% auto #0
 __all__ = ['HEADLINES', 'STUDY_NEEDS', 'A100_H100_BANDWIDTH', 'Headline', 'min_detectable_effect', 'direction', 'run_cost',
            'headline_row', 'instrument_validity', 'released_values', 'runs_for_model', 'bias_card', 'card_html',
-           'write_card', 'read_model_file', 'model_plan', 'gpu_rates', 'gpu_time_estimate']
+           'write_card', 'read_model_file', 'model_plan', 'gpu_rates', 'gpu_time_estimate', 'models_overview',
+           'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -153,7 +154,9 @@ def bias_card(name:str,                       # the model's run name, e.g. "smol
 
 # %% ../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
-    return "–" if x is None or (isinstance(x, float) and np.isnan(x)) or pd.isna(x) else f"{x:.{digits}g}"
+    if x is None or pd.isna(x): return "–"
+    if abs(x) >= 10**digits: return f"{x:,.0f}"   # counts and large values in full, never 1.6e+03
+    return f"{x:.{digits}g}"
 
 def card_html(card:pd.DataFrame, name:str)->str:
     "The bias card as a self-contained HTML page (readable at 1400 px)."
@@ -287,3 +290,47 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
         rows.append(dict(study=study, generations=gen, max_new_tokens=mnt, tokens_upper_bound=tok,
                          h100_seconds=round(tok/rates["h100"], 1), a100_seconds=round(tok/rates["a100_40gb"], 1)))
     return pd.DataFrame(rows)
+
+# %% ../nbs/07b_card.ipynb #9b33b6a5
+def _model_key(run:str)->str: return run.removesuffix("-replay")
+
+def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None)->pd.DataFrame:
+    "One row per (model, study headline): the model's run of that study and the headline's estimate, CI and n."
+    reports_dir = Path(reports_dir or project_root()/"reports"); models_dir = Path(models_dir or project_root()/"params"/"models")
+    first = {}
+    for h in HEADLINES: first.setdefault(h.study, h)
+    claimed, rows = set(), []
+    for f in sorted(models_dir.glob("*.yaml")):
+        name = read_model_file(f)["name"]
+        for study, run_dir in runs_for_model(name, reports_dir).items():
+            claimed.add((study, run_dir.name))
+            if study in first: rows.append(dict(model=name, kind="model file", **_cell(first[study], run_dir)))
+    for study, h in first.items():
+        for d in sorted(Path(reports_dir, study).glob("*")) if Path(reports_dir, study).is_dir() else []:
+            if (study, d.name) in claimed or not (d/"summary.csv").exists(): continue
+            rows.append(dict(model=_model_key(d.name), kind="released answers" if d.name.endswith("-replay") else "run", **_cell(h, d)))
+    return pd.DataFrame(rows)
+
+def _cell(h:Headline, run_dir:Path)->dict:
+    try: r = headline_row(h, run_dir)
+    except KeyError: r = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)
+    return dict(study=h.study, headline=h.metric, run=run_dir.name, estimate=r["estimate"], ci_low=r["ci_low"], ci_high=r["ci_high"], n=r["n"])
+
+# %% ../nbs/07b_card.ipynb #9b6a512a
+def models_overview_html(ov:pd.DataFrame)->str:
+    "The models x studies table as HTML: a row per model, a column per study headline, cells linked to the reports."
+    studies = [h.study for h in HEADLINES if h.study in set(ov.study)]
+    studies = list(dict.fromkeys(studies))
+    head = {s: ov[ov.study.eq(s)].headline.iloc[0] for s in studies}
+    out = ["<table class='models'><tr><th>model</th><th>source</th>" + "".join(f"<th>{html.escape(s)}<br><small>{html.escape(head[s])}</small></th>" for s in studies) + "</tr>"]
+    for (model, kind), g in ov.groupby(["model", "kind"], sort=False):
+        cells = []
+        for s in studies:
+            r = g[g.study.eq(s)]
+            if r.empty: cells.append("<td></td>"); continue
+            r = r.iloc[0]
+            ci = f" [{_fmt(r.ci_low, 2)}, {_fmt(r.ci_high, 2)}]" if pd.notna(r.ci_low) else ""
+            cells.append(f"<td><a href='{html.escape(s)}/{html.escape(r.run)}.html'>{_fmt(r.estimate, 2)}{ci}</a><br><small>n={_fmt(r.n)}</small></td>")
+        card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
+        out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
+    return "".join(out) + "</table>"
