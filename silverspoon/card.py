@@ -14,8 +14,8 @@ from .core import project_root
 # %% auto #0
 __all__ = ['HEADLINES', 'STUDY_NEEDS', 'A100_H100_BANDWIDTH', 'Headline', 'min_detectable_effect', 'direction', 'run_cost',
            'headline_row', 'instrument_validity', 'released_values', 'runs_for_model', 'bias_card', 'card_html',
-           'write_card', 'read_model_file', 'model_plan', 'gpu_rates', 'gpu_time_estimate', 'models_overview',
-           'models_overview_html']
+           'read_model_file', 'model_plan', 'gpu_rates', 'gpu_time_estimate', 'models_overview', 'models_overview_html',
+           'write_card']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ def _fmt(x, digits=3)->str:
     if abs(x) >= 10**digits: return f"{x:,.0f}"   # counts and large values in full, never 1.6e+03
     return f"{x:.{digits}g}"
 
-def card_html(card:pd.DataFrame, name:str)->str:
+def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None)->str:
     "The bias card as a self-contained HTML page (readable at 1400 px)."
     rows = []
     for _, r in card.iterrows():
@@ -177,17 +177,18 @@ def card_html(card:pd.DataFrame, name:str)->str:
             "with 80% power at this n, from the CI width (normal approximation). Instrument validity: agreement of the parser "
             "behind the number with its hand-labelled reference. Released models: the same headline from the authors' released "
             "answers (these reproduce the papers' numbers). Cost: generations, completion tokens and seconds recorded in the store.</p>"
-            f"<table><tr>{head}</tr>{''.join(rows)}</table>")
+            f"<table><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate)))
 
-# %% ../nbs/07b_card.ipynb #ad294686
-def write_card(name:str, reports_dir:str|Path|None=None, store_dir:str|Path|None=None)->Path:
-    "Write `reports/models/<name>.html` and `reports/models/<name>/bias_card.csv`; returns the HTML path."
-    reports_dir = Path(reports_dir or project_root()/"reports")
-    card = bias_card(name, reports_dir, store_dir)
-    out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
-    card.to_csv(out/name/"bias_card.csv", index=False)
-    (out/f"{name}.html").write_text(card_html(card, name))
-    return out/f"{name}.html"
+def _estimate_html(est:pd.DataFrame)->str:
+    "The GPU time section of a card: per study, generations, tokens (upper bound) and estimated seconds on an H100 and an A100-40GB."
+    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{_fmt(r.generations)}</td><td>{_fmt(r.max_new_tokens)}</td><td>{_fmt(r.tokens_upper_bound)}</td>"
+                   f"<td>{_fmt(r.h100_seconds)}</td><td>{_fmt(r.a100_seconds)}</td></tr>" for r in est.itertuples())
+    return ("<h2>Time on a GPU for an 8B model</h2><p>Each study at its default sample (the generations the SmolLM2 runs made), with "
+            "max_new_tokens tokens per answer (an upper bound), at the Llama-3-8B rates measured on one H100 (benchmarks/results/, "
+            "transformers batched generation, bf16). The A100-40GB figure is an estimate: the H100 rate measured with 40 GB held, "
+            "scaled by the memory-bandwidth ratio 1555/3350. Prompts in the benchmark are short: STOP's multi-turn histories run slower.</p>"
+            "<table><tr><th>study</th><th>generations</th><th>max_new_tokens</th><th>tokens (upper bound)</th><th>H100 s</th><th>A100-40GB s (est.)</th></tr>"
+            f"{rows}</table>")
 
 # %% ../nbs/07b_card.ipynb #1d5423f3
 STUDY_NEEDS = {   # study -> (dotted field the model file must set when no run file exists, why)
@@ -334,3 +335,15 @@ def models_overview_html(ov:pd.DataFrame)->str:
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"
+
+# %% ../nbs/07b_card.ipynb #ad294686
+def write_card(name:str, reports_dir:str|Path|None=None, store_dir:str|Path|None=None)->Path:
+    "Write `reports/models/<name>.html` and `reports/models/<name>/bias_card.csv`; returns the HTML path."
+    reports_dir = Path(reports_dir or project_root()/"reports")
+    card = bias_card(name, reports_dir, store_dir)
+    out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
+    card.to_csv(out/name/"bias_card.csv", index=False)
+    try: est = gpu_time_estimate()
+    except (FileNotFoundError, ValueError): est = None   # no benchmark results or no reference runs: the card goes without the section
+    (out/f"{name}.html").write_text(card_html(card, name, est))
+    return out/f"{name}.html"
