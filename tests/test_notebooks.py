@@ -11,11 +11,14 @@ import ast, builtins, json, re
 from pathlib import Path
 import pytest
 from silverspoon.report import REPORT_MARKER
+from silverspoon.studies import STUDY_REGISTRY, get_study
 
 ROOT = Path(__file__).resolve().parent.parent
-STUDY_NOTEBOOKS = sorted(p for p in [*ROOT.glob("nbs/1*.ipynb"), *ROOT.glob("nbs/3*.ipynb")]
-                         if any(c["cell_type"] == "markdown" and "".join(c["source"]).lstrip().startswith(REPORT_MARKER)
-                                for c in json.loads(p.read_text(encoding="utf-8"))["cells"]))
+
+
+def study_notebook(name: str, root: Path = ROOT) -> Path:
+    "The notebook of the registered study `name` (`STUDY_REGISTRY`: a new study is checked as soon as it is registered)."
+    return root/"nbs"/get_study(name).notebook
 _EXPORT = re.compile(r"^\s*#\|\s*export", re.M)
 _ALWAYS = set(dir(builtins)) | {"display", "get_ipython", "__file__", "__name__"}   # what every IPython kernel has
 
@@ -150,8 +153,12 @@ def test_checker_finds_a_leaked_example_name(tmp_path):
     assert report_reads_example_names(p) == {"df": 5, "k": 5}   # `k` in the comprehension and the lambda is local; the last `k` is the example's
 
 
-@pytest.mark.parametrize("nb_path", STUDY_NOTEBOOKS, ids=lambda p: p.name)
-def test_report_section_reads_no_example_names(nb_path):
+@pytest.mark.parametrize("study", sorted(STUDY_REGISTRY))
+def test_report_section_reads_no_example_names(study):
+    nb_path = study_notebook(study)
+    cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    assert any(c["cell_type"] == "markdown" and "".join(c["source"]).lstrip().startswith(REPORT_MARKER) for c in cells), \
+        f"{nb_path.relative_to(ROOT)} (study {study!r}) has no markdown cell starting with {REPORT_MARKER!r}: the report cannot tell the library part from the report."
     offenders = report_reads_example_names(nb_path)
     if offenders: print(f"{nb_path.name}: " + ", ".join(f"{n} (cell {i})" for n, i in sorted(offenders.items(), key=lambda x: x[1])))
     assert not offenders, (f"{nb_path.relative_to(ROOT)}: the # Report section reads {sorted(offenders)} before binding them, and only "
@@ -159,5 +166,17 @@ def test_report_section_reads_no_example_names(nb_path):
                            "section first, or rename them in the example cells.")
 
 
-def test_study_notebooks_found():
-    assert {p.name for p in STUDY_NOTEBOOKS} >= {"10_normative.ipynb", "30_stop.ipynb"}
+def test_study_notebooks_come_from_the_registry(tmp_path, monkeypatch):
+    assert {study_notebook(s).name for s in STUDY_REGISTRY} >= {"10_normative.ipynb", "20_letters.ipynb", "30_stop.ipynb"}
+    # a study registered now (a module outside the project) is picked up, and its notebook checked
+    (tmp_path/"toy_study_mod.py").write_text(
+        "from dataclasses import dataclass\nfrom silverspoon.studies import Study\n@dataclass\nclass ToyTask: pass\n"
+        "STUDY = Study('toy', 'Toy', '40_toy.ipynb', ToyTask, lambda p, src: ToyTask(), summary_rows=lambda: None)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(STUDY_REGISTRY, "toy", "toy_study_mod:STUDY")
+    md = lambda s: {"cell_type": "markdown", "metadata": {}, "source": [s]}
+    code = lambda s: {"cell_type": "code", "metadata": {}, "source": [s], "outputs": [], "execution_count": None}
+    (tmp_path/"nbs").mkdir()
+    (tmp_path/"nbs"/"40_toy.ipynb").write_text(json.dumps({"cells": [md("# Toy"), code("res = 1"), md("# Report"), code("print(res)")]}))
+    assert study_notebook("toy", tmp_path) == tmp_path/"nbs"/"40_toy.ipynb"
+    assert report_reads_example_names(study_notebook("toy", tmp_path)) == {"res": 3}

@@ -20,6 +20,7 @@ BACKENDS = {   # model.backend -> "module:Class"; a module is imported only when
     "openai": "silverspoon.backends.openai:OpenAIBackend",
     "vllm": "silverspoon.backends.vllm:VLLMBackend",
     "replay": "silverspoon.backends.replay:ReplayBackend",
+    "scripted": "silverspoon.testing:ScriptedBackend",   # offline: answers from a file or a rule (tests, the study recipe); built by `from_model`
 }
 
 def backend_class(name:str # a `model.backend` value, e.g. "hf"
@@ -40,4 +41,5 @@ def make_backend(model:ModelParams,           # the `model` section of the run p
             raise ParamsError(f"model.backend = 'replay' replays released answers (model.id = {model.id!r} names the released column), "
                               "but this study passed none; use a study that ships released answers, or backend: hf / openai / vllm.")
         return backend_class("replay")(replay_answers, name=model.id)
-    return backend_class(model.backend)(model)
+    cls = backend_class(model.backend)
+    return cls.from_model(model) if hasattr(cls, "from_model") else cls(model)   # a class whose constructor takes more than the params offers `from_model`

@@ -5,12 +5,12 @@
 # %% ../../nbs/08_studies.ipynb #9b86cdbe
 from __future__ import annotations
 import importlib, warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
 
 # %% auto #0
-__all__ = ['STUDY_REGISTRY', 'Study', 'get_study', 'start_run']
+__all__ = ['SUMMARY_COLUMNS', 'STUDY_REGISTRY', 'Study', 'check_summary', 'get_study', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #7566bd2c
 @dataclass(frozen=True)
@@ -27,8 +27,34 @@ class Study:
     describe: Callable|None = None  # describe(params, opts) -> markdown after "**Run** `<run>`: "; None = model, backend, description
 
     def __post_init__(self):
-        if self.summary_rows is None: raise TypeError(f"Study {self.name!r}: summary_rows is mandatory (it gives the index its rows).")
-        if not self.notebook.endswith(".ipynb"): raise TypeError(f"Study {self.name!r}: notebook must be a file in nbs/, e.g. '10_normative.ipynb'.")
+        fix = "fix the `STUDY = Study(...)` cell of the study's notebook"
+        if self.summary_rows is None: raise TypeError(f"Study {self.name!r}: summary_rows is mandatory (it gives the index its rows); {fix}.")
+        if not callable(self.summary_rows): raise TypeError(f"Study {self.name!r}: summary_rows must be a function returning the headline frame; {fix}.")
+        if not callable(self.validate): raise TypeError(f"Study {self.name!r}: validate must be a function validate(params, src) -> task options; {fix}.")
+        if not is_dataclass(self.task): raise TypeError(f"Study {self.name!r}: task must be the dataclass of the `task:` section (got {self.task!r}); {fix}.")
+        if not self.notebook.endswith(".ipynb"): raise TypeError(f"Study {self.name!r}: notebook must be a file in nbs/, e.g. '10_normative.ipynb'; {fix}.")
+        if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
+
+# %% ../../nbs/08_studies.ipynb #c0ntr002
+SUMMARY_COLUMNS = ("metric", "estimate", "ci_low", "ci_high", "n")   # every summary row has these; the study's key columns may follow
+_ADDED_BY_REPORT = ("run", "model", "backend")
+
+def check_summary(df,          # what the study's `summary_rows` returned
+                  study=None   # the `Study` (for messages and its headline); None = a report without a study
+                 ):
+    "`df` if it is the contract's headline frame (a DataFrame with `SUMMARY_COLUMNS`, one row per metric); a `TypeError` naming the study's notebook and the fix otherwise."
+    import pandas as pd
+    who = f"nbs/{study.notebook} (study {study.name!r}): summary_rows" if study is not None else "Report.summary"
+    fix = "return the long-format headline frame, one row per metric with columns " + ", ".join(SUMMARY_COLUMNS) + " (+ key columns)"
+    if not isinstance(df, pd.DataFrame): raise TypeError(f"{who} returned {type(df).__name__}, not a DataFrame; {fix}.")
+    missing = [c for c in SUMMARY_COLUMNS if c not in df.columns]
+    if missing: raise TypeError(f"{who} returned no column(s) {missing}; {fix}.")
+    clash = [c for c in _ADDED_BY_REPORT if c in df.columns]
+    if clash: raise TypeError(f"{who} returned column(s) {clash}, which the report adds itself; drop them.")
+    if df.empty or df["metric"].isna().any(): raise TypeError(f"{who} returned {'no rows' if df.empty else 'a row without a metric'}; {fix}.")
+    if study is not None and study.headline and study.headline not in set(df["metric"]):
+        warnings.warn(f"{who} gave no row for the headline metric {study.headline!r}: the index plots this run's first metric instead.")
+    return df
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
 STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily
@@ -68,7 +94,7 @@ def start_run(study:str,                      # the study this notebook implemen
                           "run the file with `silverspoon run`, which picks the notebook from `study`.")
     opts = s.validate(params, params_source)
     from silverspoon.report import Report, model_label, warning_without_path   # report imports this module: imported here, no import circle
-    rep = Report(params, out_dir, source=params_source)
+    rep = Report(params, out_dir, source=params_source, study=s)   # the report makes the summary with `s.summary_rows` and records `s.data_files`
     if out_dir is not None: warnings.formatwarning = warning_without_path   # a report run: warnings shown without this machine's paths
     if show:
         from IPython.display import Markdown, display
