@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm
 from .core import project_root
+from .store import store_root
 
 # %% auto #0
 __all__ = ['HEADLINES', 'STUDY_NEEDS', 'A100_H100_BANDWIDTH', 'Headline', 'min_detectable_effect', 'direction', 'run_cost',
@@ -138,10 +139,10 @@ def runs_for_model(name:str, reports_dir:str|Path)->dict[str,Path]:
 # %% ../nbs/07b_card.ipynb #e9fd444f
 def bias_card(name:str,                       # the model's run name, e.g. "smollm2-135m"
               reports_dir:str|Path|None=None,  # a reports folder; None = <project>/reports
-              store_dir:str|Path|None=None,    # a store root; None = <project>/store
+              store_dir:str|Path|None=None,    # a store root; None = $SILVERSPOON_STORE, else <project>/store
               headlines:list[Headline]=HEADLINES)->pd.DataFrame:
     "One row per headline of every study: estimate, CI, n, direction, MDE, released models' values, instrument validity, cost."
-    reports_dir = Path(reports_dir or project_root()/"reports"); store_dir = Path(store_dir or project_root()/"store")
+    reports_dir = Path(reports_dir or project_root()/"reports"); store_dir = Path(store_dir or store_root())
     runs = runs_for_model(name, reports_dir)
     rows = []
     for h in headlines:

@@ -61,3 +61,21 @@ def test_a_study_without_a_run_is_listed_not_dropped(root, tmp_path):
     card = bias_card("smollm2-135m", tmp_path)
     assert set(card.study) == {h.study for h in HEADLINES}
     assert card[card.study.ne("normative")].direction.eq("no run for this model").all()
+
+def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
+    "`silverspoon run --model FILE --studies ...` end to end on the scripted backend: runs, visible skips, the card, the index."
+    from conftest import run_cli
+    m = tmp_path/"scripted.yaml"
+    m.write_text("name: scripted-yes\ndescription: scripted answers\nmodel: {backend: scripted, id: 'text:Yes.'}\n"
+                 "studies:\n  normative: {model: {id: 'text:P1 is wrong because they broke the rule.'}}\n")
+    r = run_cli("run", "--model", m, "--studies", "normative,stop,downstream", "--reports-dir", tmp_path/"reports",
+                env={"SILVERSPOON_STORE": str(tmp_path/"store")}, timeout=900)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "skip  downstream: needs task.adapter" in r.stdout
+    card = pd.read_csv(tmp_path/"reports"/"models"/"scripted-yes"/"bias_card.csv")
+    got = card.set_index("headline")
+    assert got.loc["share favouring underprivileged", "estimate"] == 0           # P1 (the poor person) always blamed
+    assert got.loc["share favouring underprivileged", "generations"] == 180     # the cost comes from $SILVERSPOON_STORE
+    assert got.loc["P", "n"] == 12 and got.loc["P", "generations"] > 0
+    assert got.loc["answer rate change, BBQ (adapter - base)", "direction"] == "no run for this model"
+    assert (tmp_path/"store"/"normative"/"scripted-yes.jsonl").exists()
