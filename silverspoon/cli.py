@@ -11,8 +11,8 @@ from .core import *
 from .runner import read_params_file, run_params_file, build_index, reports_folder
 
 # %% auto #0
-__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'validate_runs',
-           'main']
+__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'model_files',
+           'validate_runs', 'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -53,6 +53,17 @@ def _runs_only(files)->list[Path]:
         if is_base(f): print(f"skip  {f}  (a base for `include:`, not a run)", file=sys.stderr)
     return [Path(f) for f in files if not is_base(f)]
 
+# %% ../nbs/07_cli.ipynb #c05b4d9c
+def model_files(args)->list[Path]:
+    "The params files `--model` adds (`[]` without it); prints one `skip` line per study it cannot run."
+    if not getattr(args, "model", None):
+        if getattr(args, "studies", None): raise ParamsError("--studies needs --model (a params/models/<name>.yaml).")
+        return []
+    from silverspoon.card import model_plan
+    plan = model_plan(args.model, [s.strip() for s in args.studies.split(",") if s.strip()] if args.studies else None)
+    for _, r in plan[plan.params.isna()].iterrows(): print(printable(f"skip  {r.study}: {r.status.removeprefix('skipped: ')}"), flush=True)
+    return [project_root()/p for p in plan.params.dropna()]
+
 # %% ../nbs/07_cli.ipynb #5ca4485f
 def _parser():
     ap = argparse.ArgumentParser(prog="silverspoon", description="Reproducible measurements of social bias in LLMs.")
@@ -65,6 +76,8 @@ def _parser():
     r.add_argument("--kernel", default="python3")
     r.add_argument("--reports-dir", default=None)
     r.add_argument("--no-index", action="store_true")
+    r.add_argument("--model", help="params/models/<name>.yaml: run every study with this model, then write its bias card")
+    r.add_argument("--studies", help="with --model: only these studies (comma-separated)")
     c = sub.add_parser("check", help="validate params files only")
     c.add_argument("params", nargs="+")
     sub.add_parser("list", help="list the default params files")
@@ -102,7 +115,7 @@ def validate_runs(files:list[Path] # params files, each named once
     return out
 
 def _run(args)->int:
-    files = _runs_only(args.params) + (default_params_files(args.study) if args.all else [])
+    files = _runs_only(args.params) + (default_params_files(args.study) if args.all else []) + model_files(args)
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
@@ -125,6 +138,9 @@ def _run(args)->int:
         except Exception as e:                    # one failed run never stops the others
             failed.append(f); print(printable(f"FAIL  {e}" if isinstance(e, SilverspoonError) else f"FAIL  {f}: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as ex: list(ex.map(one, files))
+    if args.model:
+        from silverspoon.card import write_card, read_model_file
+        print(f"card  ->  {write_card(read_model_file(args.model)['name'], reports_folder(args.reports_dir))}")
     if not args.no_index: print(f"index ->  {build_index(args.reports_dir)}")
     print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s"
           + (f"; {len(incomplete)} of them incomplete (failed calls; a rerun retries them)" if incomplete else ""))
@@ -134,6 +150,8 @@ def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
     args = _parser().parse_args(argv)
     absolute_path_settings()   # SILVERSPOON_DATA=../shared/data means the shell's folder, not nbs/ where the kernels run
+    for name in ("reports_dir", "model", "output_dir"):   # the same for path arguments: papermill chdirs (process-wide) while
+        if getattr(args, name, None): setattr(args, name, str(Path(getattr(args, name)).absolute()))   # parallel runs execute
     try:
         if args.cmd == "run": return _run(args)
         if args.cmd == "check":   # the same checks as `run` makes before running anything, two files of one run included
