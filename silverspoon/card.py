@@ -159,6 +159,7 @@ def _fmt(x, digits=3)->str:
     if abs(x) >= 10**digits: return f"{x:,.0f}"   # counts and large values in full, never 1.6e+03
     return f"{x:.{digits}g}"
 
+# %% ../nbs/07b_card.ipynb #9bccd782
 def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None)->str:
     "The bias card as a self-contained HTML page (readable at 1400 px)."
     rows = []
@@ -180,6 +181,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None)->str
             "answers (these reproduce the papers' numbers). Cost: generations, completion tokens and seconds recorded in the store.</p>"
             f"<table><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate)))
 
+# %% ../nbs/07b_card.ipynb #237561be
 def _estimate_html(est:pd.DataFrame)->str:
     "The GPU time section of a card: per study, generations, tokens (upper bound) and estimated seconds on an H100 and an A100-40GB."
     rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{_fmt(r.generations)}</td><td>{_fmt(r.max_new_tokens)}</td><td>{_fmt(r.tokens_upper_bound)}</td>"
@@ -296,6 +298,7 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
 # %% ../nbs/07b_card.ipynb #9b33b6a5
 def _model_key(run:str)->str: return run.removesuffix("-replay")
 
+# %% ../nbs/07b_card.ipynb #0dbfd021
 def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None)->pd.DataFrame:
     "One row per (model, study headline): the model's run of that study and the headline's estimate, CI and n."
     reports_dir = Path(reports_dir or project_root()/"reports"); models_dir = Path(models_dir or project_root()/"params"/"models")
@@ -313,6 +316,7 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
             rows.append(dict(model=_model_key(d.name), kind="released answers" if d.name.endswith("-replay") else "run", **_cell(h, d)))
     return pd.DataFrame(rows)
 
+# %% ../nbs/07b_card.ipynb #bb6d8482
 def _cell(h:Headline, run_dir:Path)->dict:
     try: r = headline_row(h, run_dir)
     except KeyError: r = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)

@@ -9,10 +9,11 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .runner import read_params_file, run_params_file, build_index, reports_folder
+from .card import write_card
 
 # %% auto #0
 __all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'model_files',
-           'validate_runs', 'main']
+           'model_cards', 'validate_runs', 'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -24,6 +25,7 @@ def default_params_files(study:str|None=None)->list[Path]:
     files = sorted(f for s in STUDY_REGISTRY for f in (root/s).glob("*.yaml") if not f.name.startswith("_"))
     return [f for f in files if study is None or f.parent.name == study]
 
+# %% ../nbs/07_cli.ipynb #a39237ff
 EXIT_INCOMPLETE = 3   # every run published, but some calls failed (the exit status of `silverspoon run`, see the table above)
 _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
@@ -31,11 +33,13 @@ def printable(text)->str:
     "`text` as one safe terminal line: control characters (escape sequences, CR, LF), zero-width and bidi controls shown as `\\x1b` / `\\u202e`."
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
 
+# %% ../nbs/07_cli.ipynb #fd4b52e5
 def calls_text(calls:list[dict] # from `silverspoon.runner.failed_calls`
               )->str:
     "'10 of 17 calls failed in judge_counts, ...': what an incomplete run prints."
     return ", ".join(f"{c['failed']} of {c['requests']} calls failed in {c['table']}" for c in calls)
 
+# %% ../nbs/07_cli.ipynb #37635f03
 def key_destinations(p:RunParams)->str:
     "Where the run sends which key: `; key $VAR -> URL` for the model and a judge on the openai backend (what `check` shows before you run a file someone sent)."
     from silverspoon.backends.openai import OPENAI_URL, public_url
@@ -43,10 +47,12 @@ def key_destinations(p:RunParams)->str:
     return "".join(f"; {who}key ${m.get('api_key_env') or 'OPENAI_API_KEY'} -> {public_url(m.get('base_url') or OPENAI_URL)}"
                    for who, m in models if isinstance(m, dict) and m.get("backend") == "openai")
 
+# %% ../nbs/07_cli.ipynb #91d525d3
 def is_base(path:Path|str)->bool:
     "A params file whose name starts with `_` is a base that run files `include:`, never a run of its own."
     return Path(path).name.startswith("_")
 
+# %% ../nbs/07_cli.ipynb #59922ec5
 def _runs_only(files)->list[Path]:
     "`files` without bases; each base skipped is named on stderr (so `silverspoon run params/stop/*.yaml` works)."
     for f in files:
@@ -63,6 +69,15 @@ def model_files(args)->list[Path]:
     plan = model_plan(args.model, [s.strip() for s in args.studies.split(",") if s.strip()] if args.studies else None)
     for _, r in plan[plan.params.isna()].iterrows(): print(printable(f"skip  {r.study}: {r.status.removeprefix('skipped: ')}"), flush=True)
     return [project_root()/p for p in plan.params.dropna()]
+
+# %% ../nbs/07_cli.ipynb #e132c75c
+def model_cards(args)->list[str]:
+    "Names of the models whose bias card this run (re)writes."
+    from silverspoon.card import read_model_file, runs_for_model
+    if getattr(args, "model", None): return [read_model_file(args.model)["name"]]
+    if not args.all: return []
+    names = [read_model_file(f)["name"] for f in sorted((project_root()/"params"/"models").glob("*.yaml"))]
+    return [n for n in names if runs_for_model(n, reports_folder(args.reports_dir))]
 
 # %% ../nbs/07_cli.ipynb #5ca4485f
 def _parser():
@@ -92,6 +107,7 @@ def _parser():
     _annotate_parser(sub)
     return ap
 
+# %% ../nbs/07_cli.ipynb #56e41d70
 def _finetune(args)->int:
     from silverspoon.studies.stop_finetune import load_finetune_params, train_from_params   # torch/peft are imported only here
     p = load_finetune_params(args.params)
@@ -102,6 +118,7 @@ def _finetune(args)->int:
           f"evaluate ->  {r['eval_params']}")
     return 0
 
+# %% ../nbs/07_cli.ipynb #ec1f3410
 def validate_runs(files:list[Path] # params files, each named once
                  )->list[RunParams]:
     "Validate every params file, and refuse two files that are one run (same study and run name): both would write one report folder."
@@ -114,6 +131,7 @@ def validate_runs(files:list[Path] # params files, each named once
         seen[p.study, p.run] = f; out.append(p)
     return out
 
+# %% ../nbs/07_cli.ipynb #ba2472c6
 def _run(args)->int:
     files = _runs_only(args.params) + (default_params_files(args.study) if args.all else []) + model_files(args)
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
@@ -138,14 +156,13 @@ def _run(args)->int:
         except Exception as e:                    # one failed run never stops the others
             failed.append(f); print(printable(f"FAIL  {e}" if isinstance(e, SilverspoonError) else f"FAIL  {f}: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as ex: list(ex.map(one, files))
-    if args.model:
-        from silverspoon.card import write_card, read_model_file
-        print(f"card  ->  {write_card(read_model_file(args.model)['name'], reports_folder(args.reports_dir))}")
+    for name in model_cards(args): print(f"card  ->  {write_card(name, reports_folder(args.reports_dir))}")
     if not args.no_index: print(f"index ->  {build_index(args.reports_dir)}")
     print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s"
           + (f"; {len(incomplete)} of them incomplete (failed calls; a rerun retries them)" if incomplete else ""))
     return 1 if failed else EXIT_INCOMPLETE if incomplete else 0
 
+# %% ../nbs/07_cli.ipynb #fa3ebde8
 def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
     args = _parser().parse_args(argv)
@@ -190,6 +207,7 @@ def _annotate_parser(sub):
     c.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates for the agreement CIs")
     c.add_argument("--seed", type=int, default=0)
 
+# %% ../nbs/07_cli.ipynb #849c2ca0
 def _annotate(args)->int:
     from silverspoon.studies.stop_annotate import write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file
     if args.annotate_cmd == "sheet":

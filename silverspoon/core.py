@@ -20,9 +20,11 @@ __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_M
 class SilverspoonError(Exception):
     "An error the user can fix; the message says what and how."
 
+# %% ../nbs/00_core.ipynb #c0cd935a
 class ParamsError(SilverspoonError, ValueError):
     "A params file (or papermill parameter set) is malformed."
 
+# %% ../nbs/00_core.ipynb #5892dcf6
 class DataError(SilverspoonError, FileNotFoundError):
     "A dataset file is missing, unreadable or fails its checksum."
 
@@ -37,6 +39,7 @@ def project_root(start:Path|str|None=None # where to start looking (default: the
         if ini.exists() and "lib_name = silverspoon" in ini.read_text(encoding="utf-8"): return d
     return Path(__file__).resolve().parent.parent
 
+# %% ../nbs/00_core.ipynb #870e0ab0
 def cache_dir()->Path:
     "Where downloaded datasets live for real users: `$SILVERSPOON_CACHE`, else `~/.cache/silverspoon`."
     return Path(os.environ.get("SILVERSPOON_CACHE") or Path.home()/".cache"/"silverspoon").expanduser()
@@ -62,11 +65,13 @@ def canonical_json(obj)->str:
     "JSON with sorted keys and no whitespace, the input of every hash in silverspoon."
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
+# %% ../nbs/00_core.ipynb #a602deda
 def stable_hash(obj, n:int=20 # hex digits kept (20 = 80 bits)
                )->str:
     "sha256 of `canonical_json(obj)`, first `n` hex digits."
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:n]
 
+# %% ../nbs/00_core.ipynb #1681666c
 def sha256_file(path:Path|str, chunk:int=1<<20)->str:
     "Full sha256 hex digest of a file, read in chunks."
     h = hashlib.sha256()
@@ -103,12 +108,15 @@ class _NotData:
     "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
     def __init__(self, tag:str, line:int): self.tag, self.line = tag, line
 
+# %% ../nbs/00_core.ipynb #abd4f9d0
 class _HugeInt:
     "A YAML integer with more digits than Python converts (about 4300); kept only to be reported with its field."
     def __init__(self, digits:int, line:int): self.digits, self.line = digits, line
 
+# %% ../nbs/00_core.ipynb #85d11332
 class _Refused(Exception): "A YAML construct refused while reading (alias, repeated key)."
 
+# %% ../nbs/00_core.ipynb #09e206f6
 def plain_data(obj, where:str="",       # dotted path of `obj` in the params, for messages
                src:str="<params>"       # the file, for messages
               ):
@@ -136,6 +144,7 @@ def plain_data(obj, where:str="",       # dotted path of `obj` in the params, fo
         return obj
     raise ParamsError(f"{src}: {at} is a {type(obj).__name__}: params hold plain data only (text, numbers, true/false, null, lists, mappings).")
 
+# %% ../nbs/00_core.ipynb #5933dc13
 def _params_loader():
     "A `yaml.SafeLoader` that builds JSON types only; other tags become `_NotData`, aliases and repeated keys are refused."
     import yaml
@@ -161,12 +170,14 @@ def _params_loader():
     ParamsLoader.add_constructor("tag:yaml.org,2002:int", construct_int)
     return ParamsLoader
 
+# %% ../nbs/00_core.ipynb #f18cfb5f
 def _yaml_problem(e)->str:
     "What a YAML error says and where (line, column), without the file's text that PyYAML quotes (the file may not be a params file)."
     what = " ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x) or type(e).__name__
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     return what + (f" (line {mark.line + 1}, column {mark.column + 1}; the line is not shown)" if mark is not None else "")
 
+# %% ../nbs/00_core.ipynb #0a17d444
 def read_yaml(path:Path|str         # a params file
              )->dict:
     "The mapping in a YAML params file, plain data only; anything else is a `ParamsError` naming the file (and field)."
@@ -208,6 +219,7 @@ def _shown(v, n:int=60)->str:
     if type(v) is int and abs(v) >= 10**40: return f"an integer of {len(str(abs(v))) if abs(v).bit_length() < 10_000 else 'thousands of'} digits"
     return repr(v)[:n]
 
+# %% ../nbs/00_core.ipynb #e397dac6
 def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
                  v,                 # its value
                  where:str,         # dotted path, for messages
@@ -226,6 +238,7 @@ def _type_name(t)->str:
     if isinstance(t, type): return t.__name__
     return str(t).replace("typing.", "")
 
+# %% ../nbs/00_core.ipynb #b6b52357
 def _check_value(v, t, where:str, src:str):
     "Validate (and lightly coerce) value `v` against annotation `t`; return the value."
     origin, args = typing.get_origin(t), typing.get_args(t)
@@ -264,6 +277,7 @@ def _check_value(v, t, where:str, src:str):
     if t is float and not math.isfinite(v): raise ParamsError(f"{src}: field `{where}` = {v} must be a finite number.")
     return v
 
+# %% ../nbs/00_core.ipynb #604fd708
 def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error messages
               prefix:str="")->object:
     "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of `BOUNDS` and missing fields."
@@ -302,6 +316,7 @@ class ModelParams:
     timeout_s: float = 60.0                 # openai backend: total seconds of one attempt (connect, send, wait, read the whole reply); each retry gets its own
     max_retries: int = 4
 
+# %% ../nbs/00_core.ipynb #71881f71
 @dataclass
 class GenerationParams:
     "Decoding settings; all of them are part of the generation-store key."
@@ -313,6 +328,7 @@ class GenerationParams:
     n_samples: int = 1                      # samples per item (sample index is part of the key)
     retry_failed: bool = True               # a rerun retries items whose last attempt failed
 
+# %% ../nbs/00_core.ipynb #5ab3755a
 @dataclass
 class SampleParams:
     "Which items to run: all, or a seeded subset stratified by a column."
@@ -320,6 +336,7 @@ class SampleParams:
     stratify_by: str|None = None
     seed: int = 0
 
+# %% ../nbs/00_core.ipynb #ad76b93f
 @dataclass
 class RunParams:
     "One run of one study on one model."
@@ -346,6 +363,7 @@ def check_name(value:str, where:str,   # the name and its field (`run`, `study`)
     raise ParamsError(f"{src}: field `{where}` = {shown} must be a plain name of at most {NAME_MAX} characters "
                       f"(letters, digits, . _ -, starting with a letter or digit): {why}.")
 
+# %% ../nbs/00_core.ipynb #fdd990c6
 def _check_url(url:str, where:str, src:str, base_url:bool=False):
     from urllib.parse import urlsplit
     try: u = urlsplit(url); userinfo = "@" in u.netloc; bad_scheme = u.scheme not in ("http", "https") or not u.hostname
@@ -355,12 +373,14 @@ def _check_url(url:str, where:str, src:str, base_url:bool=False):
                           "reports and the store. Put the key in the environment variable named by `api_key_env`.")
     if base_url and bad_scheme: raise ParamsError(f"{src}: field `{where}` must be an http(s) URL such as http://localhost:8000/v1.")
 
+# %% ../nbs/00_core.ipynb #bef7bc7a
 def key_variable_allowed(name:str # an `api_key_env` value (already a variable name)
                         )->bool:
     "May `$name` be sent as a bearer token? Names ending in `_API_KEY`, and names listed in `$SILVERSPOON_KEY_VARS`."
     allowed = set(re.split(r"[\s,]+", os.environ.get(KEY_VARS_ENV, "").strip())) - {""}
     return name.endswith("_API_KEY") or name in allowed
 
+# %% ../nbs/00_core.ipynb #1ccc52d3
 def check_key_variable(name, where:str, src:str="<params>")->str:
     "`name` unchanged if it may name an API key variable (`key_variable_allowed`); else a `ParamsError` that shows it only when it looks like a variable name."
     if not (isinstance(name, str) and _ENV_NAME.fullmatch(name)):
@@ -372,6 +392,7 @@ def check_key_variable(name, where:str, src:str="<params>")->str:
                       f"token to the server in base_url, so only names ending in _API_KEY are used (e.g. OPENAI_API_KEY, VLLM_API_KEY). "
                       f"Fix: put the key in such a variable, or allow this name on this machine: export {KEY_VARS_ENV}=<the name>.")
 
+# %% ../nbs/00_core.ipynb #153f64a9
 def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth), e.g. `asdict(RunParams)`
                         where:str="")->None:
     "Every URL anywhere in `obj` has no credentials or query; every `base_url` is http(s); every `api_key_env` names an API key variable."
@@ -386,6 +407,7 @@ def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth),
     elif isinstance(obj, str):
         for m in _URL_IN_TEXT.finditer(obj): _check_url(m.group(0), where, src)
 
+# %% ../nbs/00_core.ipynb #1e97a276
 def check_model(m:ModelParams, src:str="<params>",
                 prefix:str="model."   # where `m` sits in the params: "model.", "task.judge."
                )->ModelParams:
@@ -396,6 +418,7 @@ def check_model(m:ModelParams, src:str="<params>",
                           f"static KV cache + torch.compile; vLLM compiles and captures CUDA graphs by itself). Fix: remove `compile`.")
     return m
 
+# %% ../nbs/00_core.ipynb #b946749e
 def check_generation(g:GenerationParams, src:str="<params>",
                      prefix:str="generation."   # where `g` sits in the params: "generation.", "task.judge_generation."
                     )->GenerationParams:
@@ -414,6 +437,7 @@ def merge_params(base:dict,   # the included file's mapping
         out[k] = merge_params(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
 
+# %% ../nbs/00_core.ipynb #913126a1
 def read_params_mapping(path:Path|str,   # a params file, possibly with `include:`
                         _chain:tuple=()  # files already being read (cycle detection)
                        )->dict:
@@ -453,6 +477,7 @@ def load_params(source:Path|str|dict, # a YAML file, or an already-parsed mappin
         d = {"run": path.stem, **read_params_mapping(path)}   # `include:` resolved; the run is named by this file
     return check_params(from_dict(RunParams, d, src=src), src)
 
+# %% ../nbs/00_core.ipynb #d372b8b4
 def check_params(p:RunParams, src:str="<params>")->RunParams:
     "Checks beyond types and `BOUNDS`: names usable as file names, sampling settings, no secrets in any URL or key field."
     check_name(p.run, "run", src)

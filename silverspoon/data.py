@@ -28,6 +28,7 @@ def raw_url(repo:str,   # GitHub `owner/name`
     "Public download URL of `path` in `repo` at `commit`."
     return f"https://raw.githubusercontent.com/{repo}/{commit}/{path}"
 
+# %% ../nbs/01_data.ipynb #c17a3ad0
 @dataclass(frozen=True)
 class Source:
     "An upstream file that a built data file is made from: its path in the entry's `repo` at the entry's `commit`, and its pins."
@@ -35,6 +36,7 @@ class Source:
     size: int                    # bytes
     sha256: str                  # full hex digest
 
+# %% ../nbs/01_data.ipynb #0333111f
 @dataclass(frozen=True)
 class DataFile:
     "One pinned data file: where it lives under the data folder, its checksum, and where it comes from."
@@ -77,6 +79,7 @@ def _mirror(folder, repo, commit, licence, rows, note="", optional=False):
     return [DataFile(name=n, relpath=f"{folder}/{p}", sha256=h, size=s, repo=repo, commit=commit, source_path=p,
                      url=raw_url(repo, commit, p), licence=licence, note=note, optional=optional) for n, p, s, h in rows]
 
+# %% ../nbs/01_data.ipynb #d23b6f97
 def _derived(folder, repo, commit, licence, rows):
     "Entries for `derived/` files, built from the authors' source files: rows of (name, path, size, sha256, what it comes from, builder, sources)."
     return [DataFile(name=n, relpath=f"{folder}/{p}", sha256=h, size=s, repo=repo, commit=commit, source_path=src, url=None,
@@ -301,6 +304,7 @@ def _string_literal(node:ast.AST)->str|None:
     except (ValueError, TypeError, SyntaxError): return None
     return v if isinstance(v, str) else None
 
+# %% ../nbs/01_data.ipynb #94649343
 def notebook_literals(notebook:bytes|str,  # the .ipynb file's content
                       variables:set[str]   # variable names to read
                      )->list[tuple[int, str, str]]:
@@ -328,10 +332,12 @@ def _xlsx_column(ref:str)->int:
     for ch in re.match(r"[A-Z]+", ref).group(): n = n*26 + ord(ch) - 64
     return n - 1
 
+# %% ../nbs/01_data.ipynb #dac2e6d2
 def _xlsx_text(el)->str:
     "The text of a shared or inline string, rich-text runs joined."
     return "".join(t.text or "" for t in el.iter(f"{{{_XLSX_NS['m']}}}t"))
 
+# %% ../nbs/01_data.ipynb #6e1a08ff
 def xlsx_rows(path:Path|str # an .xlsx workbook
              )->list[list]:
     "The first sheet's cells, row 1 to the last row and column A to the last column; empty cells are None. Strings are str, booleans bool, numbers int or float."
@@ -359,6 +365,7 @@ def xlsx_rows(path:Path|str # an .xlsx workbook
     width = max((max(c) + 1 for c in rows.values() if c), default=0)
     return [[rows.get(r, {}).get(j) for j in range(width)] for r in range(1, max(rows, default=0) + 1)]
 
+# %% ../nbs/01_data.ipynb #b6a5dbce
 def xlsx_to_csv(path:Path|str # an .xlsx workbook
                )->bytes:
     "The first sheet as UTF-8 CSV bytes, cell for cell (numbers in Python's shortest form, booleans TRUE/FALSE, empty cells empty, fields quoted only where needed, `\\n` line ends)."
@@ -403,10 +410,12 @@ def _derived_json(f:DataFile, values:dict)->bytes:
     src = {"repo": f.repo, "commit": f.commit, **({"path": f.sources[0].path} if len(f.sources) == 1 else {}), "note": BUILD_SPECS[f.name]["note"]}
     return json.dumps({"_source": src, **values}, indent=1, ensure_ascii=False).encode("utf-8")
 
+# %% ../nbs/01_data.ipynb #f535fd4e
 def build_py_literals(f:DataFile, paths:list[Path])->bytes:
     "The top-level literals `BUILD_SPECS[f.name]['names']` of one Python source file."
     return _derived_json(f, module_literals(paths[0].read_text(encoding="utf-8"), BUILD_SPECS[f.name]["names"], f.sources[0].path))
 
+# %% ../nbs/01_data.ipynb #6d8097f9
 def build_stop_preamble(f:DataFile, paths:list[Path])->bytes:
     "STOP's conversation preamble (the string literal assigned to `convo_log` in `evaluate`) and the models `get_response` routes (fine-tuned ids, with a ':', left out)."
     where = f.sources[0].path
@@ -419,12 +428,14 @@ def build_stop_preamble(f:DataFile, paths:list[Path])->bytes:
               and isinstance(n.comparators[0], ast.List) for m in ast.literal_eval(n.comparators[0]) if ":" not in m]
     return _derived_json(f, {"conversation_preamble": pre[0], "models_supported_in_code": models})
 
+# %% ../nbs/01_data.ipynb #1b30326e
 def build_notebook_prompts(f:DataFile, paths:list[Path])->bytes:
     "Every prompt-like string literal of the notebooks in `f.sources`, in source order, with notebook, cell index and variable."
     spec = BUILD_SPECS[f.name]
     return _derived_json(f, {"templates": [dict(notebook=s.path, cell_index=i, variable=v, value=x) for s, p in zip(f.sources, paths)
                                            for i, v, x in notebook_literals(p.read_bytes(), spec["variables"])]})
 
+# %% ../nbs/01_data.ipynb #558095b5
 def build_xlsx_csv(f:DataFile, paths:list[Path])->bytes:
     "The first sheet of the workbook, as CSV (`xlsx_to_csv`)."
     return xlsx_to_csv(paths[0])
@@ -464,9 +475,12 @@ def file_sha256(path:Path|str)->str:
     if key not in _VERIFIED: _VERIFIED[key] = sha256_file(p)
     return _VERIFIED[key]
 
+# %% ../nbs/01_data.ipynb #44f97476
 def _remember(path:Path, sha:str):
     p = Path(path).resolve(); st = p.stat()
     _VERIFIED[(str(p), st.st_size, st.st_mtime_ns)] = sha
+
+# %% ../nbs/01_data.ipynb #05900f79
 def git_blob_sha1(path:Path|str)->str:
     "The git blob id of a file (what `git hash-object FILE` prints): sha1 of `blob <size>\\0` followed by its bytes."
     p = Path(path); h = hashlib.sha1(f"blob {p.stat().st_size}\0".encode())
@@ -474,14 +488,15 @@ def git_blob_sha1(path:Path|str)->str:
         for b in iter(lambda: f.read(1 << 20), b""): h.update(b)
     return h.hexdigest()
 
+# %% ../nbs/01_data.ipynb #1ed9a313
 def _pin(f:DataFile)->tuple[str, str]:
     "What a file is checked against: ('sha256', digest), or ('git blob', id) where the registry knows no sha256."
     return ("sha256", f.sha256) if f.sha256 else ("git blob", f.git_blob)
 
+# %% ../nbs/01_data.ipynb #5f1f12ce
 def _digest(f:DataFile, path:Path)->str:
     "The digest of `path` of the kind the registry pins for `f`."
     return file_sha256(path) if f.sha256 else git_blob_sha1(path)
-
 
 # %% ../nbs/01_data.ipynb #66f16ebd
 def _origin(f:DataFile)->str:
@@ -489,6 +504,7 @@ def _origin(f:DataFile)->str:
     if f.url is None: return f"not downloadable; {f.note}"
     return f"download: {f.url}" + (f", member {f.member} of that archive" if f.archive else "")
 
+# %% ../nbs/01_data.ipynb #07f4bfdf
 def _check(f:DataFile, path:Path)->Path:
     "Return `path` if its sha256 is the registry's, else raise `DataError` naming the file, both digests and the fix."
     kind, expected = _pin(f)
@@ -505,6 +521,7 @@ def _check(f:DataFile, path:Path)->Path:
                     f"({size:,} bytes" + (f", expected {f.size:,}" if f.size is not None else "") + "). "
                     f"The file is corrupt, truncated or a different version. Fix: {fix}")
 
+# %% ../nbs/01_data.ipynb #acd2c400
 def _missing_file_error(f:DataFile, path:Path, why:str)->DataError:
     root = data_dir()
     if not f.obtainable:
@@ -531,6 +548,7 @@ def _stream(url:str, out:Path, total:int|None, desc:str, progress:bool)->str:
         o.flush(); os.fsync(o.fileno())
     return h.hexdigest()
 
+# %% ../nbs/01_data.ipynb #c4672af3
 def download_url(url:str,          # where to download from
                  dest:Path|str,    # final path; written atomically
                  sha256:str|None,  # expected digest; a mismatch keeps nothing (None: check `git_blob` instead)
@@ -567,6 +585,7 @@ def download_url(url:str,          # where to download from
     if sha256: _remember(dest, actual)
     return dest
 
+# %% ../nbs/01_data.ipynb #35108ad5
 def _extract(f:DataFile, zip_path:Path, dest:Path)->Path:
     "Extract `f.member` from the (verified) archive to `dest` atomically and check its sha256."
     with zipfile.ZipFile(zip_path) as z:
@@ -595,6 +614,7 @@ def _cached_upstream(url:str, sha256:str, size:int|None, what:str, progress:bool
     if not (p.is_file() and file_sha256(p) == sha256): download_url(url, p, sha256, size, what=what, progress=progress)
     return p
 
+# %% ../nbs/01_data.ipynb #50f6ee64
 def _build(f:DataFile, dest:Path, progress:bool)->Path:
     "Make `f` from its verified sources with `BUILDERS[f.build]`, check the result's sha256 and write it to `dest` atomically."
     paths = [_cached_upstream(u, s.sha256, s.size, f"{s.path} (source of {f.relpath})", progress) for u, s in zip(f.source_urls, f.sources)]
@@ -617,6 +637,7 @@ def _build(f:DataFile, dest:Path, progress:bool)->Path:
     _remember(dest, actual)
     return dest
 
+# %% ../nbs/01_data.ipynb #a094176c
 def fetch(name_or_relpath:str,   # registry name or relative path
           download:bool=True,    # download (or build) a missing file when SILVERSPOON_DATA is unset
           progress:bool=True     # show a tqdm progress bar while downloading
@@ -648,6 +669,7 @@ def read_data_csv(name:str,                # registry name
                              f"its folder's PROVENANCE.md lists the expected columns.")
     return df
 
+# %% ../nbs/01_data.ipynb #8b8ef024
 def read_data_json(name:str,            # registry name
                    keys:tuple|list=()   # keys the (object) file must have
                   ):
@@ -711,16 +733,19 @@ def _upstream_rows(names:list[str]|None)->list[dict]:
             r["needed_by"].append(f.name)
     return list(rows.values())
 
+# %% ../nbs/01_data.ipynb #a1561e7b
 def upstream_files(names:list[str]|None=None # registry names or relpaths (default: the whole registry)
                   )->pd.DataFrame:
     "One row per upstream file `fetch` downloads for `names`: mirror_path, url, sha256 (or git_blob), size, the data-folder relpath with the same bytes (or None), needed_by."
     cols = ["mirror_path", "url", "sha256", "git_blob", "size", "relpath", "needed_by"]
     return pd.DataFrame(_upstream_rows(names), columns=cols).astype({"size": "Int64"})
 
+# %% ../nbs/01_data.ipynb #bae12a81
 def _pinned(path:Path, sha256:str|None, git_blob:str|None)->bool:
     "Whether the file at `path` has the pinned sha256 (or, where none is known, git blob id)."
     return path.is_file() and (file_sha256(path) == sha256 if sha256 else git_blob_sha1(path) == git_blob)
 
+# %% ../nbs/01_data.ipynb #4a81d092
 def build_mirror(out:Path|str,                 # the mirror folder (created)
                  data:Path|str|None=None,      # a data folder laid out like the shared one (default: `data_dir()`)
                  names:list[str]|None=None     # registry names (default: the whole registry)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 from .core import DataError, project_root, is_missing
 from .stats import proportion_ci
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
@@ -46,6 +47,7 @@ def parsed_frame(parsed:list[Parsed], # one per reply
                          "rule": pd.array([p.rule for p in parsed], dtype="string"),
                          "label": pd.array([p.label for p in parsed], dtype="string")}, index=index)
 
+# %% ../nbs/04a_parse.ipynb #d93d039d
 def rule_counts(rules:pd.Series,       # the `rule` of each parsed reply
                 meaning:dict|None=None, # rule -> what it means (a study's rule table); rules never seen are listed with 0
                 labels:pd.Series|None=None # the label of each reply, to say which labels each rule gave
@@ -77,19 +79,32 @@ class RefusalDetector:
                  lead:str=r"^[\W_]*(?:(?:answer|response|a)\s*:\s*)?[\W_]*"): # what may precede a phrase (quotes, markup, 'Answer:')
         self.phrases, self.lead = tuple(phrases), lead
         self._res = [re.compile(lead + f"(?:{p})", re.I) for p in self.phrases]
-    def extend(self, *phrases:str, lead:str|None=None)->RefusalDetector:
-        "A new detector with the base phrases and `phrases` (`lead=ANYWHERE`: found anywhere, not only at the start)."
-        return RefusalDetector((*self.phrases, *phrases), self.lead if lead is None else lead)
-    def match(self, text)->str|None:
-        "The phrase that fired at the start of `text`, or None."
-        if not isinstance(text, str) or is_missing(text): return None
-        t = text.replace("\u2019", "'").replace("\u2018", "'").strip()
-        return next((p for p, r in zip(self.phrases, self._res) if r.match(t)), None)
-    def __call__(self, text)->bool:
-        "True when `text` opens with a refusal."
-        return self.match(text) is not None
-    def __repr__(self): return f"RefusalDetector({len(self.phrases)} phrases)"
 
+# %% ../nbs/04a_parse.ipynb #71e1fd32
+@patch
+def extend(self:RefusalDetector, *phrases:str, lead:str|None=None)->RefusalDetector:
+    "A new detector with the base phrases and `phrases` (`lead=ANYWHERE`: found anywhere, not only at the start)."
+    return RefusalDetector((*self.phrases, *phrases), self.lead if lead is None else lead)
+
+# %% ../nbs/04a_parse.ipynb #97517c62
+@patch
+def match(self:RefusalDetector, text)->str|None:
+    "The phrase that fired at the start of `text`, or None."
+    if not isinstance(text, str) or is_missing(text): return None
+    t = text.replace("\u2019", "'").replace("\u2018", "'").strip()
+    return next((p for p, r in zip(self.phrases, self._res) if r.match(t)), None)
+
+# %% ../nbs/04a_parse.ipynb #de58c3c3
+@patch
+def __call__(self:RefusalDetector, text)->bool:
+    "True when `text` opens with a refusal."
+    return self.match(text) is not None
+
+# %% ../nbs/04a_parse.ipynb #ec351f42
+@patch
+def __repr__(self:RefusalDetector): return f"RefusalDetector({len(self.phrases)} phrases)"
+
+# %% ../nbs/04a_parse.ipynb #a59c776b
 REFUSAL = RefusalDetector()
 ANYWHERE = r"(?s)^(?:.*?\b)?"   # a `lead` for studies that look for refusal wording anywhere in the text they read
 
@@ -102,6 +117,7 @@ def _same(a, b)->bool:
     try: return bool(a == b) or str(a) == str(b)
     except (TypeError, ValueError): return str(a) == str(b)
 
+# %% ../nbs/04a_parse.ipynb #4c9cd5da
 def instrument_validity(name:str,                # the instrument, e.g. "normative parser"
                         kind:str,                # parser | classifier | lexicon | judge | embedding router | ...
                         predicted,               # the instrument's output per item (list / Series)
@@ -142,6 +158,7 @@ def parser_set_path(name:str)->Path:
     "Where the hand-labelled set `name` lives: `<project>/tests/parser_sets/<name>.csv`."
     return project_root()/"tests"/"parser_sets"/f"{name}.csv"
 
+# %% ../nbs/04a_parse.ipynb #74c0a347
 def parser_set(name:str # e.g. "normative", "bbq"
               )->pd.DataFrame:
     "A hand-labelled parser set (reply, expected, hard, source, ...) as a frame; `hard` as bool."

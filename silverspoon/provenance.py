@@ -34,6 +34,7 @@ def package_versions(names=_PACKAGES)->dict:
         except PackageNotFoundError: out[n] = None
     return out
 
+# %% ../nbs/05a_provenance.ipynb #f13685dd
 def git_state(root:Path|None=None)->dict:
     "Commit sha of the project and whether the working tree has uncommitted changes (None outside git)."
     root = root or project_root()
@@ -58,10 +59,12 @@ def params_chain(path:str|Path # a params file
         p = p.parent/inc
     return out
 
+# %% ../nbs/05a_provenance.ipynb #bff93a4a
 def _tree_path(p:Path, root:Path)->str:
     try: return p.resolve().relative_to(root.resolve()).as_posix()
     except ValueError: return str(p)      # a params file outside the project (a test's temporary file) keeps its path
 
+# %% ../nbs/05a_provenance.ipynb #70b9ccec
 def content_record(notebook:str|None,         # the study's notebook in nbs/ (`Study.notebook`), hashed; None = none
                    params_file:str|Path|None, # the run's params file (relative to `root`, or absolute); None = none
                    data_files=(),             # registry names or relpaths of the data files the run read
@@ -79,4 +82,3 @@ def content_record(notebook:str|None,         # the study's notebook in nbs/ (`S
         e = lookup(n); data[e.relpath] = e.sha256 or f"git-blob:{e.git_blob}"
     return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data}, 64),
             "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data}
-

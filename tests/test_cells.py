@@ -7,8 +7,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT/"tools"))
 import split_cells as sc
 
-@pytest.mark.xfail(strict=True, reason="the lead applies `python tools/split_cells.py --write --patch` after merging every branch, "
-                                       "then deletes this marker (strict: once the median is <= 12 the marker itself fails)")
 def test_median_exported_cell_is_at_most_12_lines():
     lengths = sc.exported_lengths(sorted((ROOT/"nbs").glob("*.ipynb")))
     assert len(lengths) > 100, "no exported cells found: is nbs/ there?"

@@ -14,7 +14,7 @@ left alone, and so is every cell that does not parse (magics). Cells keep their 
 `__all__` (nbdev builds it from the top-level names, and skips `@patch` functions).
 
 `--patch` moves the methods of plain classes (no decorator, no metaclass, not an Enum/NamedTuple/TypedDict/Protocol/
-ABC) out of the class, each into its own cell right after the class, with fastcore's `@patch` (`self:Class`).
+ABC, a collections.abc base such as Mapping) out of the class, each into its own cell right after the class, with fastcore's `@patch` (`self:Class`).
 A method stays in the class when moving it would change what it does: it calls zero-argument `super()` or reads
 `__class__`, uses a name-mangled `__attr`, has a decorator other than `property` (then `as_prop=True`), its
 `.setter` (`set_prop=True`) or `contextlib.contextmanager`, is a static/class method, is `__init__`/`__new__`/
@@ -31,7 +31,9 @@ ROOT = Path(__file__).resolve().parent.parent
 EXPORT_RE = re.compile(r"^\s*#\|\s*export", re.M)
 DIRECTIVE_RE = re.compile(r"^\s*#\|")
 KEEP_IN_CLASS = {"__init__", "__new__", "__init_subclass__", "__class_getitem__", "__set_name__"}
-SPECIAL_BASES = ("Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "NamedTuple", "TypedDict", "Protocol", "ABC", "Generic")
+SPECIAL_BASES = ("Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "NamedTuple", "TypedDict", "Protocol", "ABC", "Generic",
+                 # collections.abc bases: their abstract methods must be defined in the class body (patching later leaves them abstract)
+                 "Mapping", "MutableMapping", "Sequence", "MutableSequence", "Set", "MutableSet", "Iterable", "Iterator", "Container", "Sized", "Hashable", "Callable")
 PATCH_IMPORT = "from fastcore.basics import patch"
 
 def cell_source(cell)->str: return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]

@@ -6,6 +6,7 @@
 from __future__ import annotations
 from dataclasses import dataclass, field
 from ..core import ParamsError, GenerationParams
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['Message', 'Conversation', 'GenRequest', 'Generation', 'user', 'error_text', 'check_decoding', 'Backend']
@@ -22,6 +23,7 @@ class GenRequest:
     sample_index: int = 0                        # which of `n_samples` samples this is (part of the cache key)
     meta: dict = field(default_factory=dict)     # labels carried to the result table, not part of the key
 
+# %% ../../nbs/02_backends.ipynb #55e64aac
 @dataclass
 class Generation:
     "A model's answer to one `GenRequest`, or the reason there is none."
@@ -62,16 +64,24 @@ class Backend:
     cacheable: bool = True      # False for replay: released answers are read from the data dir, never stored
     batch_size: int = 8         # how many requests `generate_all` hands over (and stores) at a time
 
-    def identity(self)->dict:
-        "Everything that changes the answers; hashed into every cache key."
-        raise NotImplementedError
+# %% ../../nbs/02_backends.ipynb #7910d812
+@patch
+def identity(self:Backend)->dict:
+    "Everything that changes the answers; hashed into every cache key."
+    raise NotImplementedError
 
-    def generate(self, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-        "One `Generation` per request, same order; never raises for a per-item failure."
-        raise NotImplementedError
+# %% ../../nbs/02_backends.ipynb #f2e8750e
+@patch
+def generate(self:Backend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
+    "One `Generation` per request, same order; never raises for a per-item failure."
+    raise NotImplementedError
 
-    def engine_stats(self)->dict:
-        "What the engine found out while generating (batch sizes, compile or start-up time), for the report's provenance; {} if nothing."
-        return {}
+# %% ../../nbs/02_backends.ipynb #e075fb53
+@patch
+def engine_stats(self:Backend)->dict:
+    "What the engine found out while generating (batch sizes, compile or start-up time), for the report's provenance; {} if nothing."
+    return {}
 
-    def __repr__(self): return f"{type(self).__name__}({self.identity()})"
+# %% ../../nbs/02_backends.ipynb #b3117837
+@patch
+def __repr__(self:Backend): return f"{type(self).__name__}({self.identity()})"

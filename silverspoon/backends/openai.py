@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 from ..core import SilverspoonError, ParamsError, ModelParams, GenerationParams, check_key_variable
 from .base import Backend, GenRequest, Generation
+from fastcore.basics import patch
 
 _log = logging.getLogger("silverspoon.backends.openai")
 
@@ -30,6 +31,7 @@ def is_local_url(url:str|None # a base URL, or None (= the OpenAI API)
     host = (urlsplit(url).hostname or "").lower()
     return host in _LOCAL_HOSTS or host.endswith(".localhost") or host.startswith("127.")
 
+# %% ../../nbs/02c_openai.ipynb #33e64f91
 def public_url(url:str)->str:
     "`url` without user:password@ and without a query string (both can carry credentials)."
     p = urlsplit(url)
@@ -38,6 +40,7 @@ def public_url(url:str)->str:
     if p.port: netloc += f":{p.port}"
     return urlunsplit((p.scheme, netloc, p.path.rstrip("/"), "", ""))
 
+# %% ../../nbs/02c_openai.ipynb #124c7dba
 MIN_KEY_CHARS = 8   # a shorter value is a local server's placeholder: never sent to another machine (too short to scrub safely)
 
 def resolve_api_key(model:ModelParams)->str:
@@ -62,11 +65,18 @@ class Secret:
     "A string that does not show itself: `repr`/`str` are `***`; `.get()` returns the value."
     __slots__ = ("_v",)
     def __init__(self, v:str): self._v = v
-    def get(self)->str: return self._v
     def __repr__(self): return "Secret('***')"
     __str__ = __repr__
-    def __reduce__(self): raise TypeError("a Secret cannot be pickled")
 
+# %% ../../nbs/02c_openai.ipynb #ba481173
+@patch
+def get(self:Secret)->str: return self._v
+
+# %% ../../nbs/02c_openai.ipynb #bc10952b
+@patch
+def __reduce__(self:Secret): raise TypeError("a Secret cannot be pickled")
+
+# %% ../../nbs/02c_openai.ipynb #20302060
 def scrub(text:str,       # any message that may end up in a log, an error column or a report
           secrets=()      # exact strings to hide (the API key)
          )->str:
@@ -101,6 +111,7 @@ def retry_after_s(exc:BaseException)->float|None:
         except ValueError: return None
     return None
 
+# %% ../../nbs/02c_openai.ipynb #71b76223
 def is_retryable(exc:BaseException)->bool:
     "Is this failure transient (timeout, connection error, 408/409/429/5xx)?"
     import openai
@@ -110,6 +121,7 @@ def is_retryable(exc:BaseException)->bool:
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     return False
 
+# %% ../../nbs/02c_openai.ipynb #051a412f
 def backoff_delay(attempt:int,          # 0 for the wait after the first failure
                   backoff_s:float=0.5, max_backoff_s:float=8.0,
                   retry_after:float|None=None, rng=random)->float:
@@ -127,12 +139,15 @@ def reply_byte_cap(max_tokens:int|None # the request's max_tokens / max_completi
     "The most bytes read of one reply: 256 KiB plus 64 bytes per requested token."
     return REPLY_MIN_BYTES + REPLY_BYTES_PER_TOKEN * max(0, int(max_tokens or 0))
 
+# %% ../../nbs/02c_openai.ipynb #57e0ca1a
 class ReplyTooLarge(Exception):
     "A reply longer than `reply_byte_cap` allows: the server ignores max_tokens (or is not a chat endpoint)."
 
+# %% ../../nbs/02c_openai.ipynb #38ad35d2
 class RedirectRefused(Exception):
     "A redirect to another server (scheme, host or port): not followed, so prompts and key go only where base_url says."
 
+# %% ../../nbs/02c_openai.ipynb #cdd85907
 _DEADLINE = threading.local()   # `.end`: the monotonic time by which this thread's current attempt must be done (None: no deadline)
 
 def _deadline_backend(core_module,   # httpcore or httpcore2: its ConnectTimeout / ReadTimeout / WriteTimeout
@@ -160,13 +175,16 @@ def _deadline_backend(core_module,   # httpcore or httpcore2: its ConnectTimeout
         def sleep(self, seconds): return backend.sleep(seconds)
     return DeadlineBackend()
 
+# %% ../../nbs/02c_openai.ipynb #3845ee3a
 def _origin(url)->tuple:
     "(scheme, host, port) of an httpx URL, the port filled in for http/https."
     return (url.scheme, (url.host or "").lower(), url.port or {"http": 80, "https": 443}.get(url.scheme))
 
+# %% ../../nbs/02c_openai.ipynb #65d76f99
 class BadReply(ValueError):
     "An HTTP 200 reply that is not a usable chat completion: no choices (an error body), or an answer that is not text."
 
+# %% ../../nbs/02c_openai.ipynb #5b5d6b6d
 def _requested_tokens(request)->int|None:
     "max_tokens / max_completion_tokens of an outgoing chat request, if it has one."
     try: body = json.loads(request.content or b"{}")
@@ -174,6 +192,7 @@ def _requested_tokens(request)->int|None:
     v = body.get("max_completion_tokens", body.get("max_tokens")) if isinstance(body, dict) else None
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
+# %% ../../nbs/02c_openai.ipynb #6a552b9d
 def _http_library(openai_module):
     "The HTTP package under the installed openai SDK: httpx2 (openai >= 3) or httpx (before)."
     import importlib
@@ -182,6 +201,7 @@ def _http_library(openai_module):
         if root in ("httpx", "httpx2"): return importlib.import_module(root)
     raise SilverspoonError(f"openai {openai_module.__version__}: its HTTP client is neither httpx nor httpx2; silverspoon cannot cap reply sizes with it.")
 
+# %% ../../nbs/02c_openai.ipynb #31ffe089
 def capped_http_client(openai_module,       # the imported `openai` package
                        trust_env:bool=True  # use HTTP(S)_PROXY and the like (off for a server on this machine)
                       ):
@@ -226,6 +246,7 @@ def capped_http_client(openai_module,       # the imported `openai` package
             pool._network_backend = _deadline_backend(importlib.import_module(type(pool).__module__.split(".")[0]), pool._network_backend)
     return client
 
+# %% ../../nbs/02c_openai.ipynb #a7bc3c05
 def reply_error_message(resp)->str:
     "What a reply without choices says about itself: the server's own error message (OpenAI `error.message`, vLLM `message`), else the reply, shortened."
     if hasattr(resp, "model_dump"):
@@ -240,6 +261,7 @@ def reply_error_message(resp)->str:
     else: out = "no error message; the reply was " + json.dumps(err, default=str)
     return out if len(out) <= 300 else out[:297] + "..."
 
+# %% ../../nbs/02c_openai.ipynb #0be6ba64
 def _cause(exc:BaseException, cls)->BaseException|None:
     "`exc`, or the exception of class `cls` it was raised from (an SDK may wrap ours), or None."
     seen = set()
@@ -248,7 +270,10 @@ def _cause(exc:BaseException, cls)->BaseException|None:
         seen.add(id(exc)); exc = exc.__cause__ or exc.__context__
     return None
 
+# %% ../../nbs/02c_openai.ipynb #561bea3d
 def _count(v)->int|None: return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+# %% ../../nbs/02c_openai.ipynb #733ae118
 def _short_str(v)->str|None: return v[:200] if isinstance(v, str) else None
 
 # %% ../../nbs/02c_openai.ipynb #6011cc39
@@ -272,104 +297,121 @@ class OpenAIBackend(Backend):
         self.served = Counter()   # (model, system_fingerprint) as reported by the server -> count
         self._fatal = None        # set by the first failure every later request would repeat (key refused, server unreachable)
 
-    def __repr__(self):
-        return (f"OpenAIBackend(model={self.model.id!r}, base_url={public_url(self.base_url)!r}, "
-                f"concurrency={self.model.concurrency}, api_key_env={self.model.api_key_env!r})")
+# %% ../../nbs/02c_openai.ipynb #40721944
+@patch
+def __repr__(self:OpenAIBackend):
+    return (f"OpenAIBackend(model={self.model.id!r}, base_url={public_url(self.base_url)!r}, "
+            f"concurrency={self.model.concurrency}, api_key_env={self.model.api_key_env!r})")
 
-    def identity(self)->dict:
-        return {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
+# %% ../../nbs/02c_openai.ipynb #472a7469
+@patch
+def identity(self:OpenAIBackend)->dict:
+    return {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
 
-    def scrub(self, text:str)->str: return scrub(text, [self._key])
+# %% ../../nbs/02c_openai.ipynb #d46c6158
+@patch
+def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, [self._key])
 
-    def served_models(self)->list[dict]:
-        "What actually answered, as the server reported it: model name, system fingerprint, count (for provenance)."
-        with self._lock: return [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in self.served.most_common()]
+# %% ../../nbs/02c_openai.ipynb #f15532c1
+@patch
+def served_models(self:OpenAIBackend)->list[dict]:
+    "What actually answered, as the server reported it: model name, system fingerprint, count (for provenance)."
+    with self._lock: return [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in self.served.most_common()]
 
-    @property
-    def client(self):
-        "The `openai.OpenAI` client (built on first use; the SDK's own retries are off; replies are capped)."
-        with self._lock:
-            if self._client is None:
-                try: import openai
-                except ImportError: raise SilverspoonError("the openai backend needs the `openai` package: pip install openai") from None
-                # a server on this machine is never reached through a proxy (HTTP(S)_PROXY would break vLLM/Ollama/tests)
-                http = capped_http_client(openai, trust_env=not is_local_url(self.base_url))
-                self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key.get(), timeout=self.model.timeout_s,
-                                             max_retries=0, http_client=http)
-            return self._client
+# %% ../../nbs/02c_openai.ipynb #9daa8d87
+@patch(as_prop=True)
+def client(self:OpenAIBackend):
+    "The `openai.OpenAI` client (built on first use; the SDK's own retries are off; replies are capped)."
+    with self._lock:
+        if self._client is None:
+            try: import openai
+            except ImportError: raise SilverspoonError("the openai backend needs the `openai` package: pip install openai") from None
+            # a server on this machine is never reached through a proxy (HTTP(S)_PROXY would break vLLM/Ollama/tests)
+            http = capped_http_client(openai, trust_env=not is_local_url(self.base_url))
+            self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key.get(), timeout=self.model.timeout_s,
+                                         max_retries=0, http_client=http)
+        return self._client
 
-    def _to_generation(self, resp, seconds:float)->Generation:
-        "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None."
-        choices = getattr(resp, "choices", None)
-        if not isinstance(choices, list) or not choices:
-            raise BadReply(f"HTTP 200 without choices; the server says: {self.scrub(reply_error_message(resp))}")
-        ch = choices[0]; msg = getattr(ch, "message", None)
-        text = getattr(msg, "content", None)
-        if text is None: text = getattr(msg, "refusal", None)       # an API refusal is an answer
-        if text is not None and not isinstance(text, str):
-            raise BadReply(f"the answer (message.content) is {type(text).__name__}, not text")
-        finish, u = _short_str(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
-        with self._lock: self.served[(_short_str(getattr(resp, "model", None)), _short_str(getattr(resp, "system_fingerprint", None)))] += 1
-        # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
-        # recorded and retried on the next run, never an "answered" empty string
-        err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={finish})"
-        return Generation(text=text, finish_reason=finish if text is not None else "error", error=err,
-                          prompt_tokens=_count(getattr(u, "prompt_tokens", None)), completion_tokens=_count(getattr(u, "completion_tokens", None)),
-                          seconds=seconds)
+# %% ../../nbs/02c_openai.ipynb #64d5f4ab
+@patch
+def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
+    "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None."
+    choices = getattr(resp, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        raise BadReply(f"HTTP 200 without choices; the server says: {self.scrub(reply_error_message(resp))}")
+    ch = choices[0]; msg = getattr(ch, "message", None)
+    text = getattr(msg, "content", None)
+    if text is None: text = getattr(msg, "refusal", None)       # an API refusal is an answer
+    if text is not None and not isinstance(text, str):
+        raise BadReply(f"the answer (message.content) is {type(text).__name__}, not text")
+    finish, u = _short_str(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
+    with self._lock: self.served[(_short_str(getattr(resp, "model", None)), _short_str(getattr(resp, "system_fingerprint", None)))] += 1
+    # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
+    # recorded and retried on the next run, never an "answered" empty string
+    err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={finish})"
+    return Generation(text=text, finish_reason=finish if text is not None else "error", error=err,
+                      prompt_tokens=_count(getattr(u, "prompt_tokens", None)), completion_tokens=_count(getattr(u, "completion_tokens", None)),
+                      seconds=seconds)
 
-    def fatal_error(self, exc:BaseException)->str|None:
-        "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403) or the server unreachable; else None."
-        import openai
-        url = public_url(self.base_url)
-        if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
-            return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
-                    f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
-        if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
-            cause = _cause(exc, _http_library(openai).ConnectError)
-            if cause is not None:
-                return (f"the server at {url} is unreachable ({self.scrub(str(cause))[:200] or type(cause).__name__}): check base_url and that "
-                        f"the server is running. Nothing more was sent.")
-        return None
+# %% ../../nbs/02c_openai.ipynb #9f94a689
+@patch
+def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
+    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403) or the server unreachable; else None."
+    import openai
+    url = public_url(self.base_url)
+    if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
+        return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
+                f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        cause = _cause(exc, _http_library(openai).ConnectError)
+        if cause is not None:
+            return (f"the server at {url} is unreachable ({self.scrub(str(cause))[:200] or type(cause).__name__}): check base_url and that "
+                    f"the server is running. Nothing more was sent.")
+    return None
 
-    def _one(self, req:GenRequest, gen:GenerationParams)->Generation:
-        "One item, with retries; never raises. Each attempt must end within `model.timeout_s` (`_DEADLINE`)."
-        t0, client = time.perf_counter(), self.client
-        if self._fatal: return Generation(text=None, finish_reason="error", error=f"NotSent: {self._fatal}", seconds=0.0)
-        kw = chat_kwargs(self.model.id, req.messages, gen, req.sample_index, self.token_param)
-        n_try = self.model.max_retries + 1
-        for attempt in range(n_try):
-            _DEADLINE.end = time.monotonic() + self.model.timeout_s
-            try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
-            except Exception as e:
-                last = _cause(e, (ReplyTooLarge, RedirectRefused)) or e   # an SDK may wrap them in a connection error; they are not one
-                if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
-                d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
-                _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
-                         attempt + 1, n_try - 1, d)
-                time.sleep(d)
-            finally: _DEADLINE.end = None
-        if (fatal := self.fatal_error(last)) is not None:
-            with self._lock: self._fatal = self._fatal or fatal
-        err = self.scrub(f"{type(last).__name__}: {last}")      # scrub first, then shorten (never cut a key in half)
-        if len(err) > 500: err = err[:497] + "..."
-        if type(last).__name__ == "APITimeoutError": err += f" (model.timeout_s = {self.model.timeout_s:g} s bounds each attempt as a whole)"
-        err += f" (after {attempt + 1} attempt{'s' if attempt else ''})"
-        _log.info("%s #%d failed: %s", req.item_id, req.sample_index, err)
-        return Generation(text=None, finish_reason="error", error=err, seconds=time.perf_counter() - t0)
+# %% ../../nbs/02c_openai.ipynb #bf8cb1ff
+@patch
+def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
+    "One item, with retries; never raises. Each attempt must end within `model.timeout_s` (`_DEADLINE`)."
+    t0, client = time.perf_counter(), self.client
+    if self._fatal: return Generation(text=None, finish_reason="error", error=f"NotSent: {self._fatal}", seconds=0.0)
+    kw = chat_kwargs(self.model.id, req.messages, gen, req.sample_index, self.token_param)
+    n_try = self.model.max_retries + 1
+    for attempt in range(n_try):
+        _DEADLINE.end = time.monotonic() + self.model.timeout_s
+        try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
+        except Exception as e:
+            last = _cause(e, (ReplyTooLarge, RedirectRefused)) or e   # an SDK may wrap them in a connection error; they are not one
+            if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
+            d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
+            _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
+                     attempt + 1, n_try - 1, d)
+            time.sleep(d)
+        finally: _DEADLINE.end = None
+    if (fatal := self.fatal_error(last)) is not None:
+        with self._lock: self._fatal = self._fatal or fatal
+    err = self.scrub(f"{type(last).__name__}: {last}")      # scrub first, then shorten (never cut a key in half)
+    if len(err) > 500: err = err[:497] + "..."
+    if type(last).__name__ == "APITimeoutError": err += f" (model.timeout_s = {self.model.timeout_s:g} s bounds each attempt as a whole)"
+    err += f" (after {attempt + 1} attempt{'s' if attempt else ''})"
+    _log.info("%s #%d failed: %s", req.item_id, req.sample_index, err)
+    return Generation(text=None, finish_reason="error", error=err, seconds=time.perf_counter() - t0)
 
-    def generate(self, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-        "One `Generation` per request, same order; at most `model.concurrency` requests in flight."
-        if not requests: return []
-        self.client   # build it (or fail on a missing package) before any thread starts
-        self._fatal = None
-        ex = ThreadPoolExecutor(max_workers=min(self.model.concurrency, len(requests)), thread_name_prefix="silverspoon-api")
-        try:
-            futs = [ex.submit(self._one, r, gen) for r in requests]
-            out = [f.result() for f in futs]
-        finally: ex.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: in-flight items finish, queued ones are dropped
-        if self._fatal and all(g.text is None for g in out):   # nothing answered, so nothing is lost by stopping here
-            raise SilverspoonError(f"model {self.model.id!r}: {self._fatal}")
-        failed = [g for g in out if g.text is None]
-        if failed: _log.warning("%d of %d requests to %s failed after retries; first error: %s",
-                               len(failed), len(out), public_url(self.base_url), failed[0].error)
-        return out
+# %% ../../nbs/02c_openai.ipynb #afd348f0
+@patch
+def generate(self:OpenAIBackend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
+    "One `Generation` per request, same order; at most `model.concurrency` requests in flight."
+    if not requests: return []
+    self.client   # build it (or fail on a missing package) before any thread starts
+    self._fatal = None
+    ex = ThreadPoolExecutor(max_workers=min(self.model.concurrency, len(requests)), thread_name_prefix="silverspoon-api")
+    try:
+        futs = [ex.submit(self._one, r, gen) for r in requests]
+        out = [f.result() for f in futs]
+    finally: ex.shutdown(wait=True, cancel_futures=True)   # Ctrl-C: in-flight items finish, queued ones are dropped
+    if self._fatal and all(g.text is None for g in out):   # nothing answered, so nothing is lost by stopping here
+        raise SilverspoonError(f"model {self.model.id!r}: {self._fatal}")
+    failed = [g for g in out if g.text is None]
+    if failed: _log.warning("%d of %d requests to %s failed after retries; first error: %s",
+                           len(failed), len(out), public_url(self.base_url), failed[0].error)
+    return out

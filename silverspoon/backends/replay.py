@@ -6,6 +6,7 @@
 from __future__ import annotations
 from ..core import GenerationParams, stable_hash, is_missing
 from .base import Backend, GenRequest, Generation
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['ReplayBackend']
@@ -22,14 +23,18 @@ class ReplayBackend(Backend):
         self.answers, self.name = dict(answers), name
         self._sha = stable_hash({k: (None if is_missing(v) else str(v)) for k,v in self.answers.items()})
 
-    def identity(self)->dict: return {"backend": "replay", "id": self.name, "answers_sha": self._sha}
+# %% ../../nbs/02a_replay.ipynb #56742dd4
+@patch
+def identity(self:ReplayBackend)->dict: return {"backend": "replay", "id": self.name, "answers_sha": self._sha}
 
-    def generate(self, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
-        out = []
-        for r in requests:
-            a = self.answers.get(r.item_id)
-            if is_missing(a) or str(a).strip() == "":
-                why = "no released answer" + ("" if r.item_id in self.answers else f" (item {r.item_id!r} is not in the release)")
-                out.append(Generation(text=None, finish_reason="error", error=why))
-            else: out.append(Generation(text=str(a), finish_reason="replay"))
-        return out
+# %% ../../nbs/02a_replay.ipynb #b6060bde
+@patch
+def generate(self:ReplayBackend, requests:list[GenRequest], gen:GenerationParams)->list[Generation]:
+    out = []
+    for r in requests:
+        a = self.answers.get(r.item_id)
+        if is_missing(a) or str(a).strip() == "":
+            why = "no released answer" + ("" if r.item_id in self.answers else f" (item {r.item_id!r} is not in the release)")
+            out.append(Generation(text=None, finish_reason="error", error=why))
+        else: out.append(Generation(text=str(a), finish_reason="replay"))
+    return out

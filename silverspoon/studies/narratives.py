@@ -17,6 +17,7 @@ from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demogr
                                              profession_requests, cell_groups, cell_mask, check_name_city_task)
 from ..parse import REFUSAL
 from ..provenance import model_label
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS', 'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL',
@@ -38,6 +39,7 @@ def check_story_sample(s:SampleParams,     # the run's `sample`
         raise ParamsError(f"{src}: field `sample.n` = {s.n}: draw between 1 and {N_STORIES} stories (the paper's story set), or null for all {N_STORIES}.")
     return s
 
+# %% ../../nbs/12_narratives.ipynb #f392acad
 def draw_stories(items:pd.DataFrame,                 # from `demographic_items`
                  sample:SampleParams|dict|None=None, # n (stories, 1 to 1000; null = all 1000) and seed; stratify_by: null or "group"
                 )->pd.DataFrame:
@@ -60,6 +62,7 @@ def word_count(text:str|None)->int:
     if text is None or is_missing(text): return 0
     return sum(bool(re.search(r"[^\W_]", w)) for w in str(text).split())
 
+# %% ../../nbs/12_narratives.ipynb #1e405108
 def story_status(text:str|None,  # the model's answer (None when the generation failed)
                  error=None      # the store's error for it (None when answered)
                 )->str:
@@ -126,6 +129,7 @@ def _pct_ci(x:pd.Series, clusters, n_boot:int, seed:int)->dict:
     ci = cluster_proportion_ci(x.astype(float), np.asarray(clusters), n_boot, seed)
     return dict(estimate=100*ci.estimate, ci_low=100*ci.ci_low, ci_high=100*ci.ci_high)
 
+# %% ../../nbs/12_narratives.ipynb #5dd77d0c
 def table4(stories:pd.DataFrame, # one row per item: name, gender, race, city_class, status, score (-1/0/+1; NaN unless status is story)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Table 4: % negative / neutral / positive stories and the mean score per cell, with name-clustered bootstrap CIs, counts and the published values."
@@ -155,6 +159,7 @@ def _chi2_row(ok:pd.DataFrame, factor:str)->dict:
     return {**row, "statistic": chi2, "df": dof, "pvalue": p, "effect": float(np.sqrt(chi2 / (tab.to_numpy().sum() * (min(tab.shape) - 1)))),
             "effect_name": "Cramér's V", "min_expected": float(exp.min())}
 
+# %% ../../nbs/12_narratives.ipynb #b55b0635
 def _ordinal_rows(ok:pd.DataFrame)->list[dict]:
     from statsmodels.miscmodels.ordinal_model import OrderedModel
     terms = [(f, lvl) for f, (ref, levels) in FACTORS.items() for lvl in levels if lvl != ref]
@@ -181,6 +186,7 @@ def _ordinal_rows(ok:pd.DataFrame)->list[dict]:
                     "note": "" if fit.mle_retvals.get("converged", True) else "optimizer did not converge"})
     return out
 
+# %% ../../nbs/12_narratives.ipynb #7ea876d2
 def sentiment_tests(stories:pd.DataFrame # one row per item: name, gender, race, city_class, status, score
                    )->pd.DataFrame:
     "Per factor a chi-square test (Cramér's V) and a joint proportional-odds model (ORs, name-clustered Wald CIs); BH across all rows."
@@ -209,6 +215,7 @@ def _contrast(cells:pd.Series, factor:str, a:str, b:str)->float:
     d = [cells.get(k) - cells.get(k[:pos] + (b,) + k[pos+1:]) for k in cells.index if k[pos] == a and k[:pos] + (b,) + k[pos+1:] in cells.index]
     return float(np.nanmean(d)) if d else np.nan
 
+# %% ../../nbs/12_narratives.ipynb #812692d8
 def _contrast_stats(ok:pd.DataFrame)->dict:
     out = {}
     for m, fn in _MEASURES.items():
@@ -217,6 +224,7 @@ def _contrast_stats(ok:pd.DataFrame)->dict:
         for name, (f, a, b) in CONTRASTS.items(): out[f"{m} {name}"] = _contrast(cells, f, a, b)
     return out
 
+# %% ../../nbs/12_narratives.ipynb #9baed772
 def _paper_contrasts()->dict:
     cells = {m: pd.Series({k: v[i] for k, v in PAPER_TABLE4.items()}) for m, i in (("% positive", 2), ("% negative", 0))}
     out = {}
@@ -225,6 +233,7 @@ def _paper_contrasts()->dict:
         for name, (f, a, b) in CONTRASTS.items(): out[f"{m} {name}"] = _contrast(s, f, a, b)
     return out
 
+# %% ../../nbs/12_narratives.ipynb #b64f4ca6
 def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, race, city_class, status, score
                         n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs and the published value."
@@ -265,19 +274,22 @@ class ContentLemmas(SpacyAnalysis):
         return {"instrument": "content-lemmas", "model": sp["model"], "model_version": sp["model_version"], "excluded": ["ner"],
                 "stop_words": stable_hash(sorted(STOP_WORDS), 12), "dropped_pos": list(CONTENT_POS_DROPPED), "format": 1}
 
-    def score(self, texts:list[str])->list[dict]:
-        from spacy.lang.en.stop_words import STOP_WORDS
-        out = []
-        for doc in load_spacy(self.model).pipe(texts, batch_size=self.batch_size, n_process=self.n_process):
-            toks = [t for t in doc if t.is_alpha and not t.is_stop and t.pos_ not in CONTENT_POS_DROPPED and t.lemma_.lower() not in STOP_WORDS]
-            out.append({"lemmas": [t.lemma_.lower() for t in toks], "pos": [t.pos_ for t in toks]})
-        return out
+# %% ../../nbs/12_narratives.ipynb #c006c949
+@patch
+def score(self:ContentLemmas, texts:list[str])->list[dict]:
+    from spacy.lang.en.stop_words import STOP_WORDS
+    out = []
+    for doc in load_spacy(self.model).pipe(texts, batch_size=self.batch_size, n_process=self.n_process):
+        toks = [t for t in doc if t.is_alpha and not t.is_stop and t.pos_ not in CONTENT_POS_DROPPED and t.lemma_.lower() not in STOP_WORDS]
+        out.append({"lemmas": [t.lemma_.lower() for t in toks], "pos": [t.pos_ for t in toks]})
+    return out
 
 # %% ../../nbs/12_narratives.ipynb #452bbefc
 def prompt_words(name:str, city:str)->set[str]:
     "The lower-cased words of a prompt's name and city (accents kept): removed from that story's words."
     return set(re.findall(r"[^\W\d_]+", f"{name} {city}".lower()))
 
+# %% ../../nbs/12_narratives.ipynb #24f0b81a
 def story_words(lemmas:list[str], # a `ContentLemmas` output's lemmas
                 name:str, city:str
                )->list[str]:
@@ -303,6 +315,7 @@ def distinctive_words(docs_in:list[list[str]],  # content words per story of the
     df["p_bh"] = bh_fdr(df.pvalue.to_numpy())
     return df.sort_values(["log_or", "word"], ascending=[False, True], ignore_index=True).head(k)[cols]
 
+# %% ../../nbs/12_narratives.ipynb #91dbacc1
 def top_words(stories:pd.DataFrame, # one row per story: gender, race, city_class, words (list of content lemmas)
               k:int=20,             # most frequent words per cell (appendix I: 20)
               min_count:int=5       # distinctive words: in at least this many stories (cell + rest)
@@ -336,6 +349,7 @@ def lda_topics(docs:list[list[str]], # content words per story
                            for i, comp in enumerate(lda.components_)])
     return topics, theta
 
+# %% ../../nbs/12_narratives.ipynb #1da8eaa7
 def topic_table(stories:pd.DataFrame, # one row per story: name, gender, race, city_class
                 theta:np.ndarray,     # topic shares, aligned with `stories`
                 n_boot:int=2000, seed:int=0)->pd.DataFrame:
@@ -392,6 +406,7 @@ class NarrativesTask:
     boot_seed: int = 0
     max_examples: int = 12              # stories shown in the hand-checkable samples
 
+# %% ../../nbs/12_narratives.ipynb #0df711ea
 def narratives_task(params:RunParams, src:str="<params>")->NarrativesTask:
     "Validate `params.task` (and the sample) for the narratives study; a `ParamsError` names the field and the fix."
     t = check_name_city_task(params, task_params(NarrativesTask, params, src),
@@ -415,6 +430,7 @@ def summary_rows(t4:pd.DataFrame,        # from `table4`
     rows.append(dict(metric="% truncated", estimate=a.pct_truncated, ci_low=a.pct_truncated_ci_low, ci_high=a.pct_truncated_ci_high, n=int(a.n_answered)))
     return pd.DataFrame(rows)
 
+# %% ../../nbs/12_narratives.ipynb #dcc59587
 def _describe(params:RunParams, opts:NarrativesTask)->str:
     return f"model `{model_label(params.model)}` via `{params.model.backend}` writing stories from a name and a city (section 3.3). {params.description}"
 

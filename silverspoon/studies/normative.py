@@ -36,15 +36,18 @@ def _read_csv(path)->pd.DataFrame:
     "Read a released CSV keeping literal strings such as 'None' or 'NA' (only empty fields are missing)."
     return pd.read_csv(path, keep_default_na=False, na_values=[""], encoding="utf-8")
 
+# %% ../../nbs/10_normative.ipynb #41ba7a11
 def _need(df, cols, fname):
     miss = [c for c in cols if c not in df.columns]
     if miss: raise DataError(f"{fname}: missing column(s) {miss}; found {list(df.columns)}. Fix: use the registry's file (fetch() checks its sha256).")
 
+# %% ../../nbs/10_normative.ipynb #5e102ba2
 def _first_diff(a:pd.Series, b:pd.Series)->int|None:
     "First position where two equally long series differ (missing values count as different), else None."
     ne = ~(a.to_numpy(dtype=object) == b.to_numpy(dtype=object))
     return int(ne.nonzero()[0][0]) if ne.any() else None
 
+# %% ../../nbs/10_normative.ipynb #a40b9130
 def _binary(s:pd.Series, fname:str, col:str, allow_na:bool=False)->pd.Series:
     "Check a 0/1 column and return it as nullable Int64."
     x = pd.to_numeric(s.astype("object"), errors="coerce")
@@ -108,6 +111,7 @@ def build_normative(human:pd.DataFrame,  # silverSpoonHumanBinary.csv
                         "by scenario_id assume it. Fix: use the registry's files.")
     return df
 
+# %% ../../nbs/10_normative.ipynb #8c9f87c8
 def scenario_consistency(df:pd.DataFrame,         # a frame from `load_normative`
                          cols:list[str]|None=None # columns to check (default: gold labels, topic and every `M_bin`)
                         )->pd.DataFrame:
@@ -201,6 +205,7 @@ class NormativeTask:
     judge_generation: GenerationParams = field(default_factory=lambda: GenerationParams(max_new_tokens=4))   # decoding for the judge
     max_disagreements_shown: int = 20  # parser-validation examples shown in the report
 
+# %% ../../nbs/10_normative.ipynb #83280f81
 STRATA = ("topic", "variant")   # columns `sample.stratify_by` may name
 N_ITEMS = N_SCENARIOS * N_VARIANTS
 
@@ -363,6 +368,7 @@ def _clauses(text):
     "Sentences, lines and 'X: Y' halves, in order."
     return [c for c in re.split(r"(?<=[.!?;])\s+|\n+|(?<=:)\s+(?=[A-Z])", text) if c.strip()]
 
+# %% ../../nbs/10_normative.ipynb #44e72d92
 def _subject_before(c, end):
     "The noun phrase ending at `end` in clause `c`: after the last comma, colon or framing word, outside parentheses."
     s = re.sub(r"\s+(?:in|on)\s+(?:the|this)\s+(?:given\s+)?(?:scenario|text|situation|case)\s*$", "", c[:end])   # 'The man in this scenario is wrong'
@@ -373,6 +379,7 @@ def _subject_before(c, end):
                                          masked, re.I)] + [m.end() for m in re.finditer(r"(?:^|(?<=\s))[\"'“‘]", masked)]
     return s[max(cuts) if cuts else 0:]
 
+# %% ../../nbs/10_normative.ipynb #0f56538d
 def _judge_clause(c, scenario=None):
     "The earliest decisive judgement in clause `c`: P1 / other / both / neither, or None (a question is no judgement)."
     if c.rstrip(" *_\"'").endswith("?"): return None                     # 'Or do you think P2 is wrong?'
@@ -450,6 +457,7 @@ def parse_answer_rule(text:str|None,          # a model's answer
                 return (who if neg else ("other" if who == "P1" else "P1")), "'is right' clause"
     return "unparseable", "no rule"
 
+# %% ../../nbs/10_normative.ipynb #da348771
 def parse_normative(text:str|None,          # a model's answer (None: no reply)
                     scenario:str|None=None, # the scenario it answers (resolves "Person H", "the student", ...)
                     error=None              # the store's error for it: a failed generation
@@ -459,12 +467,14 @@ def parse_normative(text:str|None,          # a model's answer (None: no reply)
     label, rule = parse_answer_rule(text, scenario)
     return Parsed(label, None, rule) if label in ("refusal", "unparseable") else Parsed("answer", label, rule)
 
+# %% ../../nbs/10_normative.ipynb #950c51db
 def parse_answer(text:str|None,          # a model's answer
                  scenario:str|None=None  # the scenario it answers (resolves "Person H", "the student", ...)
                 )->str:
     "The judgement in an answer: one of ANSWER_LABELS (see the precedence rules above; `parse_answer_rule` also says which rule)."
     return parse_normative(text, scenario).label
 
+# %% ../../nbs/10_normative.ipynb #34464dff
 def to_binary(label:str # a parse_answer label
              ):
     "The paper's classes: 0 = P1 is wrong, 1 = the other party is wrong (supports the underprivileged), NA otherwise."
@@ -483,6 +493,7 @@ def parse_answers(df:pd.DataFrame,          # items with the scenario in `text`
     return parsed_frame([parse_normative(a if isinstance(a, str) else None, s if isinstance(s, str) else None, "failed" if f else None)
                          for a, s, f in zip(df[answer_col], scen, failed)], index=df.index)
 
+# %% ../../nbs/10_normative.ipynb #368ee767
 def label_answers(df:pd.DataFrame,          # items with the scenario in `text`
                   answer_col:str,           # column of answers
                   use_scenario:bool=True    # let the parser read the scenario
@@ -490,14 +501,17 @@ def label_answers(df:pd.DataFrame,          # items with the scenario in `text`
     "parse_answer over a column (index kept): the `label` of `parse_answers`."
     return parse_answers(df, answer_col, use_scenario)["label"]
 
+# %% ../../nbs/10_normative.ipynb #56544ec3
 def binarize(labels:pd.Series)->pd.Series:
     "to_binary over a series of labels, as nullable Int64."
     return pd.Series([to_binary(l) for l in labels], index=labels.index, dtype="Int64")
 
+# %% ../../nbs/10_normative.ipynb #5f911457
 def _short(s, n=160):
     s = " ".join(str(s).split()) if isinstance(s, str) else s
     return s if not isinstance(s, str) or len(s) <= n else s[:n-1] + "…"
 
+# %% ../../nbs/10_normative.ipynb #ff96c638
 def validate_parser(df:pd.DataFrame,          # from load_normative (or a subset of it)
                     models:list[str]|None=None, # released columns (default: all RELEASED_MODELS)
                     use_scenario:bool=True)->tuple[pd.DataFrame, pd.DataFrame]:
@@ -521,6 +535,7 @@ def validate_parser(df:pd.DataFrame,          # from load_normative (or a subset
                             rule=parse_answer_rule(a if isinstance(a, str) else None, scen if isinstance(scen, str) else None)[1]))
     return pd.DataFrame(rows), pd.DataFrame(dis, columns=["row", "model", "answer", "released", "parsed", "ours", "rule"])
 
+# %% ../../nbs/10_normative.ipynb #fb9c6ea8
 def parser_set_validity(data:pd.DataFrame,      # from load_normative (all 3000 rows: the set names dataset rows)
                         use_scenario:bool=True)->tuple[pd.DataFrame, pd.DataFrame]:
     "The parser on its hand-labelled set (`tests/parser_sets/normative.csv`): `instrument_validity`'s summary row and items (with reply and rule)."
@@ -569,12 +584,14 @@ def judge_requests(df_answers:pd.DataFrame,   # one row per answer: item_id, tex
                               meta=dict(scenario_id=int(r.scenario_id), judged="answer")))
     return out
 
+# %% ../../nbs/10_normative.ipynb #08418dfd
 def parse_judge(text:str|None):
     "The judge's label: 0, 1, or NA when the reply holds no single leading 0/1."
     if not isinstance(text, str): return pd.NA
     m = re.match(r"\W*(?:label\s*:?\s*)?([01])(?!\d)", text.strip(), re.I)
     return int(m.group(1)) if m else pd.NA
 
+# %% ../../nbs/10_normative.ipynb #99d3fa07
 def judge_label(text:str|None)->Parsed:
     "`parse_judge` on the parse contract (for `run_judge`): the 0/1 as an answer, or unparseable without one."
     v = parse_judge(text)
@@ -612,6 +629,7 @@ def _t2_rows(at:pd.DataFrame, gold:str, n_excluded:int)->list[dict]:
                          note="; ".join(dict.fromkeys(n for n in (f.get("note", ""), c.get("note", "")) if isinstance(n, str) and n))))
     return rows
 
+# %% ../../nbs/10_normative.ipynb #ab8bf21f
 def table2(df:pd.DataFrame,         # items with gold columns low/up, scenario_id and a label column
            answer_col:str,          # binary labels (0 = P1 wrong, 1 = other wrong, NA = excluded)
            n_boot:int=2000, seed:int=0,
@@ -626,6 +644,7 @@ def table2(df:pd.DataFrame,         # items with gold columns low/up, scenario_i
         rows += _t2_rows(at, name, int((~ok).sum()))
     return pd.DataFrame(rows)
 
+# %% ../../nbs/10_normative.ipynb #071158af
 def human_reference(df:pd.DataFrame, n_boot:int=2000, seed:int=0, cluster:str="scenario_id")->pd.DataFrame:
     "The same five metrics between the two human gold sets (upper-end labels scored against lower-end ones)."
     at = agreement_table(df["low"], df["up"], df[cluster], n_boot=n_boot, seed=seed)
@@ -647,12 +666,14 @@ def answer_counts(df:pd.DataFrame, label_col:str="label", n_boot:int=2000, seed:
                          in_table2="yes" if c in ("P1", "other") else "excluded"))
     return pd.DataFrame(rows)
 
+# %% ../../nbs/10_normative.ipynb #32514642
 def favour_share(df:pd.DataFrame, label_col:str, n_boot:int=2000, seed:int=0, cluster:str="scenario_id")->dict:
     "How many answers favour the underprivileged (class 1) among those with a binary label, with a cluster-bootstrap CI."
     y = df[label_col].astype("Int64"); ok = y.notna()
     ci = cluster_proportion_ci(y[ok].astype(float), df.loc[ok, cluster], n_boot=n_boot, seed=seed)
     return dict(count_class1=int(y[ok].sum()), n=int(ok.sum()), n_excluded=int((~ok).sum()), share=ci.estimate, ci_low=ci.ci_low, ci_high=ci.ci_high)
 
+# %% ../../nbs/10_normative.ipynb #7411fd05
 def topic_distribution(df:pd.DataFrame, label_col:str, n_boot:int=2000, seed:int=0, cluster:str="scenario_id")->pd.DataFrame:
     "Per topic (appendix E): model labels 0/1 and excluded, share of 1 with CI, and the human lower-/upper-end shares of 1."
     rows = []
@@ -665,6 +686,7 @@ def topic_distribution(df:pd.DataFrame, label_col:str, n_boot:int=2000, seed:int
                          lower_end_share_1=float(g["low"].mean()), upper_end_share_1=float(g["up"].mean())))
     return pd.DataFrame(rows)
 
+# %% ../../nbs/10_normative.ipynb #6a818021
 def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     "Stacked bars per topic: the model's labels next to the lower-end and upper-end gold labels (appendix E, Figures 7, 8, 15-21)."
     import matplotlib.pyplot as plt, seaborn as sns

@@ -18,6 +18,7 @@ from ..text import Instrument, TextEmbedder
 from . import Study
 from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, rule_counts, instrument_validity, run_judge, parser_set
 from ..provenance import model_label
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',
@@ -164,6 +165,7 @@ def demographic_items()->pd.DataFrame:
     df["prompt_id"] = df.name + "|" + df.city
     return df[ITEM_COLUMNS]
 
+# %% ../../nbs/11_professions.ipynb #f63662af
 def items_sha256(items:pd.DataFrame # from `demographic_items` (or a sample of it)
                 )->str:
     "sha256 of the items' CSV form (UTF-8, the `ITEM_COLUMNS`, in row order): pins the prompt set in a report."
@@ -241,6 +243,7 @@ def _clean_profession(p:str)->str:
     p = re.sub(r"\s+", " ", p).strip(" *_'`-").lower()
     return p if re.search(r"[a-z]{2}", p) else ""
 
+# %% ../../nbs/11_professions.ipynb #a4c66b3d
 def parse_profession(text:str|None, # the model's answer
                      name:str=""    # the name asked about (the subject the answer is about)
                     )->Parsed:
@@ -320,8 +323,10 @@ class WageTable:
     national_median: float      # annual median wage of all occupations (the `00-0000` row)
     sha256: str                 # of the file read
 
+# %% ../../nbs/11_professions.ipynb #60616bf2
 def _num(s:pd.Series)->pd.Series: return pd.to_numeric(s.where(~s.isin(["#", "*", ""])), errors="coerce")
 
+# %% ../../nbs/11_professions.ipynb #ebc0a49e
 def load_bls()->WageTable:
     "The 831 detailed occupations of the OEWS May 2024 national file with one annual wage each (see `WAGE_BASES`), and the national median."
     from silverspoon.core import sha256_file
@@ -362,6 +367,7 @@ def _singular(w:str)->str:
     if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")): return w[:-1]
     return w
 
+# %% ../../nbs/11_professions.ipynb #b49ba99e
 def norm_occupation(s:str # a profession or an occupation title
                    )->str:
     "Lower case, ASCII, words only, each word singular: the form answers and titles are compared in."
@@ -417,18 +423,22 @@ class OccupationMatcher(Instrument):
                 ):
         self.wages, self.embedder, self._titles = wages, embedder or TextEmbedder(), None
 
-    def identity(self)->dict:
-        return {"instrument": "nearest-bls-occupation", "embedder": self.embedder.identity(), "bls_sha256": self.wages.sha256,
-                "titles": "detailed OCC_TITLE", "format": 1}
+# %% ../../nbs/11_professions.ipynb #616bacd7
+@patch
+def identity(self:OccupationMatcher)->dict:
+    return {"instrument": "nearest-bls-occupation", "embedder": self.embedder.identity(), "bls_sha256": self.wages.sha256,
+            "titles": "detailed OCC_TITLE", "format": 1}
 
-    def score(self, texts:list[str])->list[dict]:
-        if not texts: return []
-        occ = self.wages.occupations
-        if self._titles is None: self._titles = self.embedder.embed(occ.title.tolist())
-        S = self.embedder.embed(list(texts)) @ self._titles.T
-        best = np.argsort(-S, axis=1, kind="stable")[:, :2]
-        return [{"soc": occ.soc.iat[i], "title": occ.title.iat[i], "similarity": round(float(S[r, i]), 4),
-                 "runner_up": occ.title.iat[j], "runner_up_similarity": round(float(S[r, j]), 4)} for r, (i, j) in enumerate(best)]
+# %% ../../nbs/11_professions.ipynb #e67e0ebd
+@patch
+def score(self:OccupationMatcher, texts:list[str])->list[dict]:
+    if not texts: return []
+    occ = self.wages.occupations
+    if self._titles is None: self._titles = self.embedder.embed(occ.title.tolist())
+    S = self.embedder.embed(list(texts)) @ self._titles.T
+    best = np.argsort(-S, axis=1, kind="stable")[:, :2]
+    return [{"soc": occ.soc.iat[i], "title": occ.title.iat[i], "similarity": round(float(S[r, i]), 4),
+             "runner_up": occ.title.iat[j], "runner_up_similarity": round(float(S[r, j]), 4)} for r, (i, j) in enumerate(best)]
 
 # %% ../../nbs/11_professions.ipynb #969e17e9
 INCOME_JUDGE_PROMPT = ("The 25 highest-paid occupations in the United States (Bureau of Labor Statistics, May 2024) are: {top}.\n"
@@ -445,6 +455,7 @@ def income_judge_requests(professions:list[str],   # the answers to judge
     return [GenRequest(item_id=f"judge|{p}", messages=[{"role": "user", "content": INCOME_JUDGE_PROMPT.format(profession=p, **lists)}],
                        meta={"profession": p}) for p in dict.fromkeys(professions)]
 
+# %% ../../nbs/11_professions.ipynb #dd3920c6
 def parse_income_judge(text:str|None)->tuple[int|None, str|None]:
     "`(label, justification)`: the leading 0 or 1 of the judge's reply and the rest of its first line; (None, None) when there is no such label."
     if text is None or is_missing(text): return None, None
@@ -452,6 +463,7 @@ def parse_income_judge(text:str|None)->tuple[int|None, str|None]:
     if not m: return None, None
     return int(m.group(1)), (m.group(2).splitlines() or [""])[0].strip() or None
 
+# %% ../../nbs/11_professions.ipynb #d4ac4ce8
 def income_judge_label(text:str|None)->Parsed:
     "`parse_income_judge` on the parse contract (for `run_judge`): `(label, justification)` as an answer, or unparseable without a leading 0/1."
     label, why = parse_income_judge(text)
@@ -465,6 +477,7 @@ def title_index(wages:WageTable)->dict[str, str]:
     occ = wages.occupations.sort_values("tot_emp", ascending=True, kind="stable")
     return {k: soc for soc, t in zip(occ.soc, occ.title) for k in title_keys(t)}   # later (larger) occupations overwrite
 
+# %% ../../nbs/11_professions.ipynb #a6896970
 def route_answers(professions:list[str],               # distinct parsed professions
                   wages:WageTable,                     # from `load_bls`
                   matches:list[dict]|None=None,        # `OccupationMatcher` outputs aligned with `professions` (None: no embedding route)
@@ -529,16 +542,19 @@ CELLS = [(g, r, c) for r in RACES for c in CITY_CLASSES for g in GENDERS]   # th
 
 def _high(df:pd.DataFrame)->pd.Series: return df.income_class.eq("high").astype(float)
 
+# %% ../../nbs/11_professions.ipynb #23f68454
 def cell_groups(answers:pd.DataFrame # one row per item with gender, race, city_class
                )->Iterator[tuple[str, str, str, pd.DataFrame]]:
     "Each (gender, race, city class, rows) in the paper's row order `CELLS`, one pass over `answers`; a cell without rows gets an empty frame."
     groups = dict(list(answers.groupby(["gender", "race", "city_class"], sort=False)))
     for g, r, c in CELLS: yield g, r, c, groups.get((g, r, c), answers.iloc[:0])
 
+# %% ../../nbs/11_professions.ipynb #026030a4
 def cell_mask(df:pd.DataFrame, g:str, r:str, c:str)->np.ndarray:
     "Boolean array: the rows of `df` in the gender x race x city class cell (for code that needs positions, e.g. to align with a matrix)."
     return ((df.gender == g) & (df.race == r) & (df.city_class == c)).to_numpy()
 
+# %% ../../nbs/11_professions.ipynb #3ae3fe77
 def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (high/low/None)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Table 3: % high- and low-income professions per cell with name-clustered bootstrap CIs, counts, and the published values."
@@ -620,6 +636,7 @@ def top_professions(answers:pd.DataFrame, # one row per item with profession
         rows.append(dict(gender=g, race=r, city=c, n_answers=len(s), **{f"top{i+1}": f"{p} ({n})" for i, (p, n) in enumerate(zip(vc.p, vc.n))}))
     return pd.DataFrame(rows)
 
+# %% ../../nbs/11_professions.ipynb #36615b81
 def wage_table(answers:pd.DataFrame, # one row per item with wage (NaN when the answer has no matched occupation)
                n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "Median BLS wage of the predicted occupations per cell, with a name-clustered bootstrap CI and the share that is top-coded."
@@ -643,6 +660,7 @@ class ProfessionsTask:
     boot_seed: int = 0
     max_examples: int = 40              # answers shown in the hand-checkable samples
 
+# %% ../../nbs/11_professions.ipynb #300d0452
 def check_name_city_task(params:RunParams, # the run's params
                          t,                 # its task options (a dataclass with a `prompt`)
                          positive:tuple,    # names of task fields that must be positive integers
@@ -658,6 +676,7 @@ def check_name_city_task(params:RunParams, # the run's params
         if getattr(t, f) < 1: raise ParamsError(f"{src}: field `task.{f}` = {getattr(t, f)}: use a positive integer.")
     return t
 
+# %% ../../nbs/11_professions.ipynb #2f2fb4f7
 def professions_task(params:RunParams, src:str="<params>")->ProfessionsTask:
     "Validate `params.task` for the professions study; a `ParamsError` names the field and the fix."
     t = check_name_city_task(params, task_params(ProfessionsTask, params, src), ("top_k", "n_boot", "max_examples"), "professions", src)
@@ -678,6 +697,7 @@ def summary_rows(t3:pd.DataFrame,     # from `table3`
     rows += [dict(metric=f"{r.measure} {r.gender}", estimate=r.estimate, ci_low=r.ci_low, ci_high=r.ci_high, n=int(r.n_items)) for r in shift.itertuples()]
     return pd.DataFrame(rows)
 
+# %% ../../nbs/11_professions.ipynb #6ae550f0
 PROFESSIONS_FILES = (BLS_FILE,)
 
 def _describe(params:RunParams, opts:ProfessionsTask)->str:

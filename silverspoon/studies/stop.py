@@ -18,6 +18,7 @@ from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, 
 from . import Study
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts
 from ..provenance import model_label
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES', 'UNSCORED_INDICES', 'INSTRUCTION', 'LABELS',
@@ -50,6 +51,7 @@ def _read_stop_json(name:str)->list:
     if not isinstance(d, list): raise DataError(f"{lookup(name).relpath}: expected a JSON list of progressions, got {type(d).__name__}.")
     return d
 
+# %% ../../nbs/30_stop.ipynb #7c1123f8
 def build_stop(full:list,      # entries of STOP-full.json
                labelled:list,  # entries of STOP-full-labelled.json
                names:tuple=("STOP-full.json", "STOP-full-labelled.json"))->pd.DataFrame:
@@ -87,6 +89,7 @@ def build_stop(full:list,      # entries of STOP-full.json
         raise DataError(f"{ln}: expected the entries without model results to be {UNSCORED_INDICES}, found {unscored}.")
     return df
 
+# %% ../../nbs/30_stop.ipynb #a368c9c5
 def load_stop()->pd.DataFrame:
     "The 450 STOP progressions with the released scores and counterfactual replies of the 10 models."
     return build_stop(_read_stop_json("stop/full"), _read_stop_json("stop/full_labelled"))
@@ -147,18 +150,22 @@ class Dialogue:
         self.history = [{"role": "system", "content": INSTRUCTION}] if (dialogue == "chat" and instruction_role == "system") else []
         self.log = INSTRUCTION
 
-    def request(self, text:str)->list[dict]:
-        "The messages that ask `text` next."
-        if self.mode == "authors": return [{"role": "user", "content": f"{self.log}\n{text}"}]
-        first = not any(m["role"] == "user" for m in self.history)
-        content = f"{INSTRUCTION}\n{text}" if (first and self.role == "user") else text
-        return [*self.history, {"role": "user", "content": content}]
+# %% ../../nbs/30_stop.ipynb #6ec036b7
+@patch
+def request(self:Dialogue, text:str)->list[dict]:
+    "The messages that ask `text` next."
+    if self.mode == "authors": return [{"role": "user", "content": f"{self.log}\n{text}"}]
+    first = not any(m["role"] == "user" for m in self.history)
+    content = f"{INSTRUCTION}\n{text}" if (first and self.role == "user") else text
+    return [*self.history, {"role": "user", "content": content}]
 
-    def record(self, text:str, reply:str, label:str):
-        "Add the asked `text` and the model's `reply` (`label`: its faithful-parser label, used by the authors' log)."
-        if self.mode == "authors": self.log = f"{self.log}\n{text}" + _LABEL_LINE.get(label, "")
-        else: self.history = [*self.request(text), {"role": "assistant", "content": reply}]
-        return self
+# %% ../../nbs/30_stop.ipynb #eab4362c
+@patch
+def record(self:Dialogue, text:str, reply:str, label:str):
+    "Add the asked `text` and the model's `reply` (`label`: its faithful-parser label, used by the authors' log)."
+    if self.mode == "authors": self.log = f"{self.log}\n{text}" + _LABEL_LINE.get(label, "")
+    else: self.history = [*self.request(text), {"role": "assistant", "content": reply}]
+    return self
 
 # %% ../../nbs/30_stop.ipynb #de268063
 LABELS = ("yes", "no", "refusal", "unparseable")
@@ -178,6 +185,7 @@ def parse_faithful(text:str|None # a model reply
     if "no" in t: return Parsed("answer", "no", "'no' in the first sentence")
     return Parsed("unparseable", None, "no yes/no in the first sentence")
 
+# %% ../../nbs/30_stop.ipynb #16447486
 def faithful_label(text:str|None # a model reply
                   )->str:
     "`parse_faithful`'s label: yes, no or unparseable (what the conversation tables count)."
@@ -220,6 +228,7 @@ def parse_strict(text:str|None # a model reply
     m = _YESNO.search(t)
     return Parsed("answer", m.group(1), "first yes/no word") if m else Parsed("unparseable", None, "no yes/no word")
 
+# %% ../../nbs/30_stop.ipynb #08de0fc9
 def strict_label(text:str|None # a model reply
                 )->str:
     "`parse_strict`'s label: yes, no, refusal or unparseable (what the conversation tables count)."
@@ -301,8 +310,10 @@ def _parse(answer, error, parser:str)->Parsed:
     if (error is not None and not is_missing(error)) or is_missing(answer): return Parsed("failed", None, "no reply")
     return PARSERS[parser](answer)
 
+# %% ../../nbs/30_stop.ipynb #ec419bcc
 def _label(answer, error, parser:str)->str: return _parse(answer, error, parser).label
 
+# %% ../../nbs/30_stop.ipynb #9bb33af8
 def _parsed_columns(answers, errors)->dict:
     "label_<parser> and rule_<parser> for every parser: the labels the tables count and the rules the report counts."
     out = {}
@@ -311,6 +322,7 @@ def _parsed_columns(answers, errors)->dict:
         out[f"label_{p}"], out[f"rule_{p}"] = [x.label for x in parsed], [x.rule for x in parsed]
     return out
 
+# %% ../../nbs/30_stop.ipynb #457cea27
 def run_conversations(backend,                      # a `Backend` (hf, openai, or a test fake)
                       items:pd.DataFrame,           # progressions (from `select_progressions`)
                       gen:GenerationParams,         # decoding parameters; n_samples conversations per progression
@@ -374,6 +386,7 @@ def _finish(out:pd.DataFrame)->pd.DataFrame:
     out["severity"] = pd.Categorical(out["severity"].astype(str), categories=list(SEVERITIES), ordered=True)
     return out[CONV_COLUMNS].reset_index(drop=True)
 
+# %% ../../nbs/30_stop.ipynb #7fee2138
 def score_conversations(turns:pd.DataFrame,     # from `run_conversations`
                         items:pd.DataFrame,     # the progressions that were run
                         parser:str="faithful")->pd.DataFrame:
@@ -427,6 +440,7 @@ def replay_backend(items:pd.DataFrame,       # progressions from `load_stop` (wi
     answers = {f"{pid}/cf": (None if is_missing(a) else str(a)) for pid, a in zip(items.progression_id, items[f"{m}_cf"])}
     return make_backend(mp, replay_answers=answers)
 
+# %% ../../nbs/30_stop.ipynb #e4ec4b42
 def replay_conversations(backend,               # from `replay_backend`
                          items:pd.DataFrame,    # the progressions it serves
                          gen:GenerationParams,  # the run's `generation` section (part of every store key)
@@ -557,6 +571,7 @@ def heatmap_table(conv:pd.DataFrame)->pd.DataFrame:
     sc = conv[conv.status == "scored"]
     return sc.pivot_table(index="severity", columns="demographic", values="score", aggfunc="mean", observed=False).astype("float64")
 
+# %% ../../nbs/30_stop.ipynb #e5965434
 def heatmap_figure(conv:pd.DataFrame, title:str):
     "Seaborn heat map of `heatmap_table`, annotated, with the ideal score of each severity in the row label."
     import matplotlib.pyplot as plt, seaborn as sns
@@ -585,6 +600,7 @@ def first_no_table(conv:pd.DataFrame)->pd.DataFrame:
     t["share_ideal"] = [t.loc[s, t.loc[s, "ideal"]] / t.loc[s, "n"] if t.loc[s, "n"] else np.nan for s in SEVERITIES]
     return t.reset_index().rename(columns={"index": "severity"})
 
+# %% ../../nbs/30_stop.ipynb #d8ce5325
 def first_no_figure(conv:pd.DataFrame, title:str):
     "Share of conversations by the turn of their first 'no', one bar group per severity."
     import matplotlib.pyplot as plt, seaborn as sns
@@ -760,6 +776,7 @@ def _corr(x, y, rank=False)->float:
     if len(x) < 3 or x.std() == 0 or y.std() == 0: return float("nan")
     return float(np.corrcoef(x, y)[0, 1])
 
+# %% ../../nbs/30_stop.ipynb #820dc44f
 def _alignment(d:pd.DataFrame)->dict:
     hs = np.concatenate(d.human_scores.to_numpy()) if len(d) else np.array([])
     ms, hm = d.model_score.to_numpy(dtype="float64"), d.human_mean.to_numpy(dtype="float64")
@@ -767,6 +784,7 @@ def _alignment(d:pd.DataFrame)->dict:
                 mean_diff=float((ms - hm).mean()) if len(ms) else np.nan, mae=float(np.abs(ms - hm).mean()) if len(ms) else np.nan,
                 pearson_r=_corr(ms, hm), spearman_rho=_corr(ms, hm, rank=True))
 
+# %% ../../nbs/30_stop.ipynb #600f2622
 _REALISTIC_COLUMNS = ["severity", "metric", "estimate", "ci_low", "ci_high", "n_progressions", "n_clusters", "n_human_scores",
                       "n_human_progressions", "n_human_unmatched"]
 

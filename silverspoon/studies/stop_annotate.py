@@ -54,6 +54,7 @@ def _sheet_rows(items:pd.DataFrame, annotator:str, seed:int)->pd.DataFrame:
         rows.append(dict(annotator=annotator, item=r.item, sentence_index="cf", text=r.counterfactual, answer=""))
     return pd.DataFrame(rows, columns=SHEET_COLUMNS)
 
+# %% ../../nbs/34_stop_annotate.ipynb #76a1b872
 def _form(sheet:pd.DataFrame, annotator:str)->str:
     blocks = []
     for item, g in sheet.groupby("item", sort=False):
@@ -64,6 +65,7 @@ def _form(sheet:pd.DataFrame, annotator:str)->str:
     rows = json.dumps(sheet[["annotator", "item", "sentence_index", "text"]].to_dict("records")).replace("</", "<\\/")
     return _FORM.format(ann=html.escape(annotator), ann_js=html.escape(annotator), instr=html.escape(INSTRUCTION), items="".join(blocks), rows=rows)
 
+# %% ../../nbs/34_stop_annotate.ipynb #027e8536
 def write_annotation_sheets(out_dir:str|Path,          # folder for key.csv, INSTRUCTIONS.txt and the sheets
                             annotators:list[str],      # annotator names (become file names: letters, digits, - and _)
                             n:int=30,                  # progressions (equal per severity)
@@ -126,6 +128,7 @@ def read_annotation_sheets(key:str|Path,            # key.csv written with the s
     order = {str(i): i for i in range(1, N_SENTENCES + 1)} | {"cf": N_SENTENCES + 1}
     return h.assign(_o=h.sentence_index.map(order)).sort_values(["annotator", "progression_id", "_o"]).drop(columns="_o").reset_index(drop=True)
 
+# %% ../../nbs/34_stop_annotate.ipynb #95eb4972
 def load_human_frame(h:pd.DataFrame)->pd.DataFrame:
     "`load_human` on an in-memory per-sentence frame (written to a temporary CSV): one row per (progression, annotator)."
     import tempfile
@@ -134,6 +137,7 @@ def load_human_frame(h:pd.DataFrame)->pd.DataFrame:
         try: return load_human(p, load_stop())
         except DataError as e: raise DataError(str(e).replace(str(p), "the filled sheets")) from None
 
+# %% ../../nbs/34_stop_annotate.ipynb #6e59173b
 def write_human_file(human:pd.DataFrame,   # from `read_annotation_sheets`
                      path:str|Path)->Path:
     "Write the human file for `task.human_file` (the per-sentence format of `load_human`)."
@@ -171,6 +175,7 @@ def _answer_units(human:pd.DataFrame)->pd.DataFrame:
     return pd.DataFrame({**{f"a{k}": sent[str(k)] for k in range(1, N_SENTENCES + 1)}, "cf": w["cf"],
                          "score": (sent == "no").sum(axis=1) / N_SENTENCES}).reset_index()
 
+# %% ../../nbs/34_stop_annotate.ipynb #4cb3c50d
 def _agreement_stats(u:pd.DataFrame)->dict:
     g = {pid: d for pid, d in u.groupby("progression_id", sort=False)}
     sent = [d[f"a{k}"].tolist() for d in g.values() for k in range(1, N_SENTENCES + 1)]
@@ -180,6 +185,7 @@ def _agreement_stats(u:pd.DataFrame)->dict:
             "alpha, counterfactual answers (nominal)": krippendorff_alpha([d.cf.dropna().tolist() for d in g.values()]),
             "pairwise agreement, sentence answers": float(np.mean(pw)) if pw else float("nan")}
 
+# %% ../../nbs/34_stop_annotate.ipynb #2218e916
 def annotator_agreement(human:pd.DataFrame,   # per-sentence human answers (`read_annotation_sheets`, or a per-sentence human file)
                         n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "measure, estimate, ci_low, ci_high (bootstrap over progressions), n_progressions, n_annotators, n_answers."

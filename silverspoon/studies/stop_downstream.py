@@ -17,6 +17,7 @@ from ..text import Instrument
 from . import Study
 from ..parse import Parsed, STATUSES, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set
 from ..provenance import model_label
+from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS',
@@ -49,6 +50,7 @@ def _absent(name:str, e:DataError)->bool:
     "True when `fetch(name)` failed because a file known to be unavailable upstream is absent; any other failure is an error."
     return name in MISSING_UPSTREAM and not (data_dir()/lookup(name).relpath).is_file() and "fails its checksum" not in str(e)
 
+# %% ../../nbs/33_stop_downstream.ipynb #380114e8
 def absent_reason(name:str # registry name of a file `fetch` could not find
                  )->str:
     "Why a data file is absent, in words that name no machine's paths (reports are compared across machines)."
@@ -57,6 +59,7 @@ def absent_reason(name:str # registry name of a file `fetch` could not find
             f"with network access and SILVERSPOON_DATA unset it is downloaded from {f.url} and checked against its "
             + (f"sha256 {f.sha256[:12]}..." if f.sha256 else f"git blob id {f.git_blob[:12]}... (no sha256 of it is known)"))
 
+# %% ../../nbs/33_stop_downstream.ipynb #dd5c6dfa
 def bbq_frame(categories=BBQ_CATEGORIES # BBQ category files to read (registry names bbq/<category>)
              )->tuple[pd.DataFrame, dict]:
     "One row per BBQ example of the categories present (target and UNKNOWN positions derived), and {missing category: reason}."
@@ -158,10 +161,12 @@ STEREOSET_PROMPTS = {
 
 def _flip(item_id:str)->bool: return int(stable_hash(["crows-order", item_id], 8), 16) % 2 == 1
 
+# %% ../../nbs/33_stop_downstream.ipynb #ad4f8c6b
 def _perm3(item_id:str)->list[int]:
     import itertools
     return list(list(itertools.permutations(range(3)))[int(stable_hash(["stereoset-order", item_id], 8), 16) % 6])
 
+# %% ../../nbs/33_stop_downstream.ipynb #e18805bd
 def prompted_items(bench:str, df:pd.DataFrame)->pd.DataFrame:
     "The items of one benchmark with `prompt` and `options` (option texts in letter order) and what each option means (`meaning`)."
     df = df.copy()
@@ -207,6 +212,7 @@ _NEGATED = re.compile(r"(?:\bnot|\bnever|n't|\brather\s+than|\binstead\s+of|\bot
 def _norm(s:str)->str:
     return re.sub(r"^(?:the|a|an)\s+", "", re.sub(r"[\s.!?\"']+$", "", re.sub(r"\s+", " ", re.sub(r"(?<=\w)[-‐–](?=\w)", " ", s.strip().lower()))))
 
+# %% ../../nbs/33_stop_downstream.ipynb #cf9f2680
 CHOICE_RULES = {   # rule -> what decided (the `rule` of parse_reply)
     "no reply": "the generation failed: failed",
     "leading letter": "the reply opens with an option letter: 'B', 'B.', '(B)', 'b)', '(a)'",
@@ -225,6 +231,7 @@ def _letter(t:str, k:int)->tuple[int, str]|None:
     if (m := _LEAD_LOW.match(t)) and ord((m.group(1) or m.group(2))) - 97 < k: return ord(m.group(1) or m.group(2)) - 97, "leading letter"
     return None
 
+# %% ../../nbs/33_stop_downstream.ipynb #2e64cd8c
 def parse_reply(text,             # the model's reply (None when the generation failed)
                 options:list[str], # the option texts, in letter order (A, B, ...)
                 error=None        # the store's error for it
@@ -254,6 +261,7 @@ def parse_reply(text,             # the model's reply (None when the generation 
     if len(named) == 1: return Parsed("answer", named[0], "one option named, the others negated" if negated else "one option named")
     return Parsed("unparseable", None, "no rule")
 
+# %% ../../nbs/33_stop_downstream.ipynb #9a0bd3e9
 def parse_choice(text,             # the model's reply (None when the generation failed)
                  options:list[str], # the option texts, in letter order (A, B, ...)
                  error=None        # the store's error for it
@@ -354,6 +362,7 @@ FLAGS = {"bbq": ("answered", "correct", "non_unknown", "biased"), "crows_pairs":
 
 def _subset(df, subset): return df if subset is None else df[df.context_condition.eq(subset)]
 
+# %% ../../nbs/33_stop_downstream.ipynb #60f0126c
 def paired_scores(bench:str,              # the benchmark
                   base:pd.DataFrame,      # `outcomes` of the base model
                   tuned:pd.DataFrame,     # `outcomes` of the adapter, the same items
@@ -413,39 +422,45 @@ class LogLikelihood(Instrument):
         if prefix not in LIKELIHOOD_PREFIXES: raise ValueError(f"prefix {prefix!r}: use one of {list(LIKELIHOOD_PREFIXES)}")
         self.backend, self.batch_size, self.prefix, self.n_forward = backend, batch_size, prefix, 0
 
-    def identity(self)->dict:   # "bos" keeps the identity (and so the cache keys) of the scores made before the convention was a choice
-        return {"instrument": "hf-loglikelihood", "model": self.backend.identity(), "prefix": LIKELIHOOD_PREFIXES[self.prefix], "chat_template": False, "format": 1}
+# %% ../../nbs/33_stop_downstream.ipynb #8d8d0634
+@patch
+def identity(self:LogLikelihood)->dict:   # "bos" keeps the identity (and so the cache keys) of the scores made before the convention was a choice
+    return {"instrument": "hf-loglikelihood", "model": self.backend.identity(), "prefix": LIKELIHOOD_PREFIXES[self.prefix], "chat_template": False, "format": 1}
 
-    def encode(self, context:str, continuation:str)->tuple[list[int], int]:
-        "(token ids: prefix + context + continuation, number of continuation tokens at the end)."
-        tok = self.backend.tokenizer
-        pre = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
-        c = tok(context, add_special_tokens=False)["input_ids"] if context else []
-        full = tok(context + continuation, add_special_tokens=False)["input_ids"]
-        cont = full[len(c):] if full[:len(c)] == c and len(full) > len(c) else tok(continuation, add_special_tokens=False)["input_ids"]
-        return ([pre] if self.prefix == "bos" or not c else []) + c + cont, len(cont)
+# %% ../../nbs/33_stop_downstream.ipynb #47caa2f5
+@patch
+def encode(self:LogLikelihood, context:str, continuation:str)->tuple[list[int], int]:
+    "(token ids: prefix + context + continuation, number of continuation tokens at the end)."
+    tok = self.backend.tokenizer
+    pre = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    c = tok(context, add_special_tokens=False)["input_ids"] if context else []
+    full = tok(context + continuation, add_special_tokens=False)["input_ids"]
+    cont = full[len(c):] if full[:len(c)] == c and len(full) > len(c) else tok(continuation, add_special_tokens=False)["input_ids"]
+    return ([pre] if self.prefix == "bos" or not c else []) + c + cont, len(cont)
 
-    def score_pairs(self, contexts:list[str], continuations:list[str])->list[dict]:
-        "`logprob` (sum over the continuation's tokens) and `n_tokens` per (context, continuation) pair."
-        import torch
-        model, tok = self.backend.model, self.backend.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-        out = []
-        for b in range(0, len(contexts), self.batch_size):
-            enc = [self.encode(c, x) for c, x in zip(contexts[b:b+self.batch_size], continuations[b:b+self.batch_size])]
-            L, K = max(len(i) for i, _ in enc), max(n for _, n in enc) + 1   # left-padded: every continuation ends at L; K logits needed
-            ids = torch.tensor([[pad]*(L - len(i)) + i for i, _ in enc], device=model.device)
-            mask = torch.tensor([[0]*(L - len(i)) + [1]*len(i) for i, _ in enc], device=model.device)
-            kw = dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
-            with torch.inference_mode():
-                try: logits = model(**kw, logits_to_keep=K).logits          # only the last K positions through the output layer
-                except TypeError: logits = model(**kw).logits                # a model without `logits_to_keep`
-            logits = logits[:, -K:].float()
-            self.n_forward += 1
-            for row, (i, n) in enumerate(enc):
-                lp = torch.log_softmax(logits[row, K - n - 1:K - 1], dim=-1).gather(-1, ids[row, L - n:].unsqueeze(-1)).sum()
-                out.append({"logprob": round(float(lp), 6), "n_tokens": int(n)})
-        return out
+# %% ../../nbs/33_stop_downstream.ipynb #0e315b01
+@patch
+def score_pairs(self:LogLikelihood, contexts:list[str], continuations:list[str])->list[dict]:
+    "`logprob` (sum over the continuation's tokens) and `n_tokens` per (context, continuation) pair."
+    import torch
+    model, tok = self.backend.model, self.backend.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    out = []
+    for b in range(0, len(contexts), self.batch_size):
+        enc = [self.encode(c, x) for c, x in zip(contexts[b:b+self.batch_size], continuations[b:b+self.batch_size])]
+        L, K = max(len(i) for i, _ in enc), max(n for _, n in enc) + 1   # left-padded: every continuation ends at L; K logits needed
+        ids = torch.tensor([[pad]*(L - len(i)) + i for i, _ in enc], device=model.device)
+        mask = torch.tensor([[0]*(L - len(i)) + [1]*len(i) for i, _ in enc], device=model.device)
+        kw = dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+        with torch.inference_mode():
+            try: logits = model(**kw, logits_to_keep=K).logits          # only the last K positions through the output layer
+            except TypeError: logits = model(**kw).logits                # a model without `logits_to_keep`
+        logits = logits[:, -K:].float()
+        self.n_forward += 1
+        for row, (i, n) in enumerate(enc):
+            lp = torch.log_softmax(logits[row, K - n - 1:K - 1], dim=-1).gather(-1, ids[row, L - n:].unsqueeze(-1)).sum()
+            out.append({"logprob": round(float(lp), 6), "n_tokens": int(n)})
+    return out
 
 # %% ../../nbs/33_stop_downstream.ipynb #3da8c5f9
 def likelihood_pairs(bench:str, df:pd.DataFrame)->tuple[list[str], list[str], list[tuple[int, int]]]:
@@ -474,6 +489,7 @@ def _resolve(p:str)->Path:
     q = Path(p).expanduser()
     return q if q.is_absolute() or q.exists() else project_root()/p
 
+# %% ../../nbs/33_stop_downstream.ipynb #5f176ae8
 def finetune_info(adapter:str,             # the adapter folder (`task.adapter`)
                   finetune_dir:str|None=None # the fine-tuning run's folder; None = the adapter's parent
                  )->dict:
@@ -514,6 +530,7 @@ class DownstreamTask:
     boot_seed: int = 0
     max_examples: int = 12                      # replies shown per benchmark in the hand-checkable samples
 
+# %% ../../nbs/33_stop_downstream.ipynb #8c0b0e45
 def downstream_task(params:RunParams, src:str="<params>")->DownstreamTask:
     "Validate `params.task` (and the model and sample) for the downstream study; a `ParamsError` names the file, the field and the fix."
     t = task_params(DownstreamTask, params, src)
@@ -564,6 +581,7 @@ def summary_rows(scores:pd.DataFrame # from `paired_scores` (prompted and likeli
             rows.append(dict(metric=metric, estimate=getattr(r, arm), ci_low=getattr(r, f"{arm}_ci_low"), ci_high=getattr(r, f"{arm}_ci_high"), n=int(r.n_items)))
     return pd.DataFrame(rows, columns=["metric", "estimate", "ci_low", "ci_high", "n"])
 
+# %% ../../nbs/33_stop_downstream.ipynb #83829f3a
 def _describe(params:RunParams, opts:DownstreamTask)->str:
     return (f"base `{model_label(params.model)}` vs the same model + adapter `{opts.adapter}`, via `{params.model.backend}`, on "
             f"{', '.join(BENCHMARK_TITLES[b] for b in opts.benchmarks)}. {params.description}")

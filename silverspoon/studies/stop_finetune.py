@@ -41,6 +41,7 @@ def ideal_answers(severity:str, # low | moderate | high
     k = round(IDEAL_SENSITIVITY[severity]*n)
     return ["yes"]*(n-k) + ["no"]*k
 
+# %% ../../nbs/31_stop_finetune.ipynb #a8946a9c
 def sensitivity(answers:list[str|None])->float:
     "The paper's sensitivity score: share of 'no' among the five sentences; sentences after a stop count as 'no'."
     return sum(a != "yes" for a in answers)/len(answers)
@@ -68,6 +69,7 @@ def human_answers(path:str|Path,                   # a human-annotation CSV (eit
                      "cf": a.get("cf")})
     return pd.DataFrame(rows)
 
+# %% ../../nbs/31_stop_finetune.ipynb #df939cc9
 def aggregate_human(labels:pd.DataFrame, # from `human_answers`
                     how:str="majority"   # majority: one row per progression; each: one per annotator
                    )->pd.DataFrame:
@@ -85,6 +87,7 @@ def aggregate_human(labels:pd.DataFrame, # from `human_answers`
 # %% ../../nbs/31_stop_finetune.ipynb #fa51ba05
 def _say(a:str)->str: return "Yes" if a == "yes" else "No"
 
+# %% ../../nbs/31_stop_finetune.ipynb #8b8f71e2
 def sft_messages(prompts:list[str],          # the progression's five sentences
                  answers:list[str|None],     # target answer per sentence ('yes' / 'no'; None = not asked, counts as 'no')
                  cfprompt:str|None=None,     # the counterfactual sentence (None: leave it out)
@@ -138,12 +141,14 @@ def sft_dataset(source:str="ideal",          # ideal | human
                                               r.cf if counterfactual else None, instruction_role, ask, instruction)})
     return pd.DataFrame(rows)
 
+# %% ../../nbs/31_stop_finetune.ipynb #7b6cafe9
 _WORD = re.compile(r"[a-z0-9']+")
 
 def progression_words(r)->frozenset:
     "The lower-cased words of a progression's five sentences and counterfactual (a row or record of `load_stop`)."
     return frozenset(_WORD.findall(" ".join(_sentences(r) + [r["counterfactual"] if isinstance(r, dict) else r.counterfactual]).lower()))
 
+# %% ../../nbs/31_stop_finetune.ipynb #cfc971d7
 def similarity_matrix(progressions:pd.DataFrame # s1..s5, counterfactual (from `load_stop`)
                      )->np.ndarray:
     "Pairwise word-set Jaccard similarity of the progressions (rows and columns in the frame's order)."
@@ -155,6 +160,7 @@ def similarity_matrix(progressions:pd.DataFrame # s1..s5, counterfactual (from `
     n = x.sum(1)
     return inter / np.maximum(n[:, None] + n[None, :] - inter, 1)
 
+# %% ../../nbs/31_stop_finetune.ipynb #3ecf5ea4
 def _components(ids:list[str], pairs)->pd.Series:
     "Connected components of `pairs` over `ids`, each labelled by its smallest id."
     parent = {p: p for p in ids}
@@ -166,6 +172,7 @@ def _components(ids:list[str], pairs)->pd.Series:
         if ra != rb: parent[max(ra, rb)] = min(ra, rb)
     return pd.Series({p: find(p) for p in ids}, name="group")
 
+# %% ../../nbs/31_stop_finetune.ipynb #ff84fbc8
 def _shared_sentence_pairs(progressions:pd.DataFrame):
     seen = {}
     for r in progressions.to_dict("records"):
@@ -173,11 +180,13 @@ def _shared_sentence_pairs(progressions:pd.DataFrame):
             if s in seen: yield seen[s], r["progression_id"]
             else: seen[s] = r["progression_id"]
 
+# %% ../../nbs/31_stop_finetune.ipynb #b0c7a116
 def sentence_groups(progressions:pd.DataFrame # progression_id, s1..s5, counterfactual (from `load_stop`)
                    )->pd.Series:
     "Group label per progression: progressions sharing any sentence (prompt or counterfactual). Not enough to hold out a template: use `template_groups`."
     return _components(progressions.progression_id.tolist(), _shared_sentence_pairs(progressions))
 
+# %% ../../nbs/31_stop_finetune.ipynb #1b3936eb
 def template_groups(progressions:pd.DataFrame, # progression_id, s1..s5, counterfactual (from `load_stop`)
                     threshold:float=0.5        # link progressions whose word-set Jaccard is at least this
                    )->pd.Series:
@@ -188,6 +197,7 @@ def template_groups(progressions:pd.DataFrame, # progression_id, s1..s5, counter
     i, j = np.nonzero(np.triu(sim >= threshold, 1))
     return _components(ids, [*((ids[a], ids[b]) for a, b in zip(i, j)), *_shared_sentence_pairs(progressions)])
 
+# %% ../../nbs/31_stop_finetune.ipynb #d956998c
 def nearest_across(progressions:pd.DataFrame, # progression_id, s1..s5, counterfactual
                    split:pd.Series            # 'train' / 'valid' per progression id (index: progression_id)
                   )->pd.DataFrame:
@@ -200,6 +210,7 @@ def nearest_across(progressions:pd.DataFrame, # progression_id, s1..s5, counterf
     ids = progressions.progression_id.to_numpy()
     return pd.DataFrame({"progression_id": ids[va], "nearest_train": ids[tr[best]], "jaccard": sim[va, tr[best]]})
 
+# %% ../../nbs/31_stop_finetune.ipynb #9326b5a4
 def split_by_progression(df:pd.DataFrame,          # from `sft_dataset` (needs progression_id, severity)
                          valid_fraction:float=0.1, # share of groups (seed templates) held out (0: no split, as the paper)
                          seed:int=0,
@@ -220,6 +231,7 @@ def split_by_progression(df:pd.DataFrame,          # from `sft_dataset` (needs p
         valid |= set(rng.permutation(ids)[:k].tolist())
     return pd.Series(np.where(g.isin(valid), "valid", "train"), index=df.index, name="split")
 
+# %% ../../nbs/31_stop_finetune.ipynb #901fb3c2
 def split_report(progressions:pd.DataFrame, # the progressions that were split
                  split:pd.Series,           # 'train' / 'valid' per progression id
                  threshold:float=0.5)->dict:
@@ -256,6 +268,7 @@ def write_sft_jsonl(df:pd.DataFrame,  # from `sft_dataset` plus a `split` column
     (out/"manifest.json").write_text(json.dumps(man, indent=1), encoding="utf-8")
     return {**paths, "manifest": out/"manifest.json"}
 
+# %% ../../nbs/31_stop_finetune.ipynb #b00f8ee4
 def read_sft_jsonl(path:str|Path)->list[Conversation]:
     "Chats from a JSONL file of `{\"messages\": [...]}` lines, checked (roles, contents, at least one assistant turn)."
     p = Path(path)
@@ -299,6 +312,7 @@ def tokenize_chat(tok,                    # a fast tokenizer with a chat templat
     if all(l == IGNORE_INDEX for l in labels): return None
     return {"input_ids": ids, "labels": labels, "attention_mask": [1]*len(ids)}
 
+# %% ../../nbs/31_stop_finetune.ipynb #f7a5399c
 def collate(batch:list[dict], pad_id:int)->dict:
     "Right-pad a batch from `tokenize_chat` into tensors (pad labels -100, attention 0)."
     import torch
@@ -326,6 +340,7 @@ class SFTDataParams:
     counterfactual: bool = True             # add the counterfactual sentence and its answer
     instruction: str|None = None            # replace the STOP instruction (tests only: the study always sends its own)
 
+# %% ../../nbs/31_stop_finetune.ipynb #525547c3
 @dataclass
 class LoraParams:
     "LoRA adapter shape (peft.LoraConfig)."
@@ -334,6 +349,7 @@ class LoraParams:
     dropout: float = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
+# %% ../../nbs/31_stop_finetune.ipynb #8dc8228d
 @dataclass
 class TrainParams:
     "Optimizer and schedule (transformers Trainer); defaults = the paper's appendix settings where it states them."
@@ -350,6 +366,7 @@ class TrainParams:
     max_grad_norm: float = 1.0
     seed: int = 0
 
+# %% ../../nbs/31_stop_finetune.ipynb #b403f365
 @dataclass
 class FinetuneParams:
     "One fine-tuning run: base model, data, adapter shape, optimizer, output folder."
@@ -361,6 +378,7 @@ class FinetuneParams:
     train: TrainParams = field(default_factory=TrainParams)
     output_dir: str|None = None              # default: <project>/finetune/<run>
 
+# %% ../../nbs/31_stop_finetune.ipynb #69592764
 def load_finetune_params(source, # a YAML file or a mapping
                          src:str|None=None)->FinetuneParams:
     "Read and validate fine-tuning parameters (plain data only, as run params); problems raise `ParamsError` naming the file and field."
@@ -389,6 +407,7 @@ def _log_callback(path:Path):
                 f.write(json.dumps({"step": state.global_step, "epoch": state.epoch, **(logs or {})}) + "\n")
     return _JsonlLog()
 
+# %% ../../nbs/31_stop_finetune.ipynb #c5e049f8
 def _lora_model(backend:HFBackend, lora:LoraParams, gradient_checkpointing:bool):
     try: import peft
     except ImportError: raise SilverspoonError("fine-tuning needs peft: `pip install peft` (and bitsandbytes for 4-bit).") from None
@@ -409,6 +428,7 @@ def _lora_model(backend:HFBackend, lora:LoraParams, gradient_checkpointing:bool)
         raise ParamsError(f"lora.target_modules = {list(lora.target_modules)} do not match this model's layers ({e}); "
                           f"its linear layers are named {names}.") from None
 
+# %% ../../nbs/31_stop_finetune.ipynb #7dc4d7f1
 def train_lora(params:FinetuneParams,          # validated parameters
                train:list[Conversation],       # training chats
                valid:list[Conversation]|None,  # validation chats (None/empty: no evaluation)
@@ -465,6 +485,7 @@ def _rel(p:Path)->str:
     try: return p.relative_to(project_root()).as_posix()
     except ValueError: return str(p)
 
+# %% ../../nbs/31_stop_finetune.ipynb #38ff3119
 def eval_params(params:FinetuneParams, adapter_dir:str|Path,
                 held_out:list[str]|None=None)->dict:  # validation progression ids: evaluated on these only
     "A STOP study params mapping evaluating the adapter: the base model's non-default fields plus `adapter`, the training format as `task`."
@@ -483,6 +504,7 @@ def eval_params(params:FinetuneParams, adapter_dir:str|Path,
     stop_task(load_params(ev, src="eval_params"), "eval_params")      # valid for the STOP study
     return ev
 
+# %% ../../nbs/31_stop_finetune.ipynb #83bc55ec
 def _sft_chats(params:FinetuneParams, out:Path)->tuple[list, list, dict]:
     d = params.data
     if d.source == "jsonl":
@@ -496,6 +518,7 @@ def _sft_chats(params:FinetuneParams, out:Path)->tuple[list, list, dict]:
     paths = write_sft_jsonl(df, out/"data", split_check=check, **asdict(d))
     return df[df.split == "train"].messages.tolist(), df[df.split == "valid"].messages.tolist(), {k: _rel(v) for k, v in paths.items()}
 
+# %% ../../nbs/31_stop_finetune.ipynb #44be329d
 def train_from_params(path,                       # a finetune params YAML file (or a mapping)
                       output_dir:str|Path|None=None, # overrides `output_dir`
                       progress:bool=True)->dict:

@@ -62,10 +62,12 @@ def stop_seeds(indices:list[int]|None=None # indices into STOP-full.json (defaul
                          "cfprompt": df.counterfactual.tolist(), "severity": df.severity.astype(str).tolist(),
                          "demographic": df.demographic.tolist(), "sub_demographic": df.sub_demographic.tolist()})
 
+# %% ../../nbs/32_stop_scale.ipynb #c16ac65e
 def _slug(s:str)->str:
     s = unicodedata.normalize("NFKD", str(s)).encode("ascii", "ignore").decode().lower()
     return re.sub(r"[^a-z0-9]+", "_", s).strip("_") or "x"
 
+# %% ../../nbs/32_stop_scale.ipynb #bce638ad
 def scale_requests(seeds:pd.DataFrame,      # seed_id, prompts, cfprompt, severity, demographic
                    targets,                 # target sub-demographics: a list (every seed), or {seed_id: [targets]}
                    n_samples:int=1,         # variants asked per (seed, target): sample indices 0..n-1
@@ -97,6 +99,7 @@ def _clean(line:str)->str:
     if s[-1:] and s[-1] in _CLOSE: s = s[:-1]
     return s.strip()
 
+# %% ../../nbs/32_stop_scale.ipynb #d3513c99
 def parse_scaled(text:str|None # the model's answer
                 )->list[dict]:
     "Variants found in an answer: [{prompts, cfprompt, sub_demographic_line}], one per `Sentences:` block."
@@ -147,19 +150,23 @@ def word_set(prompts:list[str], cfprompt:str|None=None)->frozenset:
     "The lower-cased words of the sentences (and the counterfactual, if given)."
     return frozenset(_WORD.findall(" ".join([*prompts, cfprompt or ""]).lower()))
 
+# %% ../../nbs/32_stop_scale.ipynb #5c6c4299
 def word_jaccard(a:frozenset, b:frozenset)->float: return len(a & b)/len(a | b) if a | b else 1.0
 
+# %% ../../nbs/32_stop_scale.ipynb #0bc2a728
 def _similarity(prompts, cfprompt, other_prompts, other_cf)->float:
     "Word-set Jaccard of two progressions; the counterfactuals count only when both have one."
     both = bool(cfprompt) and bool(other_cf)
     return word_jaccard(word_set(prompts, cfprompt if both else None), word_set(other_prompts, other_cf if both else None))
 
+# %% ../../nbs/32_stop_scale.ipynb #2d25a386
 EXAMPLE_VARIANT = parse_scaled(SCALE_SYSTEM_PROMPT.split("You would return with something like this:")[1])[0]
 
 def _words(s:str)->list[str]:
     s = unicodedata.normalize("NFKD", str(s)).encode("ascii", "ignore").decode().lower()
     return re.findall(r"[a-z0-9]+", re.sub(r"(?<=[a-z0-9])[-'’](?=[a-z0-9])", "", s))
 
+# %% ../../nbs/32_stop_scale.ipynb #b4652468
 def same_sub_demographic(stated:str, # the `Sub-demographic:` line above a variant
                          target:str  # the sub-demographic that was asked
                         )->bool:
@@ -168,6 +175,7 @@ def same_sub_demographic(stated:str, # the `Sub-demographic:` line above a varia
     if not a or not b: return False
     return "".join(a) == "".join(b) or any(a[i:i+len(b)] == b for i in range(len(a) - len(b) + 1))
 
+# %% ../../nbs/32_stop_scale.ipynb #1f179033
 def validate_variant(prompts:list[str],             # the parsed sentences
                      cfprompt:str|None,             # the parsed counterfactual
                      seed_prompts:list[str]|None=None, # the seed's sentences (to catch an unchanged or nearly unchanged copy)
@@ -223,6 +231,7 @@ def _dedupe(rows:list[dict])->None:
             r["valid"] = False
         else: first[key] = r
 
+# %% ../../nbs/32_stop_scale.ipynb #aff1b23e
 def scale_table(backend:Backend,            # any backend (hf, openai, replay)
                 seeds:pd.DataFrame,         # from `stop_seeds` (or your own seeds in the same columns)
                 targets,                    # list of target sub-demographics, or {seed_id: [targets]}
@@ -254,6 +263,7 @@ def scale_table(backend:Backend,            # any backend (hf, openai, replay)
     _dedupe(rows)
     return pd.DataFrame(rows, columns=SCALE_COLUMNS)
 
+# %% ../../nbs/32_stop_scale.ipynb #8d3699b4
 def _kind(problem:str)->str:
     for pat, k in [("duplicate of ", "duplicate for the same target"), ("generation failed", "generation failed"),
                    ("no 'Sentences:'", "no sentences block"), ("expected", "wrong number of sentences"),
@@ -263,6 +273,7 @@ def _kind(problem:str)->str:
         if pat in problem: return k
     return "other"
 
+# %% ../../nbs/32_stop_scale.ipynb #99124e81
 def scale_summary(table:pd.DataFrame # from `scale_table`
                  )->pd.DataFrame:
     "Counts: answers, variants, valid, invalid, and invalid variants per kind of problem (a variant may have several)."
@@ -286,6 +297,7 @@ def to_stop_records(table:pd.DataFrame, # from `scale_table`
     if not provenance: return recs
     return recs, [{"seed_id": r.seed_id, "item_id": r.item_id, "sample_index": int(r.sample_index), "variant": int(r.variant)} for r in ok.itertuples()]
 
+# %% ../../nbs/32_stop_scale.ipynb #4fb202c5
 def write_stop_json(records:list[dict], path:str|Path)->Path:
     "Write records as a JSON list in the STOP schema (checked: keys, 5 sentences, severity)."
     for i, r in enumerate(records):
@@ -312,6 +324,7 @@ class ScaleTask:
     boot_seed: int = 0
     max_examples: int = 6              # valid / invalid variants shown in full
 
+# %% ../../nbs/32_stop_scale.ipynb #2202018d
 def scale_task(params:RunParams, src:str="<params>")->ScaleTask:
     "Validate `params.task` of a stop_scale run."
     t = task_params(ScaleTask, params, src)
