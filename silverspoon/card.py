@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm
-from .core import project_root
+from .core import project_root, merge_params
 from .store import store_root
 
 # %% auto #0
@@ -223,13 +223,6 @@ def read_model_file(path:str|Path)->dict:
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
             "studies": d.get("studies") or {}, "skip": d.get("skip") or []}
 
-# %% ../nbs/07b_card.ipynb #9ec886b9
-def _merge(a:dict, b:dict)->dict:
-    "Mappings merged key by key (b wins), as `include:` does."
-    out = dict(a)
-    for k, v in b.items(): out[k] = _merge(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else v
-    return out
-
 # %% ../nbs/07b_card.ipynb #b02d4850
 def model_plan(models_file:str|Path,        # params/models/<name>.yaml
                studies:list[str]|None=None,  # only these studies (default: every study with a params/<study>/_base-local.yaml)
@@ -248,7 +241,7 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
         if not base.exists(): rows.append(dict(study=study, run=None, params=None, status="skipped: the study has no local base (params/<study>/_base-local.yaml)")); continue
         if study in m["skip"]: rows.append(dict(study=study, run=None, params=None, status=f"skipped: listed under `skip` in {models_file}")); continue
         over = dict(m["studies"].get(study) or {}); run = over.pop("run", name)
-        want = _merge(read_params_mapping(base).get("model", {}), m["model"])
+        want = merge_params(read_params_mapping(base).get("model", {}), m["model"])
         existing = root/"params"/study/f"{run}.yaml"
         if existing.exists():
             got = read_params_mapping(existing).get("model", {})
@@ -259,7 +252,7 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
         if need and _dotted(over, need[0]) is None:
             rows.append(dict(study=study, run=run, params=None, status=f"skipped: needs {need[0]}: {need[1]}")); continue
         out = root/"tmp"/"models"/name/f"{study}.yaml"; out.parent.mkdir(parents=True, exist_ok=True)
-        doc = _merge({"study": study, "include": os.path.relpath(base, out.parent), "run": run,
+        doc = merge_params({"study": study, "include": os.path.relpath(base, out.parent), "run": run,
                       "description": f"{m['description'] or name}: {study} with its default task settings (from {models_file})", "model": m["model"]}, over)
         out.write_text(yaml.safe_dump(doc, sort_keys=False))
         rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
