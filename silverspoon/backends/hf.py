@@ -249,6 +249,31 @@ def _quantization_config(self:HFBackend):
     compute = torch.bfloat16 if self.device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=compute)
 
+# %% ../../nbs/02b_hf.ipynb #6d21cb5e
+@patch
+def _dequantized_gguf(self:HFBackend)->Path:
+    "Folder with `model.gguf_file`'s weights de-quantized to float32 (`cache_dir()/gguf-dequantized/<sha256>`), written on first use."
+    import os, shutil, tempfile
+    from ..core import cache_dir
+    from transformers import AutoModelForCausalLM
+    if Path(self.path).is_dir(): gguf = Path(self.path)/self.params.gguf_file
+    else:
+        from transformers.utils import cached_file
+        gguf = Path(cached_file(self.path, self.params.gguf_file, revision=self.params.revision))
+    out = cache_dir()/"gguf-dequantized"/sha256_file(gguf)[:16]
+    if (out/"model.safetensors").exists(): return out
+    m = AutoModelForCausalLM.from_pretrained(self.path, dtype=_torch().float32, **self._load_kw())
+    cfg = m.config
+    if hasattr(cfg, "quantization_config"): delattr(cfg, "quantization_config")   # the GGUF marker that forbids saving
+    plain = AutoModelForCausalLM.from_config(cfg, dtype=_torch().float32)
+    plain.load_state_dict(m.state_dict())
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".writing-"))
+    plain.save_pretrained(tmp)
+    try: os.replace(tmp, out)             # atomic: a parallel run either finds the whole folder or writes its own
+    except OSError: shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
 # %% ../../nbs/02b_hf.ipynb #eca4aa13
 @patch(as_prop=True)
 def model(self:HFBackend):
@@ -256,7 +281,10 @@ def model(self:HFBackend):
         from transformers import AutoModelForCausalLM
         qc, kw = self._quantization_config(), self._load_kw()
         if qc is not None: kw.update(quantization_config=qc, device_map={"": self.device})
-        m = AutoModelForCausalLM.from_pretrained(self.path, dtype=self.dtype, **kw)
+        src = self.path
+        if qc is not None and self.params.gguf_file:   # bitsandbytes on a GGUF model: quantize its de-quantized weights
+            src, kw = str(self._dequantized_gguf()), {k: v for k, v in kw.items() if k not in ("gguf_file", "revision")}
+        m = AutoModelForCausalLM.from_pretrained(src, dtype=self.dtype, **kw)
         if qc is None: m = m.to(self.device)
         if self.adapter_path is not None:
             try: from peft import PeftModel

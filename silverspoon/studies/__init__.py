@@ -5,16 +5,18 @@
 # %% ../../nbs/08_studies.ipynb #9b86cdbe
 from __future__ import annotations
 import importlib, warnings
-from dataclasses import dataclass, is_dataclass
+from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
 from ..provenance import model_label
 from ..report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 
 # %% auto #0
-__all__ = ['STUDY_REGISTRY', 'Study', 'get_study', 'start_run']
+__all__ = ['PROMPT_VARIANT_KINDS', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'get_study', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #7566bd2c
+PROMPT_VARIANT_KINDS = ("wording", "option_order", "system_prompt")   # what a prompt variant changes (the card's wording band uses "wording")
+
 @dataclass(frozen=True)
 class Study:
     "Everything the CLI, params check, runner and index need to know about one study."
@@ -27,6 +29,8 @@ class Study:
     summary_rows: Callable|None = None  # MANDATORY: the long-format headline DataFrame (metric, estimate, ci_low, ci_high, n, keys...)
     headline: str = ""              # the `metric` value the index forest plot shows per model
     describe: Callable|None = None  # describe(params, opts) -> markdown after "**Run** `<run>`: "; None = model, backend, description
+    headlines_from_items: Callable|None = None  # headlines_from_items(items: DataFrame) -> {metric: estimate}: the card headlines recomputed from the run's items.csv (`Report.items`); factor deltas resample its `item` column
+    prompt_variants: dict = field(default_factory=dict)  # `task.prompt_variant` name -> (kind, what it changes); kind: "wording" | "option_order" | "system_prompt"; the first entry is the paper's prompt, the reference level
 
     def __post_init__(self):
         fix = "fix the `STUDY = Study(...)` cell of the study's notebook"
@@ -35,7 +39,21 @@ class Study:
         if not callable(self.validate): raise TypeError(f"Study {self.name!r}: validate must be a function validate(params, src) -> task options; {fix}.")
         if not is_dataclass(self.task): raise TypeError(f"Study {self.name!r}: task must be the dataclass of the `task:` section (got {self.task!r}); {fix}.")
         if not self.notebook.endswith(".ipynb"): raise TypeError(f"Study {self.name!r}: notebook must be a file in nbs/, e.g. '10_normative.ipynb'; {fix}.")
+        if self.headlines_from_items is not None and not callable(self.headlines_from_items): raise TypeError(f"Study {self.name!r}: headlines_from_items must be a function items -> {{metric: estimate}}; {fix}.")
+        bad = {k: v for k, v in self.prompt_variants.items() if not (isinstance(v, tuple) and len(v) == 2 and v[0] in PROMPT_VARIANT_KINDS)}
+        if bad: raise TypeError(f"Study {self.name!r}: prompt_variants values must be (kind, what) with kind in {PROMPT_VARIANT_KINDS}; got {bad}; {fix}.")
+        if self.prompt_variants and next(iter(self.prompt_variants.values()))[0] != "wording": raise TypeError(f"Study {self.name!r}: the first prompt variant is the reference (the paper's wording): its kind must be 'wording'; {fix}.")
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
+
+# %% ../../nbs/08_studies.ipynb #8d62a8ab
+def check_prompt_variant(variants:dict,        # the study's `prompt_variants` (name -> (kind, what))
+                         value:str,            # the params' `task.prompt_variant`
+                         src:str="<params>"    # the file, for messages
+                        )->str:
+    "`value` if it names one of `variants`; else a `ParamsError` naming the field, the known variants and what each changes."
+    if value in variants: return value
+    known = "; ".join(f"{k} ({kind}: {what})" for k, (kind, what) in variants.items())
+    raise ParamsError(f"{src}: field `task.prompt_variant` = {value!r} is not a prompt variant of this study. Use one of: {known}.")
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
 STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily
