@@ -213,15 +213,15 @@ def read_model_file(path:str|Path)->dict:
     path = Path(path)
     if not path.is_file(): raise ParamsError(f"{path}: model file not found. Pass a file from params/models/ (e.g. params/models/smollm2-135m.yaml).")
     d = read_yaml(path) or {}
-    unknown = set(d) - {"name", "description", "model", "studies", "skip"}
-    if unknown: raise ParamsError(f"{path}: unknown field(s) {sorted(unknown)}; a model file has name, description, model, studies, skip.")
+    unknown = set(d) - {"name", "description", "model", "studies", "skip", "factors"}
+    if unknown: raise ParamsError(f"{path}: unknown field(s) {sorted(unknown)}; a model file has name, description, model, studies, skip, factors.")
     if not isinstance(d.get("model"), dict): raise ParamsError(f"{path}: field `model` must be a mapping (backend, id, ...), as in a run file.")
     check_name(d.get("name") or path.stem, "name", str(path))
     for k in ("studies",):
         if not isinstance(d.get(k) or {}, dict): raise ParamsError(f"{path}: field `{k}` must map a study name to its overrides.")
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
-            "studies": d.get("studies") or {}, "skip": d.get("skip") or []}
+            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": d.get("factors") or {}}
 
 # %% ../nbs/07b_card.ipynb #b02d4850
 def model_plan(models_file:str|Path,        # params/models/<name>.yaml
