@@ -20,12 +20,13 @@ from ..provenance import model_label
 __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'T2_METRICS', 'PAPER_TABLE2',
            'PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'PROMPT_VARIANTS', 'STRATA',
            'N_ITEMS', 'ANSWER_LABELS', 'NORMATIVE_REFUSAL', 'PARSE_RULES', 'JUDGE_SYSTEM', 'JUDGE_PROMPT', 'GOLDS',
-           'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'STUDY', 'build_normative', 'scenario_consistency',
-           'load_normative', 'released_answers', 'prompt_template', 'render_prompt', 'NormativeTask', 'normative_task',
-           'normative_requests', 'scenario_names', 'classify_subject', 'parse_answer_rule', 'parse_normative',
-           'parse_answer', 'to_binary', 'parse_answers', 'label_answers', 'binarize', 'validate_parser',
-           'parser_set_validity', 'judge_requests', 'parse_judge', 'judge_label', 'select_items', 'table2',
-           'human_reference', 'answer_counts', 'favour_share', 'topic_distribution', 'topic_figure', 'summary_rows']
+           'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'ITEM_LABEL_COLUMNS', 'STUDY', 'build_normative',
+           'scenario_consistency', 'load_normative', 'released_answers', 'prompt_template', 'render_prompt',
+           'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names', 'classify_subject',
+           'parse_answer_rule', 'parse_normative', 'parse_answer', 'to_binary', 'parse_answers', 'label_answers',
+           'binarize', 'validate_parser', 'parser_set_validity', 'judge_requests', 'parse_judge', 'judge_label',
+           'select_items', 'table2', 'human_reference', 'answer_counts', 'favour_share', 'topic_distribution',
+           'topic_figure', 'summary_rows', 'items_frame', 'headlines_from_items']
 
 # %% ../../nbs/10_normative.ipynb #d366ad1c
 RELEASED_MODELS = ["GPT4", "GPT3.5", "Llama13B", "Llama7B", "Alpaca", "Zephyr7B", "Yi6B"]
@@ -794,11 +795,44 @@ def summary_rows(t2:pd.DataFrame,      # table2 rows of every label source, with
                          ci_low=exc.ci_low, ci_high=exc.ci_high, n=len(items)))
     return pd.DataFrame(headline)
 
+# %% ../../nbs/10_normative.ipynb #cd7a4c81
+ITEM_LABEL_COLUMNS = {"released": "released labels", "parser": "our parser", "judge": "LLM judge"}   # items.csv column -> label source (prefix)
+
+def items_frame(items:pd.DataFrame,  # the run's items: scenario_id, item_id, variant, topic, low, up, label, rule and the binary columns
+                sources:dict         # label source -> its binary column (the report's `sources`, first = the card's headline source)
+               )->pd.DataFrame:
+    "`items.csv`: one row per judged item, `item` = its scenario (the unit the CIs resample), gold labels, our parser's category and rule, each source's 0/1 label."
+    out = pd.DataFrame({"item": items["scenario_id"].astype("int64"), "item_id": items["item_id"], "variant": items["variant"].astype("int64"),
+                        "topic": items["topic"].astype("int64"), "low": items["low"].astype("int64"), "up": items["up"].astype("int64"),
+                        "category": items["label"], "rule": items["rule"]})
+    for src, col in sources.items():
+        name = next((k for k, v in ITEM_LABEL_COLUMNS.items() if src.startswith(v)), None)
+        if name is None: raise ValueError(f"label source {src!r} has no items.csv column; add it to ITEM_LABEL_COLUMNS (nbs/10_normative.ipynb).")
+        out[name] = items[col].astype("Int64")
+    return out.reset_index(drop=True)
+
+# %% ../../nbs/10_normative.ipynb #019c3e8b
+def headlines_from_items(df:pd.DataFrame  # a run's items.csv (`items_frame`), or a resample of its rows
+                        )->dict:
+    "The card's normative headlines from items.csv: CKC with each gold set and the share favouring the underprivileged, on the items with a binary label (`released` where present, else `parser`)."
+    y = pd.to_numeric(df["released" if "released" in df.columns else "parser"], errors="coerce")
+    ok = y.notna().to_numpy()
+    p = y.to_numpy()[ok].astype(np.int64)
+    out = {}
+    for g, name in GOLDS.items():
+        t = df[g].to_numpy()[ok].astype(np.int64)
+        k = metrics_from_counts(((t == 1) & (p == 1)).sum(), ((t == 0) & (p == 0)).sum(), ((t == 0) & (p == 1)).sum(), ((t == 1) & (p == 0)).sum())["kappa"]
+        out[f"CKC {name}"] = float(k)
+    out["share favouring underprivileged"] = float(p.astype(np.float64).mean()) if ok.any() else float("nan")
+    return out
+
 # %% ../../nbs/10_normative.ipynb #7896bc06
 def _describe(params:RunParams, opts:NormativeTask)->str:
-    return (f"model `{model_label(params.model)}` via `{params.model.backend}`, prompt `{opts.prompt_style}` "
+    variant = f", variant `{opts.prompt_variant}`" if opts.prompt_variant != "paper" else ""
+    return (f"model `{model_label(params.model)}` via `{params.model.backend}`, prompt `{opts.prompt_style}`{variant} "
             f"(system prompt: {opts.system_prompt}), {opts.n_boot} bootstrap replicates. {params.description}")
 
 STUDY = Study(name="normative", title="SilverSpoon normative judgements (Singh et al.)", notebook="10_normative.ipynb",
               task=NormativeTask, validate=normative_task, data_files=NORMATIVE_FILES, summary_rows=summary_rows,
-              headline="share favouring underprivileged", describe=_describe)
+              headline="share favouring underprivileged", describe=_describe,
+              headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS)
