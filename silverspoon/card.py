@@ -435,11 +435,13 @@ def factor_deltas(name:str,                          # the model's name, e.g. sm
                  )->dict:
     "The card's factor section, scores and data: `deltas` (per study, factor, level, headline), `band` (the headlines across the wording variants), `levels` (each level's own estimates and cost)."
     from silverspoon.studies import get_study
+    from silverspoon.core import ParamsError
     study_of = study_of or get_study
     reports_dir = Path(reports_dir or project_root()/"reports"); store_dir = Path(store_dir or store_root())
     runs, deltas, levels, bands = factor_runs(name, reports_dir), [], [], []
     for (study, base), g in runs.groupby(["study", "base_run"], sort=False):
-        s = study_of(study)
+        try: s = study_of(study)
+        except ParamsError: continue   # a study folder no registered study owns
         if s.headlines_from_items is None: continue
         items = {r.run: pd.read_csv(r.run_dir/"items.csv", dtype={"item": str}) for r in g.itertuples() if (r.run_dir/"items.csv").exists()}
         ref = g.run.iloc[0]
@@ -468,13 +470,13 @@ def wording_band(levels:pd.DataFrame # `factor_deltas(...)["levels"]`: one row p
     "Per study headline: min..max and range across the wording variants (the reference, the paper's prompt, included), with each variant's estimate."
     w = levels[levels.kind.isin(["reference", "wording"]) & levels.factor.isin(["reference", "prompt_variant"])]
     rows = []
-    for (study, h), g in w.groupby(["study", "headline"], sort=False):
+    for (study, base, h), g in w.groupby(["study", "base_run", "headline"], sort=False):
         if not g.factor.eq("prompt_variant").any(): continue   # the reference alone is no band
         lv = g.assign(name=np.where(g.factor.eq("reference"), "reference", g.level))
-        rows.append(dict(study=study, headline=h, n_variants=len(g), min=g.estimate.min(), max=g.estimate.max(),
+        rows.append(dict(study=study, base_run=base, headline=h, n_variants=len(g), min=g.estimate.min(), max=g.estimate.max(),
                          range=g.estimate.max() - g.estimate.min(), n_items=int(g.n_items.max()),
                          estimates="; ".join(f"{n} {_fmt(e)}" for n, e in zip(lv.name, lv.estimate))))
-    return pd.DataFrame(rows, columns=["study", "headline", "n_variants", "min", "max", "range", "n_items", "estimates"])
+    return pd.DataFrame(rows, columns=["study", "base_run", "headline", "n_variants", "min", "max", "range", "n_items", "estimates"])
 
 # %% ../nbs/07b_card.ipynb #334c65a3
 def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels
