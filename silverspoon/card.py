@@ -485,7 +485,7 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels
     d, b = f["deltas"], f["band"]
     if d.empty: return ""
     ns = d.groupby("study").n_items.max()
-    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.factor)} = <b>{html.escape(str(r.level))}</b><br><small>{html.escape(r.kind)}</small></td>"
+    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.factor)} = <a href='../{html.escape(r.study)}/{html.escape(r.run)}.html'><b>{html.escape(str(r.level))}</b></a><br><small>{html.escape(r.kind)}</small></td>"
                    f"<td>{html.escape(r.headline)}</td><td>{_fmt(r.reference)}</td><td>{_fmt(r.level_estimate)}</td>"
                    f"<td><b>{_fmt(r.delta)}</b> [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{'yes' if r.excludes_0 else 'no'}</td>"
                    f"<td>{_fmt(r.mde_80, 2)}</td><td>{_fmt(r.n_items)}" + (f"<br><small>unmatched: {r.unmatched_reference} ref, {r.unmatched_level} level</small>"

@@ -331,10 +331,12 @@ def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<stu
 
 # %% ../nbs/07a_runner.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
-    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir`."
+    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir` (factor runs, `<run>--<level>`, are on their model's card instead)."
+    from silverspoon.card import is_factor_run
     out = {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
-        frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv")) if not f.parent.name.startswith(".")]   # not a run in progress
+        frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv"))
+                  if not f.parent.name.startswith(".") and not is_factor_run(f.parent.name)]   # not a run in progress, not a factor run
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 

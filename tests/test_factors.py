@@ -278,3 +278,12 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     page = (reports/"models"/"echo.html").read_text()
     assert "<h2>Factors</h2>" in page and "toy n=8" in page
     assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
+
+
+def test_factor_runs_stay_off_the_index_tables(tmp_path):
+    "The index's study sections show each model's own run; its factor runs are on its card (linked from the Factors table)."
+    from silverspoon.runner import collect_summaries
+    for r in ("m", "m--reference", "m--quantization-4bit"):
+        (tmp_path/"toy"/r).mkdir(parents=True)
+        pd.DataFrame({"run": [r], "metric": ["x"], "estimate": [1.0]}).to_csv(tmp_path/"toy"/r/"summary.csv", index=False)
+    assert collect_summaries(tmp_path)["toy"].run.tolist() == ["m"]
