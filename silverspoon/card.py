@@ -17,8 +17,8 @@ __all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SK
            'min_detectable_effect', 'direction', 'run_cost', 'headline_row', 'instrument_validity', 'released_values',
            'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'check_factors', 'read_model_file',
            'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'factor_deltas',
-           'wording_band', 'factors_html', 'gpu_rates', 'gpu_time_estimate', 'models_overview', 'models_overview_html',
-           'write_card']
+           'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'models_overview',
+           'models_overview_html', 'write_card']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -504,6 +504,23 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels
             + ("" if b.empty else "<h3>Wording band</h3><p>Each headline across the rewordings of the prompt (the paper's included): "
                "min..max of the estimates, on the same items.</p>"
                f"<table>{th('study', 'headline', 'min .. max', 'range', 'variants', 'each variant')}{band}</table>"))
+
+# %% ../nbs/07b_card.ipynb #22e94bcf
+def replan(params_file:str|None,          # a run's params file as its provenance names it (relative to `root`)
+           root:str|Path|None=None)->Path|None:
+    "Write again a file `model_plan`/`factor_plan` wrote under tmp/models/<name>/ (from params/models/ file of that name) if absent; its path, or None for any other file."
+    from silverspoon.core import ParamsError
+    root = Path(root or project_root())
+    parts = Path(params_file).parts if params_file else ()
+    if len(parts) < 4 or parts[:2] != ("tmp", "models"): return None
+    if not (root/params_file).exists():
+        for f in sorted((root/"params"/"models").glob("*.yaml")):
+            try:
+                if read_model_file(f)["name"] != parts[2]: continue
+            except ParamsError: continue
+            if parts[3] == "factors" and len(parts) == 6: factor_plan(f, [parts[4]], root=root)
+            elif len(parts) == 4: model_plan(f, [Path(parts[3]).stem], root=root)
+    return root/params_file
 
 # %% ../nbs/07b_card.ipynb #a40bdac8
 A100_H100_BANDWIDTH = 1555/3350   # A100-40GB vs H100-SXM HBM bandwidth (GB/s, vendor figures)

@@ -33,6 +33,8 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
         raise SilverspoonError(f"{f}: no `content` record of format {PROVENANCE_FORMAT}: the report was made by an older silverspoon. "
                                "Fix: run it again (silverspoon run <params file>, or make reports for every default run).")
     study = prov["study"]
+    from silverspoon.card import replan
+    replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
     now = content_record(get_study(study).notebook if study in STUDY_REGISTRY else None, rec["params_file"], list(rec["data"]), root)
     out = []
     for kind in ("files", "data"):

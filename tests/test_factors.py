@@ -259,7 +259,7 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     _sh(BIN/"nbdev_export", cwd=t, env=env)
     (t/"params"/"toy").mkdir(parents=True); (t/"params"/"models").mkdir()
     (t/"params"/"toy"/"_base-local.yaml").write_text("study: toy\nmodel: {backend: scripted, id: echo}\ngeneration: {max_new_tokens: 8}\n")
-    (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {n: {toy: 8}}\n")
+    (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {prompt_variant: all, n: {toy: 8}}\n")
     reports = tmp_path/"reports"
     r = _sh(sys.executable, "-m", "silverspoon.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
             "--vary", "task.prompt_variant=yes_first,polite", "--vary", "task.prompt_variant=system", "--reports-dir", reports,
@@ -278,6 +278,10 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     page = (reports/"models"/"echo.html").read_text()
     assert "<h2>Factors</h2>" in page and "toy n=8" in page
     assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
+    # a fresh clone has no tmp/: the reports' provenance is still checkable (the run files are planned again from the model file)
+    shutil.rmtree(t/"tmp")
+    check = "import sys; from silverspoon.runner import verify_provenance; bad = {d: verify_provenance(d) for d in sys.argv[1:]}; assert not any(bad.values()), bad"
+    _sh(sys.executable, "-c", check, *sorted(p for p in (reports/"toy").iterdir() if p.is_dir()), cwd=t, env=env)
 
 
 def test_factor_runs_stay_off_the_index_tables(tmp_path):
