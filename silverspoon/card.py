@@ -384,15 +384,14 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
     est_r = dict(headlines(ref)) if common else {}
     est_l = dict(headlines(lvl)) if common else {}
     C, pos = len(common), {k: i for i, k in enumerate(common)}
-    def groups(df):
+    def groups(df):   # the frame's columns as arrays, rows sorted by item, and each item's first row and row count
         codes = df["item"].astype(str).map(pos).to_numpy()
-        sizes = np.bincount(codes, minlength=C)
-        return df.iloc[np.argsort(codes, kind="stable")].reset_index(drop=True), sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    def draw(g, row):
-        df, sizes, starts = g; s = sizes[row]
-        out = df.iloc[np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())].copy()
-        out["item"] = out["item"].astype(str) + "#" + np.repeat(np.arange(len(row)), s).astype(str)
-        return out
+        order, sizes = np.argsort(codes, kind="stable"), np.bincount(codes, minlength=C)
+        return {c: df[c].to_numpy()[order] for c in df.columns}, sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    def draw(g, row):   # the drawn items' rows; an item drawn k times comes back as k units (labelled by draw position)
+        cols, sizes, starts = g; s = sizes[row]
+        idx = np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())
+        return pd.DataFrame({c: (np.repeat(np.arange(len(row)), s) if c == "item" else v[idx]) for c, v in cols.items()})
     reps = {k: [] for k in est_r}
     if C:
         gr, gl = groups(ref), groups(lvl)
