@@ -61,7 +61,7 @@ def _page(title:str, body:str)->str:
             f"<style>{_CSS}</style></head><body>{fit_tables(body)}</body></html>")
 
 # %% ../nbs/07a_runner.ipynb #1a42e1ed
-TEXT_CELL_CHARS = 40   # a table cell with at least this many characters, mostly letters, is prose: it wraps, left-aligned (class `text`)
+TEXT_CELL_CHARS = 40   # a table cell with at least this many characters, a third of them letters, is prose: it wraps, left-aligned (class `text`)
 _CELL = re.compile(r"(<t([hd])\b[^>]*>)(.*?)(</t\2>)", re.S)
 _TAG = re.compile(r"(<[^>]*>)")
 
@@ -70,7 +70,7 @@ def _fit_cell(m)->str:
     tag, kind, inner, end = m.groups()
     if kind == "h": return tag + "".join(p if p.startswith("<") else p.replace("_", "_<wbr>") for p in _TAG.split(inner)) + end
     text = html.unescape(_TAG.sub("", inner))
-    if len(text) < TEXT_CELL_CHARS or sum(ch.isalpha() for ch in text) < len(text) / 2: return m.group(0)
+    if len(text) < TEXT_CELL_CHARS or sum(ch.isalpha() for ch in text) < len(text) / 3: return m.group(0)
     if re.search(r"\bclass=[\"']", tag): tag = re.sub(r"\bclass=([\"'])", r"class=\1text ", tag, count=1)
     else: tag = tag[:-1].rstrip() + " class='text'>"
     return tag + inner + end
