@@ -18,7 +18,7 @@ __all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SK
            'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'check_factors', 'read_model_file',
            'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'factor_deltas',
            'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'models_overview',
-           'models_overview_html', 'write_card']
+           'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def _fmt(x, digits=3)->str:
 def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
               factors:dict|None=None # `factor_deltas(...)`: the Factors section (none without factor runs)
              )->str:
-    "The bias card as a self-contained HTML page (readable at 1400 px)."
+    "The bias card's page body (its page and stylesheet come from the publisher, `silverspoon.runner.write_card`)."
     rows = []
     for _, r in card.iterrows():
         ci = f"[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
@@ -185,14 +185,11 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
                     html.escape(str(r.get("instrument", "")))+"<br><small>"+val+"</small>", html.escape(str(r.get("released", "") or "")),
                     f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('generation_seconds'))} s"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["study", "headline", "estimate [95% CI]", "n", "verdict", "MDE (80% power)", "instrument validity", "released models (paper)", "cost"])
-    return (f"<!doctype html><meta charset='utf-8'><title>bias card: {html.escape(name)}</title>"
-            "<style>body{font-family:system-ui,sans-serif;max-width:1360px;margin:1em auto}table{border-collapse:collapse;font-size:13px}"
-            "td,th{border-bottom:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}small{color:#555}</style>"
-            f"<h1>Bias card: {html.escape(name)}</h1><p>One row per study headline. MDE: the smallest true effect a 5% test detects "
+    return (f"<h1>Bias card: {html.escape(name)}</h1><p>One row per study headline. MDE: the smallest true effect a 5% test detects "
             "with 80% power at this n, from the CI width (normal approximation). Instrument validity: agreement of the parser "
             "behind the number with its hand-labelled reference. Released models: the same headline from the authors' released "
             "answers (these reproduce the papers' numbers). Cost: generations, completion tokens and seconds recorded in the store.</p>"
-            f"<table><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
+            f"<table class='card'><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
 
 # %% ../nbs/07b_card.ipynb #237561be
@@ -596,20 +593,3 @@ def models_overview_html(ov:pd.DataFrame)->str:
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"
-
-# %% ../nbs/07b_card.ipynb #ad294686
-def write_card(name:str, reports_dir:str|Path|None=None, store_dir:str|Path|None=None)->Path:
-    "Write `reports/models/<name>.html`, `reports/models/<name>/bias_card.csv` and, with factor runs, `factor_deltas.csv` and `factor_band.csv`; returns the HTML path."
-    reports_dir = Path(reports_dir or project_root()/"reports")
-    card = bias_card(name, reports_dir, store_dir)
-    out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
-    card.to_csv(out/name/"bias_card.csv", index=False)
-    try: est = gpu_time_estimate()
-    except (FileNotFoundError, ValueError): est = None   # no benchmark results or no reference runs: the card goes without the section
-    fac = factor_deltas(name, reports_dir, store_dir)
-    for k in ("deltas", "band"):   # beside bias_card.csv; a card without factor runs has none (a stale file goes)
-        f = out/name/f"factor_{k}.csv"
-        if len(fac[k]): fac[k].to_csv(f, index=False)
-        else: f.unlink(missing_ok=True)
-    (out/f"{name}.html").write_text(card_html(card, name, est, fac))
-    return out/f"{name}.html"

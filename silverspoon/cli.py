@@ -9,7 +9,7 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .runner import read_params_file, run_params_file, build_index, reports_folder
-from .card import write_card
+from .runner import write_card
 
 # %% auto #0
 __all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
