@@ -264,6 +264,7 @@ def hub_offline()->bool:
     "True when `HF_HUB_OFFLINE` forbids the hub (1, true, yes or on), read when called."
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
+# %% ../nbs/05_text.ipynb #cfa483c3
 def hub_revision_status(model_id:str,     # a hub model id ("s-nlp/roberta-base-formality-ranker")
                         revision:str,     # the full commit sha that must exist
                         timeout:float=5   # seconds to wait for the hub
@@ -298,6 +299,7 @@ def _paper_hub_id(model_id:str)->str:
     name = str(model_id).rsplit("/", 1)[-1].lower()
     return next((hub for hub in PAPER_REVISIONS if hub.rsplit("/", 1)[-1].lower() == name), str(model_id))
 
+# %% ../nbs/05_text.ipynb #edb8f584
 def resolve_paper_instrument(requested:str|None,      # the task field: "auto", None (the stand-in), or a hub id / local folder
                              paper_model:str,         # the paper's hub id (`PAPER_CLASSIFIERS[...][0]`, `PAPER_NLI`, ...)
                              stand_in:str,            # what runs without it, for the report ("VADER", "no NLI: Table 6 not run")

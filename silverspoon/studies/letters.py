@@ -790,6 +790,7 @@ class ClgAuthorsAgreement(Instrument):
                 ):
         self.sentence_split, self.classifiers, self.source = sentence_split, dict(classifiers or {}), source
 
+# %% ../../nbs/20_letters.ipynb #2c19fb75
 def clg_source_store()->InstrumentStore:
     "An in-memory cache holding the CLG replay's instrument outputs (`CLG_SOURCE_CACHE`), so reading them never writes to that run's file."
     mem, path = InstrumentStore(None), store_root()/CLG_SOURCE_CACHE
@@ -805,12 +806,14 @@ def identity(self:ClgAuthorsAgreement)->dict:
             "sentence_split": self.sentence_split, "spacy": SpacyAnalysis().identity(), "vader": VaderSentiment().identity(),
             "classifiers": {m: [inst.identity(), label] for m, (inst, label) in sorted(self.classifiers.items())}}
 
+# %% ../../nbs/20_letters.ipynb #2116902b
 @patch
 def score(self:ClgAuthorsAgreement, texts:list[str])->list[dict]:
     per_letter = clg_style_per_letter(self.source if self.source is not None else clg_source_store(), self.sentence_split, self.classifiers)
     rows = [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()} for r in agreement_with_authors(per_letter).to_dict("records")]
     return [{"rows": rows} for _ in texts]
 
+# %% ../../nbs/20_letters.ipynb #51c1b97a
 def clg_agreement_instruments(store:InstrumentStore,      # the run's instrument cache: the agreement is cached there per instrument identity
                               sentence_split:str="spacy", # the run's `task.sentence_split`
                               classifiers:dict|None=None, # measure -> (sentence instrument, label) the run uses

@@ -304,6 +304,7 @@ def variant_verdict(row:dict # a row of `answer_variants` / `scale_table`
     "`valid`, or `invalid (<kinds>)` with the problem kinds of `scale_summary`, sorted."
     return "valid" if row["valid"] else "invalid (" + "; ".join(sorted(dict.fromkeys(_kind(p) for p in row["problems"]))) + ")"
 
+# %% ../../nbs/32_stop_scale.ipynb #1a228955
 def reply_verdict(answer:str|None,                 # one answer
                   seed_prompts:list[str]|None=None, seed_cfprompt:str|None=None,  # its seed
                   target:str|None=None             # the sub-demographic asked for
