@@ -391,7 +391,7 @@ def word_clouds(counts:dict,        # (gender, race, city_class) -> Counter of w
 class NarrativesTask:
     prompt: str = NARRATIVE_PROMPT      # the story prompt; must contain {name} and {city}
     max_words: int = MAX_WORDS          # the prompt's word limit: stories over it are counted (and kept)
-    sentiment_model: str|None = None    # the paper's 5-class classifier (tabularisai/robust-sentiment-analysis) or a local copy; None = VADER
+    sentiment_model: str|None = None    # "auto": the paper's 5-class classifier where the hub answers for its pinned commit, else VADER; a hub id or local copy; None = VADER
     model_revision: str|None = None     # hub revision (commit) of sentiment_model; None = the paper model's pinned commit (`PAPER_REVISIONS`)
     vader_positive: float = 0.05        # VADER: compound >= this is positive (Hutto & Gilbert)
     vader_negative: float = -0.05       # VADER: compound <= this is negative
