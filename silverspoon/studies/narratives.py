@@ -456,6 +456,7 @@ def story_items_table(stories:pd.DataFrame # one row per asked item with status 
     "The rows of `items.csv`: the item's identifiers, status and score, with `item` = the name (the cluster of every CI)."
     return stories.assign(item=stories.name)[ITEMS_CSV_COLUMNS].reset_index(drop=True)
 
+# %% ../../nbs/12_narratives.ipynb #f4c2a007
 def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`story_items_table`), or a resample of its rows
                         )->dict:
     "{`% positive high-low city`}: rich-minus-poor % positive stories, averaged over the gender x race cells (`sentiment_contrasts`' estimate)."

@@ -743,6 +743,7 @@ def answer_items(answers:pd.DataFrame # one row per asked item with status, prof
     "The rows of `items.csv`: `ITEM_COLUMNS`' identifiers and the parse, with `item` = the name (the cluster of every CI)."
     return answers.assign(item=answers.name)[ITEMS_CSV_COLUMNS].reset_index(drop=True)
 
+# %% ../../nbs/11_professions.ipynb #f4c1a009
 def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`answer_items`), or a resample of its rows
                         )->dict:
     "{`shift_high female`, `shift_high male`}: per gender, the mean over races of the rich-minus-poor % high-income among classified answers (`gender_shift`'s estimate)."
