@@ -13,10 +13,12 @@ from .core import project_root, merge_params
 from .store import store_root
 
 # %% auto #0
-__all__ = ['HEADLINES', 'STUDY_NEEDS', 'A100_H100_BANDWIDTH', 'Headline', 'min_detectable_effect', 'direction', 'run_cost',
-           'headline_row', 'instrument_validity', 'released_values', 'runs_for_model', 'bias_card', 'card_html',
-           'read_model_file', 'model_plan', 'gpu_rates', 'gpu_time_estimate', 'models_overview', 'models_overview_html',
-           'write_card']
+__all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'Headline',
+           'min_detectable_effect', 'direction', 'run_cost', 'headline_row', 'instrument_validity', 'released_values',
+           'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'check_factors', 'read_model_file',
+           'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'factor_deltas',
+           'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'models_overview',
+           'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -125,14 +127,23 @@ def released_values(h:Headline, reports_dir:str|Path)->str:
         out.append(f"{d.name.removesuffix('-replay')} {r['estimate']:.3g}")
     return "; ".join(out)
 
+# %% ../nbs/07b_card.ipynb #41bc646c
+FACTOR_FIELDS = {"quantization": "model.quantization", "prompt_variant": "task.prompt_variant"}   # factor -> the params field its levels set
+FACTOR_SEP = "--"   # factor runs: <run>--reference, <run>--quantization-4bit, <run>--prompt_variant-<name>
+
+def is_factor_run(run:str # a run name (a report folder or store file stem)
+                 )->bool:
+    "A factor run (`<run>--reference`, `<run>--quantization-4bit`, ...), never a model's own run of a study."
+    return FACTOR_SEP in run
+
 # %% ../nbs/07b_card.ipynb #fb659310
 def runs_for_model(name:str, reports_dir:str|Path)->dict[str,Path]:
-    "Study -> published run folder for model `name` (exact run name first, else the first `name-*` folder with a summary)."
+    "Study -> published run folder for model `name` (exact run name first, else the first `name-*` folder with a summary; factor runs never)."
     if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
     out = {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
         exact = study_dir/name
-        cands = [exact] if (exact/"summary.csv").exists() else sorted(p for p in study_dir.glob(f"{name}-*") if (p/"summary.csv").exists())
+        cands = [exact] if (exact/"summary.csv").exists() else sorted(p for p in study_dir.glob(f"{name}-*") if not is_factor_run(p.name) and (p/"summary.csv").exists())
         if cands: out[study_dir.name] = cands[0]
     return out
 
@@ -160,8 +171,10 @@ def _fmt(x, digits=3)->str:
     return f"{x:.{digits}g}"
 
 # %% ../nbs/07b_card.ipynb #9bccd782
-def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None)->str:
-    "The bias card as a self-contained HTML page (readable at 1400 px)."
+def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
+              factors:dict|None=None # `factor_deltas(...)`: the Factors section (none without factor runs)
+             )->str:
+    "The bias card's page body (its page and stylesheet come from the publisher, `silverspoon.runner.write_card`)."
     rows = []
     for _, r in card.iterrows():
         ci = f"[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
@@ -172,14 +185,12 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None)->str
                     html.escape(str(r.get("instrument", "")))+"<br><small>"+val+"</small>", html.escape(str(r.get("released", "") or "")),
                     f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('generation_seconds'))} s"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["study", "headline", "estimate [95% CI]", "n", "verdict", "MDE (80% power)", "instrument validity", "released models (paper)", "cost"])
-    return (f"<!doctype html><meta charset='utf-8'><title>bias card: {html.escape(name)}</title>"
-            "<style>body{font-family:system-ui,sans-serif;max-width:1360px;margin:1em auto}table{border-collapse:collapse;font-size:13px}"
-            "td,th{border-bottom:1px solid #ddd;padding:4px 6px;vertical-align:top;text-align:left}small{color:#555}</style>"
-            f"<h1>Bias card: {html.escape(name)}</h1><p>One row per study headline. MDE: the smallest true effect a 5% test detects "
+    return (f"<h1>Bias card: {html.escape(name)}</h1><p>One row per study headline. MDE: the smallest true effect a 5% test detects "
             "with 80% power at this n, from the CI width (normal approximation). Instrument validity: agreement of the parser "
             "behind the number with its hand-labelled reference. Released models: the same headline from the authors' released "
             "answers (these reproduce the papers' numbers). Cost: generations, completion tokens and seconds recorded in the store.</p>"
-            f"<table><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate)))
+            f"<table class='card'><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
+            + ("" if factors is None else factors_html(factors)))
 
 # %% ../nbs/07b_card.ipynb #237561be
 def _estimate_html(est:pd.DataFrame)->str:
@@ -206,6 +217,44 @@ def _dotted(d:dict, key:str):
         d = d[k]
     return d
 
+# %% ../nbs/07b_card.ipynb #bb4499f3
+def check_factors(factors,                  # the `factors:` value of a model file (or of `--vary`)
+                  src:str="<model file>"    # the file, for messages
+                 )->dict:
+    "`factors` checked: `quantization` (known levels, `none` put first: the reference), `prompt_variant` (`all` or names), `n` (study -> positive int)."
+    import typing
+    from silverspoon.core import ParamsError, ModelParams, check_name
+    from silverspoon.studies import STUDY_REGISTRY
+    if factors is None: return {}
+    if not isinstance(factors, dict):
+        raise ParamsError(f"{src}: field `factors` must be a mapping, e.g. factors: {{quantization: [none, 4bit], prompt_variant: all, n: {{normative: 30}}}}.")
+    unknown = set(factors) - {*FACTOR_FIELDS, "n"}
+    if unknown: raise ParamsError(f"{src}: field `factors` has unknown key(s) {sorted(unknown)}; it takes {', '.join(FACTOR_FIELDS)} and n.")
+    out = {}
+    if "quantization" in factors:
+        q, known = factors["quantization"], typing.get_args(typing.get_type_hints(ModelParams)["quantization"])
+        if not (isinstance(q, list) and q and all(isinstance(x, str) for x in q)):
+            raise ParamsError(f"{src}: field `factors.quantization` = {q!r} must be a list of levels, e.g. [none, 8bit, 4bit].")
+        bad = [x for x in q if x not in known]
+        if bad: raise ParamsError(f"{src}: field `factors.quantization` has unknown level(s) {bad}; use levels of model.quantization: {', '.join(known)}.")
+        out["quantization"] = ["none"] + [x for x in dict.fromkeys(q) if x != "none"]   # none, the unquantized model, is the reference
+    if "prompt_variant" in factors:
+        v = factors["prompt_variant"]
+        if v != "all" and not (isinstance(v, list) and v and all(isinstance(x, str) for x in v)):
+            raise ParamsError(f"{src}: field `factors.prompt_variant` = {v!r} must be `all` (every variant each study declares) or a list of variant names.")
+        if isinstance(v, list):
+            for x in v: check_name(x, "factors.prompt_variant", src, why="it goes into the factor run's name")
+        out["prompt_variant"] = v if v == "all" else list(dict.fromkeys(v))
+    n = factors.get("n") or {}
+    if not isinstance(n, dict): raise ParamsError(f"{src}: field `factors.n` must map a study to the factor runs' sample.n, e.g. {{normative: 30}}.")
+    unknown = set(n) - set(STUDY_REGISTRY)
+    if unknown: raise ParamsError(f"{src}: field `factors.n` names unknown stud(ies) {sorted(unknown)}; known studies: {sorted(STUDY_REGISTRY)}.")
+    for k, x in n.items():
+        if isinstance(x, bool) or not isinstance(x, int) or x < 1:
+            raise ParamsError(f"{src}: field `factors.n.{k}` = {x!r} must be a positive integer (the sample.n of {k}'s factor runs).")
+    out["n"] = dict(n)
+    return out
+
 # %% ../nbs/07b_card.ipynb #79e19b54
 def read_model_file(path:str|Path)->dict:
     "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies`, `skip`, `description`."
@@ -221,7 +270,7 @@ def read_model_file(path:str|Path)->dict:
         if not isinstance(d.get(k) or {}, dict): raise ParamsError(f"{path}: field `{k}` must map a study name to its overrides.")
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
-            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": d.get("factors") or {}}
+            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
 
 # %% ../nbs/07b_card.ipynb #b02d4850
 def model_plan(models_file:str|Path,        # params/models/<name>.yaml
@@ -257,6 +306,217 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
         out.write_text(yaml.safe_dump(doc, sort_keys=False))
         rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
     return pd.DataFrame(rows)
+
+# %% ../nbs/07b_card.ipynb #0f6e4e61
+FACTOR_SKIP = {   # study -> why its factor runs are not planned
+    "downstream": "needs a LoRA adapter per level (its runs compare the base model with an adapter trained on one model, not factor levels)",
+}
+
+# %% ../nbs/07b_card.ipynb #c25252ba
+def factor_run_name(run:str,           # the study's run for this model, e.g. smollm2-135m
+                    factor:str|None,   # "quantization", "prompt_variant", or None for the reference
+                    level:str|None=None)->str:
+    "The factor run's name: `<run>--reference` or `<run>--<factor>-<level>` (its store file and report folder)."
+    return f"{run}{FACTOR_SEP}reference" if factor is None else f"{run}{FACTOR_SEP}{factor}-{level}"
+
+# %% ../nbs/07b_card.ipynb #97236fdf
+def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
+                studies:list[str]|None=None,  # only these studies (default: every study `model_plan` runs)
+                vary:dict|None=None,          # factor -> levels, instead of the file's `factors` (its `n` still applies), e.g. {"quantization": ["none", "4bit"]}
+                root:str|Path|None=None)->pd.DataFrame:
+    "One row per (study, factor, level): the factor run's params file, written under tmp/models/<name>/factors/<study>/, or why it is skipped."
+    import yaml, os
+    from silverspoon.core import read_yaml, read_params_mapping
+    from silverspoon.studies import get_study
+    root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
+    factors = m["factors"] if vary is None else check_factors({**vary, "n": m["factors"].get("n", {})}, "--vary")
+    want = {f: factors[f] for f in FACTOR_FIELDS if f in factors}
+    cols = ["study", "factor", "level", "run", "params", "status"]
+    if not want: return pd.DataFrame(columns=cols)
+    rows = []
+    for p in model_plan(models_file, studies, root).itertuples():
+        def skip(why, factors=want, level=None):
+            rows.extend(dict(study=p.study, factor=f, level=level, run=None, params=None, status=f"skipped: {why}") for f in factors)
+        if pd.isna(p.params): skip(p.status.removeprefix("skipped: ")); continue
+        if p.study in FACTOR_SKIP: skip(FACTOR_SKIP[p.study]); continue
+        s = get_study(p.study)
+        if s.headlines_from_items is None: skip("the study has no headlines_from_items (the deltas are recomputed from each run's items.csv)"); continue
+        src = root/p.params
+        base, run = read_yaml(src) or {}, read_params_mapping(src).get("run") or src.stem
+        variants = list(s.prompt_variants)
+        levels = [(None, None)]
+        for f, lv in want.items():
+            if f == "quantization": levels += [(f, x) for x in lv[1:]]; continue
+            if not variants: skip("the study declares no prompt_variants", [f]); continue
+            for x in (variants if lv == "all" else lv):
+                if x not in variants: skip(f"the study has no prompt variant {x!r} (it has {', '.join(variants)})", [f], x)
+                elif x != variants[0]: levels.append((f, x))
+        out = root/"tmp"/"models"/name/"factors"/p.study; out.mkdir(parents=True, exist_ok=True)
+        for f, x in levels:
+            doc, frun = dict(base), factor_run_name(run, f, x)
+            if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
+            doc["run"] = frun
+            if p.study in factors["n"]: doc["sample"] = {**(doc.get("sample") or {}), "n": factors["n"][p.study]}
+            if f in (None, "quantization"): doc["model"] = {**(doc.get("model") or {}), "quantization": x or "none"}
+            if variants and f in (None, "prompt_variant"): doc["task"] = {**(doc.get("task") or {}), "prompt_variant": x or variants[0]}
+            what = "reference (quantization none, the paper's prompt)" if f is None else f"{FACTOR_FIELDS[f]} = {x}"
+            doc["description"] = f"{base.get('description') or run}; factor run: {what}"
+            (out/f"{frun}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+            status = "written" + ("" if p.study in factors["n"] else f" (no factors.n.{p.study}: the run file's sample)")
+            rows.append(dict(study=p.study, factor=f or "reference", level=x or "reference", run=frun,
+                             params=str((out/f"{frun}.yaml").relative_to(root)), status=status))
+    return pd.DataFrame(rows, columns=cols)
+
+# %% ../nbs/07b_card.ipynb #392ed682
+def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an `item` column, one row per scored answer
+                  level:pd.DataFrame,      # items.csv of one level's run over the same items
+                  headlines,               # items -> {metric: estimate}: the study's `headlines_from_items`
+                  n_boot:int=1000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
+    "Per headline: both estimates on the shared items, delta = level - reference with a paired cluster-bootstrap percentile CI, n items, unmatched items, and whether the CI excludes 0."
+    from silverspoon.stats import _check_boot, _cluster_draws, percentile_ci
+    _check_boot(n_boot, alpha)
+    rk, lk = reference["item"].astype(str), level["item"].astype(str)
+    common = sorted(set(rk) & set(lk))
+    ref, lvl = reference[rk.isin(common).to_numpy()], level[lk.isin(common).to_numpy()]
+    est_r = dict(headlines(ref)) if common else {}
+    est_l = dict(headlines(lvl)) if common else {}
+    C, pos = len(common), {k: i for i, k in enumerate(common)}
+    def groups(df):   # the frame's columns as arrays, rows sorted by item, and each item's first row and row count
+        codes = df["item"].astype(str).map(pos).to_numpy()
+        order, sizes = np.argsort(codes, kind="stable"), np.bincount(codes, minlength=C)
+        return {c: df[c].to_numpy()[order] for c in df.columns}, sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    def draw(g, row):   # the drawn items' rows; an item drawn k times comes back as k units (labelled by draw position)
+        cols, sizes, starts = g; s = sizes[row]
+        idx = np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())
+        return pd.DataFrame({c: (np.repeat(np.arange(len(row)), s) if c == "item" else v[idx]) for c, v in cols.items()})
+    reps = {k: [] for k in est_r}
+    if C:
+        gr, gl = groups(ref), groups(lvl)
+        for draws in _cluster_draws(C, n_boot, seed):
+            for row in draws:
+                hr, hl = headlines(draw(gr, row)), headlines(draw(gl, row))
+                for k in reps: reps[k].append(float(hl.get(k, np.nan)) - float(hr.get(k, np.nan)))
+    rows = []
+    for k, e in est_r.items():
+        lo, hi, _ = percentile_ci(np.asarray(reps[k], dtype=float), alpha)
+        d = float(est_l.get(k, np.nan)) - float(e)
+        rows.append(dict(headline=k, reference=float(e), level_estimate=float(est_l.get(k, np.nan)), delta=d, ci_low=lo, ci_high=hi,
+                         n_items=C, unmatched_reference=int(rk.nunique() - C), unmatched_level=int(lk.nunique() - C),
+                         excludes_0=bool(lo > 0 or hi < 0), mde_80=min_detectable_effect(lo, hi)))
+    return pd.DataFrame(rows, columns=["headline", "reference", "level_estimate", "delta", "ci_low", "ci_high", "n_items",
+                                       "unmatched_reference", "unmatched_level", "excludes_0", "mde_80"])
+
+# %% ../nbs/07b_card.ipynb #12653a17
+def factor_runs(name:str,                 # the model's name, e.g. smollm2-135m
+                reports_dir:str|Path)->pd.DataFrame:
+    "The published factor runs of a model: one row per run (study, base run, factor, level, folder), each study's reference first."
+    rows = []
+    for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models") if Path(reports_dir).is_dir() else []:
+        for ref in sorted(study_dir.glob(f"*{FACTOR_SEP}reference")):
+            base = ref.name.removesuffix(f"{FACTOR_SEP}reference")
+            if base != name and not base.startswith(name + "-"): continue
+            rows.append(dict(study=study_dir.name, base_run=base, factor="reference", level="reference", run=ref.name, run_dir=ref))
+            for d in sorted(study_dir.glob(f"{base}{FACTOR_SEP}*")):
+                rest = d.name[len(base) + len(FACTOR_SEP):]
+                f = next((f for f in FACTOR_FIELDS if rest.startswith(f + "-")), None)
+                if f and d.is_dir(): rows.append(dict(study=study_dir.name, base_run=base, factor=f, level=rest[len(f) + 1:], run=d.name, run_dir=d))
+    return pd.DataFrame(rows, columns=["study", "base_run", "factor", "level", "run", "run_dir"])
+
+# %% ../nbs/07b_card.ipynb #39f7536d
+def factor_deltas(name:str,                          # the model's name, e.g. smollm2-135m
+                  reports_dir:str|Path|None=None,     # a reports folder; None = <project>/reports
+                  store_dir:str|Path|None=None,       # a store root (for each level's cost); None = $SILVERSPOON_STORE, else <project>/store
+                  n_boot:int=1000, seed:int=0, alpha:float=0.05,
+                  study_of=None                       # study name -> its Study; None = the registry (`get_study`)
+                 )->dict:
+    "The card's factor section, scores and data: `deltas` (per study, factor, level, headline), `band` (the headlines across the wording variants), `levels` (each level's own estimates and cost)."
+    from silverspoon.studies import get_study
+    from silverspoon.core import ParamsError
+    study_of = study_of or get_study
+    reports_dir = Path(reports_dir or project_root()/"reports"); store_dir = Path(store_dir or store_root())
+    runs, deltas, levels, bands = factor_runs(name, reports_dir), [], [], []
+    for (study, base), g in runs.groupby(["study", "base_run"], sort=False):
+        try: s = study_of(study)
+        except ParamsError: continue   # a study folder no registered study owns
+        if s.headlines_from_items is None: continue
+        items = {r.run: pd.read_csv(r.run_dir/"items.csv", dtype={"item": str}) for r in g.itertuples() if (r.run_dir/"items.csv").exists()}
+        ref = g.run.iloc[0]
+        if ref not in items: continue
+        for r in g.itertuples():
+            if r.run not in items: continue
+            kind = "quantization" if r.factor == "quantization" else s.prompt_variants.get(r.level, ("reference",))[0] if r.factor == "prompt_variant" else "reference"
+            cost = run_cost(store_dir, study, r.run)
+            for k, v in s.headlines_from_items(items[r.run]).items():
+                levels.append(dict(study=study, base_run=base, factor=r.factor, level=r.level, kind=kind, run=r.run, headline=k, estimate=v,
+                                   n_items=items[r.run]["item"].nunique(), **cost))
+            if r.run == ref: continue
+            d = paired_deltas(items[ref], items[r.run], s.headlines_from_items, n_boot, seed, alpha)
+            deltas.append(d.assign(study=study, factor=r.factor, level=r.level, kind=kind, run=r.run, reference_run=ref))
+    levels = pd.DataFrame(levels, columns=["study", "base_run", "factor", "level", "kind", "run", "headline", "estimate", "n_items",
+                                           "generations", "completion_tokens", "generation_seconds"])
+    cols = ["study", "factor", "level", "kind", "headline", "reference", "level_estimate", "delta", "ci_low", "ci_high", "n_items",
+            "unmatched_reference", "unmatched_level", "excludes_0", "mde_80", "run", "reference_run"]
+    deltas = pd.concat(deltas, ignore_index=True)[cols] if deltas else pd.DataFrame(columns=cols)
+    deltas = deltas.assign(n_boot=n_boot, seed=seed)
+    return dict(deltas=deltas, band=wording_band(levels), levels=levels)
+
+# %% ../nbs/07b_card.ipynb #baaed538
+def wording_band(levels:pd.DataFrame # `factor_deltas(...)["levels"]`: one row per level and headline
+                )->pd.DataFrame:
+    "Per study headline: min..max and range across the wording variants (the reference, the paper's prompt, included), with each variant's estimate."
+    w = levels[levels.kind.isin(["reference", "wording"]) & levels.factor.isin(["reference", "prompt_variant"])]
+    rows = []
+    for (study, base, h), g in w.groupby(["study", "base_run", "headline"], sort=False):
+        if not g.factor.eq("prompt_variant").any(): continue   # the reference alone is no band
+        lv = g.assign(name=np.where(g.factor.eq("reference"), "reference", g.level))
+        rows.append(dict(study=study, base_run=base, headline=h, n_variants=len(g), min=g.estimate.min(), max=g.estimate.max(),
+                         range=g.estimate.max() - g.estimate.min(), n_items=int(g.n_items.max()),
+                         estimates="; ".join(f"{n} {_fmt(e)}" for n, e in zip(lv.name, lv.estimate))))
+    return pd.DataFrame(rows, columns=["study", "base_run", "headline", "n_variants", "min", "max", "range", "n_items", "estimates"])
+
+# %% ../nbs/07b_card.ipynb #334c65a3
+def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels
+                )->str:
+    "The card's Factors section (an HTML fragment): the small n of the factor runs, the paired deltas with CI and MDE, and the wording band."
+    d, b = f["deltas"], f["band"]
+    if d.empty: return ""
+    ns = d.groupby("study").n_items.max()
+    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.factor)} = <a href='../{html.escape(r.study)}/{html.escape(r.run)}.html'><b>{html.escape(str(r.level))}</b></a><br><small>{html.escape(r.kind)}</small></td>"
+                   f"<td>{html.escape(r.headline)}</td><td>{_fmt(r.reference)}</td><td>{_fmt(r.level_estimate)}</td>"
+                   f"<td><b>{_fmt(r.delta)}</b> [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{'yes' if r.excludes_0 else 'no'}</td>"
+                   f"<td>{_fmt(r.mde_80, 2)}</td><td>{_fmt(r.n_items)}" + (f"<br><small>unmatched: {r.unmatched_reference} ref, {r.unmatched_level} level</small>"
+                   if r.unmatched_reference or r.unmatched_level else "") + "</td></tr>" for r in d.itertuples())
+    band = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.headline)}</td><td>{_fmt(r['min'])} .. {_fmt(r['max'])}</td>"
+                   f"<td>{_fmt(r['range'])}</td><td>{r.n_variants}</td><td><small>{html.escape(r.estimates)}</small></td></tr>"
+                   for _, r in b.iterrows())
+    th = lambda *c: "<tr>" + "".join(f"<th>{x}</th>" for x in c) + "</tr>"
+    return ("<h2>Factors</h2><p>Each study rerun on a small sample under each level of a factor (quantization: none is the reference; "
+            "prompt variant: the paper's prompt is the reference), the same items under every level. Items per study: "
+            + ", ".join(f"{html.escape(s)} n={_fmt(n)}" for s, n in ns.items()) + ". Delta: level minus reference on the items "
+            f"both runs scored, 95% percentile CI from a cluster bootstrap over items that draws the same items for both levels "
+            f"({_fmt(d.n_boot.iloc[0])} replicates, seed {d.seed.iloc[0]}). At this n a CI that includes 0 is <b>not</b> evidence of no "
+            "effect: MDE is the smallest true delta this n detects with 80% power (from the CI width).</p>"
+            f"<table>{th('study', 'level', 'headline', 'reference', 'level', 'delta [95% CI]', 'CI excludes 0', 'MDE (80% power)', 'n items')}{rows}</table>"
+            + ("" if b.empty else "<h3>Wording band</h3><p>Each headline across the rewordings of the prompt (the paper's included): "
+               "min..max of the estimates, on the same items.</p>"
+               f"<table>{th('study', 'headline', 'min .. max', 'range', 'variants', 'each variant')}{band}</table>"))
+
+# %% ../nbs/07b_card.ipynb #22e94bcf
+def replan(params_file:str|None,          # a run's params file as its provenance names it (relative to `root`)
+           root:str|Path|None=None)->Path|None:
+    "Write again a file `model_plan`/`factor_plan` wrote under tmp/models/<name>/ (from params/models/ file of that name) if absent; its path, or None for any other file."
+    from silverspoon.core import ParamsError
+    root = Path(root or project_root())
+    parts = Path(params_file).parts if params_file else ()
+    if len(parts) < 4 or parts[:2] != ("tmp", "models"): return None
+    if not (root/params_file).exists():
+        for f in sorted((root/"params"/"models").glob("*.yaml")):
+            try:
+                if read_model_file(f)["name"] != parts[2]: continue
+            except ParamsError: continue
+            if parts[3] == "factors" and len(parts) == 6: factor_plan(f, [parts[4]], root=root)
+            elif len(parts) == 4: model_plan(f, [Path(parts[3]).stem], root=root)
+    return root/params_file
 
 # %% ../nbs/07b_card.ipynb #a40bdac8
 A100_H100_BANDWIDTH = 1555/3350   # A100-40GB vs H100-SXM HBM bandwidth (GB/s, vendor figures)
@@ -305,7 +565,7 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
             if study in first: rows.append(dict(model=name, kind="model file", **_cell(first[study], run_dir)))
     for study, h in first.items():
         for d in sorted(Path(reports_dir, study).glob("*")) if Path(reports_dir, study).is_dir() else []:
-            if (study, d.name) in claimed or not (d/"summary.csv").exists(): continue
+            if (study, d.name) in claimed or is_factor_run(d.name) or not (d/"summary.csv").exists(): continue
             rows.append(dict(model=_model_key(d.name), kind="released answers" if d.name.endswith("-replay") else "run", **_cell(h, d)))
     return pd.DataFrame(rows)
 
@@ -333,15 +593,3 @@ def models_overview_html(ov:pd.DataFrame)->str:
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"
-
-# %% ../nbs/07b_card.ipynb #ad294686
-def write_card(name:str, reports_dir:str|Path|None=None, store_dir:str|Path|None=None)->Path:
-    "Write `reports/models/<name>.html` and `reports/models/<name>/bias_card.csv`; returns the HTML path."
-    reports_dir = Path(reports_dir or project_root()/"reports")
-    card = bias_card(name, reports_dir, store_dir)
-    out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
-    card.to_csv(out/name/"bias_card.csv", index=False)
-    try: est = gpu_time_estimate()
-    except (FileNotFoundError, ValueError): est = None   # no benchmark results or no reference runs: the card goes without the section
-    (out/f"{name}.html").write_text(card_html(card, name, est))
-    return out/f"{name}.html"

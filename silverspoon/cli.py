@@ -9,11 +9,11 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .runner import read_params_file, run_params_file, build_index, reports_folder
-from .card import write_card
+from .runner import write_card
 
 # %% auto #0
-__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'model_files',
-           'model_cards', 'validate_runs', 'main']
+__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
+           'factor_files', 'model_files', 'model_cards', 'validate_runs', 'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -59,16 +59,48 @@ def _runs_only(files)->list[Path]:
         if is_base(f): print(f"skip  {f}  (a base for `include:`, not a run)", file=sys.stderr)
     return [Path(f) for f in files if not is_base(f)]
 
+# %% ../nbs/07_cli.ipynb #d52ae59b
+def parse_vary(values:list[str]|None # the `--vary` arguments, e.g. ["model.quantization=none,4bit", "task.prompt_variant=all"]
+              )->dict|None:
+    "Factor -> levels from `--vary FIELD=LEVEL,LEVEL` (FIELD: model.quantization or task.prompt_variant); None without any."
+    from silverspoon.card import FACTOR_FIELDS
+    if not values: return None
+    by_field, out = {v: k for k, v in FACTOR_FIELDS.items()}, {}
+    for v in values:
+        field_, sep, levels = v.partition("=")
+        names = [x.strip() for x in levels.split(",") if x.strip()]
+        if not sep or field_.strip() not in by_field or not names:
+            raise ParamsError(f"--vary {v!r}: expected FIELD=LEVEL,LEVEL,... with FIELD one of {', '.join(by_field)}; "
+                              "e.g. --vary model.quantization=none,8bit,4bit or --vary task.prompt_variant=all.")
+        out.setdefault(by_field[field_.strip()], []).extend(names)
+    return {k: "all" if v == ["all"] else v for k, v in out.items()}
+
+# %% ../nbs/07_cli.ipynb #df232242
+def factor_files(models_file:str|Path,         # params/models/<name>.yaml
+                 studies:list[str]|None=None,   # only these studies
+                 vary:dict|None=None            # `parse_vary(...)`: instead of the file's `factors:`
+                )->list[Path]:
+    "The factor run files of a model file (`silverspoon.card.factor_plan`); prints one `skip` line per study and reason."
+    from silverspoon.card import factor_plan
+    plan = factor_plan(models_file, studies, vary)
+    for (study, why), g in plan[plan.params.isna()].groupby(["study", "status"], sort=False):
+        print(printable(f"skip  {study} factor runs ({', '.join(dict.fromkeys(g.factor))}): {why.removeprefix('skipped: ')}"), flush=True)
+    return [project_root()/p for p in plan.params.dropna()]
+
 # %% ../nbs/07_cli.ipynb #c05b4d9c
 def model_files(args)->list[Path]:
-    "The params files `--model` adds (`[]` without it); prints one `skip` line per study it cannot run."
+    "The params files `--model` adds (its studies, then its factor runs) and `--all` adds (every model file's factor runs); prints one `skip` line per study or factor it cannot run."
+    vary = parse_vary(getattr(args, "vary", None))
     if not getattr(args, "model", None):
         if getattr(args, "studies", None): raise ParamsError("--studies needs --model (a params/models/<name>.yaml).")
-        return []
+        if vary: raise ParamsError("--vary needs --model (a params/models/<name>.yaml): the factor runs start from that model's run of each study.")
+        if not getattr(args, "all", False): return []
+        return [f for m in sorted((project_root()/"params"/"models").glob("*.yaml")) for f in factor_files(m, [args.study] if args.study else None)]
     from silverspoon.card import model_plan
-    plan = model_plan(args.model, [s.strip() for s in args.studies.split(",") if s.strip()] if args.studies else None)
+    studies = [s.strip() for s in args.studies.split(",") if s.strip()] if args.studies else None
+    plan = model_plan(args.model, studies)
     for _, r in plan[plan.params.isna()].iterrows(): print(printable(f"skip  {r.study}: {r.status.removeprefix('skipped: ')}"), flush=True)
-    return [project_root()/p for p in plan.params.dropna()]
+    return [project_root()/p for p in plan.params.dropna()] + factor_files(args.model, studies, vary)
 
 # %% ../nbs/07_cli.ipynb #e132c75c
 def model_cards(args)->list[str]:
@@ -93,6 +125,8 @@ def _parser():
     r.add_argument("--no-index", action="store_true")
     r.add_argument("--model", help="params/models/<name>.yaml: run every study with this model, then write its bias card")
     r.add_argument("--studies", help="with --model: only these studies (comma-separated)")
+    r.add_argument("--vary", action="append", metavar="FIELD=LEVELS", help="with --model (repeatable): a factor and its levels instead of the "
+                   "file's factors, e.g. model.quantization=none,8bit,4bit or task.prompt_variant=all; paired deltas go on the card")
     c = sub.add_parser("check", help="validate params files only")
     c.add_argument("params", nargs="+")
     sub.add_parser("list", help="list the default params files")

@@ -14,12 +14,13 @@ from .studies import STUDY_REGISTRY, get_study
 from .stats import metric_definition
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'INSTRUMENTS_POINTER', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'KERNEL_ARGS',
-           'verify_provenance', 'report_cells', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
+__all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
+           'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'verify_provenance', 'report_cells', 'fit_tables',
+           'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line', 'verdict_html',
            'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file',
            'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'run_params_file',
            'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'build_index', 'validity_page']
+           'figure_data_uri', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -33,6 +34,8 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
         raise SilverspoonError(f"{f}: no `content` record of format {PROVENANCE_FORMAT}: the report was made by an older silverspoon. "
                                "Fix: run it again (silverspoon run <params file>, or make reports for every default run).")
     study = prov["study"]
+    from silverspoon.card import replan
+    replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
     now = content_record(get_study(study).notebook if study in STUDY_REGISTRY else None, rec["params_file"], list(rec["data"]), root)
     out = []
     for kind in ("files", "data"):
@@ -55,9 +58,31 @@ def report_cells(nb):
 
 # %% ../nbs/07a_runner.ipynb #96a59623
 def _page(title:str, body:str)->str:
-    "A standalone HTML page with silverspoon's one stylesheet (shared by run reports and the index; no CDN scripts)."
+    "A standalone HTML page with silverspoon's one stylesheet (shared by run reports, the index, the validity page and the bias cards; no CDN scripts), its tables made to fit (`fit_tables`)."
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body>{body}</body></html>")
+            f"<style>{_CSS}</style></head><body>{fit_tables(body)}</body></html>")
+
+# %% ../nbs/07a_runner.ipynb #1a42e1ed
+TEXT_CELL_CHARS = 40   # a table cell with at least this many characters, a third of them letters, is prose: it wraps, left-aligned (class `text`)
+_CELL = re.compile(r"(<t([hd])\b[^>]*>)(.*?)(</t\2>)", re.S)
+_TAG = re.compile(r"(<[^>]*>)")
+
+def _fit_cell(m)->str:
+    "One table cell made to fit: a header may break after `_`; a prose cell gets class `text`."
+    tag, kind, inner, end = m.groups()
+    if kind == "h": return tag + "".join(p if p.startswith("<") else p.replace("_", "_<wbr>") for p in _TAG.split(inner)) + end
+    text = html.unescape(_TAG.sub("", inner))
+    if len(text) < TEXT_CELL_CHARS or sum(ch.isalpha() for ch in text) < len(text) / 3: return m.group(0)
+    if re.search(r"\bclass=[\"']", tag): tag = re.sub(r"\bclass=([\"'])", r"class=\1text ", tag, count=1)
+    else: tag = tag[:-1].rstrip() + " class='text'>"
+    return tag + inner + end
+
+# %% ../nbs/07a_runner.ipynb #dd239ae0
+def fit_tables(body:str # an HTML fragment (a page body)
+              )->str:
+    "`body` with every table in its own horizontal scroll box (`div.scroll`), prose cells wrapping (class `text`) and header names breakable after `_`."
+    body = _CELL.sub(_fit_cell, body)
+    return re.sub(r"<table\b", "<div class='scroll'><table", body).replace("</table>", "</table></div>")
 
 # %% ../nbs/07a_runner.ipynb #e9185055
 def safe_markdown_outputs(nb # an executed notebook (nbformat node), changed in place and returned
@@ -80,11 +105,15 @@ def _nb_html(nb, hide_code:bool=True)->str:
     return exp.from_notebook_node(nb)[0]
 
 # %% ../nbs/07a_runner.ipynb #954ac630
-def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoon report")->Path:
-    "Write the report HTML of an executed notebook (code hidden, library part removed)."
+def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoon report",
+                     study:str|None=None,          # the run's study: the report opens with the verdict on its card headlines (`verdict_html`)
+                     run_dir:str|Path|None=None    # the run's folder with its summary.csv (default: beside `html_path`, named like it)
+                    )->Path:
+    "Write the report HTML of an executed notebook (code hidden, library part removed): the run line, the verdict (when `study` is given), the instruments table, then the rest."
     import nbformat
     nb = nbformat.read(str(nb_path), as_version=4)
     nb.cells = lift_instruments(report_cells(nb))
+    if study: nb.cells = below_run_line(nb.cells, verdict_html(study, run_dir or Path(html_path).with_suffix("")), VERDICT_CELL_ID)
     Path(html_path).parent.mkdir(parents=True, exist_ok=True)
     Path(html_path).write_text(_page(title, _nb_html(nb)), encoding="utf-8")
     return Path(html_path)
@@ -105,6 +134,50 @@ def lift_instruments(cells:list # report cells (`report_cells`) of an executed n
     top = nbformat.v4.new_code_cell("", outputs=marked)
     top.id = "instruments-at-top"   # a fixed id: a re-run gives the same page
     return cells[:first + 1] + [top] + cells[first + 1:]
+
+# %% ../nbs/07a_runner.ipynb #980b1322
+VERDICT_CELL_ID = "verdict-at-top"   # a fixed id: a re-run gives the same page
+
+def below_run_line(cells:list,    # report cells (`report_cells`), e.g. after `lift_instruments`
+                   output_html:str, # what to show
+                   cell_id:str      # the new cell's id
+                  )->list:
+    "`cells` with one cell showing `output_html` right after the first code cell (the run line); unchanged when there is no code cell or nothing to show."
+    import nbformat
+    first = next((i for i, c in enumerate(cells) if c.cell_type == "code"), None)
+    if first is None or not output_html: return cells
+    cell = nbformat.v4.new_code_cell("", outputs=[nbformat.v4.new_output("display_data", data={"text/html": output_html, "text/plain": "(verdict)"})])
+    cell.id = cell_id
+    return cells[:first + 1] + [cell] + cells[first + 1:]
+
+# %% ../nbs/07a_runner.ipynb #0aca0b7d
+def _verdict_row(h, run_dir:Path)->str:
+    "One row of the verdict table: the headline's numbers, or why it is absent."
+    from silverspoon.card import headline_row, _fmt
+    name = f"<b>{html.escape(h.metric)}</b>{''.join(f' ({html.escape(str(v))})' for _, v in h.where)}<br><small>{html.escape(h.what)}</small>"
+    if not (run_dir/"summary.csv").exists(): return f"<tr><td>{name}</td><td colspan='4'>absent: this run wrote no summary.csv</td></tr>"
+    try: r = headline_row(h, run_dir)
+    except KeyError:
+        pick = ", ".join(f"{c}={v}" for c, v in (("metric", h.metric), *h.where))
+        return f"<tr><td>{name}</td><td colspan='4'>absent: not computed by this run (its summary.csv has no row {html.escape(pick)})</td></tr>"
+    ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if pd.notna(r["ci_low"]) and pd.notna(r["ci_high"]) else "no interval"
+    return (f"<tr><td>{name}</td><td>{_fmt(r['estimate'])} {ci}</td><td>{_fmt(r['n'])}</td>"
+            f"<td>{html.escape(str(r['direction']))}</td><td>{_fmt(r['mde_80'], 2)}</td></tr>")
+
+# %% ../nbs/07a_runner.ipynb #ea9e58de
+def verdict_html(study:str,          # the run's study (its folder under reports/)
+                 run_dir:str|Path    # the published (or about to be published) run folder with its summary.csv
+                )->str:
+    "The Verdict block that opens a study report: per card headline of `study` (`silverspoon.card.HEADLINES`) the estimate, 95% CI, n, plain-words direction and minimum detectable effect; a headline the run lacks is named with why."
+    from silverspoon.card import HEADLINES
+    heads = [h for h in HEADLINES if h.study == study]
+    if not heads: return (f"<div class='verdict'><h3>Verdict</h3><p>No headline of the {html.escape(study)} study is on the bias card "
+                          "(<code>silverspoon.card.HEADLINES</code>), so there is no verdict to give here: the tables below are its results.</p></div>")
+    head = "".join(f"<th>{c}</th>" for c in ["headline", "estimate [95% CI]", "n", "verdict", "MDE (80% power)"])
+    return ("<div class='verdict'><h3>Verdict</h3><p class='note'>This study's headlines on the bias card. Verdict: which side of the "
+            "no-bias value the estimate lies, and whether its 95% CI excludes that value. MDE: the smallest true effect a 5% test "
+            "detects with 80% power at this n (from the CI width).</p>"
+            f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, Path(run_dir)) for h in heads)}</table></div>")
 
 # %% ../nbs/07a_runner.ipynb #nbpub001
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
@@ -280,7 +353,7 @@ def run_params_file(path:str|Path,               # a file in params/
                                     progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
                                     kernel_manager_class=quiet_kernel_manager())
             _make_publishable(executed, tmp, study_dir)
-            notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}")
+            notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}", study=p.study, run_dir=out_dir)
         except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
         except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
         if failure is not None:
@@ -331,21 +404,24 @@ def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<stu
 
 # %% ../nbs/07a_runner.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
-    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir`."
+    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir` (factor runs, `<run>--<level>`, are on their model's card instead)."
+    from silverspoon.card import is_factor_run
     out = {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
-        frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv")) if not f.parent.name.startswith(".")]   # not a run in progress
+        frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv"))
+                  if not f.parent.name.startswith(".") and not is_factor_run(f.parent.name)]   # not a run in progress, not a factor run
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
 # %% ../nbs/07a_runner.ipynb #cb32f1c5
-_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1360px;margin:2em auto;padding:0 1em;color:#222}
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1360px;margin:2em auto;padding:0 1em;color:#222;overflow-wrap:break-word}
 table{border-collapse:collapse;font-size:13px;margin:1em 0}th,td{border-bottom:1px solid #ddd;padding:4px 8px;text-align:right}
 th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:first-child{text-align:left}caption{text-align:left;font-weight:600;padding:4px 0}
 .note{color:#555;font-size:13px}img{max-width:100%}pre{white-space:pre-wrap}
 .jp-OutputArea-output{overflow-x:auto}h1,h2,h3{font-weight:600}blockquote{color:#555;border-left:3px solid #ddd;margin-left:0;padding-left:1em}
 code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}
-.scroll{overflow-x:auto;max-width:100%}table.models td{text-align:left;vertical-align:top}summary{cursor:pointer;color:#335}"""
+.scroll,.output_subarea{overflow-x:auto;max-width:100%}table.models td,table.card td,table.models th,table.card th{text-align:left;vertical-align:top}
+td.text{text-align:left;min-width:18em;max-width:36em;overflow-wrap:anywhere}.verdict{border-left:4px solid #335;background:#f7f8fb;padding:2px 1em;margin:1em 0}summary{cursor:pointer;color:#335}"""
 
 def index_headline(study:str,       # a study folder of reports/
                    df:pd.DataFrame   # its summary rows (`collect_summaries`)
@@ -372,8 +448,8 @@ def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, e
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=[len(p) + 1 for p in panels])[:, 0]
     for ax, p, name in zip(axes, panels, dict.fromkeys(panel)):
         est, low, high = p["estimate"], p.get("ci_low", p["estimate"]), p.get("ci_high", p["estimate"])
-        err = [(est - low).clip(lower=0).fillna(0), (high - est).clip(lower=0).fillna(0)]   # no CI: the point alone
-        ax.errorbar(est, range(len(p)), xerr=err, fmt="o", capsize=3, color="C0")
+        err = [(est - low).clip(lower=0).fillna(0).to_numpy(float), (high - est).clip(lower=0).fillna(0).to_numpy(float)]   # no CI: the point alone
+        ax.errorbar(est.to_numpy(float), range(len(p)), xerr=err, fmt="o", capsize=3, color="C0")   # arrays: matplotlib calls float() on a one-row Series, which pandas 2.2 warns about
         ax.set_yticks(range(len(p)), labels=(p["model"] if by_model else p["run"]).astype(str).tolist())
         ax.set_ylim(-0.7, len(p) - 0.3); ax.grid(axis="x", alpha=0.3)
         if name: ax.set_title(name, loc="left", fontsize=9, color="#555")
@@ -453,3 +529,24 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.parse.gather_instruments
                               "reference": g["reference"], "note": g["note"]})
         parts.append(f"<h2>{html.escape(str(study))}</h2>" + shown.to_html(index=False, na_rep="", border=0, escape=True))
     return _page(title, "".join(parts))
+
+# %% ../nbs/07a_runner.ipynb #3feb7d95
+def write_card(name:str,                          # the model's run name, e.g. "smollm2-135m"
+               reports_dir:str|Path|None=None,     # a reports folder; None = <project>/reports
+               store_dir:str|Path|None=None        # a store root; None = $SILVERSPOON_STORE, else <project>/store
+              )->Path:
+    "Write `reports/models/<name>.html` (the card's body, `card.card_html`, on the reports' page), `reports/models/<name>/bias_card.csv` and, with factor runs, `factor_deltas.csv` and `factor_band.csv`; returns the HTML path."
+    from silverspoon.card import bias_card, card_html, gpu_time_estimate, factor_deltas
+    reports_dir = reports_folder(reports_dir)
+    card = bias_card(name, reports_dir, store_dir)
+    out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
+    card.to_csv(out/name/"bias_card.csv", index=False)
+    try: est = gpu_time_estimate()
+    except (FileNotFoundError, ValueError): est = None   # no benchmark results or no reference runs: the card goes without the section
+    fac = factor_deltas(name, reports_dir, store_dir)
+    for k in ("deltas", "band"):   # beside bias_card.csv; a card without factor runs has none (a stale file goes)
+        f = out/name/f"factor_{k}.csv"
+        if len(fac[k]): fac[k].to_csv(f, index=False)
+        else: f.unlink(missing_ok=True)
+    (out/f"{name}.html").write_text(_page(f"bias card: {name}", card_html(card, name, est, fac)), encoding="utf-8")
+    return out/f"{name}.html"

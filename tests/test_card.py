@@ -2,7 +2,8 @@
 import shutil
 from pathlib import Path
 import pandas as pd, pytest
-from silverspoon.card import model_plan, read_model_file, bias_card, write_card, runs_for_model, HEADLINES, min_detectable_effect
+from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, HEADLINES, min_detectable_effect
+from silverspoon.runner import write_card, _CSS
 from silverspoon.core import ParamsError
 
 def copy_params(root, d):
@@ -54,6 +55,7 @@ def test_card_of_the_committed_smollm2_runs(root, tmp_path):
     assert stop.generations == 72 and stop.completion_tokens > 0
     page = write_card("smollm2-135m", tmp_path)
     assert page.read_text().count("<tr>") >= len(HEADLINES) + 1 and (tmp_path/"models"/"smollm2-135m"/"bias_card.csv").exists()
+    assert page.read_text().startswith("<!doctype html>") and _CSS in page.read_text()   # published on the reports' page and stylesheet
 
 def test_a_study_without_a_run_is_listed_not_dropped(root, tmp_path):
     r = runs_for_model("smollm2-135m", root/"reports")["normative"]

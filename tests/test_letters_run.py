@@ -46,6 +46,13 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
     assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", "n"] == 8
     for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "weat_sign_check", "summary"): assert (out/f"{f}.csv").is_file(), f
     assert pd.read_csv(out/"lexicon_odds_ratios.csv").or_ci_low.isna().all()   # 4 letters per gender: too few for a letter bootstrap
+    inst = pd.read_csv(out/"instruments.csv")   # a generated CBG run's instruments, measured on the authors' released CLG letters (their scores exist for those only)
+    agree = inst[inst.measure.notna()]
+    assert set(agree.measure) == {"positive_vader", "formality_hd", "agentic", "p_agentic", "formal_hf", "positive_hf"} and (agree.n == 120).all()
+    assert agree.reference.str.startswith("measured on the authors' released CLG letters, not on this run's letters").all()
+    named = inst[inst.measure.isna()]
+    assert named.instrument.str.startswith(("task.formality_model: ", "task.sentiment_model: ", "task.nli_model: ")).all() and len(named) == 3
+    assert (named.kind == "model named in the params").all() and named.note.str.contains("as the params name it").all()
     first = json.loads((out/"provenance.json").read_text())["instruments"]
     assert first["misses"] > 0 and (store/"letters"/"tiny-letters.instruments.jsonl").is_file()
     # the rerun computes nothing: every instrument output (and the agency training result) comes from the cache
@@ -80,7 +87,9 @@ def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_pat
     prob = pd.read_csv(out/"agency_probabilities.csv").iloc[0]
     assert prob.n_sentences > 8 and 0 <= prob.p_min <= prob.p_median <= prob.p_max <= 1
     inst = pd.read_csv(out/"instruments.csv")   # the letters' instruments table, in the one contract: the validity page lists it
-    assert "p_agentic" in set(inst.measure) and inst.agreement.isna().all() and (inst.n == 8).all()
+    agree = inst[inst.measure.notna()]   # rows task.*: which of the paper's instruments ran, and why (n = 0: not an agreement)
+    assert "p_agentic" in set(agree.measure) and inst.agreement.isna().all() and (agree.n == 8).all()
+    assert inst.instrument[inst.measure.isna()].tolist() == ["task.formality_model: stand-in", "task.sentiment_model: stand-in"] and (inst.n[inst.measure.isna()] == 0).all()
     split = pd.read_csv(out/"agency_split_share.csv").set_index("statistic")      # the split's share of the gap, from the same levels
     sen, pie, auth = agr.loc["agentic", "ours"], agr.loc["agentic_authors_pieces", "ours"], agr.loc["agentic", "authors_per_ac"]
     assert abs(split.loc["split effect (sentences - pieces)", "estimate"] - (sen - pie)) < 1e-9 and (split.n_letters == 8).all()

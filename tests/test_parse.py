@@ -97,3 +97,23 @@ def test_stop_parsers_return_parsed_with_the_labels_they_always_gave():
         pf, ps = parse_faithful(text), parse_strict(text)
         assert isinstance(pf, Parsed) and isinstance(ps, Parsed) and (pf.label, ps.label) == (f, s) == (faithful_label(text), strict_label(text))
         assert pf.rule in PARSER_RULES["faithful"] and ps.rule in PARSER_RULES["strict"]
+
+def test_stop_scale_parser_set():
+    "The stop_scale output parser and validator (`reply_verdict`: each variant's verdict and reasons) on its hand-labelled set."
+    from silverspoon.studies.stop_scale import parser_set_validity
+    summ, items = parser_set_validity()
+    _check(summ, items, "stop_scale")
+    s = parser_set("stop_scale")
+    assert s.source.str.startswith("store").sum() == 12 and s.source.str.startswith("released").sum() >= 20 and (s.source == "written").sum() >= 40
+    assert (s.why_hard.notna() == s.hard).all(), "every hard answer says why it is hard, and only those"
+    assert s.expected.str.contains(r"\| ").sum() >= 4, "answers with several variants are in the set"
+    flipped = s.expected.map(lambda e: "no sentences block" if e != "no sentences block" else "valid")   # the set is the reference: the test can fail
+    assert instrument_validity("x", "parser", items.predicted, flipped, "flipped")[0].agreement.item() < 0.5
+
+@pytest.mark.parametrize("stated,target,want", [("Shintoism", "shinto", "valid"), ("Jain", "jainism", "valid"), ("Buddhist", "buddhism", "valid"),
+                                                ("Buddhism", "jainism", "invalid (wrong sub-demographic)"), ("Female", "jainism", "invalid (wrong sub-demographic)")])
+def test_stop_scale_stated_sub_demographic_forms(stated, target, want):
+    from silverspoon.studies.stop_scale import reply_verdict
+    ss = [f"Scene {i}: Mira meets her new neighbour number {i} at the {w}. Is this situation appropriate? Yes or No." for i, w in enumerate(["park", "shop", "gym", "bus", "fair"], 1)]
+    answer = f"Sub-demographic: {stated}\nSentences:\n" + "\n".join(f'"{x}"' for x in ss) + '\nCounterfactual Sentence:\n"Mira moved away. Does this justify it?"'
+    assert reply_verdict(answer, target=target) == want

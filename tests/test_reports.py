@@ -18,6 +18,9 @@ def test_replay_report_reproduces_paper(tmp_path):
     # the report opens with its instruments table: right below the run line, before any result; a pointer where it was computed
     assert html.index("<strong>Run</strong>") < html.index("<h3>Instruments") < html.index("instruments table of this run") < html.index("Table 2: agreement")
     assert html.count("<h3>Instruments") == 1
+    # ... and its verdict between the two: the study's card headlines with estimate [95% CI], n, direction and MDE
+    verdict = html[html.index("<h3>Verdict</h3>"):html.index("<h3>Instruments")]
+    assert html.index("<strong>Run</strong>") < html.index("<h3>Verdict</h3>") and all(m in verdict for m in ("CKC lower-end", "CKC upper-end", "share favouring underprivileged", "MDE"))
     out = tmp_path/"normative"/"gpt4-minimal"
     assert pd.read_csv(out/"generation_counts.csv")["requests"].item() == 3000
     vs = pd.read_csv(out/"table2_vs_paper.csv")

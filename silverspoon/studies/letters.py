@@ -26,15 +26,16 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS',
            'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3',
            'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS', 'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY',
-           'PAPER_SENTIMENT', 'AUTHOR_SCORES', 'AUTHORS_CORRELATION_COLUMNS', 'STUDY', 'missing_groups',
-           'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
-           'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
-           'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
-           'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task',
-           'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'success_table', 'salient_words',
-           'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests',
-           'level_comparability', 'agreement_with_authors', 'authors_score_instruments', 'hallucination_tests',
-           'summary_rows']
+           'PAPER_SENTIMENT', 'AUTHOR_SCORES', 'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE',
+           'CLG_AGREEMENT_REFERENCE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
+           'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons',
+           'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender',
+           'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios',
+           'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status',
+           'is_repetitive', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
+           'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
+           'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
+           'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -458,15 +459,15 @@ class LettersTask:
     top_k: int = 10                     # Table 3: salient words shown per gender and part of speech
     min_count: int = 5                  # Table 3: a word enters the odds-ratio ranking when used at least this often (both genders)
     weat_n_perm: int = 10000            # WEAT permutation p-values: re-partitions (exact when there are fewer)
-    formality_model: str|None = None    # HF formality classifier (paper: s-nlp/roberta-base-formality-ranker, label "formal"); None = not run
-    sentiment_model: str|None = None    # HF sentiment classifier (paper: distilbert-base-uncased-finetuned-sst-2-english); None = not run
+    formality_model: str|None = None    # HF formality classifier: "auto" = the paper's s-nlp/roberta-base-formality-ranker where the hub answers for its pinned commit; a model; None = not run
+    sentiment_model: str|None = None    # HF sentiment classifier: "auto" = the paper's distilbert-base-uncased-finetuned-sst-2-english likewise; a model; None = not run
     model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; None = each paper model's pinned commit (`PAPER_REVISIONS`)
     agency: bool = True                 # train (or reuse) the agency classifier of appendix F.2 and score agentic sentences
     agency_base_model: str|None = None  # its base encoder; None = all-MiniLM-L6-v2 from the pip package (bert-base-uncased needs the hub)
     agency_lr: float = 2e-5             # the paper's fine-tuning settings (appendix F.2)
     agency_epochs: int = 10
     agency_batch_size: int = 16
-    nli_model: str|None = None          # hallucination NLI (paper: ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli); None = not run
+    nli_model: str|None = None          # hallucination NLI: "auto" = the paper's ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli likewise; a model; None = not run
     n_boot: int = 2000                  # bootstrap replicates for CIs clustered by pair
     boot_seed: int = 0
     max_examples: int = 6               # failed letters / hallucinated sentences shown in the report
@@ -753,6 +754,83 @@ def authors_score_instruments(agreement:pd.DataFrame, # from `agreement_with_aut
                      "instrument": r.get("instrument") if not is_missing(r.get("instrument")) else r["measure"], "kind": "per-letter score",
                      "reference": f"{reference}: {r['authors_score']}", "n": r["n"], "note": note})
     return pd.DataFrame(rows, columns=[*INSTRUMENT_COLUMNS, *AUTHORS_CORRELATION_COLUMNS])
+
+# %% ../../nbs/20_letters.ipynb #clgagr01
+from ..text import SpacyAnalysis, VaderSentiment, InstrumentStore, score_cached, sentences_of, split_sentences, lexical_formality
+from ..store import store_root
+
+CLG_SOURCE_CACHE = "letters/chatgpt-clg-replay.instruments.jsonl"   # under the store root: the CLG replay's instrument outputs, reused read only
+CLG_AGREEMENT_REFERENCE = "measured on the authors' released CLG letters, not on this run's letters: the authors' per-letter score"
+
+def clg_style_per_letter(store:InstrumentStore,       # the cache the instrument outputs are read from (and written to when missing)
+                         sentence_split:str="spacy",  # the run's `task.sentence_split`
+                         classifiers:dict|None=None   # measure -> (sentence instrument, its label that marks a sentence), e.g. {"agentic": (AgencyClassifier(cfg), "agentic")}
+                        )->pd.DataFrame:
+    "The 120 released CLG letters measured as a run measures its letters (positive_vader, formality_hd, each classifier's share; p_agentic for the agency classifier) beside the authors' per_pos, per_for, per_ac."
+    clg = load_clg_letters(); texts = clg.letter.tolist()
+    an = score_cached(SpacyAnalysis(), texts, store, desc="spaCy (CLG letters)", progress=False)
+    sents = [sentences_of(t, a) for t, a in zip(texts, an)] if sentence_split == "spacy" else [split_sentences(t, "period") for t in texts]
+    of, flat = np.repeat(np.arange(len(texts)), [len(s) for s in sents]), [s for ss in sents for s in ss]
+    out = clg[["letter_id", "gender", *CLG_SCORES]].copy()
+    out["positive_vader"] = sentence_shares(of, [o["label"] == "positive" for o in score_cached(VaderSentiment(), flat, store, progress=False)], len(texts))
+    out["formality_hd"] = [lexical_formality(a["pos"]) for a in an]
+    for m, (inst, label) in (classifiers or {}).items():
+        res = score_cached(inst, flat, store, desc=f"{m} (CLG letters)", progress=False)
+        out[m] = sentence_shares(of, [str(o["label"]).lower() == label.lower() for o in res], len(texts))
+        if m == "agentic": out["p_agentic"] = sentence_shares(of, [o["p_positive"] for o in res], len(texts))
+    return out
+
+# %% ../../nbs/20_letters.ipynb #clgagr02
+class ClgAuthorsAgreement(Instrument):
+    "A run's style instruments vs the authors' per-letter scores on the 120 released CLG letters: `score([''])` -> [{'rows': `agreement_with_authors` rows}], cached by the instruments' identities."
+    name, batch_size = "clg-authors-agreement", 1
+    def __init__(self, sentence_split:str="spacy",     # the run's `task.sentence_split`
+                 classifiers:dict|None=None,           # measure -> (sentence instrument, label), as `clg_style_per_letter`
+                 source:InstrumentStore|None=None      # per-sentence outputs to reuse; None = an in-memory copy of `CLG_SOURCE_CACHE`
+                ):
+        self.sentence_split, self.classifiers, self.source = sentence_split, dict(classifiers or {}), source
+
+# %% ../../nbs/20_letters.ipynb #2c19fb75
+def clg_source_store()->InstrumentStore:
+    "An in-memory cache holding the CLG replay's instrument outputs (`CLG_SOURCE_CACHE`), so reading them never writes to that run's file."
+    mem, path = InstrumentStore(None), store_root()/CLG_SOURCE_CACHE
+    if path.exists(): mem.append(InstrumentStore(path).records())
+    return mem
+
+# %% ../../nbs/20_letters.ipynb #clgagr03
+from fastcore.basics import patch
+
+@patch
+def identity(self:ClgAuthorsAgreement)->dict:
+    return {"instrument": "clg-authors-agreement", "letters": {n: lookup(f"{RL}/{n}").sha256 for n in ("clg_letters", "clg_letters_eval")},
+            "sentence_split": self.sentence_split, "spacy": SpacyAnalysis().identity(), "vader": VaderSentiment().identity(),
+            "classifiers": {m: [inst.identity(), label] for m, (inst, label) in sorted(self.classifiers.items())}}
+
+# %% ../../nbs/20_letters.ipynb #2116902b
+@patch
+def score(self:ClgAuthorsAgreement, texts:list[str])->list[dict]:
+    per_letter = clg_style_per_letter(self.source if self.source is not None else clg_source_store(), self.sentence_split, self.classifiers)
+    rows = [{k: (v.item() if isinstance(v, np.generic) else v) for k, v in r.items()} for r in agreement_with_authors(per_letter).to_dict("records")]
+    return [{"rows": rows} for _ in texts]
+
+# %% ../../nbs/20_letters.ipynb #51c1b97a
+def clg_agreement_instruments(store:InstrumentStore,      # the run's instrument cache: the agreement is cached there per instrument identity
+                              sentence_split:str="spacy", # the run's `task.sentence_split`
+                              classifiers:dict|None=None, # measure -> (sentence instrument, label) the run uses
+                              source:InstrumentStore|None=None  # per-sentence outputs to reuse (default: the CLG replay's, read only)
+                             )->pd.DataFrame:
+    "Instruments-table rows (`authors_score_instruments`): the run's instruments vs the authors' per-letter scores, measured on the released CLG letters."
+    out = score_cached(ClgAuthorsAgreement(sentence_split, classifiers, source), [""], store, desc="agreement on the CLG letters", progress=False)[0]
+    return authors_score_instruments(pd.DataFrame(out["rows"]), CLG_AGREEMENT_REFERENCE)
+
+# %% ../../nbs/20_letters.ipynb #clgagr04
+def resolution_rows(resolved:dict # task field -> `silverspoon.text.ResolvedInstrument`
+                   )->pd.DataFrame:
+    "One instruments-table row per paper-instrument field: which instrument ran (the paper's model at its commit, a model the params name, or the stand-in) and why."
+    kind = lambda r: "paper instrument" if r.status == "paper" else "stand-in" if r.model_id is None else "model named in the params"
+    return pd.DataFrame([{**dict.fromkeys(INSTRUMENT_COLUMNS), "instrument": f"task.{f}: {r.label}", "kind": kind(r),
+                          "reference": "none: which instrument ran and why", "n": 0, "note": r.reason} for f, r in resolved.items()],
+                        columns=INSTRUMENT_COLUMNS)
 
 # %% ../../nbs/20_letters.ipynb #c3516e88
 def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row), gender, hallucinated (bool) and the measure flags

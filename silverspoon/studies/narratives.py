@@ -408,7 +408,7 @@ class NarrativesTask:
     prompt: str = NARRATIVE_PROMPT      # the story prompt; must contain {name} and {city}
     prompt_variant: str = "paper"       # a `PROMPT_VARIANTS` name: "paper" asks with `prompt`; another variant asks with its own prompt
     max_words: int = MAX_WORDS          # the prompt's word limit: stories over it are counted (and kept)
-    sentiment_model: str|None = None    # the paper's 5-class classifier (tabularisai/robust-sentiment-analysis) or a local copy; None = VADER
+    sentiment_model: str|None = None    # "auto": the paper's 5-class classifier where the hub answers for its pinned commit, else VADER; a hub id or local copy; None = VADER
     model_revision: str|None = None     # hub revision (commit) of sentiment_model; None = the paper model's pinned commit (`PAPER_REVISIONS`)
     vader_positive: float = 0.05        # VADER: compound >= this is positive (Hutto & Gilbert)
     vader_negative: float = -0.05       # VADER: compound <= this is negative

@@ -1,0 +1,294 @@
+"""Factors (issue 22, part 3): a model file's `factors:` (or `--vary`) -> factor run files; paired deltas on the card.
+
+The planner is tested on the SmolLM2 model file with every study given a `headlines_from_items` and prompt variants
+(until the studies declare their own); the deltas on hand-made items.csv fixtures; `run --model ... --vary` end to end
+on a toy study (the recipe's pattern, tests/test_recipe.py) whose prompt variants change what the scripted `echo`
+model answers.
+"""
+import dataclasses, os, shutil, sys
+from pathlib import Path
+import nbformat, numpy as np, pandas as pd, pytest
+from silverspoon.card import (read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model,
+                              FACTOR_FIELDS)
+from silverspoon.runner import write_card
+from silverspoon.core import ParamsError, read_params_mapping
+
+SMOL = "params/models/smollm2-135m.yaml"
+VARIANTS = {"paper": ("wording", "the paper's prompt"), "plain": ("wording", "plainer words"), "short": ("wording", "shorter"),
+            "options_reversed": ("option_order", "options in reverse"), "system": ("system_prompt", "a neutral system message")}
+
+
+@pytest.mark.parametrize("factors, message", [
+    ("[none, 4bit]", "field `factors` must be a mapping"),
+    ("{quantization: [none, 3bit]}", "field `factors.quantization` has unknown level(s) ['3bit']; use levels of model.quantization: none, 4bit, 8bit"),
+    ("{quantization: 4bit}", "field `factors.quantization` = '4bit' must be a list of levels"),
+    ("{prompt_variant: some}", "field `factors.prompt_variant` = 'some' must be `all`"),
+    ("{prompt_variant: ['a b']}", "field `factors.prompt_variant` = 'a b' must be a plain name"),
+    ("{n: {normative: 0}}", "field `factors.n.normative` = 0 must be a positive integer"),
+    ("{n: {normative: true}}", "field `factors.n.normative` = True must be a positive integer"),
+    ("{n: {normative: 2.5}}", "field `factors.n.normative` = 2.5 must be a positive integer"),
+    ("{n: {normativ: 3}}", "field `factors.n` names unknown stud(ies) ['normativ']"),
+    ("{n: [3]}", "field `factors.n` must map a study"),
+    ("{wording: all}", "field `factors` has unknown key(s) ['wording']"),
+])
+def test_model_file_factors_errors_name_file_field_and_fix(tmp_path, factors, message):
+    f = tmp_path/"m.yaml"
+    f.write_text(f"name: m\nmodel: {{id: x}}\nfactors: {factors}\n")
+    with pytest.raises(ParamsError) as e: read_model_file(f)
+    assert str(e.value).startswith(f"{f}: ") and message in str(e.value)
+
+
+def test_model_file_factors_read_back(root):
+    f = read_model_file(root/SMOL)["factors"]
+    assert f["quantization"] == ["none", "8bit", "4bit"] and f["prompt_variant"] == "all" and f["n"]["normative"] == 30
+
+
+ALLOWED = {"run", "description", "sample.n", "model.quantization", "task.prompt_variant"}   # the binding naming rule: nothing else differs
+
+def flat(d:dict, prefix:str="")->dict:
+    "A nested mapping as dotted keys."
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict): out.update(flat(v, f"{prefix}{k}."))
+        else: out[f"{prefix}{k}"] = v
+    return out
+
+
+@pytest.fixture
+def varied_studies(monkeypatch):
+    "Every study with a headlines_from_items and VARIANTS (the study engineers add their own; the planner only reads these two)."
+    import silverspoon.studies as st
+    real = st.get_study
+    def fake(name, src="<params>"):
+        s = real(name, src)
+        return dataclasses.replace(s, headlines_from_items=lambda d: {}, prompt_variants=VARIANTS) if name != "stop_scale" else s
+    monkeypatch.setattr(st, "get_study", fake)
+
+
+def test_planner_files_for_smollm2(root, tmp_path, varied_studies):
+    "Names follow the binding rule; each file differs from the study's run file only in run, sample.n, the level's field, description."
+    shutil.copytree(root/"params", tmp_path/"params")
+    plan = factor_plan(tmp_path/SMOL, root=tmp_path)
+    skipped = plan[plan.params.isna()].set_index(["study", "factor"]).status
+    assert skipped["downstream", "quantization"].startswith("skipped: needs a LoRA adapter per level")
+    assert skipped["stop_scale", "prompt_variant"].startswith("skipped: the study has no headlines_from_items")
+    ok = plan.dropna(subset=["params"])
+    base_runs = {"normative": "smollm2-135m", "professions": "smollm2-135m", "narratives": "smollm2-135m",
+                 "letters": "smollm2-135m-cbg", "stop": "smollm2-135m"}
+    assert set(ok.study) == set(base_runs)
+    n = read_model_file(root/SMOL)["factors"]["n"]
+    for study, run in base_runs.items():
+        got = ok[ok.study.eq(study)]
+        assert got.run.tolist() == [f"{run}--reference", f"{run}--quantization-8bit", f"{run}--quantization-4bit",
+                                    f"{run}--prompt_variant-plain", f"{run}--prompt_variant-short",
+                                    f"{run}--prompt_variant-options_reversed", f"{run}--prompt_variant-system"]
+        base = flat(read_params_mapping(tmp_path/"params"/study/f"{run}.yaml"))
+        for r in got.itertuples():
+            assert r.params == f"tmp/models/smollm2-135m/factors/{study}/{r.run}.yaml"
+            doc = flat(read_params_mapping(tmp_path/r.params))
+            assert {k for k in base.keys() | doc.keys() if base.get(k) != doc.get(k)} <= ALLOWED, (study, r.run)
+            assert (doc["run"], doc["sample.n"]) == (r.run, n[study])
+            assert doc["model.quantization"] == (r.level if r.factor == "quantization" else "none")
+            assert doc.get("task.prompt_variant") == {"reference": "paper", "prompt_variant": r.level}.get(r.factor, base.get("task.prompt_variant"))
+            assert doc["description"].startswith(base["description"] + "; factor run: ")
+    # --vary replaces the file's factors (its n stays); a level a study lacks is skipped, the reference always runs
+    plan = factor_plan(tmp_path/SMOL, ["stop"], {"prompt_variant": ["short", "nope"]}, root=tmp_path)
+    assert plan.run.dropna().tolist() == ["smollm2-135m--reference", "smollm2-135m--prompt_variant-short"]
+    assert plan.status[plan.level.eq("nope")].iloc[0] == "skipped: the study has no prompt variant 'nope' (it has paper, plain, short, options_reversed, system)"
+    assert read_params_mapping(tmp_path/plan.params.dropna().iloc[0])["sample"]["n"] == 6
+
+
+def test_planner_without_factors_or_headlines(root, tmp_path):
+    "A study without headlines_from_items says so; a model file without factors plans nothing."
+    shutil.copytree(root/"params", tmp_path/"params")
+    from silverspoon.studies import get_study
+    plan = factor_plan(tmp_path/SMOL, ["normative"], root=tmp_path)
+    if get_study("normative").headlines_from_items is None:
+        assert plan.status.str.startswith("skipped: the study has no headlines_from_items").all() and len(plan) == 2
+    (tmp_path/"m.yaml").write_text("name: m\nmodel: {id: x}\n")
+    assert factor_plan(tmp_path/"m.yaml", root=tmp_path).empty
+
+
+def share(d): return {"share": d["y"].mean()}
+
+
+def items(n=30, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({"item": [f"x{k}" for k in range(n)], "y": rng.integers(0, 2, n).astype(float)})
+
+
+def test_a_known_shift_gives_its_delta():
+    ref = items()
+    lvl = ref.assign(y=ref.y + 0.2)
+    d = paired_deltas(ref, lvl, share).iloc[0]
+    assert d.delta == pytest.approx(0.2) and d.ci_low == pytest.approx(0.2) and d.ci_high == pytest.approx(0.2) and d.excludes_0
+    flipped = ref.assign(y=np.where(np.arange(30) < 10, 1.0, ref.y))            # 1 on the first 10 items
+    d = paired_deltas(ref, flipped, share, n_boot=500).iloc[0]
+    assert d.delta == pytest.approx((flipped.y - ref.y).mean())
+    assert d.ci_low <= d.delta <= d.ci_high and d.ci_high > d.ci_low and d.n_items == 30 and d.mde_80 > 0
+
+
+def test_identical_levels_give_zero_with_a_ci_of_width_zero():
+    ref = items()
+    d = paired_deltas(ref, ref.sample(frac=1, random_state=1), share).iloc[0]   # row order does not matter
+    assert (d.delta, d.ci_low, d.ci_high, d.excludes_0) == (0.0, 0.0, 0.0, False)
+
+
+def test_unmatched_items_are_counted_and_left_out():
+    ref = items()
+    lvl = pd.concat([ref.iloc[3:], pd.DataFrame({"item": ["new1", "new2"], "y": [1.0, 1.0]})])
+    d = paired_deltas(ref, lvl, share).iloc[0]
+    assert (d.n_items, d.unmatched_reference, d.unmatched_level, d.delta) == (27, 3, 2, 0.0)
+    assert d.reference == pytest.approx(ref.y.iloc[3:].mean())
+
+
+def test_items_are_resampled_jointly_and_drawn_twice_as_two_units():
+    "Several rows per item (a pair): the headline pivots by item, so an item drawn twice must come back as two units."
+    rng = np.random.default_rng(3)
+    ref = pd.DataFrame({"item": np.repeat([f"p{k}" for k in range(15)], 2), "g": ["m", "f"]*15, "y": rng.normal(size=30)})
+    lvl = ref.assign(y=ref.y + np.where(ref.g.eq("m"), 0.5, 0.0))
+    gap = lambda d: {"gap": (lambda w: (w["m"] - w["f"]).mean())(d.pivot(index="item", columns="g", values="y"))}
+    d = paired_deltas(ref, lvl, gap, n_boot=300).iloc[0]
+    assert d.delta == pytest.approx(0.5) and d.ci_low == pytest.approx(0.5) and d.ci_high == pytest.approx(0.5)
+    # unpaired, the same shift would carry the items' spread into the CI; paired, it cancels: width 0 above
+
+
+def test_factor_deltas_read_published_runs(tmp_path):
+    "factor_deltas finds <run>--reference and its levels, pairs them, and returns the band across wording variants."
+    from types import SimpleNamespace
+    toy = SimpleNamespace(headlines_from_items=share, prompt_variants=VARIANTS)
+    ref = items()
+    runs = {"m--reference": ref, "m--quantization-4bit": ref.assign(y=ref.y * 0), "m--prompt_variant-plain": ref.assign(y=1.0),
+            "m--prompt_variant-system": ref.assign(y=1.0), "m-other--reference": ref, "mx--reference": ref}
+    for r, df in runs.items():
+        (tmp_path/"toy"/r).mkdir(parents=True); df.to_csv(tmp_path/"toy"/r/"items.csv", index=False)
+    assert set(factor_runs("m", tmp_path).base_run) == {"m", "m-other"}        # not mx
+    f = factor_deltas("m", tmp_path, tmp_path, n_boot=200, study_of=lambda s: toy)
+    d = f["deltas"].set_index(["reference_run", "level"])
+    assert d.loc[("m--reference", "4bit"), "delta"] == pytest.approx(-ref.y.mean())
+    assert d.loc[("m--reference", "plain"), "kind"] == "wording" and d.loc[("m--reference", "system"), "kind"] == "system_prompt"
+    band = f["band"].set_index("study").loc["toy"]
+    assert band.n_variants == 2 and band["min"] == pytest.approx(ref.y.mean()) and band["max"] == 1.0   # system prompt: not a wording
+    assert set(f["levels"].run) == {"m--reference", "m--quantization-4bit", "m--prompt_variant-plain", "m--prompt_variant-system"} | {"m-other--reference"}
+
+
+def test_vary_needs_model_and_a_known_field(cli):
+    r = cli("run", "--vary", "model.quantization=none,4bit")
+    assert r.returncode == 2 and "--vary needs --model" in r.stderr
+    r = cli("run", "--model", SMOL, "--vary", "model.dtype=float32")
+    assert r.returncode == 2 and "--vary 'model.dtype=float32': expected FIELD=LEVEL" in r.stderr
+    r = cli("run", "--model", SMOL, "--vary", "model.quantization=2bit")
+    assert r.returncode == 2 and "--vary: field `factors.quantization` has unknown level(s) ['2bit']" in r.stderr
+
+
+# --- end to end: a toy study with prompt variants, run --model --vary on the scripted `echo` model --------------------
+
+TOY = '''#| export
+from __future__ import annotations
+from dataclasses import dataclass
+import pandas as pd
+from silverspoon.core import RunParams, task_params
+from silverspoon.backends import GenRequest, user
+from silverspoon.studies import Study, check_prompt_variant
+
+NAMES = {"A": ["Ann", "Bo", "Cy", "Di"], "B": ["Ed", "Fay", "Gus", "Hal"]}
+PROMPTS = {"paper": "Should {name} get the loan? Answer Yes or No.", "yes_first": "Yes or no: should {name} get the loan?",
+           "polite": "Please answer Yes or No: should {name} get the loan?", "system": "Should {name} get the loan? Answer Yes or No."}
+VARIANTS = {"paper": ("wording", "the toy paper's question"), "yes_first": ("wording", "the options first"),
+            "polite": ("wording", "a polite request first"), "system": ("system_prompt", "a neutral system message")}
+
+@dataclass
+class ToyTask:
+    prompt_variant: str = "paper"
+
+def toy_task(params:RunParams, src:str="<params>")->ToyTask:
+    t = task_params(ToyTask, params, src); check_prompt_variant(VARIANTS, t.prompt_variant, src); return t
+
+def toy_items()->pd.DataFrame:
+    return pd.DataFrame([dict(item_id=f"toy-{n}", name=n, group=g) for g, ns in NAMES.items() for n in ns])
+
+def toy_requests(items:pd.DataFrame, variant:str)->list[GenRequest]:
+    sys_ = "You are a helpful assistant." if variant == "system" else None
+    return [GenRequest(r.item_id, user(PROMPTS[variant].format(name=r.name), system=sys_)) for r in items.itertuples()]
+
+def scored(items:pd.DataFrame, res:pd.DataFrame)->pd.DataFrame:
+    ans = items.item_id.map(res.drop_duplicates("item_id").set_index("item_id").answer).fillna("")
+    return pd.DataFrame({"item": items.name, "group": items.group, "yes": ans.str.strip().str.lower().str.startswith("yes").astype(int)})
+
+def headlines(d:pd.DataFrame)->dict:
+    a, b = d[d.group.eq("A")].yes.mean(), d[d.group.eq("B")].yes.mean()
+    return {"yes share A": a, "yes share B": b, "yes share A-B": a - b}
+
+def summary_rows(d:pd.DataFrame)->pd.DataFrame:
+    return pd.DataFrame([dict(metric=k, estimate=v, ci_low=float("nan"), ci_high=float("nan"), n=len(d)) for k, v in headlines(d).items()])
+
+STUDY = Study(name="toy", title="A toy study with prompt variants", notebook="40_toy.ipynb", task=ToyTask, validate=toy_task,
+              summary_rows=summary_rows, headline="yes share A-B", headlines_from_items=headlines, prompt_variants=VARIANTS)'''
+
+REPORT = '''from silverspoon.backends import make_backend
+from silverspoon.store import store_for, generate_all
+from silverspoon.studies import start_run
+params, opts, rep = start_run("toy", dict(study=study, run=run, description=description, model=model, generation=generation,
+                                          sample=sample, task=task), out_dir, params_source)
+items = toy_items()
+backend = make_backend(params.model)
+store = store_for(params, backend)
+res = generate_all(backend, toy_requests(items, opts.prompt_variant), params.generation, store, run=params.run, progress=False)
+rep.counts(res)
+s = scored(items, res)
+rep.items(s, "yes: 1 if the answer starts with yes")
+rep.summary(s)
+rep.provenance(store=store)'''
+
+
+def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
+    "The scripted `echo` model repeats the prompt: `yes_first` makes every answer a yes (+1), `polite` changes nothing (0)."
+    from test_recipe import _tree, _sh, PARAMETERS, REGISTRY_LINE, BIN
+    import re
+    t = _tree(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(t), "SILVERSPOON_ROOT": str(t), "HF_HUB_OFFLINE": "1"}
+    env.pop("SILVERSPOON_STORE", None)
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[md("# toy"), code("#| default_exp studies.toy"), code(PARAMETERS, metadata={"tags": ["parameters"]}),
+                                         code(TOY), md("# Report"), code(REPORT)],
+                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, str(t/"nbs"/"40_toy.ipynb"))
+    reg = nbformat.read(str(t/"nbs"/"08_studies.ipynb"), as_version=4)
+    cell = next(c for c in reg.cells if c.cell_type == "code" and "STUDY_REGISTRY = {" in c.source)
+    cell.source = re.sub(r"(STUDY_REGISTRY = \{[^\n]*\n)", lambda m: m.group(1) + f"    {REGISTRY_LINE}\n", cell.source, count=1)
+    nbformat.write(reg, str(t/"nbs"/"08_studies.ipynb"))
+    _sh(BIN/"nbdev_export", cwd=t, env=env)
+    (t/"params"/"toy").mkdir(parents=True); (t/"params"/"models").mkdir()
+    (t/"params"/"toy"/"_base-local.yaml").write_text("study: toy\nmodel: {backend: scripted, id: echo}\ngeneration: {max_new_tokens: 8}\n")
+    (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {prompt_variant: all, n: {toy: 8}}\n")
+    reports = tmp_path/"reports"
+    r = _sh(sys.executable, "-m", "silverspoon.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
+            "--vary", "task.prompt_variant=yes_first,polite", "--vary", "task.prompt_variant=system", "--reports-dir", reports,
+            cwd=t, env=env, timeout=600)
+    assert "5 of 5 runs succeeded" in r.stdout, r.stdout
+    assert {p.name for p in (reports/"toy").iterdir() if p.is_dir()} == {"echo", "echo--reference", "echo--prompt_variant-yes_first",
+                                                                        "echo--prompt_variant-polite", "echo--prompt_variant-system"}
+    assert (t/"store"/"toy"/"echo--prompt_variant-yes_first.jsonl").is_file()
+    d = pd.read_csv(reports/"models"/"echo"/"factor_deltas.csv").set_index(["level", "headline"])
+    assert d.loc[("yes_first", "yes share A"), ["delta", "ci_low", "ci_high", "excludes_0"]].tolist() == [1.0, 1.0, 1.0, True]
+    assert d.loc[("yes_first", "yes share A-B"), "delta"] == 0.0
+    assert (d.xs("polite")[["delta", "ci_low", "ci_high"]] == 0).all().all() and d.n_items.eq(8).all()
+    assert d.loc[("system", "yes share A"), "kind"] == "system_prompt"
+    band = pd.read_csv(reports/"models"/"echo"/"factor_band.csv").set_index("headline")
+    assert band.loc["yes share A", ["n_variants", "min", "max"]].tolist() == [3, 0.0, 1.0]   # paper, yes_first, polite (system is no wording)
+    page = (reports/"models"/"echo.html").read_text()
+    assert "<h2>Factors</h2>" in page and "toy n=8" in page
+    assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
+    # a fresh clone has no tmp/: the reports' provenance is still checkable (the run files are planned again from the model file)
+    shutil.rmtree(t/"tmp")
+    check = "import sys; from silverspoon.runner import verify_provenance; bad = {d: verify_provenance(d) for d in sys.argv[1:]}; assert not any(bad.values()), bad"
+    _sh(sys.executable, "-c", check, *sorted(p for p in (reports/"toy").iterdir() if p.is_dir()), cwd=t, env=env)
+
+
+def test_factor_runs_stay_off_the_index_tables(tmp_path):
+    "The index's study sections show each model's own run; its factor runs are on its card (linked from the Factors table)."
+    from silverspoon.runner import collect_summaries
+    for r in ("m", "m--reference", "m--quantization-4bit"):
+        (tmp_path/"toy"/r).mkdir(parents=True)
+        pd.DataFrame({"run": [r], "metric": ["x"], "estimate": [1.0]}).to_csv(tmp_path/"toy"/r/"summary.csv", index=False)
+    assert collect_summaries(tmp_path)["toy"].run.tolist() == ["m"]

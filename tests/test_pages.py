@@ -1,0 +1,74 @@
+"""What a reader sees at 1400 px (issue 22): headless Chromium opens the index, the validity page, the SmolLM2 bias card and
+a study report, built into a temporary reports folder from the committed runs; each page is photographed (the PNG must
+not be blank) and must not scroll sideways (`document.documentElement.scrollWidth` <= 1400)."""
+import re, shutil, subprocess
+from pathlib import Path
+import pytest
+from conftest import ROOT
+from silverspoon.runner import notebook_to_html, write_card, build_index, _page
+
+CHROMIUM = Path("/usr/bin/chromium")
+WIDTH = 1400
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"headless Chromium is not installed ({CHROMIUM}, Debian package "
+                                                               "`chromium`): the 1400 px page checks need a browser")
+REPORT = ("downstream", "smollm2-135m-stop-lora")   # the widest report before the pages were made to fit (4148 px)
+MEASURE = ("<script>addEventListener('load', () => document.body.setAttribute('data-width', "
+           "document.documentElement.scrollWidth + ' ' + window.innerWidth));</script>")
+
+def chromium(profile:Path, *args)->str:
+    "Run headless Chromium at 1400 px with its own profile folder (several may run at once); its stdout."
+    cmd = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", f"--user-data-dir={profile}",
+           f"--window-size={WIDTH},1000", "--virtual-time-budget=5000", *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 0, f"{cmd}: exit {r.returncode}\n{r.stderr[-2000:]}"
+    return r.stdout
+
+def page_width(page:Path, profile:Path)->tuple[int, int]:
+    "The page's (scrollWidth, viewport width) in Chromium: a copy of it beside it, with a script that writes them into the DOM."
+    copy = page.with_name(page.stem + ".measure.html")
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    m = re.search(r'data-width="(\d+) (\d+)"', chromium(profile, "--dump-dom", copy.resolve().as_uri()))
+    assert m, f"{page}: Chromium's DOM has no data-width attribute: the measuring script did not run"
+    return int(m.group(1)), int(m.group(2))
+
+def not_blank(png:Path)->float:
+    "The share of the screenshot's pixels that are not white."
+    from PIL import Image
+    import numpy as np
+    return float((np.asarray(Image.open(png).convert("L")) < 250).mean())
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    "A reports folder with every committed run's tables, one study report published again from its committed executed notebook, the card and the index."
+    d = tmp_path_factory.mktemp("reports")
+    root = ROOT
+    for run in sorted((root/"reports").glob("*/*/summary.csv")):
+        if run.parts[-3] != "models": shutil.copytree(run.parent, d/run.parts[-3]/run.parts[-2])
+    study, run = REPORT
+    notebook_to_html(root/"reports"/study/f"{run}.ipynb", d/study/f"{run}.html", f"{study}: {run}", study=study, run_dir=d/study/run)
+    write_card("smollm2-135m", d)
+    build_index(d)
+    return d
+
+def test_the_measure_sees_a_page_that_scrolls_sideways(tmp_path):
+    "The check can fail: a 2000 px wide block outside any table makes the page scroll."
+    p = tmp_path/"wide.html"
+    p.write_text(_page("wide", "<div style='width:2000px'>x</div>"))
+    width, viewport = page_width(p, tmp_path/"profile")
+    assert viewport == WIDTH and width > WIDTH
+
+@pytest.mark.parametrize("page", ["index.html", "validity.html", "models/smollm2-135m.html", "/".join(REPORT) + ".html"])
+def test_page_fits_1400_px(reports, page, tmp_path):
+    p = reports/page
+    width, viewport = page_width(p, tmp_path/"profile")
+    assert viewport == WIDTH, f"Chromium's window is {viewport} px wide, not {WIDTH}"
+    assert width <= WIDTH, f"{page} is {width} px wide at {WIDTH} px: a table or a long word does not fit (see fit_tables and _CSS in nbs/07a_runner.ipynb)"
+    png = tmp_path/(p.stem + ".png")
+    chromium(tmp_path/"profile", f"--screenshot={png}", p.resolve().as_uri())
+    assert png.exists() and not_blank(png) > 0.02, f"{png}: the screenshot of {page} is blank"
+
+def test_the_report_opens_with_its_verdict_then_its_instruments(reports):
+    text = (reports/"/".join(REPORT)).with_suffix(".html").read_text()
+    run_line, verdict, instruments = text.find("<strong>Run</strong>"), text.find("<h3>Verdict</h3>"), text.find("<h3>Instruments")
+    assert 0 <= run_line < verdict < instruments, (run_line, verdict, instruments)
+    assert "answer rate change, BBQ (adapter - base)" in text[verdict:instruments] and "MDE (80% power)" in text[verdict:instruments]
