@@ -647,7 +647,7 @@ def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
     "Within-name rich-vs-poor tests of the high-income share: per gender x race, per gender and overall (paired t, Wilcoxon, dz, BH); `note`: why a test is undefined."
     from silverspoon.stats import bh_fdr, warning_note, ci_on_scale
     cl = answers[answers.income_class.notna()].assign(high=lambda d: _high(d))
-    per = cl.pivot_table(index=["gender", "race", "rank", "name"], columns="city_class", values="high", aggfunc="mean").dropna().reset_index()
+    per = cl.pivot_table(index=["gender", "race", "rank", "name"], columns="city_class", values="high", aggfunc="mean").reindex(columns=list(CITY_CLASSES)).dropna().reset_index()   # a city class without classified answers: no pairs
     rows = []
     groups = [((g, r), per[(per.gender == g) & (per.race == r)]) for g in GENDERS for r in RACES]
     groups += [((g, "all"), per[per.gender == g]) for g in GENDERS] + [(("all", "all"), per)]
