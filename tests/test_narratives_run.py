@@ -7,6 +7,7 @@ import pytest
 from conftest import run_cli
 from silverspoon.testing import build_tiny_llama
 from silverspoon.text import build_tiny_classifier
+from silverspoon.studies import get_study
 
 FIVE = ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive")
 
@@ -64,6 +65,10 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     assert again["instruments"]["misses"] == 0 and again["instruments"]["hits"] >= first["misses"]
     assert again["store"]["misses"] == 0 and again["store"]["hits"] == prov["store"]["hits"] + prov["store"]["misses"]
     for f, df in before.items(): pd.testing.assert_frame_equal(pd.read_csv(out/f"{f}.csv"), df, obj=f)   # the same tables from the cache
+    items, summ = pd.read_csv(out/"items.csv"), pd.read_csv(out/"summary.csv").set_index("metric").estimate
+    assert len(items) == 32 and (items["item"] == items.name).all() and set(items.status) <= {"story", "refusal", "empty", "failed"}
+    h = get_study("narratives").headlines_from_items(items)
+    assert list(h) == ["% positive high-low city"] and abs(h["% positive high-low city"] - summ["% positive high-low city"]) < 1e-9, (h, summ)
 
 
 @pytest.mark.parametrize("sample,task,needle", [
@@ -71,7 +76,9 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     ({"n": 5000}, {}, "field `sample.n` = 5000: draw between 1 and 1000 stories"),
     ({"n": 32, "stratify_by": "race"}, {}, "field `sample.stratify_by` = 'race'"),
     (None, {"n_topics": 1}, "field `task.n_topics` = 1 must be in [2, 1000]"),
-    (None, {"vader_positive": -0.1}, "negative must be below positive")])
+    (None, {"vader_positive": -0.1}, "negative must be below positive"),
+    (None, {"prompt_variant": "poem"}, "field `task.prompt_variant` = 'poem' is not a prompt variant"),
+    (None, {"prompt": "A tale of {name} in {city}.", "prompt_variant": "character"}, "are both set")])
 def test_bad_narratives_params_stop_before_running(tmp_path, tiny, sample, task, needle):
     p = _params(tmp_path, tiny, sample, **task)
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})

@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 from silverspoon.testing import FakeChatServer
+from silverspoon.studies import get_study
 
 
 def _reply(text:str)->dict:
@@ -56,11 +57,19 @@ def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):
         assert srv.n_requests == asked                                                   # nothing generated or judged again
         assert json.loads((out/"provenance.json").read_text())["instruments"]["misses"] == 0
         assert pd.read_csv(out/"table3.csv").equals(t3)
+        items, summ = pd.read_csv(out/"items.csv"), pd.read_csv(out/"summary.csv").set_index("metric").estimate
+        assert len(items) == 160 and items["item"].nunique() == 8 and (items["item"] == items.name).all()   # one row per name x city answer
+        assert items.income_class.notna().sum() == 32                                                      # San Jose, Seattle, Detroit, Flint
+        h = get_study("professions").headlines_from_items(items)
+        assert set(h) == {"shift_high female", "shift_high male"} and all(abs(v - summ[k]) < 1e-9 for k, v in h.items()), (h, summ)
+        assert h == {"shift_high female": 100.0, "shift_high male": 100.0}
 
 
 @pytest.mark.parametrize("task,needle", [({"prompt": "Guess {name}'s job."}, "field `task.prompt` lacks {city}"),
                                          ({"min_similarity": 1.5}, "field `task.min_similarity` = 1.5"),
-                                         ({"judge": {"backend": "replay", "id": "x"}}, "field `task.judge.backend` = 'replay'")])
+                                         ({"judge": {"backend": "replay", "id": "x"}}, "field `task.judge.backend` = 'replay'"),
+                                         ({"prompt_variant": "shouty"}, "field `task.prompt_variant` = 'shouty' is not a prompt variant"),
+                                         ({"prompt": "Guess the job of {name} in {city}.", "prompt_variant": "direct"}, "are both set")])
 def test_bad_professions_params_stop_before_running(tmp_path, task, needle):
     p = tmp_path/"bad.yaml"
     p.write_text(json.dumps({"study": "professions", "run": "bad", "model": {"backend": "hf", "id": "m"}, "task": task}))
