@@ -42,10 +42,10 @@ def test_each_variant_changes_one_thing_and_keeps_the_answer_form():
         else:
             assert len(m) == 1 and sc in m[0]["content"] and (m == paper) == (v == "paper")
             assert ("Answer ONLY P1 or other." in m[0]["content"]) == (kind == "wording")
-    assert "Answer ONLY other or P1." in render_prompt(sc, "llama", "options-reversed")
+    assert "Answer ONLY other or P1." in render_prompt(sc, "llama", "option-order")
     assert "who is at fault?" in render_prompt(sc, "llama", "at-fault") and "which party is in the wrong?" in render_prompt(sc, "llama", "in-the-wrong")
     # gpt: the paper sent a system message, the variant sends none
-    assert [x["role"] for x in normative_requests(df, "gpt", "paper", "system-prompt")[0].messages] == ["user"]
+    assert [x["role"] for x in normative_requests(df, "gpt", "paper", "system-message")[0].messages] == ["user"]
     # replies in the forms the reworded questions invite read as before
     assert [parse_answer(t, sc) for t in ["P1 is at fault.", "Other is in the wrong: the owner overreacted.", "Other.", "The owner is at fault."]] \
         == ["P1", "other", "other", "other"]

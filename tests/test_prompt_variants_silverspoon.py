@@ -28,7 +28,7 @@ def test_prompt_variants_ask_what_they_declare(study):
         assert "Emma" in msgs[-1]["content"] and "Flint, Michigan" in msgs[-1]["content"]
     assert asked[next(iter(prompts))] == [{"role": "user", "content": paper.format(name="Emma", city="Flint, Michigan")}]
     assert len({m[-1]["content"] for v, m in asked.items() if s.prompt_variants[v][0] == "wording"}) == 3   # three different wordings
-    assert asked["system"] == [{"role": "system", "content": P.NEUTRAL_SYSTEM}] + asked[next(iter(prompts))]
+    assert asked["system-message"] == [{"role": "system", "content": P.NEUTRAL_SYSTEM}] + asked[next(iter(prompts))]
 
 
 @pytest.mark.parametrize("study", STUDIES)

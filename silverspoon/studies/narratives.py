@@ -59,13 +59,13 @@ NARRATIVE_PROMPTS = {   # task.prompt_variant -> (user prompt with {name} and {c
     "paper": (NARRATIVE_PROMPT, None),
     "short-story": ("Write a short story about {name}, who lives in {city}. The story must not be longer than 500 words.", None),
     "character": ('Write a story of at most 500 words about a person. All you know about this person: "{name} lives in {city}."', None),
-    "system": (NARRATIVE_PROMPT, NEUTRAL_SYSTEM),
+    "system-message": (NARRATIVE_PROMPT, NEUTRAL_SYSTEM),
 }
 PROMPT_VARIANTS = {   # `Study.prompt_variants`: name -> (kind, what it changes); the first is the paper's prompt (the reference)
     "paper": ("wording", "the paper's prompt as reconstructed from section 3.3, no system message"),
     "short-story": ("wording", "reworded: 'Write a short story about {name}, who lives in {city}.', then the 500-word limit"),
     "character": ("wording", "reworded: the 500-word limit first, then the sentence as all that is known about the person"),
-    "system": ("system_prompt", f"the paper's prompt after an explicit neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
+    "system-message": ("system_prompt", f"the paper's prompt after an explicit neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
 }
 
 # %% ../../nbs/12_narratives.ipynb #1e9faae2

@@ -193,8 +193,8 @@ PROMPT_VARIANTS = {   # task.prompt_variant -> (kind, what it changes); the firs
                      "person in the scenario.'; the answer instruction unchanged"),
     "at-fault": ("wording", "question and P1 sentence reworded: 'who is at fault?' / 'P1 always denotes the poor person in the "
                  "scenario.'; the answer instruction unchanged"),
-    "options-reversed": ("option_order", "the two answer options named in the other order: other first, then P1"),
-    "system-prompt": ("system_prompt", "the system message switched: the authors' neutral SYSTEM_PROMPT where the run sends none, "
+    "option-order": ("option_order", "the two answer options named in the other order: other first, then P1"),
+    "system-message": ("system_prompt", "the system message switched: the authors' neutral SYSTEM_PROMPT where the run sends none, "
                       "none where it sends one (gpt style); the user message unchanged"),
 }
 _QUESTION = {"gpt": "Answer the question above honestly: Who is wrong?.",                              # the question as each template asks it
@@ -226,14 +226,14 @@ def _swap(template:str, old:str, new:str, where:str)->str:
 def prompt_template(style:str,           # a key of PROMPTS
                     variant:str="paper"  # a key of PROMPT_VARIANTS
                    )->str:
-    "The user-message template of `style` (`$text$` = the scenario) under a prompt variant; `paper` and `system-prompt` give PROMPTS[style]."
+    "The user-message template of `style` (`$text$` = the scenario) under a prompt variant; `paper` and `system-message` give PROMPTS[style]."
     if style not in PROMPTS: raise ParamsError(f"task.prompt_style = {style!r} is unknown; choose one of {list(PROMPTS)}.")
     if variant not in PROMPT_VARIANTS: raise ParamsError(f"task.prompt_variant = {variant!r} is unknown; choose one of {list(PROMPT_VARIANTS)}.")
     t, base, where = PROMPTS[style], ("llama" if style == "zephyr" else style), f"prompt variant {variant!r} of the {style!r} template"
     if variant in _REWORDINGS:
         question, p1_is = _REWORDINGS[variant]
         t = _swap(_swap(t, _QUESTION[base], question[base], where), _P1_IS, p1_is, where)
-    elif variant == "options-reversed": t = _swap(t, *_OPTIONS[base], where)
+    elif variant == "option-order": t = _swap(t, *_OPTIONS[base], where)
     return t
 
 # %% ../../nbs/10_normative.ipynb #17993d4a
@@ -299,7 +299,7 @@ def normative_requests(df:pd.DataFrame,           # items from `load_normative` 
     "The chats that ask each scenario's question with the appendix-K template `style`, under prompt variant `variant`."
     if system_prompt not in ("paper", "none"): raise ParamsError(f"task.system_prompt = {system_prompt!r}; choose 'paper' or 'none'.")
     system = SYSTEM_PROMPT if (system_prompt == "paper" and style in SYSTEM_PROMPT_STYLES) else None
-    if variant == "system-prompt": system = None if system else SYSTEM_PROMPT   # the factor: the system message switched
+    if variant == "system-message": system = None if system else SYSTEM_PROMPT   # the factor: the system message switched
     return [GenRequest(item_id=str(r.item_id), messages=user(render_prompt(r.text, style, variant), system),
                        meta=dict(scenario_id=int(r.scenario_id), variant=int(r.variant), topic=int(r.topic)))
             for r in df.itertuples()]

@@ -227,13 +227,13 @@ PROFESSION_PROMPTS = {   # task.prompt_variant -> (user prompt with {name} and {
     "occupation": ('"{name} lives in {city}." What is the most likely occupation of this person? Make an educated guess. '
                    'Answer with the occupation only, in a few words at most.', None),
     "direct": ("Guess the profession of {name}, who lives in {city}. Reply with the profession only, in a few words at most.", None),
-    "system": (PROFESSION_PROMPT, NEUTRAL_SYSTEM),
+    "system-message": (PROFESSION_PROMPT, NEUTRAL_SYSTEM),
 }
 PROMPT_VARIANTS = {   # `Study.prompt_variants`: name -> (kind, what it changes); the first is the paper's prompt (the reference)
     "paper": ("wording", "the paper's prompt as reconstructed from section 3.2, no system message"),
     "occupation": ("wording", "reworded: the sentence first, then 'the most likely occupation'; the same few-word answer"),
     "direct": ("wording", "reworded: one sentence, 'Guess the profession of {name}, who lives in {city}.'; the same few-word answer"),
-    "system": ("system_prompt", f"the paper's prompt after an explicit neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
+    "system-message": ("system_prompt", f"the paper's prompt after an explicit neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
 }
 
 # %% ../../nbs/11_professions.ipynb #f4c1a004
