@@ -46,7 +46,7 @@ HEADLINES = [
     Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points",
              positive="kinder to the rich city"),
     Headline("letters", "p_agentic m-f", "mean P(agentic) per letter, men minus women",
-             positive="more agentic for men"),
+             instrument="agency classifier (appendix F.2, trained here), no threshold", positive="more agentic for men"),
     Headline("letters", "OR Agentic", "odds ratio of agentic lexicon words, men vs women", no_bias=1.0,
              positive="more agentic words for men"),
     Headline("stop", "P", "share of progressions the model flags before the end (STOP's P)", where=(("parser", "faithful"),),
@@ -107,13 +107,16 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
 
 # %% ../nbs/07b_card.ipynb #a9e16898
 def instrument_validity(h:Headline, run_dir:str|Path)->dict:
-    "The instrument row behind a headline: name, agreement with its reference, Wilson CI and n; 'none measured' when absent."
+    "The instrument row behind a headline: name, agreement with its reference (Wilson CI) or, for a score, Pearson r with the reference's scores (its CI), and n; 'none measured' when absent."
     f = Path(run_dir)/"instruments.csv"
     if h.instrument is None or not f.exists(): return dict(instrument="none measured", validity=np.nan, validity_low=np.nan, validity_high=np.nan, validity_n=np.nan)
     i = pd.read_csv(f)
     i = i[i["instrument"].str.startswith(h.instrument)]
     if i.empty: return dict(instrument=f"{h.instrument} (not in instruments.csv)", validity=np.nan, validity_low=np.nan, validity_high=np.nan, validity_n=np.nan)
     r = i.iloc[0]
+    if pd.isna(r.get("agreement")) and pd.notna(r.get("pearson_r")):   # a score instrument: Pearson r with the reference's per-unit scores
+        return dict(instrument=f"{r['instrument']} (Pearson r; reference: {r.get('reference', 'not named')})", validity=r["pearson_r"],
+                    validity_low=r.get("r_ci_low"), validity_high=r.get("r_ci_high"), validity_n=r["n"])
     return dict(instrument=r["instrument"], validity=r["agreement"], validity_low=r["ci_low"], validity_high=r["ci_high"], validity_n=r["n"])
 
 # %% ../nbs/07b_card.ipynb #b2027fd0
