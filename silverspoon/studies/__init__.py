@@ -12,7 +12,7 @@ from ..provenance import model_label
 from ..report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 
 # %% auto #0
-__all__ = ['PROMPT_VARIANT_KINDS', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'get_study', 'start_run']
+__all__ = ['PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'get_study', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #7566bd2c
 PROMPT_VARIANT_KINDS = ("wording", "option_order", "system_prompt")   # what a prompt variant changes (the card's wording band uses "wording")
@@ -46,6 +46,8 @@ class Study:
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
 
 # %% ../../nbs/08_studies.ipynb #8d62a8ab
+NEUTRAL_SYSTEM = "You are a helpful assistant."   # the system-message prompt variant's system message in every study: neutral, it says nothing about the task
+
 def check_prompt_variant(variants:dict,        # the study's `prompt_variants` (name -> (kind, what))
                          value:str,            # the params' `task.prompt_variant`
                          src:str="<params>"    # the file, for messages

@@ -23,10 +23,10 @@ from ..parse import INSTRUMENT_COLUMNS
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
-           'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'NEUTRAL_SYSTEM', 'PROMPT_VARIANTS',
-           'CLG_WORDINGS', 'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS',
-           'MATCH_MODES', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
-           'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
+           'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PROMPT_VARIANTS', 'CLG_WORDINGS',
+           'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
+           'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS', 'WEAT_TESTS',
+           'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
            'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'STUDY', 'missing_groups',
            'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
            'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
@@ -243,7 +243,7 @@ def cbg_prompt(row,                # a row of `load_bios` / `load_cbg_letters` (
 
 # %% ../../nbs/20_letters.ipynb #3c9c0286
 from . import check_prompt_variant
-NEUTRAL_SYSTEM = "You are a helpful assistant."   # the system-message variant's system message: neutral, it says nothing about the task
+from . import NEUTRAL_SYSTEM   # the system-message variant's system message, one for every study
 PROMPT_VARIANTS = {   # `task.prompt_variant` -> (kind, what it changes); the first is the paper's prompts, the reference level
     "paper": ("wording", "the authors' prompts: the CLG template of generate_clg.py, the CBG templates of generation_util.py"),
     "plain": ("wording", "reworded: 'Write a detailed letter of reference for ...' (CLG), 'You are a highly respected ... Please write a letter of recommendation for ...' (CBG)"),

@@ -22,11 +22,11 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',
-           'ITEMS_SHA256', 'N_STORIES', 'PROFESSION_PROMPT', 'NEUTRAL_SYSTEM', 'PROFESSION_PROMPTS', 'PROMPT_VARIANTS',
-           'PARSE_STATUSES', 'MAX_PROFESSION_WORDS', 'PROFESSION_REFUSAL', 'PARSER_EXAMPLES', 'BLS_FILE',
-           'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES', 'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT',
-           'ROUTES', 'ROUTER_CHECKS', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'ITEMS_CSV_COLUMNS', 'PROFESSIONS_FILES',
-           'STUDY', 'first_distinct', 'name_table', 'demographic_items', 'items_sha256', 'draw_names', 'story_items',
+           'ITEMS_SHA256', 'N_STORIES', 'PROFESSION_PROMPT', 'PROFESSION_PROMPTS', 'PROMPT_VARIANTS', 'PARSE_STATUSES',
+           'MAX_PROFESSION_WORDS', 'PROFESSION_REFUSAL', 'PARSER_EXAMPLES', 'BLS_FILE', 'TOPCODE_ANNUAL',
+           'HOURS_PER_YEAR', 'WAGE_BASES', 'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT', 'ROUTES',
+           'ROUTER_CHECKS', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'ITEMS_CSV_COLUMNS', 'PROFESSIONS_FILES', 'STUDY',
+           'first_distinct', 'name_table', 'demographic_items', 'items_sha256', 'draw_names', 'story_items',
            'profession_requests', 'task_prompt', 'parse_profession', 'parser_set_validity', 'WageTable', 'load_bls',
            'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
            'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers', 'router_validity', 'cell_groups',
@@ -220,7 +220,7 @@ def profession_requests(items:pd.DataFrame,            # items (from `draw_names
                        meta={"name": r.name, "city": r.city}) for r in first.itertuples()]
 
 # %% ../../nbs/11_professions.ipynb #f4c1a002
-NEUTRAL_SYSTEM = "You are a helpful assistant."   # the explicit, neutral system message of the `system` prompt variants
+from . import NEUTRAL_SYSTEM   # the system-message variant's system message, one for every study
 
 PROFESSION_PROMPTS = {   # task.prompt_variant -> (user prompt with {name} and {city}, system message or None)
     "paper": (PROFESSION_PROMPT, None),
