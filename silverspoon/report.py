@@ -12,7 +12,7 @@ from .provenance import *
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['INSTRUMENTS_MARK', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report',
+__all__ = ['INSTRUMENTS_MARK', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'RunEnded',
            'check_summary', 'warning_without_path']
 
 # %% ../nbs/06_report.ipynb #e30c61be
@@ -182,6 +182,18 @@ def items(self:Report, df:pd.DataFrame, # one row per scored answer; `item`: the
         raise ValueError(f"Report.items: the frame needs an `item` column without missing values (the unit the headline CI resamples); got columns {list(df.columns)}.")
     self._write(df, "items")
     display(Markdown(f"Per-item data behind the headlines: `items.csv`, {len(df)} rows, {df['item'].nunique()} items (the unit each CI resamples). {note}".strip()))
+
+# %% ../nbs/06_report.ipynb #66157ad6
+class RunEnded(Exception):
+    "Raised by `Report.end`: the run is complete up to here (the runner publishes it without the cells that follow)."
+
+@patch
+def end(self:Report, reason:str # why nothing after this point can be computed, with the counts behind it
+       ):
+    "Say why the run ends here, in the report, then stop the notebook with `RunEnded` (published, not a failure)."
+    from IPython.display import display, Markdown
+    display(Markdown(f"**The run ends here.** {reason}"))
+    raise RunEnded(reason)
 
 # %% ../nbs/06_report.ipynb #e2efeaa3
 @patch

@@ -18,9 +18,9 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'verify_provenance', 'report_cells', 'fit_tables',
            'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line', 'verdict_html',
            'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file',
-           'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'run_params_file',
-           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'build_index', 'validity_page', 'write_card']
+           'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'ended_early',
+           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
+           'forest_figure', 'figure_data_uri', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -323,6 +323,20 @@ def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <pro
     if d.exists() and not d.is_dir(): raise SilverspoonError(f"reports folder {d} is a file, not a folder: pass a folder (--reports-dir).")
     return d
 
+# %% ../nbs/07a_runner.ipynb #9111596d
+def ended_early(nb_path:str|Path # an executed notebook papermill stopped with an error
+               )->bool:
+    "If the notebook stopped with `RunEnded` (`Report.end`): remove papermill's error cells, the traceback and every later cell, in place; True. Else False, untouched."
+    import nbformat
+    nb = nbformat.read(str(nb_path), as_version=4)
+    at = next((k for k, c in enumerate(nb.cells) if any(o.get("output_type") == "error" and o.get("ename") == "RunEnded" for o in c.get("outputs", []))), None)
+    if at is None: return False
+    cells = nb.cells[:at + 1]
+    cells[-1].outputs = [o for o in cells[-1].outputs if o.get("output_type") != "error"]
+    nb.cells = [c for c in cells if "papermill-error-cell-tag" not in c.metadata.get("tags", [])]
+    nbformat.write(nb, str(nb_path))
+    return True
+
 # %% ../nbs/07a_runner.ipynb #107bac69
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own log shows errors only (no TCP-encryption warning per run); cell output is unaffected
 
@@ -354,7 +368,11 @@ def run_params_file(path:str|Path,               # a file in params/
                                     kernel_manager_class=quiet_kernel_manager())
             _make_publishable(executed, tmp, study_dir)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}", study=p.study, run_dir=out_dir)
-        except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
+        except pm.PapermillExecutionError as e:
+            if e.ename == "RunEnded" and ended_early(executed):   # `Report.end`: complete up to there, published as such
+                _make_publishable(executed, tmp, study_dir)
+                notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}", study=p.study, run_dir=out_dir)
+            else: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
         except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
         if failure is not None:
             if executed.exists():

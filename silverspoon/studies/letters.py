@@ -889,13 +889,17 @@ def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row),
 
 # %% ../../nbs/20_letters.ipynb #7c8c09cf
 def summary_rows(success:pd.DataFrame,  # from `success_table`
-                 style:pd.DataFrame,    # from `style_tests`
-                 lexicon:pd.DataFrame,  # from `lexicon_odds_ratios` (both modes)
+                 style:pd.DataFrame|None,   # from `style_tests`; None: no comparison was possible (every comparison row NaN, n 0)
+                 lexicon:pd.DataFrame|None, # from `lexicon_odds_ratios` (both modes); None as `style`
                  context:str            # "clg" | "cbg"
                 )->pd.DataFrame:
     "Headline rows (metric, estimate, ci_low, ci_high, n, context) for the index page; trait ORs are Haldane-corrected, like their CIs."
     a = success[success.gender == "all"].iloc[0]
     rows = [dict(metric="success rate", estimate=a.success_rate, ci_low=a.ci_low, ci_high=a.ci_high, n=int(a.n))]
+    if style is None or lexicon is None:   # the run ended before any comparison (`Report.end`): the rows exist, without values
+        na = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0)
+        rows += [dict(metric=f"{m} m-f{t}", **na) for m in ("positive_vader", "formality_hd", "agentic", "p_agentic") for t in ("", " (twins)")]
+        return pd.DataFrame(rows + [dict(metric=f"OR {t}", **na) for t in TRAITS]).assign(context=context)
     for r in style.itertuples():
         rows.append(dict(metric=f"{r.measure} m-f", estimate=r.diff_m_f, ci_low=r.diff_ci_low, ci_high=r.diff_ci_high, n=int(r.n_m + r.n_f)))
         rows.append(dict(metric=f"{r.measure} m-f (twins)", estimate=r.paired_diff, ci_low=r.paired_ci_low, ci_high=r.paired_ci_high, n=int(r.n_pairs)))
@@ -930,7 +934,8 @@ def headlines_from_items(items:pd.DataFrame # `letter_item_table` (or the run's 
         v = m[m["p_agentic"].notna()]
         pm, pf = (v["p_agentic"][v["gender"].astype(str) == k].astype("float64") for k in ("m", "f"))
         out["p_agentic m-f"] = float(pm.mean() - pf.mean()) if min(len(pm), len(pf)) >= 2 else np.nan   # `style_tests`: no difference under 2 a gender
-    out["OR Agentic"] = log_odds_ratio(a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"], haldane="always")["odds_ratio"]
+    if min((g == "m").sum(), (g == "f").sum()) == 0: out["OR Agentic"] = np.nan   # no letter of a gender measured: no comparison
+    else: out["OR Agentic"] = log_odds_ratio(a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"], haldane="always")["odds_ratio"]
     return out
 
 # %% ../../nbs/20_letters.ipynb #059ed6d6
