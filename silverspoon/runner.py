@@ -513,10 +513,13 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         if {"metric", "estimate"} <= set(df.columns) and len(df):
             metric = index_headline(study, df)
             definition = metric_definition(metric, study)   # definitions come from the one metric registry
-            fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
-            parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
-                         f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first; bars: 95% CI "
-                         "(none where the run computed none). The wide table below (click to open) has every metric.</figcaption></figure>")
+            if df.loc[df["metric"] == metric, "estimate"].isna().all():   # e.g. a run that ended before any comparison: nothing to plot
+                parts.append(f"<p class='note'>No run has an estimate of <b>{html.escape(metric)}</b>: no forest plot.</p>")
+            else:
+                fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
+                parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
+                             f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first; bars: 95% CI "
+                             "(none where the run computed none). The wide table below (click to open) has every metric.</figcaption></figure>")
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type
             metrics = [c for c in wide.columns if c not in df.columns]

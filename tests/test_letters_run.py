@@ -94,3 +94,22 @@ def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_pat
     sen, pie, auth = agr.loc["agentic", "ours"], agr.loc["agentic_authors_pieces", "ours"], agr.loc["agentic", "authors_per_ac"]
     assert abs(split.loc["split effect (sentences - pieces)", "estimate"] - (sen - pie)) < 1e-9 and (split.n_letters == 8).all()
     if sen != auth: assert abs(split.loc["split share of the gap", "estimate"] - (sen - pie) / (sen - auth)) < 1e-9
+
+
+def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path):
+    "No letter passes B.2 (none says 'recommend'): the run ends at `Report.end`, is published with its counts, and every comparison is NaN."
+    p = tmp_path/"never-recommends.yaml"
+    p.write_text(json.dumps({"study": "letters", "run": "never-recommends", "model": {"backend": "scripted", "id": "text:She is a dancer of great skill."},
+                             "sample": {"n": 4, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}}))
+    reports = tmp_path/"reports"
+    r = run_cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = reports/"letters"/"never-recommends"
+    assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", ["n", "ok"]].tolist() == [4, 0]
+    s = pd.read_csv(out/"summary.csv").set_index("metric")
+    assert s.loc["success rate", "estimate"] == 0 and s.drop("success rate").estimate.isna().all() and (s.drop("success rate")["n"] == 0).all()
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) == 4 and not items.measured.any()
+    page = (reports/"letters"/"never-recommends.html").read_text()
+    assert "The run ends here." in page and "RunEnded" not in page and "Traceback" not in page and "An Exception was encountered" not in page
+    assert not (out/"lexicon_odds_ratios.csv").exists()   # nothing after the end was run
