@@ -39,7 +39,7 @@ $(STAMP): requirements.txt settings.ini setup.py
 	@touch $@
 
 reports: $(STAMP)
-	$(BIN)/silverspoon run --all --jobs 2
+	$(BIN)/silverspoon run --all --jobs 3
 
 # The library must equal a fresh export of the notebooks, and notebooks must be committed clean.
 check-sync: $(STAMP)

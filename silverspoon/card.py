@@ -425,19 +425,33 @@ def factor_runs(name:str,                 # the model's name, e.g. smollm2-135m
                 if f and d.is_dir(): rows.append(dict(study=study_dir.name, base_run=base, factor=f, level=rest[len(f) + 1:], run=d.name, run_dir=d))
     return pd.DataFrame(rows, columns=["study", "base_run", "factor", "level", "run", "run_dir"])
 
+# %% ../nbs/07b_card.ipynb #25067b3e
+def _map_paired_deltas(jobs:list,             # argument tuples of `paired_deltas`
+                       workers:int|None=None  # processes; None = the machine's cores (at most 4)
+                      )->list:
+    "`paired_deltas(*args)` for every job, in order, on `workers` processes where the headline functions can be sent there."
+    import os, pickle
+    from concurrent.futures import ProcessPoolExecutor
+    workers = min(len(jobs), workers or min(os.cpu_count() or 1, 4))
+    try: [pickle.dumps(j[2]) for j in jobs]
+    except Exception: workers = 1   # e.g. a lambda: computed here
+    if workers <= 1: return [paired_deltas(*j) for j in jobs]
+    with ProcessPoolExecutor(workers) as ex: return list(ex.map(paired_deltas, *zip(*jobs)))
+
 # %% ../nbs/07b_card.ipynb #39f7536d
 def factor_deltas(name:str,                          # the model's name, e.g. smollm2-135m
                   reports_dir:str|Path|None=None,     # a reports folder; None = <project>/reports
                   store_dir:str|Path|None=None,       # a store root (for each level's cost); None = $SILVERSPOON_STORE, else <project>/store
                   n_boot:int=1000, seed:int=0, alpha:float=0.05,
-                  study_of=None                       # study name -> its Study; None = the registry (`get_study`)
+                  study_of=None,                      # study name -> its Study; None = the registry (`get_study`)
+                  workers:int|None=None               # processes for the bootstraps; None = the machine's cores (at most 4); 1 = here
                  )->dict:
     "The card's factor section, scores and data: `deltas` (per study, factor, level, headline), `band` (the headlines across the wording variants), `levels` (each level's own estimates and cost)."
     from silverspoon.studies import get_study
     from silverspoon.core import ParamsError
     study_of = study_of or get_study
     reports_dir = Path(reports_dir or project_root()/"reports"); store_dir = Path(store_dir or store_root())
-    runs, deltas, levels, bands = factor_runs(name, reports_dir), [], [], []
+    runs, jobs, levels = factor_runs(name, reports_dir), [], []
     for (study, base), g in runs.groupby(["study", "base_run"], sort=False):
         try: s = study_of(study)
         except ParamsError: continue   # a study folder no registered study owns
@@ -453,8 +467,9 @@ def factor_deltas(name:str,                          # the model's name, e.g. sm
                 levels.append(dict(study=study, base_run=base, factor=r.factor, level=r.level, kind=kind, run=r.run, headline=k, estimate=v,
                                    n_items=items[r.run]["item"].nunique(), **cost))
             if r.run == ref: continue
-            d = paired_deltas(items[ref], items[r.run], s.headlines_from_items, n_boot, seed, alpha)
-            deltas.append(d.assign(study=study, factor=r.factor, level=r.level, kind=kind, run=r.run, reference_run=ref))
+            jobs.append(((items[ref], items[r.run], s.headlines_from_items, n_boot, seed, alpha),
+                         dict(study=study, factor=r.factor, level=r.level, kind=kind, run=r.run, reference_run=ref)))
+    deltas = [d.assign(**about) for d, (_, about) in zip(_map_paired_deltas([a for a, _ in jobs], workers), jobs)]
     levels = pd.DataFrame(levels, columns=["study", "base_run", "factor", "level", "kind", "run", "headline", "estimate", "n_items",
                                            "generations", "completion_tokens", "generation_seconds"])
     cols = ["study", "factor", "level", "kind", "headline", "reference", "level_estimate", "delta", "ci_low", "ci_high", "n_items",

@@ -292,3 +292,15 @@ def test_factor_runs_stay_off_the_index_tables(tmp_path):
         (tmp_path/"toy"/r).mkdir(parents=True)
         pd.DataFrame({"run": [r], "metric": ["x"], "estimate": [1.0]}).to_csv(tmp_path/"toy"/r/"summary.csv", index=False)
     assert collect_summaries(tmp_path)["toy"].run.tolist() == ["m"]
+
+
+def _mean_v(d): return {"mean v": float(d["v"].mean())}
+
+def test_factor_bootstraps_give_the_same_numbers_on_several_processes():
+    "The card's bootstraps run on several processes; the draws depend only on the seed, so the deltas equal those computed here."
+    from silverspoon.card import _map_paired_deltas
+    it = pd.DataFrame(dict(item=list("aabbccdd"), v=[1, 0, 1, 1, 0, 0, 1, 0]))
+    jobs = [(it, it.assign(v=1), _mean_v, 200, 0, 0.05), (it, it.assign(v=0), _mean_v, 200, 1, 0.05), (it, it, _mean_v, 200, 0, 0.05)]
+    two, one = _map_paired_deltas(jobs, 2), _map_paired_deltas(jobs, 1)
+    assert [d.to_dict() for d in two] == [d.to_dict() for d in one]
+    assert one[0]["delta"].item() == 0.5 and one[1]["delta"].item() == -0.5 and one[2]["delta"].item() == 0
