@@ -54,13 +54,14 @@ def rule_counts(rules:pd.Series,       # the `rule` of each parsed reply
                )->pd.DataFrame:
     "How many answers each parser rule decided, with its share and meaning: the parser's accounting in a report."
     rules = pd.Series(rules).astype("string").fillna("(none)")
-    names = list(dict.fromkeys([*(meaning or {}), *rules.value_counts().index]))
     vc = rules.value_counts()
+    by_count = lambda counts: sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))   # ties by name: value_counts' tie order differs across pandas versions
+    names = list(dict.fromkeys([*(meaning or {}), *(r for r, _ in by_count(vc))]))
     out = pd.DataFrame({"rule": names, "n": [int(vc.get(r, 0)) for r in names]})
     out["share"] = out["n"] / max(len(rules), 1)
     if labels is not None:
         lab = pd.Series(labels, index=rules.index).astype("string").fillna("NA")
-        out["labels"] = [", ".join(f"{k}: {v}" for k, v in lab[rules == r].value_counts().items()) for r in names]
+        out["labels"] = [", ".join(f"{k}: {v}" for k, v in by_count(lab[rules == r].value_counts())) for r in names]
     out["meaning"] = [(meaning or {}).get(r, "") for r in names]
     return out
 

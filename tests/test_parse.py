@@ -117,3 +117,11 @@ def test_stop_scale_stated_sub_demographic_forms(stated, target, want):
     ss = [f"Scene {i}: Mira meets her new neighbour number {i} at the {w}. Is this situation appropriate? Yes or No." for i, w in enumerate(["park", "shop", "gym", "bus", "fair"], 1)]
     answer = f"Sub-demographic: {stated}\nSentences:\n" + "\n".join(f'"{x}"' for x in ss) + '\nCounterfactual Sentence:\n"Mira moved away. Does this justify it?"'
     assert reply_verdict(answer, target=target) == want
+
+
+def test_rule_counts_orders_ties_by_name_whatever_pandas_does():
+    "Equal counts are ordered by rule name (and labels by name), so parser_rules.csv is the same on pandas 2.2 and 3.x."
+    from silverspoon.parse import rule_counts
+    for order in (["b", "a", "b", "a", "c"], ["a", "b", "a", "b", "c"]):
+        rc = rule_counts(pd.Series(order), None, pd.Series(["y", "x", "x", "y", "x"]))
+        assert rc.rule.tolist() == ["a", "b", "c"] and rc.labels.tolist()[:2] == ["x: 1, y: 1", "x: 1, y: 1"]
