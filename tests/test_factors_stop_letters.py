@@ -107,7 +107,7 @@ def test_letters_variant_params_are_checked():
     with pytest.raises(ParamsError, match="x.yaml: field `task.prompt_variant` = 'option-order' is not a prompt variant"):
         letters.letters_task(p(prompt_variant="option-order"), "x.yaml")     # the letters prompts list no options
     for ctx in ("cbg", "clg"):
-        with pytest.raises(ParamsError, match="replay runs cannot vary them"):
+        with pytest.raises(ParamsError, match="replay runs cannot vary it"):
             letters.letters_task(p("replay", "chatgpt", context=ctx, prompt_variant="system-message"), "x.yaml")
 
 

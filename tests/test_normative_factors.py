@@ -54,7 +54,7 @@ def test_each_variant_changes_one_thing_and_keeps_the_answer_form():
 @pytest.mark.parametrize("task, model, needle", [
     ({"prompt_variant": "shouting", "prompt_style": "llama"}, {"backend": "hf", "id": "m"},
      "field `task.prompt_variant` = 'shouting' is not a prompt variant of this study. Use one of: paper (wording"),
-    ({"prompt_variant": "at-fault"}, {"backend": "replay", "id": "GPT4"}, "a replay run reads the released answers"),
+    ({"prompt_variant": "at-fault"}, {"backend": "replay", "id": "GPT4"}, "a replay run reads released answers"),
     ({"prompt_variant": 3, "prompt_style": "llama"}, {"backend": "hf", "id": "m"}, "task.prompt_variant"),
 ], ids=["unknown", "replay", "not-a-string"])
 def test_a_bad_prompt_variant_names_the_file_and_the_field(tmp_path, cli, task, model, needle):

@@ -50,12 +50,18 @@ NEUTRAL_SYSTEM = "You are a helpful assistant."   # the system-message prompt va
 
 def check_prompt_variant(variants:dict,        # the study's `prompt_variants` (name -> (kind, what))
                          value:str,            # the params' `task.prompt_variant`
-                         src:str="<params>"    # the file, for messages
+                         src:str="<params>",   # the file, for messages
+                         replay:bool=False     # a replay run: released answers were made with the paper's prompt, so only the first variant
                         )->str:
-    "`value` if it names one of `variants`; else a `ParamsError` naming the field, the known variants and what each changes."
-    if value in variants: return value
-    known = "; ".join(f"{k} ({kind}: {what})" for k, (kind, what) in variants.items())
-    raise ParamsError(f"{src}: field `task.prompt_variant` = {value!r} is not a prompt variant of this study. Use one of: {known}.")
+    "`value` if it names one of `variants` (a replay: only the first, the paper's); else a `ParamsError` naming the field, the known variants and the fix."
+    if value not in variants:
+        known = "; ".join(f"{k} ({kind}: {what})" for k, (kind, what) in variants.items())
+        raise ParamsError(f"{src}: field `task.prompt_variant` = {value!r} is not a prompt variant of this study. Use one of: {known}.")
+    if replay and value != next(iter(variants)):
+        raise ParamsError(f"{src}: field `task.prompt_variant` = {value!r}, but a replay run reads released answers, which were made with the "
+                          f"paper's prompt: replay runs cannot vary it. Remove the field (or set prompt_variant: {next(iter(variants))}), or "
+                          "generate with a model (backend hf, openai or vllm) to measure a prompt variant.")
+    return value
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
 STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily

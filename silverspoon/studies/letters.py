@@ -500,11 +500,7 @@ def letters_task(params:RunParams, src:str="<params>")->LettersTask:
     "Validate `params.task` of a letters run: the task, groups, template, and the replay and sample settings that go with them."
     t = task_params(LettersTask, params, src)
     replay = params.model.backend == "replay"
-    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src)
-    if replay and t.prompt_variant != next(iter(PROMPT_VARIANTS)):
-        raise ParamsError(f"{src}: field `task.prompt_variant` = {t.prompt_variant!r}, but a replay serves the released ChatGPT letters, which were "
-                          "written from the paper's prompts: replay runs cannot vary them. Remove the field (or set prompt_variant: paper), or "
-                          "generate with a model (backend hf, openai or vllm) to measure a prompt variant.")
+    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src, replay)
     if replay and str(params.model.id).lower() != "chatgpt":
         raise ParamsError(f"{src}: field `model.id` = {params.model.id!r}; the released letters are ChatGPT's: use model.id: chatgpt (or another backend to generate).")
     if t.context == "clg":

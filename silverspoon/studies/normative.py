@@ -265,11 +265,7 @@ N_ITEMS = N_SCENARIOS * N_VARIANTS
 def normative_task(params:RunParams, src:str="<params>")->NormativeTask:
     "Validate `params.task` (`task.judge` as a `ModelParams`, `task.judge_generation` as `GenerationParams`, even without a judge)."
     t = task_params(NormativeTask, params, src)
-    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src)
-    if params.model.backend == "replay" and t.prompt_variant != "paper":
-        raise ParamsError(f"{src}: field `task.prompt_variant` = {t.prompt_variant!r}, but a replay run reads the released answers, which the "
-                          "authors generated with the paper's prompt. Fix: leave task.prompt_variant out (or 'paper'), or vary the prompt "
-                          "on a generating backend (hf, openai, vllm).")
+    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src, replay=params.model.backend == "replay")
     check_generation(t.judge_generation, src, "task.judge_generation.")
     if t.judge is not None:
         check_model(t.judge, src, "task.judge.")

@@ -312,7 +312,7 @@ REPLAY_PROTOCOL = {"dialogue": "authors", "ask": "all", "counterfactual": "same"
 def stop_task(params:RunParams, src:str="<params>")->StopTask:
     "Validate `params.task` (and, for replay, that it matches the protocol of the released results)."
     t = task_params(StopTask, params, src)
-    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src)
+    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src, replay=params.model.backend == "replay")
     if t.prompt_variant == "system-message" and t.dialogue == "chat" and t.instruction_role == "system":
         raise ParamsError(f"{src}: field `task.prompt_variant` = 'system-message' adds a neutral system message where the paper sends none, but "
                           "`task.instruction_role` = 'system' already sends the instruction as one; use instruction_role: user with this variant.")
@@ -322,10 +322,6 @@ def stop_task(params:RunParams, src:str="<params>")->StopTask:
                           "(the authors send one user message); use instruction_role: user or dialogue: chat.")
     if params.model.backend == "replay":
         released_model(params.model.id)
-        if t.prompt_variant != next(iter(PROMPT_VARIANTS)):
-            raise ParamsError(f"{src}: field `task.prompt_variant` = {t.prompt_variant!r}, but a replay serves the released results, which were "
-                              f"made with the paper's prompt: replay runs cannot vary it. Remove the field (or set prompt_variant: paper), or "
-                              "generate with a model (backend hf, openai or vllm) to measure a prompt variant.")
         for k, v in REPLAY_PROTOCOL.items():
             if getattr(t, k) != v:
                 raise ParamsError(f"{src}: field `task.{k}` = {getattr(t, k)!r}, but the released results of {params.model.id} were made "
