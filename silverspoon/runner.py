@@ -15,12 +15,12 @@ from .stats import metric_definition
 
 # %% auto #0
 __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
-           'MIN_SECRET_CHARS', 'KERNEL_ARGS', 'verify_provenance', 'report_cells', 'fit_tables',
+           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'KERNEL_ARGS', 'verify_provenance', 'report_cells', 'fit_tables',
            'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line', 'verdict_html',
            'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file',
-           'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'reports_folder', 'ended_early',
-           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
-           'forest_figure', 'figure_data_uri', 'build_index', 'validity_page', 'write_card']
+           'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
+           'ended_early', 'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries',
+           'index_headline', 'forest_figure', 'figure_data_uri', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -279,6 +279,33 @@ def quiet_kernel_manager()->type:
             return await super()._async_interrupt_kernel()
     return QuietShutdownKernelManager
 
+# %% ../nbs/07a_runner.ipynb #d7e0cf17
+SAVE_EVERY = 10.0   # seconds between papermill's writes of the running notebook (the end is always written)
+
+@functools.cache
+def saves_throttled()->str:
+    "Register (once) and name papermill's nbclient engine with its per-cell notebook writes spaced `SAVE_EVERY` seconds apart."
+    from papermill.engines import NBClientEngine, NotebookExecutionManager, papermill_engines
+    class ThrottledSaves(NotebookExecutionManager):
+        def save(self, **kw):
+            now = time.monotonic()
+            if self.end_time is None and now - getattr(self, "_saved_at", float("-inf")) < SAVE_EVERY: return   # end_time is set only by notebook_complete
+            self._saved_at = now
+            super().save(**kw)
+    class SavesThrottled(NBClientEngine):
+        @classmethod
+        def execute_notebook(cls, nb, kernel_name, output_path=None, progress_bar=True, log_output=False, autosave_cell_every=30, **kw):
+            "papermill's `Engine.execute_notebook`, with `ThrottledSaves` as its execution manager."
+            nb_man = ThrottledSaves(nb, output_path=output_path, progress_bar=progress_bar, log_output=log_output, autosave_cell_every=autosave_cell_every)
+            nb_man.notebook_start()
+            try: cls.execute_managed_notebook(nb_man, kernel_name, log_output=log_output, **kw)
+            finally:
+                nb_man.cleanup_pbar()
+                nb_man.notebook_complete()
+            return nb_man.nb
+    papermill_engines.register("silverspoon-saves-throttled", SavesThrottled)
+    return "silverspoon-saves-throttled"
+
 # %% ../nbs/07a_runner.ipynb #79e2a728
 def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.partial-*")) + sorted(study_dir.glob(f".{run}.old-*"))
 
@@ -364,7 +391,7 @@ def run_params_file(path:str|Path,               # a file in params/
             from silverspoon.store import relay_notices
             with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
                 pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                                    progress_bar=progress, cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
+                                    progress_bar=progress, engine_name=saves_throttled(), cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
                                     kernel_manager_class=quiet_kernel_manager())
             _make_publishable(executed, tmp, study_dir)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}", study=p.study, run_dir=out_dir)

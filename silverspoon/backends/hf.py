@@ -7,7 +7,7 @@ from __future__ import annotations
 import time, hashlib, logging, importlib.util, dataclasses
 from collections import deque
 from pathlib import Path
-from ..core import SilverspoonError, ModelParams, GenerationParams, canonical_json, stable_hash, sha256_file, project_root
+from ..core import SilverspoonError, ModelParams, GenerationParams, canonical_json, stable_hash, sha256_file, project_root, cache_dir
 from .base import Backend, GenRequest, Generation, Conversation, error_text, check_decoding
 from fastcore.basics import patch
 
@@ -193,6 +193,34 @@ def dtype(self:HFBackend):
     if self.device.startswith("cuda"): return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
     return torch.float32
 
+# %% ../../nbs/02b_hf.ipynb #2915e852
+@patch
+def _gguf_path(self:HFBackend)->Path:
+    "The local path of `model.gguf_file` (a file of the model folder, or the hub's cached copy at `model.revision`)."
+    if Path(self.path).is_dir(): return Path(self.path)/self.params.gguf_file
+    from transformers.utils import cached_file
+    return Path(cached_file(self.path, self.params.gguf_file, revision=self.params.revision))
+
+# %% ../../nbs/02b_hf.ipynb #0e8e124d
+def _converted_once(kind:str,       # the cache folder's name, e.g. "gguf-tokenizer"
+                    source:Path,    # the file converted; its sha256 names the result
+                    marker:str,     # a file the finished folder holds
+                    write,          # write(folder): writes the conversion into an empty folder
+                   )->Path:
+    "`cache_dir()/<kind>/<sha256(source)[:16]>`, written by `write` on first use; atomic, so a parallel process finds the whole folder or writes its own."
+    import os, shutil, tempfile
+    out = cache_dir()/kind/sha256_file(source)[:16]
+    if (out/marker).exists(): return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".writing-"))
+    try:
+        write(tmp)
+        os.replace(tmp, out)
+    except OSError:
+        if not (out/marker).exists(): raise
+    finally: shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
 # %% ../../nbs/02b_hf.ipynb #d84db9de
 @patch(as_prop=True)
 def tokenizer(self:HFBackend):
@@ -200,7 +228,11 @@ def tokenizer(self:HFBackend):
         self.device   # a CUDA device that is not here fails now, before anything is downloaded or loaded
         try: from transformers import AutoTokenizer
         except ImportError: raise SilverspoonError("backend 'hf' needs transformers: `pip install transformers accelerate`.") from None
-        tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
+        if self.params.gguf_file:
+            src = _converted_once("gguf-tokenizer", self._gguf_path(), "tokenizer_config.json",
+                                  lambda d: AutoTokenizer.from_pretrained(self.path, **self._load_kw()).save_pretrained(d))
+            tok = AutoTokenizer.from_pretrained(src, padding_side="left")
+        else: tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
         tok.padding_side = "left"
         if tok.chat_template: self.chat_template_source = "tokenizer"
         else: tok.chat_template, self.chat_template_source = CHATML_TEMPLATE, "chatml-fallback"
@@ -253,26 +285,15 @@ def _quantization_config(self:HFBackend):
 @patch
 def _dequantized_gguf(self:HFBackend)->Path:
     "Folder with `model.gguf_file`'s weights de-quantized to float32 (`cache_dir()/gguf-dequantized/<sha256>`), written on first use."
-    import os, shutil, tempfile
-    from ..core import cache_dir
     from transformers import AutoModelForCausalLM
-    if Path(self.path).is_dir(): gguf = Path(self.path)/self.params.gguf_file
-    else:
-        from transformers.utils import cached_file
-        gguf = Path(cached_file(self.path, self.params.gguf_file, revision=self.params.revision))
-    out = cache_dir()/"gguf-dequantized"/sha256_file(gguf)[:16]
-    if (out/"model.safetensors").exists(): return out
-    m = AutoModelForCausalLM.from_pretrained(self.path, dtype=_torch().float32, **self._load_kw())
-    cfg = m.config
-    if hasattr(cfg, "quantization_config"): delattr(cfg, "quantization_config")   # the GGUF marker that forbids saving
-    plain = AutoModelForCausalLM.from_config(cfg, dtype=_torch().float32)
-    plain.load_state_dict(m.state_dict())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".writing-"))
-    plain.save_pretrained(tmp)
-    try: os.replace(tmp, out)             # atomic: a parallel run either finds the whole folder or writes its own
-    except OSError: shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    def write(folder):
+        m = AutoModelForCausalLM.from_pretrained(self.path, dtype=_torch().float32, **self._load_kw())
+        cfg = m.config
+        if hasattr(cfg, "quantization_config"): delattr(cfg, "quantization_config")   # the GGUF marker that forbids saving
+        plain = AutoModelForCausalLM.from_config(cfg, dtype=_torch().float32)
+        plain.load_state_dict(m.state_dict())
+        plain.save_pretrained(folder)
+    return _converted_once("gguf-dequantized", self._gguf_path(), "model.safetensors", write)
 
 # %% ../../nbs/02b_hf.ipynb #eca4aa13
 @patch(as_prop=True)
