@@ -16,9 +16,9 @@ from .store import store_root
 __all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'Headline',
            'min_detectable_effect', 'direction', 'run_cost', 'headline_row', 'instrument_validity', 'released_values',
            'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'check_factors', 'read_model_file',
-           'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'factor_deltas',
-           'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'models_overview',
-           'models_overview_html']
+           'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'why_undefined',
+           'factor_deltas', 'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
+           'models_overview', 'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -438,6 +438,14 @@ def _map_paired_deltas(jobs:list,             # argument tuples of `paired_delta
     if workers <= 1: return [paired_deltas(*j) for j in jobs]
     with ProcessPoolExecutor(workers) as ex: return list(ex.map(paired_deltas, *zip(*jobs)))
 
+# %% ../nbs/07b_card.ipynb #a7f0ea3f
+def why_undefined(run_dir:str|Path # a published run folder
+                 )->str:
+    "Why a run's headline has no estimate: the reason its run ended early (`<run_dir>/ended.txt`), else a pointer to its report's counts."
+    f = Path(run_dir)/"ended.txt"
+    if f.exists(): return "the run ended early: " + f.read_text(encoding="utf-8").strip()
+    return "undefined on this run's items (its report counts what each item's answer became)"
+
 # %% ../nbs/07b_card.ipynb #39f7536d
 def factor_deltas(name:str,                          # the model's name, e.g. smollm2-135m
                   reports_dir:str|Path|None=None,     # a reports folder; None = <project>/reports
@@ -475,20 +483,23 @@ def factor_deltas(name:str,                          # the model's name, e.g. sm
     cols = ["study", "factor", "level", "kind", "headline", "reference", "level_estimate", "delta", "ci_low", "ci_high", "n_items",
             "unmatched_reference", "unmatched_level", "excludes_0", "mde_80", "run", "reference_run"]
     deltas = pd.concat(deltas, ignore_index=True)[cols] if deltas else pd.DataFrame(columns=cols)
-    deltas = deltas.assign(n_boot=n_boot, seed=seed)
+    dirs = dict(zip(runs.run, runs.run_dir))
+    note = lambda r: "; ".join(f"{w}: {why_undefined(dirs[run])}" for w, v, run in (("reference", r.reference, r.reference_run), ("level", r.level_estimate, r.run)) if pd.isna(v))
+    deltas = deltas.assign(note=[note(r) for r in deltas.itertuples()] if len(deltas) else [], n_boot=n_boot, seed=seed)
     return dict(deltas=deltas, band=wording_band(levels), levels=levels)
 
 # %% ../nbs/07b_card.ipynb #baaed538
 def wording_band(levels:pd.DataFrame # `factor_deltas(...)["levels"]`: one row per level and headline
                 )->pd.DataFrame:
-    "Per study headline: min..max and range across the wording variants (the reference, the paper's prompt, included), with each variant's estimate."
+    "Per study headline: min..max and range across the wording variants with an estimate (the reference, the paper's prompt, included; NaN below two), with each variant's estimate."
     w = levels[levels.kind.isin(["reference", "wording"]) & levels.factor.isin(["reference", "prompt_variant"])]
     rows = []
     for (study, base, h), g in w.groupby(["study", "base_run", "headline"], sort=False):
         if not g.factor.eq("prompt_variant").any(): continue   # the reference alone is no band
         lv = g.assign(name=np.where(g.factor.eq("reference"), "reference", g.level))
-        rows.append(dict(study=study, base_run=base, headline=h, n_variants=len(g), min=g.estimate.min(), max=g.estimate.max(),
-                         range=g.estimate.max() - g.estimate.min(), n_items=int(g.n_items.max()),
+        e = g.estimate.dropna()   # a variant without an estimate is shown ("–") but is no end of the band
+        lo, hi = (e.min(), e.max()) if len(e) >= 2 else (np.nan, np.nan)
+        rows.append(dict(study=study, base_run=base, headline=h, n_variants=len(e), min=lo, max=hi, range=hi - lo, n_items=int(g.n_items.max()),
                          estimates="; ".join(f"{n} {_fmt(e)}" for n, e in zip(lv.name, lv.estimate))))
     return pd.DataFrame(rows, columns=["study", "base_run", "headline", "n_variants", "min", "max", "range", "n_items", "estimates"])
 
@@ -501,7 +512,8 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels
     ns = d.groupby("study").n_items.max()
     rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.factor)} = <a href='../{html.escape(r.study)}/{html.escape(r.run)}.html'><b>{html.escape(str(r.level))}</b></a><br><small>{html.escape(r.kind)}</small></td>"
                    f"<td>{html.escape(r.headline)}</td><td>{_fmt(r.reference)}</td><td>{_fmt(r.level_estimate)}</td>"
-                   f"<td><b>{_fmt(r.delta)}</b> [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]</td><td>{'yes' if r.excludes_0 else 'no'}</td>"
+                   f"<td><b>{_fmt(r.delta)}</b> [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" + (f"<br><small>{html.escape(r.note)}</small>" if r.note else "") + "</td>"
+                   f"<td>{'yes' if r.excludes_0 else 'no'}</td>"
                    f"<td>{_fmt(r.mde_80, 2)}</td><td>{_fmt(r.n_items)}" + (f"<br><small>unmatched: {r.unmatched_reference} ref, {r.unmatched_level} level</small>"
                    if r.unmatched_reference or r.unmatched_level else "") + "</td></tr>" for r in d.itertuples())
     band = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.headline)}</td><td>{_fmt(r['min'])} .. {_fmt(r['max'])}</td>"
@@ -516,8 +528,8 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels
             "effect: MDE is the smallest true delta this n detects with 80% power (from the CI width).</p>"
             f"<table>{th('study', 'level', 'headline', 'reference', 'level', 'delta [95% CI]', 'CI excludes 0', 'MDE (80% power)', 'n items')}{rows}</table>"
             + ("" if b.empty else "<h3>Wording band</h3><p>Each headline across the rewordings of the prompt (the paper's included): "
-               "min..max of the estimates, on the same items.</p>"
-               f"<table>{th('study', 'headline', 'min .. max', 'range', 'variants', 'each variant')}{band}</table>"))
+               "min..max of the estimates, on the same items; a variant without an estimate (–) is counted out of the band.</p>"
+               f"<table>{th('study', 'headline', 'min .. max', 'range', 'variants with an estimate', 'each variant')}{band}</table>"))
 
 # %% ../nbs/07b_card.ipynb #22e94bcf
 def replan(params_file:str|None,          # a run's params file as its provenance names it (relative to `root`)

@@ -190,9 +190,12 @@ class RunEnded(Exception):
 @patch
 def end(self:Report, reason:str # why nothing after this point can be computed, with the counts behind it
        ):
-    "Say why the run ends here, in the report, then stop the notebook with `RunEnded` (published, not a failure)."
+    "Say why the run ends here, in the report and in `<out_dir>/ended.txt`, then stop the notebook with `RunEnded` (published, not a failure)."
     from IPython.display import display, Markdown
     display(Markdown(f"**The run ends here.** {reason}"))
+    if self.out_dir:
+        (self.out_dir/"ended.txt").write_text(reason + "\n", encoding="utf-8")
+        self.written.append("ended.txt")
     raise RunEnded(reason)
 
 # %% ../nbs/06_report.ipynb #e2efeaa3

@@ -9,7 +9,7 @@ import dataclasses, os, shutil, sys
 from pathlib import Path
 import nbformat, numpy as np, pandas as pd, pytest
 from silverspoon.card import (read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model,
-                              FACTOR_FIELDS)
+                              FACTOR_FIELDS, factors_html)
 from silverspoon.runner import write_card
 from silverspoon.core import ParamsError, read_params_mapping
 
@@ -171,6 +171,25 @@ def test_factor_deltas_read_published_runs(tmp_path):
     assert band.n_variants == 2 and band["min"] == pytest.approx(ref.y.mean()) and band["max"] == 1.0   # system prompt: not a wording
     assert set(f["levels"].run) == {"m--reference", "m--quantization-4bit", "m--prompt_variant-plain", "m--prompt_variant-system"} | {"m-other--reference"}
 
+
+
+def test_an_undefined_level_says_why_on_the_card(tmp_path):
+    "A level with no estimate (every y missing) gets a NaN delta and, beside it, why: the reason its run ended early, else a pointer to its report."
+    from types import SimpleNamespace
+    toy = SimpleNamespace(headlines_from_items=share, prompt_variants=VARIANTS)
+    ref = items()
+    runs = {"m--reference": ref, "m--quantization-4bit": ref.assign(y=np.nan), "m--prompt_variant-plain": ref.assign(y=np.nan), "m--quantization-8bit": ref}
+    for r, df in runs.items():
+        (tmp_path/"toy"/r).mkdir(parents=True); df.to_csv(tmp_path/"toy"/r/"items.csv", index=False)
+    (tmp_path/"toy"/"m--quantization-4bit"/"ended.txt").write_text("0 of 30 letters pass the success filter.\n")
+    f = factor_deltas("m", tmp_path, tmp_path, n_boot=100, study_of=lambda s: toy, workers=1)
+    d = f["deltas"].set_index("level")
+    assert np.isnan(d.loc["4bit", "delta"]) and d.loc["4bit", "note"] == "level: the run ended early: 0 of 30 letters pass the success filter."
+    assert d.loc["plain", "note"].startswith("level: undefined on this run's items") and d.loc["8bit", "note"] == ""
+    page = factors_html(f)
+    assert "0 of 30 letters pass the success filter." in page and page.count("undefined on this run&#x27;s items") == 1
+    band = f["band"].iloc[0]   # reference and plain are the wordings; plain has no estimate: no band of one
+    assert band.n_variants == 1 and np.isnan(band["range"]) and band.estimates.endswith("plain –")
 
 def test_vary_needs_model_and_a_known_field(cli):
     r = cli("run", "--vary", "model.quantization=none,4bit")
