@@ -201,15 +201,21 @@ def _gguf_path(self:HFBackend)->Path:
     from transformers.utils import cached_file
     return Path(cached_file(self.path, self.params.gguf_file, revision=self.params.revision))
 
+# %% ../../nbs/02b_hf.ipynb #a2926629
+def _transformers_version()->str:
+    import transformers
+    return f"transformers-{transformers.__version__}"
+
 # %% ../../nbs/02b_hf.ipynb #0e8e124d
 def _converted_once(kind:str,       # the cache folder's name, e.g. "gguf-tokenizer"
                     source:Path,    # the file converted; its sha256 names the result
                     marker:str,     # a file the finished folder holds
                     write,          # write(folder): writes the conversion into an empty folder
+                    converter:str,  # what converts, with its version (e.g. "transformers-5.3.0"): another version converts anew
                    )->Path:
-    "`cache_dir()/<kind>/<sha256(source)[:16]>`, written by `write` on first use; atomic, so a parallel process finds the whole folder or writes its own."
+    "`cache_dir()/<kind>/<sha256(source)[:16]>-<converter>`, written by `write` on first use; atomic, so a parallel process finds the whole folder or writes its own."
     import os, shutil, tempfile
-    out = cache_dir()/kind/sha256_file(source)[:16]
+    out = cache_dir()/kind/f"{sha256_file(source)[:16]}-{converter}"
     if (out/marker).exists(): return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=".writing-"))
@@ -230,7 +236,7 @@ def tokenizer(self:HFBackend):
         except ImportError: raise SilverspoonError("backend 'hf' needs transformers: `pip install transformers accelerate`.") from None
         if self.params.gguf_file:
             src = _converted_once("gguf-tokenizer", self._gguf_path(), "tokenizer_config.json",
-                                  lambda d: AutoTokenizer.from_pretrained(self.path, **self._load_kw()).save_pretrained(d))
+                                  lambda d: AutoTokenizer.from_pretrained(self.path, **self._load_kw()).save_pretrained(d), _transformers_version())
             tok = AutoTokenizer.from_pretrained(src, padding_side="left")
         else: tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
         tok.padding_side = "left"
@@ -284,7 +290,7 @@ def _quantization_config(self:HFBackend):
 # %% ../../nbs/02b_hf.ipynb #6d21cb5e
 @patch
 def _dequantized_gguf(self:HFBackend)->Path:
-    "Folder with `model.gguf_file`'s weights de-quantized to float32 (`cache_dir()/gguf-dequantized/<sha256>`), written on first use."
+    "Folder with `model.gguf_file`'s weights de-quantized to float32 (`cache_dir()/gguf-dequantized/<sha256>-transformers-<version>`), written on first use."
     from transformers import AutoModelForCausalLM
     def write(folder):
         m = AutoModelForCausalLM.from_pretrained(self.path, dtype=_torch().float32, **self._load_kw())
@@ -293,7 +299,7 @@ def _dequantized_gguf(self:HFBackend)->Path:
         plain = AutoModelForCausalLM.from_config(cfg, dtype=_torch().float32)
         plain.load_state_dict(m.state_dict())
         plain.save_pretrained(folder)
-    return _converted_once("gguf-dequantized", self._gguf_path(), "model.safetensors", write)
+    return _converted_once("gguf-dequantized", self._gguf_path(), "model.safetensors", write, _transformers_version())
 
 # %% ../../nbs/02b_hf.ipynb #eca4aa13
 @patch(as_prop=True)
