@@ -108,7 +108,7 @@ colab-reports: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	cp -r store "$$tmp/store"; \
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
-	$(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 2 --reports-dir "$$tmp/reports"; \
+	$(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 3 --reports-dir "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python; \
 	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
 
