@@ -389,17 +389,16 @@ def run_params_file(path:str|Path,               # a file in params/
         t0, failure = time.time(), None
         try:
             from silverspoon.store import relay_notices
-            with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
-                pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
-                                    progress_bar=progress, engine_name=saves_throttled(), cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
-                                    kernel_manager_class=quiet_kernel_manager())
+            try:
+                with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
+                    pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
+                                        progress_bar=progress, engine_name=saves_throttled(), cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
+                                        kernel_manager_class=quiet_kernel_manager())
+            except pm.PapermillExecutionError as e:
+                if not (e.ename == "RunEnded" and ended_early(executed)): raise   # `Report.end`: complete up to there, published as such
             _make_publishable(executed, tmp, study_dir)
             notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}", study=p.study, run_dir=out_dir)
-        except pm.PapermillExecutionError as e:
-            if e.ename == "RunEnded" and ended_early(executed):   # `Report.end`: complete up to there, published as such
-                _make_publishable(executed, tmp, study_dir)
-                notebook_to_html(executed, tmp/f"{p.run}.html", f"{p.study}: {p.run}", study=p.study, run_dir=out_dir)
-            else: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
+        except pm.PapermillExecutionError as e: failure = f"the {p.study} notebook failed in cell {e.exec_count}: {e.ename}: {e.evalue}"
         except Exception as e: failure = f"the {p.study} notebook did not run to the end: {type(e).__name__}: {e}"   # a dead kernel, ...
         if failure is not None:
             if executed.exists():

@@ -12,7 +12,8 @@ from ..provenance import model_label
 from ..report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 
 # %% auto #0
-__all__ = ['PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'get_study', 'start_run']
+__all__ = ['PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'variant_system',
+           'variant_note', 'get_study', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #7566bd2c
 PROMPT_VARIANT_KINDS = ("wording", "option_order", "system_prompt")   # what a prompt variant changes (the card's wording band uses "wording")
@@ -62,6 +63,17 @@ def check_prompt_variant(variants:dict,        # the study's `prompt_variants` (
                           f"paper's prompt: replay runs cannot vary it. Remove the field (or set prompt_variant: {next(iter(variants))}), or "
                           "generate with a model (backend hf, openai or vllm) to measure a prompt variant.")
     return value
+
+# %% ../../nbs/08_studies.ipynb #20c20437
+def variant_system(variants:dict, # the study's `prompt_variants`
+                   value:str      # a checked `task.prompt_variant`
+                  )->list[dict]:
+    "The system turn the variant adds before the study's messages: `NEUTRAL_SYSTEM` for a `system_prompt` variant, else none."
+    return [{"role": "system", "content": NEUTRAL_SYSTEM}] if variants[value][0] == "system_prompt" else []
+
+def variant_note(variants:dict, value:str)->str:
+    "How a report's run line names the variant: 'prompt variant **<name>** (<what it changes>)'; '' for the first, the paper's prompt."
+    return "" if value == next(iter(variants)) else f"prompt variant **{value}** ({variants[value][1]})"
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
 STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily

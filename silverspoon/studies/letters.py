@@ -242,7 +242,7 @@ def cbg_prompt(row,                # a row of `load_bios` / `load_cbg_letters` (
     return t.format(row["occupation"], name, name, row["info"]) if t.count("{}") == 4 else t.format(row["occupation"], name, name)
 
 # %% ../../nbs/20_letters.ipynb #3c9c0286
-from . import check_prompt_variant
+from . import check_prompt_variant, variant_system, variant_note
 from . import NEUTRAL_SYSTEM   # the system-message variant's system message, one for every study
 PROMPT_VARIANTS = {   # `task.prompt_variant` -> (kind, what it changes); the first is the paper's prompts, the reference level
     "paper": ("wording", "the authors' prompts: the CLG template of generate_clg.py, the CBG templates of generation_util.py"),
@@ -554,7 +554,7 @@ def letter_requests(items:pd.DataFrame,      # from `letter_items`
                     prompt_variant:str="paper" # `task.prompt_variant`: a system_prompt variant adds the neutral system message
                    )->list[GenRequest]:
     "One single-turn `GenRequest` per letter (the prompt as the user message), gender and pair as metadata."
-    system = [{"role": "system", "content": NEUTRAL_SYSTEM}] if PROMPT_VARIANTS[prompt_variant][0] == "system_prompt" else []
+    system = variant_system(PROMPT_VARIANTS, prompt_variant)
     return [GenRequest(item_id=r.item_id, messages=[*system, {"role": "user", "content": r.prompt}],
                        meta={"gender": r.gender, "pair_id": r.pair_id, "group": r.group}) for r in items.itertuples()]
 
@@ -937,8 +937,8 @@ def headlines_from_items(items:pd.DataFrame # `letter_item_table` (or the run's 
 # %% ../../nbs/20_letters.ipynb #059ed6d6
 def _describe(params:RunParams, opts:LettersTask)->str:
     what = "context-less letters (CLG, appendix C.1/C.2)" if opts.context == "clg" else "context-based letters (CBG, appendix C.3: a biography in the prompt)"
-    variant = f" Prompt variant **{opts.prompt_variant}** ({PROMPT_VARIANTS[opts.prompt_variant][1]})." if opts.prompt_variant != next(iter(PROMPT_VARIANTS)) else ""
-    return f"model `{model_label(params.model)}` via `{params.model.backend}`, {what}.{variant} {params.description}"
+    variant = variant_note(PROMPT_VARIANTS, opts.prompt_variant)
+    return f"model `{model_label(params.model)}` via `{params.model.backend}`, {what}." + (f" {variant[0].upper()}{variant[1:]}." if variant else "") + f" {params.description}"
 
 STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-written letters (Wan et al.)", notebook="20_letters.ipynb",
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,

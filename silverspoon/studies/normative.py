@@ -12,7 +12,7 @@ from ..core import ParamsError, DataError, ModelParams, GenerationParams, Sample
 from ..backends import GenRequest, user
 from ..data import fetch, lookup
 from ..stats import agreement_table, agreement_metrics, metrics_from_counts, proportion_ci, cluster_proportion_ci, largest_remainder
-from . import Study, check_prompt_variant
+from . import Study, check_prompt_variant, variant_note
 from ..parse import Parsed, REFUSAL, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge
 from ..provenance import model_label
 
@@ -228,7 +228,7 @@ def prompt_template(style:str,           # a key of PROMPTS
                    )->str:
     "The user-message template of `style` (`$text$` = the scenario) under a prompt variant; `paper` and `system-message` give PROMPTS[style]."
     if style not in PROMPTS: raise ParamsError(f"task.prompt_style = {style!r} is unknown; choose one of {list(PROMPTS)}.")
-    if variant not in PROMPT_VARIANTS: raise ParamsError(f"task.prompt_variant = {variant!r} is unknown; choose one of {list(PROMPT_VARIANTS)}.")
+    check_prompt_variant(PROMPT_VARIANTS, variant)
     t, base, where = PROMPTS[style], ("llama" if style == "zephyr" else style), f"prompt variant {variant!r} of the {style!r} template"
     if variant in _REWORDINGS:
         question, p1_is = _REWORDINGS[variant]
@@ -824,7 +824,7 @@ def headlines_from_items(df:pd.DataFrame  # a run's items.csv (`items_frame`), o
 
 # %% ../../nbs/10_normative.ipynb #7896bc06
 def _describe(params:RunParams, opts:NormativeTask)->str:
-    variant = f", variant `{opts.prompt_variant}`" if opts.prompt_variant != "paper" else ""
+    variant = f", {v}" if (v := variant_note(PROMPT_VARIANTS, opts.prompt_variant)) else ""
     return (f"model `{model_label(params.model)}` via `{params.model.backend}`, prompt `{opts.prompt_style}`{variant} "
             f"(system prompt: {opts.system_prompt}), {opts.n_boot} bootstrap replicates. {params.description}")
 

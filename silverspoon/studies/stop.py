@@ -15,7 +15,7 @@ from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
 from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS
-from . import Study, check_prompt_variant
+from . import Study, check_prompt_variant, variant_system, variant_note
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts
 from ..provenance import model_label
 from fastcore.basics import patch
@@ -170,9 +170,8 @@ class Dialogue:
                  prompt_variant:str="paper"):      # the instruction's wording (`PROMPT_VARIANTS`; "paper" = the authors')
         if dialogue not in ("chat", "authors"): raise ParamsError(f"task.dialogue = {dialogue!r}; choose 'chat' or 'authors'.")
         if instruction_role not in ("user", "system"): raise ParamsError(f"task.instruction_role = {instruction_role!r}; choose 'user' or 'system'.")
-        if prompt_variant not in PROMPT_VARIANTS: raise ParamsError(f"task.prompt_variant = {prompt_variant!r}; choose one of {list(PROMPT_VARIANTS)}.")
-        self.mode, self.role, self.instruction = dialogue, instruction_role, INSTRUCTIONS[prompt_variant]
-        self.system = [{"role": "system", "content": NEUTRAL_SYSTEM}] if PROMPT_VARIANTS[prompt_variant][0] == "system_prompt" else []
+        self.mode, self.role, self.instruction = dialogue, instruction_role, INSTRUCTIONS[check_prompt_variant(PROMPT_VARIANTS, prompt_variant)]
+        self.system = variant_system(PROMPT_VARIANTS, prompt_variant)
         self.history = self.system + ([{"role": "system", "content": self.instruction}] if (dialogue == "chat" and instruction_role == "system") else [])
         self.log = self.instruction
 
@@ -932,7 +931,7 @@ def describe_run(params:RunParams, # the validated run parameters
                 + f"; {'all five sentences asked' if opts.ask == 'all' else 'asked until the first no (the instruction wording); unasked sentences count as no'}"
                 + f"; counterfactual in {'the same conversation' if opts.counterfactual == 'same' else 'a fresh conversation (paper formula M(C))'}"
                 + f"; primary parser **{opts.parser}** (the other, {other}, re-scores the same replies)"
-                + (f"; prompt variant **{opts.prompt_variant}** ({PROMPT_VARIANTS[opts.prompt_variant][1]})" if opts.prompt_variant != next(iter(PROMPT_VARIANTS)) else ""))
+                + (f"; {v}" if (v := variant_note(PROMPT_VARIANTS, opts.prompt_variant)) else ""))
     return (f"model `{model_label(params.model)}` via `{params.model.backend}`. Protocol: {protocol}. "
             f"{opts.n_boot} cluster-bootstrap replicates over sub-demographics. {params.description}")
 
