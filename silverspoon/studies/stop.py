@@ -14,7 +14,8 @@ from ..core import is_missing, ParamsError, DataError, SampleParams, RunParams, 
 from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
-from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS
+from ..stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS,
+                               resampled_sums, percentile_ci)
 from . import Study, check_prompt_variant, variant_system, variant_note
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts
 from ..provenance import model_label
@@ -497,11 +498,27 @@ def _prop_row(x:pd.Series, clusters:pd.Series|None, n_boot:int, seed:int)->dict:
 
 CF_MISSING = ("failed", "not asked")   # counterfactual labels that mean "no reply": never a wrong answer under the `scored` denominator
 
+# %% ../../nbs/30_stop.ipynb #13bd29e2
+def _macro_replicates(ok:np.ndarray,   # 1.0 where the progression is correct, one per progression
+                      sev:np.ndarray,  # its severity (one of `SEVERITIES`)
+                      clusters,        # its sub-demographic (the bootstrap's cluster)
+                      n_boot:int, seed:int)->np.ndarray:
+    "P_macro (mean over the severities present of the share correct) in each cluster-bootstrap replicate, from per-cluster sums (`resampled_sums`: the draws of `cluster_bootstrap_ci`)."
+    cols = {}
+    for s in SEVERITIES:
+        m = (sev == s).astype(float)
+        cols[("n", s)], cols[("ok", s)] = m, m * ok
+    _, reps, _ = resampled_sums(cols, clusters, n_boot, seed)
+    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any progression: NaN, left out of the interval
+        share = np.column_stack([np.where(reps[("n", s)] > 0, reps[("ok", s)] / reps[("n", s)], np.nan) for s in SEVERITIES])
+        return np.nanmean(share, axis=1)
+
 # %% ../../nbs/30_stop.ipynb #d7edd2d7
 def idealistic_table(conv:pd.DataFrame,           # from `score_conversations` / `released_conversations`
                      denominator:str="scored",    # "scored" | "selected"
                      n_boot:int=2000, seed:int=0,
-                     ci_macro:bool=True           # bootstrap P_macro too (a slower, non-vectorised bootstrap)
+                     ci_macro:bool=True           # bootstrap P_macro too
                     )->pd.DataFrame:
     "P, P_macro, Pl, Pm, Ph, Pcounter and mean sensitivity with cluster-bootstrap CIs over sub-demographics."
     if denominator not in ("scored", "selected"): raise ValueError(f"denominator must be 'scored' or 'selected', got {denominator!r}")
@@ -518,10 +535,8 @@ def idealistic_table(conv:pd.DataFrame,           # from `score_conversations` /
         def macro(x):
             v = [x.ok.to_numpy()[x.sev.to_numpy() == s] for s in SEVERITIES]
             return {"P_macro": float(np.mean([a.mean() for a in v if len(a)])) if any(len(a) for a in v) else np.nan}
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            mc = (cluster_bootstrap_ci(d, macro, "c", n_boot=n_boot, seed=seed).iloc[0] if ci_macro else
-                  pd.Series(dict(estimate=macro(d)["P_macro"], ci_low=np.nan, ci_high=np.nan, n_clusters=d.c.nunique())))
+        lo, hi, _ = percentile_ci(_macro_replicates(d.ok.to_numpy(float), d.sev.to_numpy(), d.c, n_boot, seed), 0.05) if ci_macro else (np.nan, np.nan, 0)
+        mc = pd.Series(dict(estimate=macro(d)["P_macro"], ci_low=lo, ci_high=hi, n_clusters=d.c.nunique()))
         rows.insert(1, dict(metric="P_macro", severity="all", estimate=mc.estimate, ci_low=mc.ci_low, ci_high=mc.ci_high,
                             n=len(d), n_clusters=int(mc.n_clusters), n_correct=int(ok.sum()), n_excluded=n_out()))
     # Pcounter: a counterfactual that got no reply (failed generation, not asked) is no answer at all, not a wrong one, so the
