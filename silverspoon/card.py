@@ -13,12 +13,12 @@ from .core import project_root, merge_params
 from .store import store_root
 
 # %% auto #0
-__all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'Headline',
+__all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
            'min_detectable_effect', 'direction', 'run_cost', 'headline_row', 'instrument_validity', 'released_values',
            'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'check_factors', 'read_model_file',
            'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'why_undefined',
            'factor_deltas', 'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
-           'models_overview', 'models_overview_html']
+           'plan_card_html', 'models_overview', 'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -578,19 +578,46 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
                          h100_seconds=round(tok/rates["h100"], 1), a100_seconds=round(tok/rates["a100_40gb"], 1)))
     return pd.DataFrame(rows)
 
+# %% ../nbs/07b_card.ipynb #d1799e88
+def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no run in reports/ yet
+                   root:str|Path|None=None)->str:
+    "The card of a model not yet run (its page body): the model block, the params file or skip reason of each study, its factor runs, and the GPU time section."
+    root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
+    rel = Path(models_file).resolve().relative_to(root.resolve()) if Path(models_file).resolve().is_relative_to(root.resolve()) else Path(models_file)
+    plan, fac = model_plan(models_file, root=root), factor_plan(models_file, root=root)
+    esc = lambda x: html.escape(str(x))
+    model = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>" for k, v in m["model"].items())
+    studies = "".join(f"<tr><td>{esc(r.study)}</td><td>{'<code>' + esc(r.params) + '</code>' if pd.notna(r.params) else '–'}</td><td>{esc(r.status)}</td></tr>"
+                      for r in plan.itertuples())
+    ran = fac[fac.params.notna()]
+    factors = (f"<p>Factor runs (<code>factors:</code>): {len(ran)} files, " + ", ".join(f"{esc(s)} {len(g)}" for s, g in ran.groupby('study')) + ".</p>"
+               if len(ran) else "<p>No factor runs: the file has no <code>factors:</code> (add quantization and prompt-variant levels to measure them).</p>")
+    try: est = gpu_time_estimate(root=root)
+    except (FileNotFoundError, ValueError): est = None
+    return (f"<h1>Bias card: {esc(name)} <small>(planned, not run)</small></h1><p>{esc(m['description'])}</p>"
+            f"<p class='note'>No run of this model is in <code>reports/</code> yet, so this card is its plan. To run it (on a CUDA GPU: "
+            f"the studies' default samples), then read its card here: <code>silverspoon run --model {esc(rel.as_posix())}</code> "
+            f"(one study: add <code>--studies normative</code>).</p><h2>Model</h2><table>{model}</table>"
+            f"<h2>Studies</h2><table><tr><th>study</th><th>params file</th><th>status</th></tr>{studies}</table>{factors}"
+            + ("" if est is None or est.empty else _estimate_html(est)))
+
 # %% ../nbs/07b_card.ipynb #9b33b6a5
 def _model_key(run:str)->str: return run.removesuffix("-replay")
 
 # %% ../nbs/07b_card.ipynb #0dbfd021
+PLANNED = "planned (not run)"   # the index's `kind` of a model file none of whose runs is in reports/: its card is the plan
+
 def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None)->pd.DataFrame:
-    "One row per (model, study headline): the model's run of that study and the headline's estimate, CI and n."
+    "One row per (model, study headline): the model's run of that study and the headline's estimate, CI and n; a model file with no run yet gets one row, `kind` 'planned (not run)'."
     reports_dir = Path(reports_dir or project_root()/"reports"); models_dir = Path(models_dir or project_root()/"params"/"models")
     first = {}
     for h in HEADLINES: first.setdefault(h.study, h)
     claimed, rows = set(), []
     for f in sorted(models_dir.glob("*.yaml")):
         name = read_model_file(f)["name"]
-        for study, run_dir in runs_for_model(name, reports_dir).items():
+        runs = runs_for_model(name, reports_dir)
+        if not runs: rows.append(dict(model=name, kind=PLANNED, study=None, headline=None, run=None, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan))
+        for study, run_dir in runs.items():
             claimed.add((study, run_dir.name))
             if study in first: rows.append(dict(model=name, kind="model file", **_cell(first[study], run_dir)))
     for study, h in first.items():
@@ -608,11 +635,15 @@ def _cell(h:Headline, run_dir:Path)->dict:
 # %% ../nbs/07b_card.ipynb #9b6a512a
 def models_overview_html(ov:pd.DataFrame)->str:
     "The models x studies table as HTML: a row per model, a column per study headline, cells linked to the reports."
-    studies = [h.study for h in HEADLINES if h.study in set(ov.study)]
+    studies = [h.study for h in HEADLINES if h.study in set(ov.study.dropna())]
     studies = list(dict.fromkeys(studies))
     head = {s: ov[ov.study.eq(s)].headline.iloc[0] for s in studies}
     out = ["<table class='models'><tr><th>model</th><th>source</th>" + "".join(f"<th>{html.escape(s)}<br><small>{html.escape(head[s])}</small></th>" for s in studies) + "</tr>"]
     for (model, kind), g in ov.groupby(["model", "kind"], sort=False):
+        if kind == PLANNED:
+            out.append(f"<tr><td>{html.escape(model)} (<a href='models/{html.escape(model)}.html'>card</a>)</td><td><small>{html.escape(kind)}</small></td>"
+                       f"<td colspan='{len(studies)}'><small>no run yet: its card lists what each study would run and how long it would take on a GPU</small></td></tr>")
+            continue
         cells = []
         for s in studies:
             r = g[g.study.eq(s)]

@@ -15,12 +15,13 @@ from .stats import metric_definition
 
 # %% auto #0
 __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
-           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'KERNEL_ARGS', 'verify_provenance', 'report_cells', 'fit_tables',
-           'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line', 'verdict_html',
-           'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task', 'read_params_file',
-           'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
-           'ended_early', 'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries',
-           'index_headline', 'forest_figure', 'figure_data_uri', 'build_index', 'validity_page', 'write_card']
+           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'FACTOR_RUN_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_cells',
+           'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line',
+           'verdict_html', 'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task',
+           'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager',
+           'saves_throttled', 'reports_folder', 'ended_early', 'without_examples', 'run_params_file',
+           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
+           'figure_data_uri', 'write_plan_card', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -364,8 +365,34 @@ def ended_early(nb_path:str|Path # an executed notebook papermill stopped with a
     nbformat.write(nb, str(nb_path))
     return True
 
+# %% ../nbs/07a_runner.ipynb #e38a99de
+FACTOR_RUN_NOTE = ("*Factor run*: this notebook ran the study's definitions and this report, not the library's asserting examples "
+                   "(the study's default run executes those on the same code).")
+
+def without_examples(nb # a study notebook (nbformat node); a copy is returned
+                    ):
+    "The notebook a factor run executes: without the code cells before `# Report` that neither export (`#| export...`) nor hold the `parameters` tag; `FACTOR_RUN_NOTE` at the end."
+    import copy, nbformat
+    idx = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(REPORT_MARKER)), None)
+    if idx is None: raise SilverspoonError(f"notebook has no markdown cell starting with {REPORT_MARKER!r}: cannot tell the library's examples from the report.")
+    keep = lambda c: (c.cell_type != "code" or re.search(r"^#\|\s*export", c.source, re.M) is not None
+                      or "parameters" in c.metadata.get("tags", []))
+    out = copy.deepcopy(nb)
+    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(FACTOR_RUN_NOTE)]
+    return out
+
 # %% ../nbs/07a_runner.ipynb #107bac69
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own log shows errors only (no TCP-encryption warning per run); cell output is unaffected
+
+def _notebook_for(p:RunParams, tmp:Path)->Path:
+    "The notebook a run executes: its study's, or for a factor run that notebook `without_examples`, written into the run's temporary folder."
+    from silverspoon.card import is_factor_run
+    src = study_notebook(p.study)
+    if not is_factor_run(p.run): return src
+    import nbformat
+    out = tmp/f"{src.stem}.factor-run.ipynb"
+    nbformat.write(without_examples(nbformat.read(str(src), as_version=4)), str(out))
+    return out
 
 def run_params_file(path:str|Path,               # a file in params/
                     reports_dir:str|Path|None=None, # default: <project>/reports
@@ -391,7 +418,7 @@ def run_params_file(path:str|Path,               # a file in params/
             from silverspoon.store import relay_notices
             try:
                 with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
-                    pm.execute_notebook(str(study_notebook(p.study)), str(executed), parameters=params, kernel_name=kernel,
+                    pm.execute_notebook(str(_notebook_for(p, tmp)), str(executed), parameters=params, kernel_name=kernel,
                                         progress_bar=progress, engine_name=saves_throttled(), cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
                                         kernel_manager_class=quiet_kernel_manager())
             except pm.PapermillExecutionError as e:
@@ -510,6 +537,17 @@ def figure_data_uri(fig, dpi:int=100)->str:
     fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
+# %% ../nbs/07a_runner.ipynb #8ac9e5d8
+def write_plan_card(models_file:str|Path,               # params/models/<name>.yaml with no run in reports/ yet
+                    reports_dir:str|Path|None=None       # a reports folder; None = <project>/reports
+                   )->Path:
+    "Write `reports/models/<name>.html` for a model not yet run: its plan (`card.plan_card_html`) on the reports' page; returns the path. `build_index` calls it."
+    from silverspoon.card import plan_card_html, read_model_file
+    name = read_model_file(models_file)["name"]
+    out = reports_folder(reports_dir)/"models"; out.mkdir(parents=True, exist_ok=True)
+    (out/f"{name}.html").write_text(_page(f"bias card: {name} (planned)", plan_card_html(models_file)), encoding="utf-8")
+    return out/f"{name}.html"
+
 # %% ../nbs/07a_runner.ipynb #87a3a643
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: per study, a forest plot of the headline metric, one cross-model table, and links to every run's report."
@@ -521,8 +559,11 @@ def build_index(reports_dir:str|Path|None=None)->Path:
              "<a href='validity.html'>Instrument validity</a>: every parser, classifier and router of every run against its reference. "
              "In the wide tables, a cell is estimate [95% CI]; <i>n</i> = items the row's metrics rest on, and a cell resting on a different "
              "number says (n=...); each run's report has per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting and provenance.</p>"]
-    from silverspoon.card import models_overview, models_overview_html
+    from silverspoon.card import models_overview, models_overview_html, read_model_file, PLANNED
     ov = models_overview(reports_dir)
+    planned = set(ov.model[ov.kind.eq(PLANNED)]) if len(ov) else set()
+    for f in sorted((project_root()/"params"/"models").glob("*.yaml")):   # a model file with no run yet: its card is its plan (the index links it)
+        if read_model_file(f)["name"] in planned: write_plan_card(f, reports_dir)
     if len(ov): parts.append("<h2>Models x studies</h2><p class='note'>One row per model: a model file's runs (with its bias card) and every replay of "
                              "the authors' released answers (these reproduce the papers' numbers). One column per study headline: estimate "
                              "[95% CI], n, linked to the report. Every metric of every run is in the study sections below.</p>"

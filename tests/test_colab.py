@@ -128,6 +128,18 @@ def test_first_difference_names_file_row_and_column(tmp_path):
         f"{Path('stop/r1/t.csv')}: row 1, column 'model': 'GPT4' != 'GPT5'"]
     assert lane.main(["compare", str(exp), str(exp)]) == 0 and lane.main(["compare", str(exp), str(act)]) == 1
 
+def test_a_finite_difference_optimiser_file_is_compared_to_its_own_tolerance(tmp_path):
+    "sentiment_tests.csv (OrderedModel: derivatives by finite differences) allows 1e-4 relative; the same change elsewhere is a difference."
+    a = "term,effect,pvalue\ngender,1.8641193263646116,0.4133822432774289\n"
+    b = a.replace("1.8641193263646116", "1.8641193292248168").replace("0.4133822432774289", "0.4133821596692726")   # seen between two CPUs
+    assert lane.first_difference(a, b) is not None and lane.first_difference(a, b, lane.FILE_RTOL["sentiment_tests.csv"]) is None
+    assert lane.first_difference(a, a.replace("1.864", "1.874"), lane.FILE_RTOL["sentiment_tests.csv"]) is not None   # a real change still shows
+    exp, act = tmp_path/"exp", tmp_path/"act"
+    for d, text in ((exp, a), (act, b)):
+        (d/"narratives"/"r").mkdir(parents=True)
+        for name in ("sentiment_tests.csv", "other.csv"): (d/"narratives"/"r"/name).write_text(text)
+    assert [p.split(":")[0] for p in lane.compare_csvs(exp, act)] == [str(Path("narratives/r/other.csv"))]
+
 def test_pins_and_moved_pins():
     p = lane.pins("# c\npandas==2.2.3  # Colab\nhuggingface_hub==1.27.0\n\n")
     assert p == {"pandas": "2.2.3", "huggingface-hub": "1.27.0"}
