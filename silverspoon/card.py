@@ -200,6 +200,8 @@ def _estimate_html(est:pd.DataFrame)->str:
     "The GPU time section of a card: per study, generations, tokens (upper bound) and estimated seconds on an H100 and an A100-40GB."
     rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{_fmt(r.generations)}</td><td>{_fmt(r.max_new_tokens)}</td><td>{_fmt(r.tokens_upper_bound)}</td>"
                    f"<td>{_fmt(r.h100_seconds)}</td><td>{_fmt(r.a100_seconds)}</td></tr>" for r in est.itertuples())
+    rows += (f"<tr><td><b>all studies</b></td><td>{_fmt(est.generations.sum())}</td><td></td><td>{_fmt(est.tokens_upper_bound.sum())}</td>"
+             f"<td><b>{_fmt(est.h100_seconds.sum())}</b></td><td><b>{_fmt(est.a100_seconds.sum())}</b></td></tr>")
     return ("<h2>Time on a GPU for an 8B model</h2><p>Each study at its default sample (the generations the SmolLM2 runs made), with "
             "max_new_tokens tokens per answer (an upper bound), at the Llama-3-8B rates measured on one H100 (benchmarks/results/, "
             "transformers batched generation, bf16). The A100-40GB figure is an estimate: the H100 rate measured with 40 GB held, "
@@ -586,18 +588,20 @@ def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no 
     rel = Path(models_file).resolve().relative_to(root.resolve()) if Path(models_file).resolve().is_relative_to(root.resolve()) else Path(models_file)
     plan, fac = model_plan(models_file, root=root), factor_plan(models_file, root=root)
     esc = lambda x: html.escape(str(x))
-    model = "".join(f"<tr><td>{esc(k)}</td><td><code>{esc(v)}</code></td></tr>" for k, v in m["model"].items())
-    studies = "".join(f"<tr><td>{esc(r.study)}</td><td>{'<code>' + esc(r.params) + '</code>' if pd.notna(r.params) else '–'}</td><td>{esc(r.status)}</td></tr>"
-                      for r in plan.itertuples())
+    shown = lambda k, v: "not pinned: set a commit sha before running" if k == "revision" and v is None else f"<code>{esc(v)}</code>"
+    model = "".join(f"<tr><td class='text'>{esc(k)}</td><td class='text'>{shown(k, v)}</td></tr>" for k, v in m["model"].items())
+    studies = "".join(f"<tr><td class='text'>{esc(r.study)}</td><td class='text'>{'<code>' + esc(r.params) + '</code>' if pd.notna(r.params) else '–'}</td>"
+                      f"<td class='text'>{esc(r.status)}</td></tr>" for r in plan.itertuples())
     ran = fac[fac.params.notna()]
     factors = (f"<p>Factor runs (<code>factors:</code>): {len(ran)} files, " + ", ".join(f"{esc(s)} {len(g)}" for s, g in ran.groupby('study')) + ".</p>"
                if len(ran) else "<p>No factor runs: the file has no <code>factors:</code> (add quantization and prompt-variant levels to measure them).</p>")
     try: est = gpu_time_estimate(root=root)
     except (FileNotFoundError, ValueError): est = None
+    if est is not None and len(est): est = est[est.study.isin(plan.study[plan.params.notna()])]   # the studies this model would run
     return (f"<h1>Bias card: {esc(name)} <small>(planned, not run)</small></h1><p>{esc(m['description'])}</p>"
-            f"<p class='note'>No run of this model is in <code>reports/</code> yet, so this card is its plan. To run it (on a CUDA GPU: "
-            f"the studies' default samples), then read its card here: <code>silverspoon run --model {esc(rel.as_posix())}</code> "
-            f"(one study: add <code>--studies normative</code>).</p><h2>Model</h2><table>{model}</table>"
+            f"<p class='note'>No run of this model is in <code>reports/</code> yet, so this card is its plan. Run it with "
+            f"<code>silverspoon run --model {esc(rel.as_posix())}</code> (one study: add <code>--studies normative</code>); this page "
+            f"then becomes its bias card.</p><h2>Model</h2><table>{model}</table>"
             f"<h2>Studies</h2><table><tr><th>study</th><th>params file</th><th>status</th></tr>{studies}</table>{factors}"
             + ("" if est is None or est.empty else _estimate_html(est)))
 

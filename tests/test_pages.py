@@ -1,5 +1,5 @@
-"""What a reader sees at 1400 px (issue 22): headless Chromium opens the index, the validity page, the SmolLM2 bias card and
-a study report, built into a temporary reports folder from the committed runs; each page is photographed (the PNG must
+"""What a reader sees at 1400 px (issue 22): headless Chromium opens the index, the validity page, the SmolLM2 bias card, the
+plan card of the not-run Llama-3-8B example (written by build_index) and a study report, built into a temporary reports folder from the committed runs; each page is photographed (the PNG must
 not be blank) and must not scroll sideways (`document.documentElement.scrollWidth` <= 1400)."""
 import re, shutil, subprocess
 from pathlib import Path
@@ -57,7 +57,7 @@ def test_the_measure_sees_a_page_that_scrolls_sideways(tmp_path):
     width, viewport = page_width(p, tmp_path/"profile")
     assert viewport == WIDTH and width > WIDTH
 
-@pytest.mark.parametrize("page", ["index.html", "validity.html", "models/smollm2-135m.html", "/".join(REPORT) + ".html"])
+@pytest.mark.parametrize("page", ["index.html", "validity.html", "models/smollm2-135m.html", "models/llama3-8b-instruct.html", "/".join(REPORT) + ".html"])
 def test_page_fits_1400_px(reports, page, tmp_path):
     p = reports/page
     width, viewport = page_width(p, tmp_path/"profile")
