@@ -642,7 +642,9 @@ def models_overview_html(ov:pd.DataFrame)->str:
     studies = [h.study for h in HEADLINES if h.study in set(ov.study.dropna())]
     studies = list(dict.fromkeys(studies))
     head = {s: ov[ov.study.eq(s)].headline.iloc[0] for s in studies}
-    out = ["<table class='models'><tr><th>model</th><th>source</th>" + "".join(f"<th>{html.escape(s)}<br><small>{html.escape(head[s])}</small></th>" for s in studies) + "</tr>"]
+    what = {(h.study, h.metric): h.what for h in HEADLINES}   # the headline in words; its metric name on hover
+    out = ["<table class='models'><tr><th>model</th><th>source</th>" + "".join(f"<th title='{html.escape(head[s])}'>{html.escape(s)}<br><small>"
+           f"{html.escape(what.get((s, head[s]), head[s]))}</small></th>" for s in studies) + "</tr>"]
     for (model, kind), g in ov.groupby(["model", "kind"], sort=False):
         if kind == PLANNED:
             out.append(f"<tr><td>{html.escape(model)} (<a href='models/{html.escape(model)}.html'>card</a>)</td><td><small>{html.escape(kind)}</small></td>"
