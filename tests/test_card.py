@@ -81,3 +81,16 @@ def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
     assert got.loc["P", "n"] == 12 and got.loc["P", "generations"] > 0
     assert got.loc["answer rate change, BBQ (adapter - base)", "direction"] == "no run for this model"
     assert (tmp_path/"store"/"normative"/"scripted-yes.jsonl").exists()
+
+def test_a_model_file_not_yet_run_gets_a_plan_card_linked_from_the_index(root, tmp_path):
+    "llama3-8b-instruct.yaml (documented, not run): build_index writes its plan card and gives it a 'planned (not run)' row that links it."
+    from silverspoon.runner import build_index
+    from silverspoon.card import PLANNED
+    r = runs_for_model("smollm2-135m", root/"reports")["normative"]
+    shutil.copytree(r, tmp_path/"normative"/r.name)
+    index = build_index(tmp_path).read_text()
+    plan = (tmp_path/"models"/"llama3-8b-instruct.html").read_text()
+    assert "href='models/llama3-8b-instruct.html'" in index and PLANNED in index
+    assert "(planned, not run)" in plan and "silverspoon run --model params/models/llama3-8b-instruct.yaml" in plan
+    assert "skipped: needs task.adapter" in plan and "<b>all studies</b>" in plan and "not pinned" in plan   # downstream skipped; total time; revision null
+    assert not (tmp_path/"models"/"smollm2-135m.html").exists()   # a model with runs gets its bias card from `run`, never a plan
