@@ -289,7 +289,8 @@ def main(argv=None)->int:
     problems = compare_csvs(Path(args.expected), Path(args.actual))
     for p in problems: print(p, file=sys.stderr)
     n = len(list(Path(args.expected).rglob("*.csv")))
-    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs identical to {args.expected} (floats to {FLOAT_RTOL:g} relative or {FLOAT_ATOL:g} absolute)")
+    print(f"{len(problems)} problems comparing {n} CSVs of {args.expected}" if problems else f"{n} CSVs identical to {args.expected} (floats to {FLOAT_RTOL:g} relative or {FLOAT_ATOL:g} absolute; "
+          + ", ".join(f"{k} to {v:g} relative" for k, v in FILE_RTOL.items()) + ")")
     return 1 if problems else 0
 
 if __name__ == "__main__": sys.exit(main())
