@@ -15,10 +15,10 @@ from .stats import metric_definition
 
 # %% auto #0
 __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
-           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'FACTOR_RUN_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_cells',
-           'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line',
-           'verdict_html', 'plain_stream_text', 'publishable_notebook', 'study_notebook', 'validate_task',
-           'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager',
+           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'FACTOR_RUN_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_start',
+           'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
+           'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'study_notebook',
+           'validate_task', 'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager',
            'saves_throttled', 'reports_folder', 'ended_early', 'without_examples', 'run_params_file',
            'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
            'figure_data_uri', 'write_plan_card', 'build_index', 'validity_page', 'write_card']
@@ -50,10 +50,15 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
 # %% ../nbs/07a_runner.ipynb #3549ded3
 REPORT_MARKER = "# Report"
 
-def report_cells(nb):
-    "The cells shown in a report: the title cell, then everything from the `# Report` markdown cell on."
+def report_start(nb)->int:
+    "Index of the `# Report` markdown cell: the library part (definitions and their examples) is before it, the report from it on."
     idx = next((i for i,c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(REPORT_MARKER)), None)
     if idx is None: raise SilverspoonError(f"notebook has no markdown cell starting with {REPORT_MARKER!r}: cannot tell the report from the library part.")
+    return idx
+
+def report_cells(nb):
+    "The cells shown in a report: the title cell, then everything from the `# Report` markdown cell on."
+    idx = report_start(nb)
     title = [c for c in nb.cells[:idx] if c.cell_type == "markdown"][:1]
     return title + nb.cells[idx:]
 
@@ -373,8 +378,7 @@ def without_examples(nb # a study notebook (nbformat node); a copy is returned
                     ):
     "The notebook a factor run executes: without the code cells before `# Report` that neither export (`#| export...`) nor hold the `parameters` tag; `FACTOR_RUN_NOTE` at the end."
     import copy, nbformat
-    idx = next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(REPORT_MARKER)), None)
-    if idx is None: raise SilverspoonError(f"notebook has no markdown cell starting with {REPORT_MARKER!r}: cannot tell the library's examples from the report.")
+    idx = report_start(nb)
     keep = lambda c: (c.cell_type != "code" or re.search(r"^#\|\s*export", c.source, re.M) is not None
                       or "parameters" in c.metadata.get("tags", []))
     out = copy.deepcopy(nb)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from ..core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
-from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, percentile_ci, _check_boot
+from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, percentile_ci, _check_boot
 from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from . import Study, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
@@ -225,11 +225,13 @@ for _name, _definition, _fn, _scale in (   # of a cell's stories (sentiment scor
     register_metric(_name, _definition, _fn, _scale, None, study="narratives")
 _MEASURES = {k: m.fn for k, m in study_metrics("narratives").items()}   # measure -> function of a cell's scores, from the registry
 
-def _contrast(cells:pd.Series, factor:str, a:str, b:str)->float:
-    "Equal-weight mean over the other factors' cells of (cell at level a) - (cell at level b); `cells` is indexed by (gender, race, city_class)."
+def _contrast(cells, factor:str, a:str, b:str):
+    "Equal-weight mean over the other factors' cells of (cell at level a) - (cell at level b). `cells` maps (gender, race, city_class) to a number (a Series or dict), or to an array of bootstrap replicates: then one contrast per replicate."
     pos = ["gender", "race", "city_class"].index(factor)
-    d = [cells.get(k) - cells.get(k[:pos] + (b,) + k[pos+1:]) for k in cells.index if k[pos] == a and k[:pos] + (b,) + k[pos+1:] in cells.index]
-    return float(np.nanmean(d)) if d else np.nan
+    d = [cells[k] - cells[k[:pos] + (b,) + k[pos+1:]] for k in list(cells.keys()) if k[pos] == a and k[:pos] + (b,) + k[pos+1:] in cells]
+    if not d: return np.nan
+    r = np.nanmean(np.stack(d), axis=0)
+    return float(r) if np.ndim(r) == 0 else r
 
 # %% ../../nbs/12_narratives.ipynb #812692d8
 def _contrast_stats(ok:pd.DataFrame)->dict:
@@ -262,15 +264,12 @@ def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gend
         cols.update({(m, k): per * cols[("n", k)] for k in keys})
     _, reps, _ = resampled_sums(cols, ok.name.to_numpy(), n_boot, seed)
     out = {}
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any cell of a pair: NaN, as the groupby gives
         for m in _MEASURES:
-            cm = {k: np.where(reps[("n", k)] > 0, reps[(m, k)] / reps[("n", k)], np.nan) for k in keys}
+            cm = {k: ratio_of_sums(reps[(m, k)], reps[("n", k)]) for k in keys}   # each cell's mean in every replicate (NaN: not drawn)
             out[f"{m} (all)"] = np.nanmean(np.column_stack(list(cm.values())), axis=1)
-            for name, (f, a, b) in CONTRASTS.items():
-                pos = ["gender", "race", "city_class"].index(f)
-                pairs = [(k, k[:pos] + (b,) + k[pos+1:]) for k in keys if k[pos] == a and k[:pos] + (b,) + k[pos+1:] in cm]
-                out[f"{m} {name}"] = np.nanmean(np.column_stack([cm[x] - cm[y] for x, y in pairs]), axis=1) if pairs else np.full(n_boot, np.nan)
+            for name, (f, a, b) in CONTRASTS.items(): out[f"{m} {name}"] = np.broadcast_to(_contrast(cm, f, a, b), (n_boot,))
     return out
 
 # %% ../../nbs/12_narratives.ipynb #d59c4e94
@@ -490,7 +489,7 @@ def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`story_items
     by_cell = {}   # plain dicts, not a groupby: the card calls this 2,000 times per factor level on resamples of a few rows
     for k, s in zip(zip(ok.gender, ok.race, ok.city_class), ok.score): by_cell.setdefault(k, []).append(s)
     fn, (f, a, b) = _MEASURES["% positive"], CONTRASTS["high-low city"]
-    cells = pd.Series({k: fn(pd.Series(v, dtype="float64")) for k, v in by_cell.items()}, dtype="float64")
+    cells = {k: fn(pd.Series(v, dtype="float64")) for k, v in by_cell.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # no cell pair: NaN
         return {"% positive high-low city": _contrast(cells, f, a, b)}

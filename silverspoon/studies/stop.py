@@ -15,7 +15,7 @@ from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
 from ..stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS,
-                               resampled_sums, percentile_ci)
+                               resampled_sums, ratio_of_sums, percentile_ci)
 from . import Study, check_prompt_variant, variant_system, variant_note
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts
 from ..provenance import model_label
@@ -509,9 +509,9 @@ def _macro_replicates(ok:np.ndarray,   # 1.0 where the progression is correct, o
         m = (sev == s).astype(float)
         cols[("n", s)], cols[("ok", s)] = m, m * ok
     _, reps, _ = resampled_sums(cols, clusters, n_boot, seed)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
+    share = np.column_stack([ratio_of_sums(reps[("ok", s)], reps[("n", s)]) for s in SEVERITIES])   # NaN: no progression of s drawn
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any progression: NaN, left out of the interval
-        share = np.column_stack([np.where(reps[("n", s)] > 0, reps[("ok", s)] / reps[("n", s)], np.nan) for s in SEVERITIES])
         return np.nanmean(share, axis=1)
 
 # %% ../../nbs/30_stop.ipynb #d7edd2d7
