@@ -13,12 +13,13 @@ from .stats import proportion_ci
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
-           'parsed_frame', 'rule_counts', 'RefusalDetector', 'instrument_validity', 'parser_set_path', 'parser_set',
-           'run_judge', 'gather_instruments']
+__all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS', 'TEMPLATE_TOKEN',
+           'ANSWER_SUMMARY_COLUMNS', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed', 'parsed_frame',
+           'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate', 'instrument_validity', 'parser_set_path',
+           'parser_set', 'run_judge', 'gather_instruments']
 
 # %% ../nbs/04a_parse.ipynb #e09b7779
-STATUSES = ("answer", "refusal", "unparseable", "failed")
+STATUSES = ("answer", "refusal", "not_an_answer", "unparseable", "failed")   # not_an_answer: the reply gate found no answer to read (`ReplyGate`)
 
 @dataclass(frozen=True)
 class Parsed:
@@ -108,6 +109,138 @@ def __repr__(self:RefusalDetector): return f"RefusalDetector({len(self.phrases)}
 # %% ../nbs/04a_parse.ipynb #a59c776b
 REFUSAL = RefusalDetector()
 ANYWHERE = r"(?s)^(?:.*?\b)?"   # a `lead` for studies that look for refusal wording anywhere in the text they read
+
+# %% ../nbs/04a_parse.ipynb #09efc7d7
+REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: counted only, what it flags and its thresholds)
+    "empty": (True, "no letter or digit in the reply"),
+    "template_tokens": (True, "the reply opens with chat-template or special tokens (<|im_start|>, <|im_end|>, <|eot_id|>, [INST], </s>, "
+                              "<end_of_turn>, ...): no word comes before the first one (text after such a token is a turn the model invented)"),
+    "prompt_echo": (True, "the reply repeats the prompt: 8+ words that open with the prompt's first 8 words, or 8+ words of which at least "
+                          "80% of the word 4-grams occur in the prompt while covering at least half of the prompt's 4-grams"),
+    "repeated": (True, "the same reply (case, spaces and punctuation ignored; 20+ words, longer than any short answer) given to 3 or more "
+                       "different items"),
+    "other_language": (True, "a reply of 8+ words not in English (the prompts' language): under half of its letters are Latin, or at least "
+                             "3 of its words are Spanish/French/German/Portuguese/Italian function words and they outnumber its English ones"),
+    "cut_at_max": (False, "the generation stopped at max_new_tokens (finish_reason 'length') where the study expects a short answer: "
+                          "counted and shown, not excluded (the parsers read the start of a reply)"),
+}
+DEFAULT_CHECKS = ("empty", "template_tokens", "prompt_echo", "repeated", "other_language")
+
+# %% ../nbs/04a_parse.ipynb #0845c941
+TEMPLATE_TOKEN = re.compile(r"<\|[A-Za-z0-9_]{2,40}\|>|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>|<(?:bos|eos|pad|unk)>"
+                            r"|\b(?:im_start|im_end|eot_id|endoftext|start_header_id|end_header_id)\b")   # chat-template / special tokens as text
+_ENGLISH = frozenset("the and or but of to on at for with from by is are was were be been it its this that these those he she they we "
+                     "you his her their our my your not yes as if do does did have has had will would can could should there here what "
+                     "who which when where why how all some any one than then also very just".split())   # words rare in other languages (no 'a', 'no', 'in', 'me')
+_FOREIGN = frozenset("el la los las y del que por para con una es está son pero porque muy también le les des et est dans avec pas qui sur "
+                     "ce cette sont der das und ist nicht mit ein eine zu von auf für sich dem o os um não é il gli è che di".split())   # none is an English word
+def _words(text:str)->list[str]: return re.findall(r"[^\W_]+", text.lower())
+def _grams(words:list[str], k:int=4)->set: return {tuple(words[i:i+k]) for i in range(len(words) - k + 1)}
+
+# %% ../nbs/04a_parse.ipynb #8bd6c955
+def reply_checks(reply:str|None,         # one reply (None: no reply, a failed generation: no check fires)
+                 prompt:str|None=None,   # the prompt it answers (the last user message), for `prompt_echo`
+                 finish_reason:str|None=None, # the store's finish_reason, for `cut_at_max`
+                 checks=DEFAULT_CHECKS   # which of REPLY_CHECKS to apply (`repeated` needs the whole run: `ReplyGate.screen`)
+                )->list[str]:
+    "The checks of `REPLY_CHECKS` that fire on one reply (in `REPLY_CHECKS` order), `repeated` aside."
+    if not isinstance(reply, str): return []
+    fired, words = [], _words(reply)
+    if "empty" in checks and not re.search(r"[^\W_]", reply): fired.append("empty")
+    if "template_tokens" in checks and (m := TEMPLATE_TOKEN.search(reply)) and not _words(reply[:m.start()]): fired.append("template_tokens")
+    if "prompt_echo" in checks and isinstance(prompt, str) and len(words) >= 8:
+        pw = _words(prompt); g, pg = _grams(words), _grams(pw)
+        opens = len(pw) >= 8 and words[:8] == pw[:8]
+        if opens or (pg and len(g & pg) >= 0.8*len(g) and len(g & pg) >= 0.5*len(pg)): fired.append("prompt_echo")
+    if "other_language" in checks and len(words) >= 8:
+        letters = re.findall(r"[^\W\d_]", reply)
+        latin = sum(1 for c in letters if c.isascii() or "\u00c0" <= c <= "\u024f")
+        foreign = sum(w in _FOREIGN for w in words)
+        if latin < 0.5*len(letters) or (foreign >= 3 and foreign > sum(w in _ENGLISH for w in words)): fired.append("other_language")
+    if "cut_at_max" in checks and finish_reason == "length": fired.append("cut_at_max")
+    return fired
+
+# %% ../nbs/04a_parse.ipynb #2efe970b
+@dataclass(frozen=True)
+class ReplyGate:
+    "A study's reply gate: which `REPLY_CHECKS` apply, and the minimums a run must meet for its headlines to get a verdict."
+    checks:tuple=DEFAULT_CHECKS     # REPLY_CHECKS that apply to this study's replies
+    short_answer:bool=False         # the study expects a short answer: `cut_at_max` is counted
+    min_answered:float=0.5          # a verdict needs at least this share of replies read as answers (status `answer`)
+    max_not_an_answer:float=0.2     # ... and at most this share of replies that are not answers
+    def __post_init__(self):
+        bad = [c for c in self.checks if c not in REPLY_CHECKS]
+        if bad: raise ValueError(f"ReplyGate.checks: unknown check(s) {bad}; use those of REPLY_CHECKS: {list(REPLY_CHECKS)}.")
+        if not (0 <= self.min_answered <= 1 and 0 <= self.max_not_an_answer <= 1): raise ValueError("ReplyGate: min_answered and max_not_an_answer are shares in [0, 1].")
+    @property
+    def all_checks(self)->tuple: return (*self.checks, *(("cut_at_max",) if self.short_answer else ()))
+
+# %% ../nbs/04a_parse.ipynb #9c47496d
+@patch
+def screen(self:ReplyGate,
+           replies,                 # one reply per row (None/NaN: a failed generation)
+           prompts=None,            # the prompt each answers (last user message), aligned; None: no echo check
+           finish_reasons=None,     # the store's finish_reason per reply; None: no `cut_at_max`
+           items=None               # the item each reply answers (for `repeated`: different items); None: each row its own item
+          )->pd.DataFrame:
+    "One row per reply: a bool column per check that applies, and `not_an_answer`: the first excluding check that fired ('' if none)."
+    replies = [r if isinstance(r, str) else None for r in replies]; n = len(replies)
+    prompts = [None]*n if prompts is None else [p if isinstance(p, str) else None for p in prompts]
+    finish = [None]*n if finish_reasons is None else [f if isinstance(f, str) else None for f in finish_reasons]
+    items = list(range(n)) if items is None else list(items)
+    if not len(prompts) == len(finish) == len(items) == n: raise ValueError(f"ReplyGate.screen: {n} replies but {len(prompts)} prompts, {len(finish)} finish reasons, {len(items)} items; align them.")
+    cols = self.all_checks
+    df = pd.DataFrame([{c: c in f for c in cols} for f in (reply_checks(r, p, fr, cols) for r, p, fr in zip(replies, prompts, finish))],
+                      columns=list(cols), dtype=bool).reindex(range(n), fill_value=False)
+    if "repeated" in cols:
+        norm = [" ".join(_words(r)) if r is not None and len(_words(r)) >= 20 else None for r in replies]
+        seen = {}
+        for t, it in zip(norm, items):
+            if t is not None: seen.setdefault(t, set()).add(it)
+        df["repeated"] = [t is not None and len(seen[t]) >= 3 for t in norm]
+    excl = [c for c in cols if REPLY_CHECKS[c][0]]
+    df["not_an_answer"] = [next((c for c in excl if row[c]), "") for row in df[excl].to_dict("records")] if excl else ""
+    return df
+
+# %% ../nbs/04a_parse.ipynb #5a7c6f1a
+@patch
+def apply(self:ReplyGate,
+          parsed:list,            # one `Parsed` per reply, from the study's parser
+          screen:pd.DataFrame     # `ReplyGate.screen` of the same replies, same order
+         )->list:
+    "The parsed replies after the gate: a reply the screen calls not an answer becomes `Parsed('not_an_answer', None, <check>)` (a failed one stays failed)."
+    if len(parsed) != len(screen): raise ValueError(f"ReplyGate.apply: {len(parsed)} parsed replies but {len(screen)} screened; screen the same replies.")
+    return [p if p.status == "failed" or not why else Parsed("not_an_answer", None, why) for p, why in zip(parsed, screen["not_an_answer"])]
+
+# %% ../nbs/04a_parse.ipynb #d5ddb7f9
+ANSWER_SUMMARY_COLUMNS = ["replies", "answered", "refused", "not_an_answer", "unparseable", "failed", "answered_share", "answered_ci_low",
+                          "answered_ci_high", "not_an_answer_checks", "cut_at_max", "min_answered", "max_not_an_answer", "verdict_allowed", "why"]
+
+def _count_words(counts:dict)->str: return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if v)
+
+@patch
+def summary(self:ReplyGate,
+            status,                     # the status of each reply after the gate (`Parsed.status` / a `parsed_frame`'s column)
+            screen:pd.DataFrame|None=None # the screen of the same replies (check counts); None: none shown
+           )->pd.DataFrame:
+    "One row: replies answered / refused / not an answer / unparseable / failed, the answered share (Wilson CI), and whether a verdict is allowed (`why` if not)."
+    st = pd.Series(list(status), dtype="object").astype(str)
+    bad = sorted(set(st) - set(STATUSES))
+    if bad: raise ValueError(f"ReplyGate.summary: unknown status(es) {bad}; statuses are {STATUSES}.")
+    c = {s: int(st.eq(s).sum()) for s in STATUSES}; n = len(st)
+    p, lo, hi = proportion_ci(c["answer"], n)
+    checks = {} if screen is None else {k: int(v) for k, v in screen["not_an_answer"][screen["not_an_answer"].ne("")].value_counts().sort_index().items()}
+    cut = int(screen["cut_at_max"].sum()) if screen is not None and "cut_at_max" in screen else pd.NA
+    ok = n > 0 and c["answer"] >= self.min_answered*n and c["not_an_answer"] <= self.max_not_an_answer*n
+    parts = ([f"{c['not_an_answer']} not an answer" + (f": {_count_words(checks)}" if checks else "")] if c["not_an_answer"] else []) \
+            + [f"{c[k]} {w}" for k, w in (("unparseable", "unparseable"), ("refusal", "refused"), ("failed", "failed")) if c[k]]
+    why = "" if ok else ("no verdict: no replies" if n == 0 else
+          f"no verdict: {c['answer']} of {n} replies were answers" + (f" ({'; '.join(parts)})" if parts else "")
+          + f"; a verdict needs at least {self.min_answered:.0%} answers and at most {self.max_not_an_answer:.0%} not answers")
+    row = dict(replies=n, answered=c["answer"], refused=c["refusal"], not_an_answer=c["not_an_answer"], unparseable=c["unparseable"], failed=c["failed"],
+               answered_share=p, answered_ci_low=lo, answered_ci_high=hi, not_an_answer_checks=_count_words(checks), cut_at_max=cut,
+               min_answered=self.min_answered, max_not_an_answer=self.max_not_an_answer, verdict_allowed=ok, why=why)
+    return pd.DataFrame([row], columns=ANSWER_SUMMARY_COLUMNS)
 
 # %% ../nbs/04a_parse.ipynb #33eef0a0
 INSTRUMENT_COLUMNS = ["instrument", "kind", "reference", "n", "n_agree", "agreement", "ci_low", "ci_high",

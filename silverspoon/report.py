@@ -12,8 +12,8 @@ from .provenance import *
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['INSTRUMENTS_MARK', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'RunEnded',
-           'check_summary', 'warning_without_path']
+__all__ = ['INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame',
+           'Report', 'RunEnded', 'check_summary', 'warning_without_path']
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -182,6 +182,51 @@ def items(self:Report, df:pd.DataFrame, # one row per scored answer; `item`: the
         raise ValueError(f"Report.items: the frame needs an `item` column without missing values (the unit the headline CI resamples); got columns {list(df.columns)}.")
     self._write(df, "items")
     display(Markdown(f"Per-item data behind the headlines: `items.csv`, {len(df)} rows, {df['item'].nunique()} items (the unit each CI resamples). {note}".strip()))
+
+# %% ../nbs/06_report.ipynb #64cde211
+ANSWERS_REPLY_CHARS = 500   # answers.csv keeps this much of each reply (the parsers and an audit read its start)
+
+@patch
+def answers(self:Report,
+            parsed,                     # the replies after the gate: a list of `Parsed`, or a frame with status, value, rule
+            screen:pd.DataFrame,        # `ReplyGate.screen` of the same replies, same order
+            item_ids=None,              # the item each reply answers (a column of answers.csv); None: 0..n-1
+            replies=None,               # the reply texts, written cut to ANSWERS_REPLY_CHARS; None: not written (released answers)
+            parts=None,                 # a label per reply when a run has groups judged apart (e.g. base / adapter); None: one group
+            gate=None                   # the `ReplyGate`; None: the report's study's `reply_gate`
+           )->pd.DataFrame:
+    "Write `answers.csv` (per reply) and `answer_summary.csv` (per part, and whether a verdict is allowed), show the summary, return it."
+    from IPython.display import display, Markdown
+    from silverspoon.parse import ReplyGate, REPLY_CHECKS
+    gate = gate or getattr(self.study, "reply_gate", None) or ReplyGate()
+    if isinstance(parsed, pd.DataFrame): status, value, rule = (parsed[c].tolist() for c in ("status", "value", "rule"))
+    else: status, value, rule = [p.status for p in parsed], [p.value for p in parsed], [p.rule for p in parsed]
+    n = len(status)
+    if len(screen) != n: raise ValueError(f"Report.answers: {n} parsed replies but {len(screen)} screened; screen the same replies.")
+    screen = screen.reset_index(drop=True)
+    checks = [c for c in screen.columns if c in REPLY_CHECKS]
+    parts = ["all"]*n if parts is None else [str(p) for p in parts]
+    df = pd.DataFrame({"item_id": list(range(n)) if item_ids is None else list(item_ids), "part": parts, "status": status, "value": value,
+                       "rule": rule, "checks": [", ".join(c for c in checks if row[c]) for row in screen[checks].to_dict("records")]})
+    if replies is not None:
+        cut = lambda r: r if not isinstance(r, str) or len(r) <= ANSWERS_REPLY_CHARS else r[:ANSWERS_REPLY_CHARS] + "…"
+        df["reply"] = [cut(r) if isinstance(r, str) else None for r in replies]
+    self._write(df, "answers")
+    names = list(dict.fromkeys(parts))
+    summ = pd.concat([gate.summary(df.status[df.part.eq(p)], screen[df.part.eq(p).to_numpy()]).assign(part=p) for p in names], ignore_index=True)
+    summ = summ[["part", *[c for c in summ.columns if c != "part"]]]
+    self._write(summ, "answer_summary")
+    why = [f"{p}: {w}" if len(names) > 1 else w for p, w in zip(summ.part, summ.why) if w]
+    lead = ("**No verdict.** " + " ".join(w[0].upper() + w[1:] + "." for w in why)) if why else \
+           f"The model answered: {', '.join(f'{p} {a} of {r}' if len(names) > 1 else f'{a} of {r} replies' for p, a, r in zip(summ.part, summ.answered, summ.replies))} were read as answers."
+    self._show_heading("Did the model answer?", "Every reply is screened before it is parsed (the study's reply gate: "
+                       + ", ".join(f"{c}: {REPLY_CHECKS[c][1]}" for c in gate.all_checks) + "). Answered share: Wilson 95% CI.")
+    display(Markdown(lead))
+    display(self._styled(summ, "answer_summary"))
+    bad = df[df.status.eq("not_an_answer")]
+    if len(bad) and replies is not None:
+        display(Markdown("Replies that are not answers (first 3): " + "; ".join(f"`{html.escape(str(r)[:120])}` ({c})" for r, c in zip(bad.get("reply", [""]*len(bad)), bad.rule) if isinstance(r, str))[:1500]))
+    return summ
 
 # %% ../nbs/06_report.ipynb #66157ad6
 class RunEnded(Exception):

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
 from ..provenance import model_label
 from ..report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
+from ..parse import ReplyGate
 
 # %% auto #0
 __all__ = ['PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'variant_system',
@@ -32,6 +33,7 @@ class Study:
     describe: Callable|None = None  # describe(params, opts) -> markdown after "**Run** `<run>`: "; None = model, backend, description
     headlines_from_items: Callable|None = None  # headlines_from_items(items: DataFrame) -> {metric: estimate}: the card headlines recomputed from the run's items.csv (`Report.items`); factor deltas resample its `item` column
     prompt_variants: dict = field(default_factory=dict)  # `task.prompt_variant` name -> (kind, what it changes); kind: "wording" | "option_order" | "system_prompt"; the first entry is the paper's prompt, the reference level
+    reply_gate: ReplyGate = ReplyGate()  # which reply checks apply (silverspoon.parse.REPLY_CHECKS) and the answered share a verdict needs
 
     def __post_init__(self):
         fix = "fix the `STUDY = Study(...)` cell of the study's notebook"
@@ -44,6 +46,7 @@ class Study:
         bad = {k: v for k, v in self.prompt_variants.items() if not (isinstance(v, tuple) and len(v) == 2 and v[0] in PROMPT_VARIANT_KINDS)}
         if bad: raise TypeError(f"Study {self.name!r}: prompt_variants values must be (kind, what) with kind in {PROMPT_VARIANT_KINDS}; got {bad}; {fix}.")
         if self.prompt_variants and next(iter(self.prompt_variants.values()))[0] != "wording": raise TypeError(f"Study {self.name!r}: the first prompt variant is the reference (the paper's wording): its kind must be 'wording'; {fix}.")
+        if not isinstance(self.reply_gate, ReplyGate): raise TypeError(f"Study {self.name!r}: reply_gate must be a silverspoon.parse.ReplyGate (got {self.reply_gate!r}); {fix}.")
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
 
 # %% ../../nbs/08_studies.ipynb #8d62a8ab
