@@ -14,11 +14,11 @@ from .store import store_root
 
 # %% auto #0
 __all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
-           'min_detectable_effect', 'direction', 'run_cost', 'headline_row', 'instrument_validity', 'released_values',
-           'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'check_factors', 'read_model_file',
-           'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'why_undefined',
-           'factor_deltas', 'wording_band', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
-           'plan_card_html', 'models_overview', 'models_overview_html']
+           'min_detectable_effect', 'direction', 'answer_gate', 'run_cost', 'headline_row', 'instrument_validity',
+           'released_values', 'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'answers_html',
+           'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
+           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'factors_html', 'replan', 'gpu_rates',
+           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -75,6 +75,22 @@ def direction(h:Headline, est:float, lo:float, hi:float)->str:
     if lo > h.no_bias or hi < h.no_bias: return f"{side} (CI excludes {h.no_bias:g})"
     return f"not distinguishable from {h.no_bias:g}"
 
+# %% ../nbs/07b_card.ipynb #1a645c6f
+def answer_gate(run_dir:str|Path # a published run folder
+               )->dict:
+    "Whether the run's headlines may get a verdict (`verdict_allowed`), `why` not, and a one-line `answers` summary, from its `answer_summary.csv`."
+    f = Path(run_dir)/"answer_summary.csv"
+    if not f.exists():
+        return dict(verdict_allowed=False, answers="not recorded", why="no verdict: this run recorded no answer accounting (answer_summary.csv; "
+                    "it was made before the reply gate): rerun it")
+    s = pd.read_csv(f)
+    line = "; ".join((f"{r.part}: " if len(s) > 1 else "") + f"{r.answered} of {r.replies} answered"
+                     + "".join(f", {int(v)} {w}" for v, w in ((r.refused, "refused"), (r.not_an_answer, "not an answer"), (r.unparseable, "unparseable"), (r.failed, "failed")) if v)
+                     for r in s.itertuples())
+    bad = s[~s.verdict_allowed.astype(bool)]
+    why = "; ".join((f"{r.part}: " if len(s) > 1 else "") + str(r.why) for r in bad.itertuples())
+    return dict(verdict_allowed=bad.empty, answers=line, why=why if why.startswith("no verdict") else (f"no verdict: {why}" if why else ""))
+
 # %% ../nbs/07b_card.ipynb #56220490
 def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>*.jsonl`
              study:str, run:str)->dict:
@@ -90,7 +106,7 @@ def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>*.jsonl
 
 # %% ../nbs/07b_card.ipynb #d87ff096
 def headline_row(h:Headline, run_dir:str|Path)->dict:
-    "One card row: the headline's estimate, CI, n and the instrument's agreement, read from a published run folder."
+    "One card row: the headline's estimate, CI, n, its verdict (or why there is none: `answer_gate`) and the instrument's agreement, read from a published run folder."
     run_dir = Path(run_dir)
     s = pd.read_csv(run_dir/"summary.csv")
     m = s["metric"].eq(h.metric)
@@ -100,24 +116,30 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
                        f"fix the Headline in silverspoon.card.HEADLINES or rerun the study.")
     r = s[m].iloc[0]
     lo, hi = r.get("ci_low"), r.get("ci_high")
+    gate = answer_gate(run_dir)   # no verdict where the model did not answer: the reason instead of a direction
     row = dict(study=h.study, run=run_dir.name, headline=h.metric, what=h.what, estimate=r["estimate"], ci_low=lo, ci_high=hi,
-               n=r.get("n"), no_bias=h.no_bias, direction=direction(h, r["estimate"], lo, hi), mde_80=min_detectable_effect(lo, hi))
+               n=r.get("n"), no_bias=h.no_bias, direction=direction(h, r["estimate"], lo, hi) if gate["verdict_allowed"] else gate["why"],
+               mde_80=min_detectable_effect(lo, hi), answers=gate["answers"], verdict_allowed=gate["verdict_allowed"])
     row.update(instrument_validity(h, run_dir))
     return row
 
 # %% ../nbs/07b_card.ipynb #a9e16898
 def instrument_validity(h:Headline, run_dir:str|Path)->dict:
-    "The instrument row behind a headline: name, agreement with its reference (Wilson CI) or, for a score, Pearson r with the reference's scores (its CI), and n; 'none measured' when absent."
+    "The instrument row behind a headline: name, agreement with its reference (Wilson CI) or, for a score, Pearson r with the reference's scores (its CI), n, and where it was measured (this run's audit, or a borrowed reference); 'none measured' when absent."
     f = Path(run_dir)/"instruments.csv"
-    if h.instrument is None or not f.exists(): return dict(instrument="none measured", validity=np.nan, validity_low=np.nan, validity_high=np.nan, validity_n=np.nan)
+    none = dict(validity=np.nan, validity_low=np.nan, validity_high=np.nan, validity_n=np.nan, measured_on="")
+    if h.instrument is None or not f.exists(): return dict(instrument="none measured", **none)
     i = pd.read_csv(f)
     i = i[i["instrument"].str.startswith(h.instrument)]
-    if i.empty: return dict(instrument=f"{h.instrument} (not in instruments.csv)", validity=np.nan, validity_low=np.nan, validity_high=np.nan, validity_n=np.nan)
+    if i.empty: return dict(instrument=f"{h.instrument} (not in instruments.csv)", **none)
+    if "measured_on" in i: i = i.sort_values("measured_on", key=lambda s: s.ne("this run"), kind="stable")   # this run's own audit first
     r = i.iloc[0]
+    where = ("measured on this run's replies (blinded audit)" if r.get("measured_on") == "this run" else
+             f"measured on {r.get('reference', 'another reference')}, not on this model's replies")
     if pd.isna(r.get("agreement")) and pd.notna(r.get("pearson_r")):   # a score instrument: Pearson r with the reference's per-unit scores
         return dict(instrument=f"{r['instrument']} (Pearson r; reference: {r.get('reference', 'not named')})", validity=r["pearson_r"],
-                    validity_low=r.get("r_ci_low"), validity_high=r.get("r_ci_high"), validity_n=r["n"])
-    return dict(instrument=r["instrument"], validity=r["agreement"], validity_low=r["ci_low"], validity_high=r["ci_high"], validity_n=r["n"])
+                    validity_low=r.get("r_ci_low"), validity_high=r.get("r_ci_high"), validity_n=r["n"], measured_on=where)
+    return dict(instrument=r["instrument"], validity=r["agreement"], validity_low=r["ci_low"], validity_high=r["ci_high"], validity_n=r["n"], measured_on=where)
 
 # %% ../nbs/07b_card.ipynb #b2027fd0
 def released_values(h:Headline, reports_dir:str|Path)->str:
@@ -181,19 +203,38 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
     rows = []
     for _, r in card.iterrows():
         ci = f"[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
-        val = f"{_fmt(r.get('validity'), 2)} [{_fmt(r.get('validity_low'), 2)}, {_fmt(r.get('validity_high'), 2)}], n={_fmt(r.get('validity_n'))}" if pd.notna(r.get("validity")) else "not measured"
+        val = (f"{_fmt(r.get('validity'), 2)} [{_fmt(r.get('validity_low'), 2)}, {_fmt(r.get('validity_high'), 2)}], n={_fmt(r.get('validity_n'))}; "
+               f"{html.escape(str(r.get('measured_on')))}") if pd.notna(r.get("validity")) else "not measured"
         link = f'<a href="../{r["study"]}/{html.escape(str(r.get("run", "")))}.html">{html.escape(r["study"])}</a>' if pd.notna(r.get("run")) else html.escape(r["study"])
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, f"<b>{html.escape(r['headline'])}</b><br><small>{html.escape(r['what'])}</small>",
                     f"{_fmt(r.get('estimate'))} {ci}", _fmt(r.get("n")), html.escape(str(r.get("direction"))), _fmt(r.get("mde_80"), 2),
                     html.escape(str(r.get("instrument", "")))+"<br><small>"+val+"</small>", html.escape(str(r.get("released", "") or "")),
                     f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('generation_seconds'))} s"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["study", "headline", "estimate [95% CI]", "n", "verdict", "MDE (80% power)", "instrument validity", "released models (paper)", "cost"])
-    return (f"<h1>Bias card: {html.escape(name)}</h1><p>One row per study headline. MDE: the smallest true effect a 5% test detects "
+    return (f"<h1>Bias card: {html.escape(name)}</h1>" + answers_html(card) + "<h2>Headlines</h2><p>One row per study headline. "
+            "Verdict: which side of the no-bias value the estimate lies and whether its CI excludes it, given only where the run's "
+            "replies were answers (else 'no verdict' and why). MDE: the smallest true effect a 5% test detects "
             "with 80% power at this n, from the CI width (normal approximation). Instrument validity: agreement of the parser "
-            "behind the number with its hand-labelled reference. Released models: the same headline from the authors' released "
+            "behind the number with its reference, and where that was measured (this run's own replies, or a borrowed reference). Released models: the same headline from the authors' released "
             "answers (these reproduce the papers' numbers). Cost: generations, completion tokens and seconds recorded in the store.</p>"
             f"<table class='card'><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
+
+# %% ../nbs/07b_card.ipynb #0307bb6e
+def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_allowed`, `direction` per study
+                )->str:
+    "The card's opening: per study one line, how many replies were answers (answered / refused / not an answer / unparseable / failed) and whether its headlines get a verdict."
+    if "answers" not in card: return ""
+    rows = []
+    for study, g in card.groupby("study", sort=False):
+        r = g.iloc[0]
+        if pd.isna(r.get("answers")): continue
+        ok = bool(r.get("verdict_allowed"))
+        rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{'verdicts given' if ok else html.escape(str(r['direction']))}</td></tr>")
+    return ("<h2>Did the model answer?</h2><p class='note'>Every reply is screened before it is parsed (template tokens, prompt echoes, "
+            "the same long text to many items, empty replies, another language: not an answer) and a study's headlines get a verdict only "
+            "where enough replies were answers (each study's minimums: its report's 'Did the model answer?').</p>"
+            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th></tr>{''.join(rows)}</table>") if rows else ""
 
 # %% ../nbs/07b_card.ipynb #237561be
 def _estimate_html(est:pd.DataFrame)->str:
@@ -633,8 +674,9 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
 # %% ../nbs/07b_card.ipynb #bb6d8482
 def _cell(h:Headline, run_dir:Path)->dict:
     try: r = headline_row(h, run_dir)
-    except KeyError: r = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)
-    return dict(study=h.study, headline=h.metric, run=run_dir.name, estimate=r["estimate"], ci_low=r["ci_low"], ci_high=r["ci_high"], n=r["n"])
+    except KeyError: r = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan, **answer_gate(run_dir))
+    return dict(study=h.study, headline=h.metric, run=run_dir.name, estimate=r["estimate"], ci_low=r["ci_low"], ci_high=r["ci_high"], n=r["n"],
+                verdict_allowed=r["verdict_allowed"], no_verdict=r["direction"] if not r["verdict_allowed"] and "direction" in r else (r.get("why") or ""))
 
 # %% ../nbs/07b_card.ipynb #9b6a512a
 def models_overview_html(ov:pd.DataFrame)->str:
@@ -656,7 +698,8 @@ def models_overview_html(ov:pd.DataFrame)->str:
             if r.empty: cells.append("<td></td>"); continue
             r = r.iloc[0]
             ci = f" [{_fmt(r.ci_low, 2)}, {_fmt(r.ci_high, 2)}]" if pd.notna(r.ci_low) else ""
-            cells.append(f"<td><a href='{html.escape(s)}/{html.escape(r.run)}.html'>{_fmt(r.estimate, 2)}{ci}</a><br><small>n={_fmt(r.n)}</small></td>")
+            why = "" if r.get("verdict_allowed", True) else f"<br><small class='noverdict'>{html.escape(str(r.no_verdict))}</small>"
+            cells.append(f"<td><a href='{html.escape(s)}/{html.escape(r.run)}.html'>{_fmt(r.estimate, 2)}{ci}</a><br><small>n={_fmt(r.n)}</small>{why}</td>")
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"

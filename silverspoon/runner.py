@@ -179,9 +179,12 @@ def verdict_html(study:str,          # the run's study (its folder under reports
     heads = [h for h in HEADLINES if h.study == study]
     if not heads: return (f"<div class='verdict'><h3>Verdict</h3><p>No headline of the {html.escape(study)} study is on the bias card "
                           "(<code>silverspoon.card.HEADLINES</code>), so there is no verdict to give here: the tables below are its results.</p></div>")
+    from silverspoon.card import answer_gate
     head = "".join(f"<th>{c}</th>" for c in ["headline", "estimate [95% CI]", "n", "verdict", "MDE (80% power)"])
-    return ("<div class='verdict'><h3>Verdict</h3><p class='note'>This study's headlines on the bias card. Verdict: which side of the "
-            "no-bias value the estimate lies, and whether its 95% CI excludes that value. MDE: the smallest true effect a 5% test "
+    gate = answer_gate(run_dir)
+    answered = f"<p><b>Did the model answer?</b> {html.escape(gate['answers'])}." + (f" <b>{html.escape(gate['why'])}.</b>" if gate["why"] else "") + "</p>"
+    return ("<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card. Verdict: which side of the "
+            "no-bias value the estimate lies, and whether its 95% CI excludes that value; none where too few replies were answers. MDE: the smallest true effect a 5% test "
             "detects with 80% power at this n (from the CI width).</p>"
             f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, Path(run_dir)) for h in heads)}</table></div>")
 
@@ -618,6 +621,8 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.parse.gather_instruments
                               "agreement [95% CI]": [ci_text(e, l, h) for e, l, h in zip(g["agreement"], g["ci_low"], g["ci_high"])],
                               "clear": [share(e, n) for e, n in zip(g["agreement_clear"], g["n_clear"])],
                               "hard": [share(e, n) for e, n in zip(g["agreement_hard"], g["n_hard"])],
+                              "measured on": [("this run's replies (audit)" if m == "this run" else "a borrowed reference, not this run's replies")
+                                              for m in (g["measured_on"] if "measured_on" in g else ["reference"]*len(g))],
                               "reference": g["reference"], "note": g["note"]})
         parts.append(f"<h2>{html.escape(str(study))}</h2>" + shown.to_html(index=False, na_rep="", border=0, escape=True))
     return _page(title, "".join(parts))
