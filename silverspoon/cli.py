@@ -139,6 +139,7 @@ def _parser():
     f.add_argument("--output-dir", default=None, help="default: the file's output_dir, else finetune/<run>/")
     f.add_argument("--check", action="store_true", help="validate the params file only")
     _annotate_parser(sub)
+    _audit_parser(sub)
     return ap
 
 # %% ../nbs/07_cli.ipynb #56e41d70
@@ -220,6 +221,7 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
         if args.cmd == "finetune": return _finetune(args)
         if args.cmd == "annotate": return _annotate(args)
+        if args.cmd == "audit": return _audit(args)
     except SilverspoonError as e:
         print(printable(f"error: {e}"), file=sys.stderr); return 2
     except OSError as e:   # a folder that cannot be created, a full disk: one line, not a traceback
@@ -255,6 +257,46 @@ def _annotate(args)->int:
     for r in ag.itertuples():
         print(f"{r.measure:<42} {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  ({r.n_progressions} progressions, {r.n_annotators} annotators)")
     print(f"human file ->  {out}  (set task.human_file to it in a STOP params file)")
+    return 0
+
+# %% ../nbs/07_cli.ipynb #68d4b6d2
+def _audit_parser(sub):
+    a = sub.add_parser("audit", help="measure a run's parser on its own replies: a blinded sample for humans to label, then their agreement",
+                       description="Parser validity measured on this run's replies: `sheet` draws a seeded, blinded sample of a run's replies "
+                                   "(answers.csv) for humans to label; `collect` compares their labels with the parser's (Wilson CI). The run's "
+                                   "next report shows the figure in its instruments table, measured_on = this run.")
+    asub = a.add_subparsers(dest="audit_cmd", required=True)
+    s = asub.add_parser("sheet", help="write sheet.csv, form.html (for the humans), key.csv and audit.json (for you) for k replies drawn at random",
+                        description="Draw k replies of a run at random (seeded; failed calls have no reply and are not drawn) and write them "
+                                    "blinded: the sheet shows each reply and the labels allowed (the answer values seen in the run, refusal, "
+                                    "not_an_answer, unparseable), never the parser's reading. Refuses a folder holding a key, an audit or a filled sheet.")
+    s.add_argument("run_dir", help="the run's report folder, reports/<study>/<run> (its answers.csv is read)")
+    s.add_argument("--k", type=int, default=30, help="replies to draw (default 30: a Wilson CI of about +-0.17 at 50%% agreement)")
+    s.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
+    s.add_argument("--out", default=None, help="the audit folder (default audits/<study>/<run>/, where the run's report looks for it)")
+    c = asub.add_parser("collect", help="check filled sheets against the key, write audit.csv and audit_summary.csv, print the agreement",
+                        description="Read the filled sheets (default: the folder's sheet.csv), refuse any row whose reply text is not the one "
+                                    "drawn (sha256 in key.csv), compare the human labels with the parser's (status for non-answers, value for "
+                                    "answers, case and spaces ignored) and write audit.csv and audit_summary.csv into the folder.")
+    c.add_argument("folder", help="the audit folder `audit sheet` wrote (key.csv, audit.json)")
+    c.add_argument("sheets", nargs="*", help="filled sheet CSVs (default: <folder>/sheet.csv); a row labelled in several is disputed where they differ")
+
+# %% ../nbs/07_cli.ipynb #2b2d9fc2
+def _audit(args)->int:
+    from silverspoon.audit import write_audit_sheet, collect_audit
+    if args.audit_cmd == "sheet":
+        w = write_audit_sheet(args.run_dir, args.k, args.seed, args.out)
+        print(printable(f"sheet    ->  {w['sheet']}  |  {w['form']}  (for the humans: label each reply)"))
+        print(printable(f"key      ->  {w['key']}  (keep it from the humans)"))
+        print(printable(f"then     ->  silverspoon audit collect {w['key'].parent} [filled sheets]"))
+        return 0
+    summary, audit = collect_audit(args.folder, args.sheets or None)
+    r = summary.iloc[0]
+    print(printable(f"{r.instrument}: {r.n_agree} of {r.n} agree, {r.agreement:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] (Wilson 95% CI), measured on this run's replies"))
+    print(printable(f"note: {r.note}"))
+    off = audit[audit.agree.eq(False)].groupby(["human", "parser"]).size().sort_values(ascending=False)
+    for (h, p), n in off.head(5).items(): print(printable(f"  human {h!r}, parser {p!r}: {n}"))
+    print(printable(f"audit    ->  {Path(args.folder)/'audit.csv'}  |  {Path(args.folder)/'audit_summary.csv'}  (the run's next report shows it)"))
     return 0
 
 # %% ../nbs/07_cli.ipynb #d8fbc178

@@ -14,9 +14,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS', 'TEMPLATE_TOKEN',
-           'ANSWER_SUMMARY_COLUMNS', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed', 'parsed_frame',
-           'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate', 'instrument_validity', 'parser_set_path',
-           'parser_set', 'run_judge', 'gather_instruments']
+           'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
+           'parsed_frame', 'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate', 'instrument_validity',
+           'parser_set_path', 'parser_set', 'run_judge', 'gather_instruments']
 
 # %% ../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "not_an_answer", "unparseable", "failed")   # not_an_answer: the reply gate found no answer to read (`ReplyGate`)
@@ -243,7 +243,9 @@ def summary(self:ReplyGate,
     return pd.DataFrame([row], columns=ANSWER_SUMMARY_COLUMNS)
 
 # %% ../nbs/04a_parse.ipynb #33eef0a0
-INSTRUMENT_COLUMNS = ["instrument", "kind", "reference", "n", "n_agree", "agreement", "ci_low", "ci_high",
+MEASURED_ON = ("this run", "reference")   # where a validity figure was measured: on this run's own replies (an audit), or on another reference (borrowed)
+
+INSTRUMENT_COLUMNS = ["instrument", "kind", "reference", "measured_on", "n", "n_agree", "agreement", "ci_low", "ci_high",
                       "n_clear", "agreement_clear", "n_hard", "agreement_hard", "n_no_reference", "n_no_prediction", "note"]
 
 def _same(a, b)->bool:
@@ -260,9 +262,11 @@ def instrument_validity(name:str,                # the instrument, e.g. "normati
                         hard=None,               # per item: True for the hard subset (counted apart); None = all clear
                         ids=None,                # per-item ids for the item table (default 0..n-1)
                         drop_missing:bool=False, # True: items without a prediction are not compared either
-                        note:str=""              # anything a reader must know (e.g. "items treated as independent")
+                        note:str="",             # anything a reader must know (e.g. "items treated as independent")
+                        measured_on:str="reference" # "this run": the reference labels this run's own replies (an audit); "reference": another set (the figure is borrowed)
                        )->tuple[pd.DataFrame, pd.DataFrame]:
     "(summary, items): one row for a report's instruments table (agreement, Wilson CI, n, clear/hard apart) and the per-item data."
+    if measured_on not in MEASURED_ON: raise ValueError(f"instrument_validity({name!r}): measured_on = {measured_on!r}; use one of {MEASURED_ON}.")
     pred, ref = list(predicted), list(reference)
     if len(pred) != len(ref): raise ValueError(f"instrument_validity({name!r}): {len(pred)} predictions but {len(ref)} reference values; align them item by item.")
     hard = [False]*len(ref) if hard is None else [bool(h) and not is_missing(h) for h in hard]
@@ -280,7 +284,7 @@ def instrument_validity(name:str,                # the instrument, e.g. "normati
         return (k, n, *proportion_ci(k, n))
     k, n, p, lo, hi = rate(c)
     _, nc, pc, _, _ = rate(c[~c.hard]); _, nh, ph, _, _ = rate(c[c.hard])
-    row = dict(instrument=name, kind=kind, reference=reference_desc, n=n, n_agree=k, agreement=p, ci_low=lo, ci_high=hi,
+    row = dict(instrument=name, kind=kind, reference=reference_desc, measured_on=measured_on, n=n, n_agree=k, agreement=p, ci_low=lo, ci_high=hi,
                n_clear=nc, agreement_clear=pc, n_hard=nh, agreement_hard=ph, n_no_reference=int((~has_ref).sum()),
                n_no_prediction=int((has_ref & ~has_pred).sum()), note=note)
     return pd.DataFrame([row], columns=INSTRUMENT_COLUMNS), items
@@ -332,8 +336,11 @@ def run_judge(params,                # the run's RunParams (the judge's store is
 # %% ../nbs/04a_parse.ipynb #73fff7e4
 def gather_instruments(reports_dir:str|Path # a reports folder: `<study>/<run>/instruments.csv`
                       )->pd.DataFrame:
-    "Every run's instruments table in one frame, with `study` and `run` first (sorted); empty with the columns when there is none."
-    rows = [pd.read_csv(f).assign(study=f.parent.parent.name, run=f.parent.name) for f in sorted(Path(reports_dir).glob("*/*/instruments.csv"))]
+    "Every run's instruments table in one frame, with `study` and `run` first (sorted); empty with the columns when there is none. A table written before `measured_on` existed was measured on its references: `reference`."
+    def one(f):
+        df = pd.read_csv(f).assign(study=f.parent.parent.name, run=f.parent.name)
+        return df if "measured_on" in df.columns else df.assign(measured_on="reference")
+    rows = [one(f) for f in sorted(Path(reports_dir).glob("*/*/instruments.csv"))]
     cols = ["study", "run", *INSTRUMENT_COLUMNS]
     if not rows: return pd.DataFrame(columns=cols)
     df = pd.concat(rows, ignore_index=True)

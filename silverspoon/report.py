@@ -166,6 +166,8 @@ def instruments(self:Report, df:pd.DataFrame, # rows of `silverspoon.parse.instr
                 note:str=""):          # anything the reader must know besides the columns
     "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
     from IPython.display import display, HTML
+    from silverspoon.audit import merge_instruments
+    df = merge_instruments(df, getattr(self, "audit_instruments", None))   # the run's audit row, if `answers` found one
     about = ("agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
              "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
     display(HTML(self._heading("Instruments: how far each measuring step agrees with its reference", about) + self._styled(df, "instruments").to_html()),
@@ -195,7 +197,7 @@ def answers(self:Report,
             parts=None,                 # a label per reply when a run has groups judged apart (e.g. base / adapter); None: one group
             gate=None                   # the `ReplyGate`; None: the report's study's `reply_gate`
            )->pd.DataFrame:
-    "Write `answers.csv` (per reply) and `answer_summary.csv` (per part, and whether a verdict is allowed), show the summary, return it."
+    "Write `answers.csv` (per reply) and `answer_summary.csv` (per part, and whether a verdict is allowed), show the summary, return it; a run with an audit (`silverspoon.audit.audit_validity`) gets its parser-validity row in `instruments.csv` too."
     from IPython.display import display, Markdown
     from silverspoon.parse import ReplyGate, REPLY_CHECKS
     gate = gate or getattr(self.study, "reply_gate", None) or ReplyGate()
@@ -226,6 +228,15 @@ def answers(self:Report,
     bad = df[df.status.eq("not_an_answer")]
     if len(bad) and replies is not None:
         display(Markdown("Replies that are not answers (first 3): " + "; ".join(f"`{html.escape(str(r)[:120])}` ({c})" for r, c in zip(bad.get("reply", [""]*len(bad)), bad.rule) if isinstance(r, str))[:1500]))
+    from silverspoon.audit import audit_validity, merge_instruments   # a human audit of this run's replies: the parser's validity measured on this run
+    try: self.audit_instruments = audit_validity(self.params.study, self.params.run, df)
+    except DataError as e: self.audit_instruments = None; display(Markdown(f"**The audit of this run is not used.** {html.escape(str(e))}"))
+    if self.audit_instruments is not None:   # into instruments.csv now (added to a table the study wrote before); `instruments` adds it to a later one
+        before = pd.read_csv(self.out_dir/"instruments.csv") if self.out_dir and "instruments.csv" in self.written else None
+        self._write(merge_instruments(before, self.audit_instruments), "instruments")
+        self._show_heading("The parser on this run's replies (human audit)", "Agreement of the parser and reply gate with blind human labels "
+                           "of a random sample of this run's replies (Wilson 95% CI); also in the instruments table, measured_on = this run.")
+        display(self._styled(self.audit_instruments, "audit_instruments"))
     return summ
 
 # %% ../nbs/06_report.ipynb #66157ad6
