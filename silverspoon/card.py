@@ -130,7 +130,9 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
     none = dict(validity=np.nan, validity_low=np.nan, validity_high=np.nan, validity_n=np.nan, measured_on="")
     if h.instrument is None or not f.exists(): return dict(instrument="none measured", **none)
     i = pd.read_csv(f)
-    i = i[i["instrument"].str.startswith(h.instrument)]
+    from silverspoon.audit import AUDIT_INSTRUMENT
+    own = i[i["instrument"].eq(AUDIT_INSTRUMENT) & i.get("measured_on", pd.Series("", index=i.index)).eq("this run")]   # a human audit of this run's replies
+    i = own if len(own) else i[i["instrument"].str.startswith(h.instrument)]
     if i.empty: return dict(instrument=f"{h.instrument} (not in instruments.csv)", **none)
     if "measured_on" in i: i = i.sort_values("measured_on", key=lambda s: s.ne("this run"), kind="stable")   # this run's own audit first
     r = i.iloc[0]
