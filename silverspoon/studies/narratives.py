@@ -518,7 +518,7 @@ def lda_topics(docs:list[list[str]], # content words per story
     try: X = CountVectorizer(analyzer=lambda d: d, min_df=min(min_df, len(docs))).fit(docs)
     except ValueError: return empty   # no word in enough stories
     vocab, M = X.get_feature_names_out(), X.transform(docs)
-    lda = LatentDirichletAllocation(n_components=n_topics, random_state=seed, learning_method="batch", max_iter=max_iter)
+    lda = LatentDirichletAllocation(n_components=n_topics, random_state=seed, learning_method="batch", max_iter=max_iter, n_jobs=1)
     theta = lda.fit_transform(M)
     topics = pd.DataFrame([dict(topic=i + 1, share=100*float(theta[:, i].mean()), top_words=", ".join(vocab[j] for j in comp.argsort()[::-1][:n_words]))
                            for i, comp in enumerate(lda.components_)])
