@@ -84,3 +84,22 @@ def test_bad_narratives_params_stop_before_running(tmp_path, tiny, sample, task,
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
+
+
+def test_the_committed_smollm2_proportional_odds_rows_are_reproducible(root):
+    """issue 30 item 8: the SmolLM2 run's 160 stories (every Black story scored +1: separated) give the same proportional-odds
+    rows, to 1e-9 relative, in another order of the stories; the Black stories leave the fit and the rows say so."""
+    import numpy as np
+    from silverspoon.studies.narratives import sentiment_tests
+    items = pd.read_csv(root/"reports"/"narratives"/"smollm2-135m"/"items.csv")
+    a = sentiment_tests(items).set_index("term")
+    b = sentiment_tests(items.iloc[np.random.default_rng(0).permutation(len(items))]).set_index("term")
+    num = ["statistic", "pvalue", "p_bh", "effect", "effect_ci_low", "effect_ci_high"]
+    np.testing.assert_allclose(b[num].to_numpy(float), a[num].to_numpy(float), rtol=1e-9, equal_nan=True)
+    assert b.note.equals(a.note) and b.n.equals(a.n)
+    po = a[a.test.eq("proportional odds")]
+    assert po.loc["race: Black vs White", "note"].startswith("separation") and np.isnan(po.loc["race: Black vs White", "effect"])
+    black = int((items.status.eq("story") & items.race.eq("Black")).sum())
+    estimated = po.drop("race: Black vs White")
+    assert (estimated.n == items.status.eq("story").sum() - black).all() and estimated.effect.notna().all()
+    assert estimated.note.str.contains(f"fit without the {black} of").all()

@@ -25,9 +25,10 @@ __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANT
            'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS',
            'CONTRASTS', 'CONTENT_POS_DROPPED', 'ITEMS_CSV_COLUMNS', 'STUDY', 'check_story_sample', 'draw_stories',
            'word_count', 'story_status', 'story_frame', 'sentiment_score', 'sentiment_instrument', 'table4',
-           'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas', 'prompt_words', 'story_words',
-           'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds', 'NarrativesTask',
-           'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items']
+           'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
+           'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
+           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
+           'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 from ..stats import as_sample
@@ -175,31 +176,164 @@ def _chi2_row(ok:pd.DataFrame, factor:str)->dict:
     return {**row, "statistic": chi2, "df": dof, "pvalue": p, "effect": float(np.sqrt(chi2 / (tab.to_numpy().sum() * (min(tab.shape) - 1)))),
             "effect_name": "Cramér's V", "min_expected": float(exp.min())}
 
+# %% ../../nbs/12_narratives.ipynb #5cd2e115
+def cumulative_logit_bounds(codes:np.ndarray, # category of each observation, 0..K-1 (lowest first)
+                            X:np.ndarray,     # (n x m) covariates
+                            K:int             # number of categories
+                           )->tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    "Rows U, L (n x (K-1+m)) with each observation's upper bound u = U @ p and lower bound l = L @ p, p = (K-1 cut points, m coefficients); and masks of the finite bounds (the top category has no upper one, the bottom no lower one: their rows are 0)."
+    codes, X = np.asarray(codes, dtype=int), np.asarray(X, dtype=float).reshape(len(codes), -1)
+    n, P = len(codes), K - 1 + X.shape[1]
+    has_u, has_l = codes < K - 1, codes > 0
+    U, L = np.zeros((n, P)), np.zeros((n, P))
+    U[np.flatnonzero(has_u), codes[has_u]] = 1; U[has_u, K - 1:] = -X[has_u]
+    L[np.flatnonzero(has_l), codes[has_l] - 1] = 1; L[has_l, K - 1:] = -X[has_l]
+    return U, L, has_u, has_l
+
+# %% ../../nbs/12_narratives.ipynb #399dd782
+def separated_bounds(U:np.ndarray, L:np.ndarray, # from `cumulative_logit_bounds`
+                     has_u:np.ndarray, has_l:np.ndarray # its masks of the finite bounds
+                    )->tuple[np.ndarray, np.ndarray]:
+    "Masks of the upper and lower bounds that a separation sends to infinity in the limit of the maximum likelihood estimate: those that one direction d of the parameters can move outwards (U @ d > 0, L @ d < 0) while no bound moves inwards. One exact answer (the union over all such directions), from a linear programme over the distinct bounds."
+    from scipy.optimize import linprog
+    from scipy import sparse
+    A = np.vstack([U[has_u], -L[has_l]])   # a @ d >= 0 for every bound: along d the likelihood never falls
+    none = np.zeros(len(U), bool)
+    if not len(A): return none, none.copy()
+    A, back = np.unique(A, axis=0, return_inverse=True)   # one constraint per distinct bound (category x covariate pattern)
+    M, P = A.shape
+    # maximise sum(s) with 0 <= s_i <= a_i @ d, s_i <= 1: s_i = 1 exactly for the bounds some such d moves outwards
+    A_ub = sparse.hstack([sparse.csr_matrix(-A), sparse.eye(M)]).tocsr()
+    res = linprog(np.r_[np.zeros(P), -np.ones(M)], A_ub=A_ub, b_ub=np.zeros(M), bounds=[(None, None)]*P + [(0, 1)]*M, method="highs")
+    if res.status != 0: raise RuntimeError(f"separation check: the linear programme failed ({res.message})")
+    s = (res.x[P:] > 0.5)[back.ravel()]
+    su, sl = none.copy(), none.copy()
+    su[np.flatnonzero(has_u)], sl[np.flatnonzero(has_l)] = s[:has_u.sum()], s[has_u.sum():]
+    return su, sl
+
+# %% ../../nbs/12_narratives.ipynb #f25fd1db
+def cumulative_logit_loglik(p:np.ndarray, # (K-1 cut points, m coefficients)
+                            U:np.ndarray, L:np.ndarray, has_u:np.ndarray, has_l:np.ndarray # from `cumulative_logit_bounds`
+                           )->tuple[float, np.ndarray, np.ndarray]:
+    "Log-likelihood of the proportional-odds logit model at `p`, each observation's score (n x P) and the Hessian (P x P), all analytic; an observation with only one finite bound is a binary logit on it."
+    from scipy.special import expit, log_expit
+    u, l = np.where(has_u, U @ p, np.inf), np.where(has_l, L @ p, -np.inf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = -np.expm1(l - u)    # 1 - exp(l - u): F(u) - F(l) = F(u) (1 - F(l)) gap
+        ll = log_expit(u) + log_expit(-l) + np.log(gap)
+        Fu, Fl = expit(u), expit(l)
+        gu = np.where(has_u, expit(-u) / (expit(-l) * gap), 0.0)   # d log P / du =  f(u) / P = (1 - F(u)) / ((1 - F(l)) gap)
+        gl = np.where(has_l, -Fl / (Fu * gap), 0.0)                # d log P / dl = -f(l) / P = -F(l) / (F(u) gap)
+    huu, hll, hul = gu * (1 - 2*Fu) - gu**2, gl * (1 - 2*Fl) - gl**2, -gu * gl   # f'(x) = f(x) (1 - 2 F(x))
+    score = gu[:, None] * U + gl[:, None] * L
+    H = U.T @ (huu[:, None] * U) + L.T @ (hll[:, None] * L) + U.T @ (hul[:, None] * L) + L.T @ (hul[:, None] * U)
+    return float(ll.sum()), score, H
+
+# %% ../../nbs/12_narratives.ipynb #bd1d1d23
+def _row_and_null_space(R:np.ndarray, # constraint rows (entries 0 and +-1, so the rank is clear-cut)
+                        P:int         # number of parameters
+                       )->tuple[np.ndarray, np.ndarray]:
+    "Orthonormal bases (P x r and P x (P-r)) of the space the rows of `R` span and of the directions they do not see."
+    if not len(R): return np.zeros((P, 0)), np.eye(P)
+    _, s, Vt = np.linalg.svd(np.unique(R, axis=0))   # the distinct rows span the same space
+    r = int((s > 1e-9 * s[0]).sum())
+    return Vt[:r].T, Vt[r:].T
+
+# %% ../../nbs/12_narratives.ipynb #5d90baf4
+@dataclass
+class ProportionalOddsFit:
+    "A proportional-odds (cumulative logit) fit: per term its coefficient, cluster-robust SE and status; what was fit and whether Newton converged."
+    coef: pd.Series         # per term: log odds ratio of a higher category (NaN unless its status is 'estimated')
+    se: pd.Series           # per term: cluster-robust (sandwich) standard error (NaN where not estimable or too few clusters)
+    status: pd.Series       # per term: 'estimated', 'separated' (runs off to +-infinity) or 'collinear' (not identified by the data)
+    thresholds: np.ndarray  # the K-1 cut points (NaN where not estimable)
+    n: int                  # observations in the fit
+    n_separated: int        # observations left out: a separation predicts them exactly
+    n_clusters: int         # clusters among the n
+    converged: bool         # the largest gradient component fell below gtol
+    max_grad: float         # largest absolute gradient component of the log-likelihood at the estimate (estimable directions)
+    iterations: int         # Newton iterations
+    loglik: float           # log-likelihood of the n observations at the estimate
+
+# %% ../../nbs/12_narratives.ipynb #6c8b95bb
+def proportional_odds_fit(y,                # ordinal outcome per observation (any sortable values, in their order)
+                          X:pd.DataFrame,   # covariates per observation, one column per term (e.g. 0/1 indicators)
+                          groups,           # cluster of each observation (the sandwich covariance sums scores per cluster)
+                          start=None,       # starting (K-1 cut points, m coefficients); None: the null model's cut points and zeros
+                          gtol:float=1e-10, # converged when the largest absolute gradient component is below this
+                          maxiter:int=100   # Newton iterations at most
+                         )->ProportionalOddsFit:
+    "The proportional-odds logit model by maximum likelihood: separation resolved first (`separated_bounds`), then Newton's method with the analytic score and Hessian on the estimable directions, and the cluster-robust sandwich covariance with statsmodels' small-sample factor."
+    y, Xv = np.asarray(y), X.to_numpy(dtype=float)
+    cats = np.unique(y); codes, K, m = np.searchsorted(cats, y), len(cats), Xv.shape[1]
+    if K < 2: raise ValueError(f"proportional_odds_fit: y takes the one value {cats[0]!r}: nothing to model")
+    P = K - 1 + m
+    U, L, has_u, has_l = cumulative_logit_bounds(codes, Xv, K)
+    su, sl = separated_bounds(U, L, has_u, has_l)
+    ku, kl = has_u & ~su, has_l & ~sl
+    used = ku | kl     # an observation whose every finite bound runs off is predicted with probability 1: out of the likelihood
+    _, null_all = _row_and_null_space(np.vstack([U[has_u], L[has_l]]), P)
+    B, null_fit = _row_and_null_space(np.vstack([U[ku], L[kl]]), P)
+    moves = lambda N: np.linalg.norm(N, axis=1) > 1e-9 if N.shape[1] else np.zeros(P, bool)
+    status = np.where(moves(null_all), "collinear", np.where(moves(null_fit), "separated", "estimated"))
+    if B.shape[1] == P: B = np.eye(P)   # every direction estimable: Newton in the model's own parameters
+    r, bounds = B.shape[1], (U[used], L[used], ku[used], kl[used])
+    if start is None:
+        cum = np.cumsum(np.bincount(codes[used], minlength=K) + 0.5)
+        start = np.r_[np.log(cum[:-1] / (cum[-1] - cum[:-1])), np.zeros(m)]
+    p, it = np.asarray(start, dtype=float).copy(), 0
+    ll, sc, H = cumulative_logit_loglik(p, *bounds)
+    grad = lambda sc: float(np.abs(sc.sum(0) @ B).max()) if r else 0.0
+    while grad(sc) >= gtol and it < maxiter:
+        it, t = it + 1, 1.0
+        step = B @ np.linalg.solve(B.T @ H @ B, -(sc.sum(0) @ B))
+        while t >= 1e-12:   # halve until the log-likelihood does not fall (near the maximum the full step is taken)
+            ll_new, sc_new, H_new = cumulative_logit_loglik(p + t*step, *bounds)
+            if np.isfinite(ll_new) and ll_new >= ll - 1e-12 * abs(ll): break
+            t /= 2
+        if t < 1e-12: break   # stalled: reported as not converged
+        p, ll, sc, H = p + t*step, ll_new, sc_new, H_new
+    n, g = int(used.sum()), pd.factorize(np.asarray(groups)[used])[0]
+    G, cov = (int(g.max()) + 1 if n else 0), np.full((P, P), np.nan)
+    if r and G > 1 and n > r:
+        bread = np.linalg.inv(B.T @ H @ B)
+        sums = np.zeros((G, r)); np.add.at(sums, g, sc @ B)   # per-cluster scores
+        cov = B @ (bread @ (sums.T @ sums) @ bread) @ B.T * (G / (G - 1) * (n - 1) / (n - r))
+    est = status == "estimated"
+    p, se = np.where(est, p, np.nan), np.where(est, np.sqrt(np.abs(np.diag(cov))), np.nan)
+    return ProportionalOddsFit(pd.Series(p[K-1:], X.columns), pd.Series(se[K-1:], X.columns), pd.Series(status[K-1:], X.columns),
+                               p[:K-1], n, len(y) - n, G, grad(sc) < gtol, grad(sc), it, ll)
+
 # %% ../../nbs/12_narratives.ipynb #b55b0635
-def _ordinal_rows(ok:pd.DataFrame)->list[dict]:
-    from statsmodels.miscmodels.ordinal_model import OrderedModel
+def _ordinal_rows(ok:pd.DataFrame, # stories (status "story"): name, gender, race, city_class, score
+                  maxiter:int=100  # Newton iterations at most (`proportional_odds_fit`)
+                 )->list[dict]:
+    from scipy.stats import norm
     terms = [(f, lvl) for f, (ref, levels) in FACTORS.items() for lvl in levels if lvl != ref]
-    base = [dict(test="proportional odds", factor=f, term=f"{f}: {lvl} vs {FACTORS[f][0]}", n=len(ok)) for f, lvl in terms]
+    label = {f"{f}={lvl}": f"{f}: {lvl} vs {FACTORS[f][0]}" for f, lvl in terms}
+    base = [dict(test="proportional odds", factor=f, term=label[f"{f}={lvl}"], n=len(ok)) for f, lvl in terms]
     X = pd.DataFrame({f"{f}={lvl}": ok[f].eq(lvl).astype(float).to_numpy() for f, lvl in terms})
     keep = X.columns[X.sum().between(1, len(X) - 1)]
     if ok.score.nunique() < 2 or not len(keep): return [{**b, "note": "one sentiment class or no varying factor: not testable"} for b in base]
-    y = pd.Series(pd.Categorical(ok.score.astype(int), categories=sorted(ok.score.astype(int).unique()), ordered=True))
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = OrderedModel(y, X[keep], distr="logit").fit(method="bfgs", disp=False, maxiter=500, cov_type="cluster",
-                                                               cov_kwds={"groups": pd.factorize(ok.name)[0]})
-        ci = fit.conf_int()
-    except Exception as e: return [{**b, "note": f"the model did not fit ({type(e).__name__})"} for b in base]
+    try: fit = proportional_odds_fit(ok.score.astype(int).to_numpy(), X[keep], ok.name.to_numpy(), maxiter=maxiter)
+    except (np.linalg.LinAlgError, RuntimeError) as e: return [{**b, "note": f"the model did not fit ({type(e).__name__}: {e})"} for b in base]
+    separated = [label[k] for k in keep if fit.status[k] == "separated"]
+    notes = ([f"fit without the {fit.n_separated} of {len(ok)} stories that the separation of {', '.join(separated)} predicts exactly"] if fit.n_separated else []) \
+          + ([] if fit.converged else [f"Newton did not converge (largest gradient {fit.max_grad:.1e} after {fit.iterations} iterations): the estimate is not reliable"])
     out = []
     for b, (f, lvl) in zip(base, terms):
         k = f"{f}={lvl}"
         if k not in keep: out.append({**b, "note": "level not observed"}); continue
-        if ok.score[ok[f].eq(lvl).to_numpy()].nunique() < 2 or ok.score[ok[f].eq(FACTORS[f][0]).to_numpy()].nunique() < 2:
-            out.append({**b, "note": "separation: every story at this level (or at the reference) has the same score, so its odds ratio is not estimable"}); continue
-        out.append({**b, "statistic": fit.params[k] / fit.bse[k], "pvalue": float(fit.pvalues[k]), "effect": float(np.exp(fit.params[k])),
-                    "effect_ci_low": float(np.exp(ci.loc[k, 0])), "effect_ci_high": float(np.exp(ci.loc[k, 1])), "effect_name": "odds ratio",
-                    "note": "" if fit.mle_retvals.get("converged", True) else "optimizer did not converge"})
+        if fit.status[k] == "separated":
+            out.append({**b, "note": "separation: some stories' scores are predicted exactly along this term (its maximum likelihood odds ratio "
+                                     "is 0 or infinite), so it is not estimated; any other odds ratio is fit without those stories (the limit of the estimate)"}); continue
+        if fit.status[k] == "collinear":
+            out.append({**b, "note": "collinear: in these stories this level is a combination of the other terms, so its odds ratio is not identified"}); continue
+        beta, se = fit.coef[k], fit.se[k]
+        if not np.isfinite(se): out.append({**b, "n": fit.n, "effect": float(np.exp(beta)), "effect_name": "odds ratio", "note": "; ".join(notes + ["no standard error: fewer than two names, or no more stories than parameters"])}); continue
+        z = norm.ppf(0.975)
+        out.append({**b, "n": fit.n, "statistic": beta / se, "pvalue": float(2 * norm.sf(abs(beta / se))), "effect": float(np.exp(beta)),
+                    "effect_ci_low": float(np.exp(beta - z * se)), "effect_ci_high": float(np.exp(beta + z * se)), "effect_name": "odds ratio", "note": "; ".join(notes)})
     return out
 
 # %% ../../nbs/12_narratives.ipynb #7ea876d2
@@ -384,7 +518,7 @@ def lda_topics(docs:list[list[str]], # content words per story
     try: X = CountVectorizer(analyzer=lambda d: d, min_df=min(min_df, len(docs))).fit(docs)
     except ValueError: return empty   # no word in enough stories
     vocab, M = X.get_feature_names_out(), X.transform(docs)
-    lda = LatentDirichletAllocation(n_components=n_topics, random_state=seed, learning_method="batch", max_iter=max_iter)
+    lda = LatentDirichletAllocation(n_components=n_topics, random_state=seed, learning_method="batch", max_iter=max_iter, n_jobs=1)
     theta = lda.fit_transform(M)
     topics = pd.DataFrame([dict(topic=i + 1, share=100*float(theta[:, i].mean()), top_words=", ".join(vocab[j] for j in comp.argsort()[::-1][:n_words]))
                            for i, comp in enumerate(lda.components_)])
