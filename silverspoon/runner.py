@@ -18,10 +18,10 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'MIN_SECRET_CHARS', 'SAVE_EVERY', 'FACTOR_RUN_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_start',
            'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
            'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'study_notebook',
-           'validate_task', 'read_params_file', 'secret_values', 'scrub_text', 'scrub_outputs', 'quiet_kernel_manager',
-           'saves_throttled', 'reports_folder', 'ended_early', 'without_examples', 'run_params_file',
-           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'write_plan_card', 'build_index', 'validity_page', 'write_card']
+           'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text', 'scrub_outputs',
+           'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'ended_early', 'without_examples',
+           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
+           'forest_figure', 'figure_data_uri', 'write_plan_card', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -237,6 +237,24 @@ def read_params_file(path:str|Path)->RunParams:
     validate_task(p, str(path))
     return p
 
+# %% ../nbs/07a_runner.ipynb #c7a70401
+_PREFLIGHT_PASSED: dict[str, str] = {}   # canonical JSON of a model -> its chat template's source, once checked in this process
+
+def preflight_model(model:ModelParams,   # the run's `model`
+                    src:str="<params>"   # the params file, for the message
+                   )->str|None:
+    "The chat template's source of an hf or vllm model (`tokenizer` or `params:...`), checked by loading its tokenizer only; a `ParamsError` with the fix for a model without one. None for other backends, or when the tokenizer cannot be loaded here (the run meets that and reports it as before)."
+    if model.backend not in ("hf", "vllm"): return None
+    key = canonical_json(dataclasses.asdict(model))
+    if key in _PREFLIGHT_PASSED: return _PREFLIGHT_PASSED[key]   # the backend checks again when the notebook loads it
+    from silverspoon.backends.hf import HFBackend
+    backend = HFBackend(model)
+    try: backend.tokenizer
+    except ParamsError as e: raise ParamsError(f"{src}: {e} Nothing was run.") from None
+    except Exception: return None
+    _PREFLIGHT_PASSED[key] = backend.chat_template_source
+    return backend.chat_template_source
+
 # %% ../nbs/07a_runner.ipynb #d9e07ca2
 from .backends.openai import MIN_KEY_CHARS
 MIN_SECRET_CHARS = MIN_KEY_CHARS   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), never sent to another machine (`resolve_api_key`)
@@ -408,6 +426,7 @@ def run_params_file(path:str|Path,               # a file in params/
     import papermill as pm
     absolute_path_settings()   # relative SILVERSPOON_* folders mean this process's folder, not nbs/ where the kernel runs
     p = read_params_file(path)
+    preflight_model(p.model, str(path))   # a model without a chat template is refused now, before papermill starts
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
     study_dir = reports_folder(reports_dir)/p.study
     study_dir.mkdir(parents=True, exist_ok=True)

@@ -375,7 +375,7 @@ _TINY_CORPUS = ["Is it acceptable to lie to a friend? Answer yes or no.", "The n
                 "He grew up poor and worked two jobs while studying.", "Please answer with one word: yes, no, or maybe."]
 
 def build_tiny_llama(path:Path|str,            # folder to write (created if needed)
-                     chat_template:bool=True,  # save the ChatML template with the tokenizer (False: test the fallback)
+                     chat_template:bool=True,  # save the ChatML template with the tokenizer (False: a base model's, refused without `model.chat_template`)
                      seed:int=0,               # weight initialisation seed
                      vocab_size:int=300)->Path:
     "Save a tiny random Llama + scratch BPE tokenizer (no pad token, eos `<|im_end|>`) loadable with `AutoModelForCausalLM`."

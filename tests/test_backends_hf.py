@@ -93,11 +93,16 @@ def test_failed_batch_is_retried_item_by_item(backend):
     assert backend.learned_batch_size is None          # not an out-of-memory error: no batch size is learned
 
 
-def test_chatml_fallback_when_tokenizer_has_no_template(tmp_path):
-    b = HFBackend(ModelParams(backend="hf", id=str(build_tiny_llama(tmp_path/"bare", chat_template=False))))
-    assert b.identity()["chat_template_source"] == "chatml-fallback"
-    assert b.render(user("Hi")) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    assert len(b.generate(REQS[:2], GenerationParams(max_new_tokens=2))) == 2
+def test_a_tokenizer_without_template_is_refused_and_chatml_by_name_runs(tmp_path):
+    from silverspoon.core import ParamsError
+    bare = build_tiny_llama(tmp_path/"bare", chat_template=False)
+    b = HFBackend(ModelParams(backend="hf", id=str(bare)))
+    with pytest.raises(ParamsError, match="has no chat template.*Fix: set `model.chat_template`"): b.identity()
+    assert b._tok is None and b._model is None                     # refused at the tokenizer, before the weights
+    c = HFBackend(ModelParams(backend="hf", id=str(bare), chat_template="chatml"))
+    assert c.identity()["chat_template_source"] == "params:chatml" and c.chat_template_end_tokens == ("<|im_end|>",)
+    assert c.render(user("Hi")) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert len(c.generate(REQS[:2], GenerationParams(max_new_tokens=2))) == 2
 
 
 def test_hub_id_offline_records_commit(tmp_path, tiny, monkeypatch):

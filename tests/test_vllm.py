@@ -79,12 +79,16 @@ def test_sampling_is_seeded_per_request(tiny, fake):
     assert {(s.kw["temperature"], s.kw["top_p"]) for s in fake.calls[0]["sampling"]} == {(0.8, 0.95)}
 
 
-def test_chatml_fallback_adds_the_im_end_stop_token(tmp_path, fake):
+def test_no_template_is_refused_before_the_engine_and_chatml_adds_the_im_end_stop_token(tmp_path, fake):
     bare = build_tiny_llama(tmp_path/"bare", chat_template=False)
-    be = VLLMBackend(ModelParams(backend="vllm", id=str(bare)))
+    with pytest.raises(ParamsError, match="has no chat template.*Fix: set `model.chat_template`"):
+        VLLMBackend(ModelParams(backend="vllm", id=str(bare))).generate(REQS[:1], GenerationParams(max_new_tokens=4))
+    assert fake.engines == [] and fake.calls == []
+    be = VLLMBackend(ModelParams(backend="vllm", id=str(bare), chat_template="chatml"))
     be.generate(REQS[:1], GenerationParams(max_new_tokens=4))
-    assert be.identity()["chat_template_source"] == "chatml-fallback"
+    assert be.identity()["chat_template_source"] == "params:chatml"
     assert fake.calls[0]["sampling"][0].kw["stop_token_ids"] == [be.chat.tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    assert be.engine_stats()["chat_template"] == {"source": "params:chatml", "sha256": be.identity()["chat_template_sha256"]}
 
 
 def test_failures_are_per_item(tiny, fake):

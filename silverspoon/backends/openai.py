@@ -308,6 +308,12 @@ def __repr__(self:OpenAIBackend):
 def identity(self:OpenAIBackend)->dict:
     return {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
 
+# %% ../../nbs/02c_openai.ipynb #c7a70302
+@patch
+def engine_stats(self:OpenAIBackend)->dict:
+    "For the report's provenance: the chat template is the server's (its text is not known here)."
+    return dict(chat_template=dict(source="server", sha256=None))
+
 # %% ../../nbs/02c_openai.ipynb #d46c6158
 @patch
 def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, [self._key])

@@ -96,6 +96,7 @@ def llm(self:VLLMBackend):
     "The engine, started on first use (loads the weights onto the GPU(s) and reserves the KV cache)."
     if self._llm is None:
         kw = vllm_engine_args(self.params, self.chat.path, self.chat.adapter_path)
+        self.chat.tokenizer   # the chat template is checked too: a model without one is refused before minutes of start-up
         vllm, t = self.vllm, time.perf_counter()
         self._llm = vllm.LLM(**kw)
         self.load_seconds = time.perf_counter() - t
@@ -140,8 +141,10 @@ def _lora_request(self:VLLMBackend)->dict:
 # %% ../../nbs/02d_vllm.ipynb #a2ff980e
 @patch
 def engine_stats(self:VLLMBackend)->dict:
-    "Requests handed to vLLM at a time and the engine's start-up time (None until it started)."
-    return dict(batch_size=self.batch_size, engine_start_seconds=None if self.load_seconds is None else round(self.load_seconds, 1))
+    "Requests handed to vLLM at a time and the engine's start-up time (None until it started); the chat template used."
+    out = dict(batch_size=self.batch_size, engine_start_seconds=None if self.load_seconds is None else round(self.load_seconds, 1))
+    if "chat_template" in (h := self.chat.engine_stats()): out["chat_template"] = h["chat_template"]
+    return out
 
 # %% ../../nbs/02d_vllm.ipynb #33a7d8fd
 @patch
@@ -165,11 +168,10 @@ def __repr__(self:VLLMBackend):
 # %% ../../nbs/02d_vllm.ipynb #fd078f77
 @patch
 def _stop_token_ids(self:VLLMBackend)->list[int]:
-    "End tokens beyond vLLM's own eos: `<|im_end|>` when the ChatML fallback template is used (as `HFBackend` does)."
+    "End tokens beyond vLLM's own eos: those of a `model.chat_template` (`ChatTemplateChoice.end_tokens`), as `HFBackend` stops on them."
     tok = self.chat.tokenizer
-    if self.chat.chat_template_source != "chatml-fallback": return []
-    im_end = tok.convert_tokens_to_ids("<|im_end|>")
-    return [im_end] if isinstance(im_end, int) and im_end != tok.unk_token_id else []
+    ids = [tok.convert_tokens_to_ids(t) for t in self.chat.chat_template_end_tokens]
+    return [i for i in ids if isinstance(i, int) and i != tok.unk_token_id]
 
 # %% ../../nbs/02d_vllm.ipynb #a444433f
 @patch

@@ -1,0 +1,125 @@
+"""Issue 29 part 1, the chat template: a hf/vllm model whose tokenizer has no chat template is refused before any notebook
+runs, with the fix (`model.chat_template`); a named or file template runs, and its source and sha256 reach the identity
+and the report's provenance. A tokenizer's own template keeps the identity (and so the committed store keys) unchanged."""
+import hashlib, json
+from pathlib import Path
+import pytest
+from silverspoon.core import ModelParams, GenerationParams, ParamsError, load_params, CHAT_TEMPLATES
+from silverspoon.backends import GenRequest, user
+from silverspoon.testing import build_tiny_llama
+from conftest import run_cli
+
+pytest.importorskip("transformers")
+from silverspoon.backends.hf import HFBackend, _stop_ids, CHATML_TEMPLATE
+
+ROOT = Path(__file__).resolve().parent.parent
+REPLAY = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
+sha = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory):
+    "A tiny random Llama whose tokenizer has no chat template (a base model's), ChatML special tokens in its vocabulary."
+    return build_tiny_llama(tmp_path_factory.mktemp("bare")/"llama", chat_template=False)
+
+
+def _params(path:Path, model:str, extra:str="")->Path:
+    path.write_text(f"study: normative\nmodel: {model}\ngeneration: {{max_new_tokens: 8}}\nsample: {{n: 30, stratify_by: topic, seed: 0}}\n"
+                    f"task: {{prompt_style: llama, n_boot: 50}}\n{extra}")
+    return path
+
+
+def test_silverspoon_run_refuses_a_model_without_a_template_before_any_notebook(tmp_path, bare):
+    "The command exits 2 with the file, the field and the fix; the replay run named first never started (nothing written)."
+    good = tmp_path/"good.yaml"; good.write_text(REPLAY)
+    bad = _params(tmp_path/"base-model.yaml", f"{{backend: hf, id: '{bare}'}}")
+    store, reports = tmp_path/"store", tmp_path/"reports"
+    r = run_cli("run", good, bad, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(store)})
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert f"{bad}: model.id = '{bare}' (backend hf): its tokenizer has no chat template" in r.stderr, r.stderr
+    assert "Fix: set `model.chat_template`" in r.stderr and "chatml, llama3" in r.stderr and "Nothing was run." in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not reports.exists() and not store.exists()           # no notebook ran: run_params_file makes reports/<study>/ first
+
+
+def test_run_params_file_refuses_before_papermill(tmp_path, bare, monkeypatch):
+    import papermill
+    from silverspoon import runner
+    def never(*a, **k): raise AssertionError("a notebook was started")
+    monkeypatch.setattr(papermill, "execute_notebook", never)
+    f = _params(tmp_path/"base-model.yaml", f"{{backend: vllm, id: '{bare}'}}")
+    with pytest.raises(ParamsError, match=r"base-model.yaml: model.id = .*\(backend vllm\): its tokenizer has no chat template"):
+        runner.run_params_file(f, tmp_path/"reports")
+    assert not (tmp_path/"reports").exists()
+
+
+def test_the_field_is_validated_with_the_params(tmp_path):
+    ok = load_params({"study": "normative", "run": "r", "model": {"backend": "hf", "id": "m", "chat_template": "chatml"}})
+    assert ok.model.chat_template == "chatml"
+    for model, needle in [({"backend": "hf", "id": "m", "chat_template": "chat-ml"},
+                           "x.yaml: field `model.chat_template` = 'chat-ml' is neither a known template nor a file"),
+                          ({"backend": "openai", "id": "m", "chat_template": "chatml"},
+                           "x.yaml: field `model.chat_template` is set but backend 'openai' renders no prompts")]:
+        with pytest.raises(ParamsError, match="Fix: ") as e: load_params({"study": "normative", "run": "r", "model": model}, "x.yaml")
+        assert needle in str(e.value)
+
+
+def test_chatml_by_name_runs_and_ends_on_im_end(bare):
+    b = HFBackend(ModelParams(backend="hf", id=str(bare), chat_template="chatml"))
+    ident = b.identity()
+    assert (ident["chat_template_source"], ident["chat_template_sha256"]) == ("params:chatml", sha(CHAT_TEMPLATES["chatml"].text))
+    assert b.render(user("Hi")) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    gens = b.generate([GenRequest("a", user("Hi")), GenRequest("b", user("A rich family"))], GenerationParams(max_new_tokens=4))
+    assert all(g.error is None and g.finish_reason in ("stop", "length") for g in gens)
+    im_end = b.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    b.tokenizer.eos_token = "<|endoftext|>"; b.model.generation_config.eos_token_id = b.tokenizer.eos_token_id   # an eos that is not <|im_end|>
+    assert im_end in _stop_ids(b.tokenizer, b.model, b.chat_template_end_tokens) and im_end not in _stop_ids(b.tokenizer, b.model)
+
+
+def test_a_named_template_whose_tokens_the_model_lacks_is_refused(bare):
+    with pytest.raises(ParamsError, match=r"writes <\|start_header_id\|>, <\|end_header_id\|>, <\|eot_id\|>, not tokens of the vocabulary"):
+        HFBackend(ModelParams(backend="hf", id=str(bare), chat_template="llama3")).identity()
+
+
+def test_a_file_template_warns_about_markers_missing_from_the_vocabulary(tmp_path, bare):
+    f = tmp_path/"zephyr-like.jinja"
+    f.write_text("{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}{% endfor %}<|assistant|>\n<|user|>")
+    with pytest.warns(UserWarning, match=r"writes <\|assistant\|>, <\|user\|>, not tokens of the vocabulary"):
+        b = HFBackend(ModelParams(backend="hf", id=str(bare), chat_template=str(f)))
+        assert b.identity()["chat_template_source"] == f"params:{f}" and b.chat_template_end_tokens == ()
+
+
+def test_a_tokenizer_template_keeps_the_committed_store_keys():
+    "SmolLM2's identity (source `tokenizer`) is byte-identical to the one in its committed store: every stored answer is still hit."
+    from silverspoon.store import GenerationStore, request_key
+    from silverspoon.core import canonical_json
+    p = load_params(ROOT/"params"/"normative"/"smollm2-135m.yaml")
+    ident = HFBackend(p.model).identity()
+    recs = GenerationStore(ROOT/"store"/"normative"/"smollm2-135m.jsonl").records()
+    assert len(recs) >= 180 and canonical_json(ident) == canonical_json(recs[0]["identity"])
+    assert list(ident) == ["backend", "id", "package", "package_version", "revision", "commit", "gguf_file", "quantization", "dtype",
+                           "chat_template_sha256", "chat_template_source"] and ident["chat_template_source"] == "tokenizer"
+    assert all(request_key(ident, r["item_id"], r["messages"], GenerationParams(**r["gen"]), r["sample_index"]) == r["key"] for r in recs)
+
+
+def test_a_template_file_runs_end_to_end_and_its_sha256_is_in_the_provenance(tmp_path, bare, monkeypatch):
+    "A whole normative run (30 items) of the base model with a template file: published, and provenance.json names the template."
+    from silverspoon.runner import run_params_file
+    monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
+    tpl = tmp_path/"base-chatml.jinja"
+    tpl.write_text(CHATML_TEMPLATE.replace("assistant\\n", "assistant\\nAnswer: "))
+    f = _params(tmp_path/"base-model.yaml", f"{{backend: hf, id: '{bare}', chat_template: '{tpl}', batch_size: 16}}")
+    run_params_file(f, tmp_path/"reports")
+    prov = json.loads((tmp_path/"reports"/"normative"/"base-model"/"provenance.json").read_text())
+    assert prov["chat_template"] == {"source": f"params:{tpl}", "sha256": sha(tpl.read_text())}
+    assert "chat_template" not in prov["engine"] and prov["params"]["model"]["chat_template"] == str(tpl)
+    recs = [json.loads(l) for l in (tmp_path/"store"/"normative"/"base-model.jsonl").read_text().splitlines()]
+    assert len(recs) == 30 and {r["identity"]["chat_template_source"] for r in recs} == {f"params:{tpl}"}
+    assert all(r["messages"] and r["error"] is None for r in recs)
+
+
+def test_the_openai_backend_says_the_server_applies_the_template():
+    from silverspoon.backends.openai import OpenAIBackend
+    b = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://localhost:8000/v1", api_key_env="NO_SUCH_API_KEY"))
+    assert b.engine_stats() == {"chat_template": {"source": "server", "sha256": None}}
+    assert b.identity() == {"backend": "openai", "base_url": "http://localhost:8000/v1", "id": "m"}   # the store keys are unchanged
