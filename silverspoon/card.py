@@ -14,11 +14,11 @@ from .store import store_root
 
 # %% auto #0
 __all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
-           'min_detectable_effect', 'direction', 'answer_gate', 'run_cost', 'headline_row', 'instrument_validity',
-           'released_values', 'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'answers_html',
-           'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
-           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'factors_html', 'replan', 'gpu_rates',
-           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html']
+           'min_detectable_effect', 'direction', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row',
+           'instrument_validity', 'released_values', 'is_factor_run', 'runs_for_model', 'bias_card', 'card_html',
+           'answers_html', 'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan',
+           'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'factors_html', 'replan',
+           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -91,6 +91,15 @@ def answer_gate(run_dir:str|Path # a published run folder
     why = "; ".join((f"{r.part}: " if len(s) > 1 else "") + str(r.why) for r in bad.itertuples())
     return dict(verdict_allowed=bad.empty, answers=line, why=why if why.startswith("no verdict") else (f"no verdict: {why}" if why else ""))
 
+# %% ../nbs/07b_card.ipynb #966377a3
+def chat_template_of(run_dir:str|Path # a published run folder
+                    )->str:
+    "The chat template the run's model was prompted with, from its provenance: 'tokenizer', 'params:<name or file>' or 'server', with the sha256's first 12 hex digits; '' when not recorded (replays, scripted models)."
+    f = Path(run_dir)/"provenance.json"
+    t = json.loads(f.read_text(encoding="utf-8")).get("chat_template") if f.exists() else None
+    if not isinstance(t, dict): return ""
+    return f"{t.get('source')}" + (f" (sha256 {str(t['sha256'])[:12]}…)" if t.get("sha256") else "")
+
 # %% ../nbs/07b_card.ipynb #56220490
 def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>*.jsonl`
              study:str, run:str)->dict:
@@ -119,7 +128,8 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
     gate = answer_gate(run_dir)   # no verdict where the model did not answer: the reason instead of a direction
     row = dict(study=h.study, run=run_dir.name, headline=h.metric, what=h.what, estimate=r["estimate"], ci_low=lo, ci_high=hi,
                n=r.get("n"), no_bias=h.no_bias, direction=direction(h, r["estimate"], lo, hi) if gate["verdict_allowed"] else gate["why"],
-               mde_80=min_detectable_effect(lo, hi), answers=gate["answers"], verdict_allowed=gate["verdict_allowed"])
+               mde_80=min_detectable_effect(lo, hi), answers=gate["answers"], verdict_allowed=gate["verdict_allowed"],
+               chat_template=chat_template_of(run_dir))
     row.update(instrument_validity(h, run_dir))
     return row
 
@@ -232,11 +242,14 @@ def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_a
         r = g.iloc[0]
         if pd.isna(r.get("answers")): continue
         ok = bool(r.get("verdict_allowed"))
-        rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{'verdicts given' if ok else html.escape(str(r['direction']))}</td></tr>")
+        tpl = r.get("chat_template") if isinstance(r.get("chat_template"), str) and r.get("chat_template") else "not applied (released answers or a scripted model)"
+        rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{'verdicts given' if ok else html.escape(str(r['direction']))}</td>"
+                    f"<td><small>{html.escape(tpl)}</small></td></tr>")
     return ("<h2>Did the model answer?</h2><p class='note'>Every reply is screened before it is parsed (template tokens, prompt echoes, "
             "the same long text to many items, empty replies, another language: not an answer) and a study's headlines get a verdict only "
-            "where enough replies were answers (each study's minimums: its report's 'Did the model answer?').</p>"
-            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th></tr>{''.join(rows)}</table>") if rows else ""
+            "where enough replies were answers (each study's minimums: its report's 'Did the model answer?'). Chat template: where the "
+            "prompt's template came from (the tokenizer's own, one named in the model file, or the server's) and its sha256.</p>"
+            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th><th>chat template</th></tr>{''.join(rows)}</table>") if rows else ""
 
 # %% ../nbs/07b_card.ipynb #237561be
 def _estimate_html(est:pd.DataFrame)->str:
