@@ -260,3 +260,44 @@ def test_scaled_variants_become_stop_progressions_that_run(seeds):
     sr = summary_rows(tab, idealistic_table(conv, "scored", 50)).set_index("metric")
     assert sr.loc["valid share", "n"] == 4 and sr.loc["valid share", "estimate"] == 0.5 and sr.loc["answers with a valid variant", "estimate"] == 0.5
     assert sr.loc["P (scaled progressions)", "n"] == 2
+
+
+# ---------------------------------------------------------------- issue 29: did the model answer?
+def test_the_reply_gate_screens_every_answer(seeds):
+    "A flagged answer (template tokens) is one invalid row, no variant read from it; scale_answers counts per answer: answered, unparseable, not an answer, failed."
+    from silverspoon.studies.stop_scale import scale_answers, SCALE_GATE
+    reqs = scale_requests(seeds, ["sikhism", "jainism"])
+    canned = {reqs[0].item_id: answer(), reqs[1].item_id: "<|im_end|>\n<|im_start|>assistant\n" + answer(), reqs[2].item_id: "I cannot do that."}
+    tab = scale_table(ReplayBackend(canned), seeds, ["sikhism", "jainism"], GenerationParams(), GenerationStore(None), progress=False)
+    assert tab.not_an_answer.tolist() == ["", "template_tokens", "", ""]
+    assert tab.problems[1] == ["not an answer: template tokens (the reply gate)"] and not tab.valid[1] and tab.prompts[1] == []
+    assert dict(zip(scale_summary(tab)["count"], scale_summary(tab).n))["invalid: not an answer"] == 1
+    parsed, screen, ans = scale_answers(tab)
+    assert [p.status for p in parsed] == ["answer", "not_an_answer", "unparseable", "failed"] and len(screen) == len(ans) == 4
+    assert "prompt_echo" not in SCALE_GATE.checks          # a good answer repeats most of its prompt: the seed-copy check is the echo check here
+
+
+def test_an_echo_of_the_prompt_is_no_answer(seeds):
+    "An answer that repeats its prompt parses into a copy of the seed: invalid, and counted as no answer (unparseable)."
+    from silverspoon.studies.stop_scale import scale_answers
+    tab = scale_table(ScriptedBackend(lambda r: r.messages[-1]["content"]), seeds, ["sikhism"], GenerationParams(), GenerationStore(None), progress=False)
+    assert not tab.valid.any() and all("copy of the seed" in " ".join(p) or "identical to the seed" in " ".join(p) for p in tab.problems)
+    parsed, _, _ = scale_answers(tab)
+    assert [p.status for p in parsed] == ["unparseable"]*2 and parsed[0].rule == "every variant a copy of the seed or of the worked example"
+
+
+@pytest.mark.parametrize("model_id,why", [("text:<|im_end|>\n<|im_start|>assistant", "12 not an answer: 12 template tokens"), ("echo", "12 unparseable")])
+def test_a_junk_model_gets_no_verdict(tmp_path, model_id, why):
+    "A scripted junk model through `silverspoon run`: answer_summary.csv allows no verdict and says why."
+    import pandas as pd
+    from conftest import run_cli
+    p = tmp_path/"junk.yaml"
+    p.write_text(json.dumps({"study": "stop_scale", "run": "junk", "model": {"backend": "scripted", "id": model_id},
+                             "generation": {"max_new_tokens": 320, "n_samples": 2}, "task": {"n_boot": 20}}))
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    out = tmp_path/"reports"/"stop_scale"/"junk"
+    summ = pd.read_csv(out/"answer_summary.csv")
+    assert summ.part.tolist() == ["scaling"] and summ.replies.item() == 12 and summ.answered.item() == 0      # no valid variant: STOP not run
+    assert not summ.verdict_allowed.item() and summ.why.item().startswith(f"no verdict: 0 of 12 replies were answers ({why}"), summ.why.item()
+    assert len(pd.read_csv(out/"answers.csv")) == 12
