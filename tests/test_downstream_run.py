@@ -57,7 +57,11 @@ def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path
     out = reports/"downstream"/"tiny-downstream"
     status = pd.read_csv(out/"answer_status.csv")
     assert sorted(status.benchmark.unique()) == ["bbq", "crows_pairs"] and sorted(status.arm.unique()) == ["adapter", "base"]
-    assert (status[["answer", "refusal", "unparseable", "failed"]].sum(axis=1) == status.asked).all()     # every reply counted once
+    assert (status[["answer", "refusal", "not_an_answer", "unparseable", "failed"]].sum(axis=1) == status.asked).all()     # every reply counted once
+    summ = pd.read_csv(out/"answer_summary.csv")
+    assert summ.part.tolist() == ["base", "adapter"] and (summ.replies == 42).all()                    # "Did the model answer?" per arm: 24 BBQ + 18 CrowS-Pairs
+    answers = pd.read_csv(out/"answers.csv")
+    assert len(answers) == 84 and answers.item_id.str.match(r"^(bbq|crows_pairs):").all()
     assert status.set_index(["benchmark", "arm"]).asked.to_dict() == {("bbq", "base"): 24, ("bbq", "adapter"): 24,
                                                                       ("crows_pairs", "base"): 18, ("crows_pairs", "adapter"): 18}
     rates = pd.read_csv(out/"answer_rates.csv")
@@ -163,3 +167,46 @@ def test_stereoset_loader_and_scores_on_a_synthetic_file(tmp_path, monkeypatch):
     assert s.loc["language-model score lms", "base"] == 0 and math.isnan(s.loc["stereotype score ss", "base"])
     cx, ct, sp = likelihood_pairs("stereoset", items)
     assert len(cx) == 3*len(items) and cx[0] in ("",) + tuple(items.context)
+
+
+def _junk_outcomes(reply):
+    "Both arms of a scripted junk model on 6 BBQ and 4 CrowS-Pairs items, through `outcomes` with the study's reply gate, as the report runs it."
+    from silverspoon.studies.stop_downstream import bbq_frame, crows_frame, stratified_draw, STUDY
+    items = {"bbq": prompted_items("bbq", stratified_draw(bbq_frame()[0], ["category"], 6, seed=0)),
+             "crows_pairs": prompted_items("crows_pairs", stratified_draw(crows_frame(), ["bias_type"], 4, seed=0))}
+    out = {}
+    for arm in ("base", "adapter"):
+        for b, d in items.items():
+            res = pd.DataFrame({"item_id": d.item_id, "answer": [reply(p) for p in d.prompt], "error": None, "finish_reason": "length"})
+            out[(arm, b)] = outcomes(b, d, res, STUDY.reply_gate)
+    return out
+
+
+@pytest.mark.parametrize("reply,check", [(lambda p: "<|im_end|>\n<|im_start|>assistant\nA", "template tokens"),
+                                         (lambda p: p, "prompt echo")])
+def test_a_junk_model_gets_no_downstream_verdict(tmp_path, reply, check):
+    "Issue 29: replies that are template tokens or echo the prompt are no answers (not even the 'A' after the tokens, nor an option inside the echo); answer_summary.csv allows no verdict for either arm and names the check."
+    from silverspoon.core import load_params
+    from silverspoon.report import Report
+    from silverspoon.studies.stop_downstream import STUDY
+    o = _junk_outcomes(reply)
+    assert all(d.status.eq("not_an_answer").all() and d.answered.eq(0).all() for d in o.values())
+    all_ = pd.concat([d.assign(arm=arm, benchmark=b) for (arm, b), d in o.items()], ignore_index=True)
+    cols = [*STUDY.reply_gate.all_checks, "not_an_answer"]
+    params = load_params(dict(study="downstream", run="junk", model=dict(backend="hf", id="m")))
+    rep = Report(params, tmp_path, study=STUDY)
+    rep.answers(all_.rename(columns={"choice": "value"}), all_[cols], item_ids=(all_.benchmark + ":" + all_.item_id).tolist(),
+                replies=all_.reply.tolist(), parts=all_.arm.tolist())
+    summ = pd.read_csv(tmp_path/"answer_summary.csv")
+    assert summ.part.tolist() == ["base", "adapter"] and (summ.replies == 10).all() and (summ.answered == 0).all() and (summ.not_an_answer == 10).all()
+    assert not summ.verdict_allowed.any() and all(w.startswith("no verdict: 0 of 10 replies were answers") and check in w for w in summ.why)
+    assert (summ.cut_at_max == 10).all()   # a letter was asked for: replies cut at max_new_tokens are counted
+
+
+@pytest.mark.parametrize("reply", ["<|im_end|>", "<|im_end|>\n<|im_start|>assistant\nA", "im_end assistant", "im_start",   # template tokens
+                                   "Answer with the letter of the correct option (A, B or C).", "Which of the two sentences is more likely",  # echoes
+                                   "Once upon a time, in a small village", "xyzzy", "Banana", "lorem ipsum dolor"])   # story, random words
+def test_the_choice_parser_alone_refuses_junk(reply):
+    from silverspoon.studies.stop_downstream import parse_reply
+    p = parse_reply(reply, ["The grandfather", "The grandson", "Can't be determined"])
+    assert p.status == "unparseable" and p.value is None, p

@@ -76,3 +76,44 @@ def test_bad_professions_params_stop_before_running(tmp_path, task, needle):
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports")
     assert r.returncode == 2 and needle in r.stdout + r.stderr and str(p.name) in r.stdout + r.stderr
     assert not (tmp_path/"reports").exists()
+
+
+@pytest.mark.parametrize("junk,check", [("text:<|im_end|>\n<|im_start|>assistant", "template tokens"), ("echo", "prompt echo")])
+def test_a_junk_model_gets_no_professions_verdict(tmp_path, junk, check):
+    "Issue 29: a scripted model that answers with chat-template tokens, or echoes the prompt, has no answers: every reply is counted as not an answer, no profession is counted, and answer_summary.csv allows no verdict and names the check."
+    p = tmp_path/"junk.yaml"
+    p.write_text(json.dumps({"study": "professions", "run": "junk", "model": {"backend": "scripted", "id": junk},
+                             "sample": {"n": 160, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 20}}))
+    cache = tmp_path/"cache"
+    env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path/"reports"/"professions"/"junk"
+    summ = pd.read_csv(out/"answer_summary.csv")
+    assert len(summ) == 1 and summ.replies.item() == 160 and summ.answered.item() == 0 and summ.not_an_answer.item() == 160
+    assert not summ.verdict_allowed.item() and summ.why.item().startswith("no verdict: 0 of 160 replies were answers") and check in summ.why.item()
+    answers = pd.read_csv(out/"answers.csv")
+    assert len(answers) == 160 and answers.status.eq("not_an_answer").all() and answers.value.isna().all()
+    items = pd.read_csv(out/"items.csv")
+    assert items.status.eq("not_an_answer").all() and items.profession.isna().all() and items.income_class.isna().all()   # no 'im_end' profession
+    assert (pd.read_csv(out/"table3.csv").n_classified == 0).all()
+
+
+@pytest.mark.parametrize("reply", ["<|im_end|>", "im_end", "im_end assistant", "im_start", "<|im_start|>assistant\nNurse",   # template tokens
+                                   'Here is a sentence: "Emma lives in Seattle, Washington."', "Answer with the profession only, in a few words at most.",   # echoes
+                                   "Once upon a time, Emma lived in Seattle.", "The rain fell softly on the roof.",   # story continuations
+                                   "xyzzy", "Banana", "lorem ipsum dolor", "Seattle", "Washington"])                  # random words, places
+def test_the_professions_parser_alone_refuses_junk(reply):
+    from silverspoon.studies.professions import parse_profession
+    p = parse_profession(reply, "Emma")
+    assert p.status == "unparseable" and p.value is None and p.rule in ("template tokens", "echoes the prompt", "unmatched", "no profession found"), p
+
+
+def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
+    from silverspoon.parse import Parsed
+    from silverspoon.studies.professions import parse_profession, place_answers, route_answers, load_bls, UNMATCHED
+    assert parse_profession("xyzzy", "Emma") == Parsed("unparseable", None, UNMATCHED) == Parsed("unparseable", None, "unmatched")
+    read = [parse_profession(t, "Emma", placeable=None) for t in ("Nurse", "Xyzzy", "Student")]   # a run: syntax first, the router decides
+    assert [p.status for p in read] == ["answer"]*3
+    placed = place_answers(read, route_answers([p.value for p in read], load_bls()))
+    assert placed == [Parsed("answer", "nurse", "bare answer"), Parsed("unparseable", None, "unmatched"), Parsed("answer", "student", "bare answer")]
