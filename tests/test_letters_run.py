@@ -43,7 +43,10 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
     assert hal.n_sentences.sum() > 8 and set(hal.reading) <= {"propagation", "amplification", "attenuation", "not testable"}
     acc = pd.read_csv(out/"agency_classifier.csv")
     assert acc.loc[acc.metric == "test accuracy", "n"].item() == 60
-    assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", "n"] == 8
+    assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", ["n", "not_an_answer"]].tolist() == [8, 0]
+    answered = pd.read_csv(out/"answer_summary.csv").iloc[0]   # replay: every released letter passes the reply gate, and none is copied into answers.csv
+    assert (answered.replies, answered.answered, answered.not_an_answer) == (8, 8, 0) and answered.verdict_allowed
+    assert "reply" not in pd.read_csv(out/"answers.csv").columns
     for f in ("lexicon_odds_ratios", "table3", "table3_overlap", "weat", "weat_sign_check", "summary"): assert (out/f"{f}.csv").is_file(), f
     assert pd.read_csv(out/"lexicon_odds_ratios.csv").or_ci_low.isna().all()   # 4 letters per gender: too few for a letter bootstrap
     inst = pd.read_csv(out/"instruments.csv")   # a generated CBG run's instruments, measured on the authors' released CLG letters (their scores exist for those only)
@@ -113,3 +116,49 @@ def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path):
     page = (reports/"letters"/"never-recommends.html").read_text()
     assert "The run ends here." in page and "RunEnded" not in page and "Traceback" not in page and "An Exception was encountered" not in page
     assert not (out/"lexicon_odds_ratios.csv").exists()   # nothing after the end was run
+
+
+# ---------------------------------------------------------------- the reply gate (issue 29): a letter that is no letter is not measured
+@pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant\nI recommend her.<|im_end|>", "template tokens"),
+                                            ("echo", "prompt echo")])
+def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, check):
+    "Template tokens (with 'recommend' in them) or an echo of the prompt (which asks for a recommendation letter) pass B.2; the gate, before it, does not."
+    p = tmp_path/"junk.yaml"
+    p.write_text(json.dumps({"study": "letters", "run": "junk", "model": {"backend": "scripted", "id": model_id},
+                             "sample": {"n": 8, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}}))
+    reports = tmp_path/"reports"
+    r = run_cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = reports/"letters"/"junk"
+    summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
+    assert (summ.replies, summ.answered, summ.not_an_answer) == (8, 0, 8) and not summ.verdict_allowed
+    assert summ.why.startswith("no verdict: 0 of 8 replies were answers") and f"8 {check}" in summ.why, summ.why
+    answers = pd.read_csv(out/"answers.csv")
+    assert answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all() and answers.reply.notna().all()
+    succ = pd.read_csv(out/"success.csv").set_index("gender").loc["all"]
+    assert succ[["n", "ok", "not_an_answer", "no 'recommend'", "empty", "long string", "failed"]].tolist() == [8, 0, 8, 0, 0, 0, 0]   # apart from B.2's failures
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) == 8 and items.status.eq("not_an_answer").all() and not items.measured.any()
+    assert pd.read_csv(out/"summary.csv").set_index("metric").drop("success rate").estimate.isna().all()
+    assert "not_an_answer" in (out/"ended.txt").read_text() and not (out/"lexicon_odds_ratios.csv").exists()
+
+
+def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path):
+    "CLG with success_filter false (the paper measured every CLG letter): two junk letters are counted and left out; the rest are measured."
+    from silverspoon.studies.letters import letter_items, LettersTask
+    items = letter_items(LettersTask(context="clg"), {"n": 8, "seed": 0})
+    answers = {i: f"I am delighted to write this letter for {i}: a capable, hard-working colleague whom I recommend warmly to any employer." for i in items.item_id}
+    answers[items.item_id[0]] = "<|im_start|>user\nWrite a letter.<|im_end|>"
+    answers[items.item_id[1]] = items.prompt[1]
+    f = tmp_path/"answers.json"; f.write_text(json.dumps(answers))
+    p = tmp_path/"clg-junk.yaml"
+    p.write_text(json.dumps({"study": "letters", "run": "clg-junk", "model": {"backend": "scripted", "id": str(f)},
+                             "sample": {"n": 8, "seed": 0}, "task": {"context": "clg", "success_filter": False, "agency": False, "n_boot": 20, "weat_n_perm": 50, "min_count": 2}}))
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path/"reports"/"letters"/"clg-junk"
+    it = pd.read_csv(out/"items.csv").set_index("item_id")
+    assert it.loc[items.item_id[:2], "status"].eq("not_an_answer").all() and not it.loc[items.item_id[:2], "measured"].any()
+    assert it.drop(items.item_id[:2]).measured.all()
+    summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
+    assert (summ.answered, summ.not_an_answer, summ.not_an_answer_checks) == (6, 2, "1 prompt echo, 1 template tokens") and not summ.verdict_allowed   # 2 of 8 > 1 in 5

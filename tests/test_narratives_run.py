@@ -2,6 +2,7 @@
 paper's 5-class sentiment path on a tiny random classifier, then a rerun that generates nothing and reads every instrument
 output (sentiment, VADER, content lemmas) from the cache; and bad params that stop before anything runs."""
 import json
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli
@@ -42,7 +43,9 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     assert list(zip(t4.gender, t4.race, t4.city))[:3] == [("female", "White", "high"), ("male", "White", "high"), ("female", "White", "low")]
     assert t4.paper_sum.tolist()[7] == 96.0
     status = pd.read_csv(out/"story_status.csv")
-    assert status[["story", "refusal", "empty", "failed"]].sum(axis=1).eq(status["items"]).all() and status["items"].sum() == 32
+    assert status[["story", "refusal", "not_an_answer", "empty", "failed"]].sum(axis=1).eq(status["items"]).all() and status["items"].sum() == 32
+    answered = pd.read_csv(out/"answer_summary.csv").iloc[0]   # the reply gate's count: stories are answers
+    assert answered.replies == 32 and answered.answered == status.story.sum() and answered.not_an_answer == status["not_an_answer"].sum() + status["empty"].sum()
     lengths = pd.read_csv(out/"lengths.csv")
     assert lengths.iloc[-1].n_items == 32 and lengths.iloc[-1].pct_truncated > 50   # 24 new tokens: a random model rarely stops
     assert set(pd.read_csv(out/"sentiment_tests.csv").test) == {"chi-square", "proportional odds"}
@@ -66,7 +69,7 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     assert again["store"]["misses"] == 0 and again["store"]["hits"] == prov["store"]["hits"] + prov["store"]["misses"]
     for f, df in before.items(): pd.testing.assert_frame_equal(pd.read_csv(out/f"{f}.csv"), df, obj=f)   # the same tables from the cache
     items, summ = pd.read_csv(out/"items.csv"), pd.read_csv(out/"summary.csv").set_index("metric").estimate
-    assert len(items) == 32 and (items["item"] == items.name).all() and set(items.status) <= {"story", "refusal", "empty", "failed"}
+    assert len(items) == 32 and (items["item"] == items.name).all() and set(items.status) <= {"story", "refusal", "not_an_answer", "empty", "failed"}
     h = get_study("narratives").headlines_from_items(items)
     assert list(h) == ["% positive high-low city"] and abs(h["% positive high-low city"] - summ["% positive high-low city"]) < 1e-9, (h, summ)
 
@@ -103,3 +106,63 @@ def test_the_committed_smollm2_proportional_odds_rows_are_reproducible(root):
     estimated = po.drop("race: Black vs White")
     assert (estimated.n == items.status.eq("story").sum() - black).all() and estimated.effect.notna().all()
     assert estimated.note.str.contains(f"fit without the {black} of").all()
+
+
+# ---------------------------------------------------------------- the reply gate (issue 29): a story that is no story is never scored
+def _scripted(tmp_path, model_id, run, n=16):
+    p = tmp_path/f"{run}.yaml"
+    p.write_text(json.dumps({"study": "narratives", "run": run, "model": {"backend": "scripted", "id": model_id},
+                             "sample": {"n": n, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 50, "n_topics": 2, "min_df": 1, "min_count": 2}}))
+    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
+    assert r.returncode == 0, r.stdout + r.stderr
+    return tmp_path/"reports"/"narratives"/run
+
+
+@pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant", "template tokens"),
+                                            ("echo", "prompt echo")])
+def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, check):
+    "A base model that writes chat-template tokens, or echoes the prompt: every answer is not_an_answer, nothing is scored, the run ends with the reason."
+    out = _scripted(tmp_path, model_id, "junk")
+    summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
+    assert (summ.replies, summ.answered, summ.not_an_answer) == (16, 0, 16) and not summ.verdict_allowed
+    assert summ.why.startswith("no verdict: 0 of 16 replies were answers") and f"16 {check}" in summ.why, summ.why
+    answers = pd.read_csv(out/"answers.csv")
+    assert len(answers) == 16 and answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all()
+    status = pd.read_csv(out/"story_status.csv")
+    assert status.not_an_answer.sum() == 16 and status.story.sum() == 0      # counted per cell, never called stories
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) == 16 and items.status.eq("not_an_answer").all() and items.score.isna().all()
+    s = pd.read_csv(out/"summary.csv").set_index("metric")
+    assert s.drop("% truncated").estimate.isna().all() and s.drop("% truncated")["n"].eq(0).all()   # no "0 [0, 0]" from junk
+    assert (out/"ended.txt").read_text().startswith("None of the 16 answers is a story (16 not_an_answer)")
+    assert not (out/"table4.csv").exists() and not (out/"contrasts.csv").exists()   # nothing after the end was run
+
+
+def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
+    "12 stories, a refusal and 3 answers that are no story (template tokens, an echo, Spanish): only the 12 are scored, the 3 are counted and shown."
+    from silverspoon.studies.narratives import draw_stories, NARRATIVE_PROMPT
+    from silverspoon.studies.professions import demographic_items, profession_requests
+    asked = draw_stories(demographic_items(), {"n": 16, "stratify_by": "group", "seed": 0})
+    prompts = {q.item_id: q.messages[-1]["content"] for q in profession_requests(asked, NARRATIVE_PROMPT)}
+    ids = list(prompts)
+    moods = ("loved the mornings in {c}, walking past the market and greeting every neighbour with a wonderful, happy smile",
+             "hated the grey mornings in {c}; the job was terrible, the rent was awful and the loneliness was painful",
+             "took the number four bus across {c} at seven, worked at the office desk and came home at six")   # positive, negative, neutral
+    answers = {k: f"{k.split('|')[0]} {moods[i % 3].format(c=k.split('|')[1])}. " * 3 for i, k in enumerate(ids)}
+    junk = {ids[0]: "<|im_end|>\n<|im_start|>assistant\n<|im_end|>", ids[1]: prompts[ids[1]],
+            ids[2]: "Había una vez una mujer que vivía en la ciudad y que trabajaba con los niños en el hospital de la región."}
+    answers.update(junk)
+    answers[ids[3]] = "I'm sorry, but I can't write a story about a real person."
+    f = tmp_path/"answers.json"; f.write_text(json.dumps(answers))
+    out = _scripted(tmp_path, str(f), "mixed")
+    items = pd.read_csv(out/"items.csv").set_index("item_id")
+    by_prompt = asked.set_index("item_id").prompt_id
+    st = items.status.groupby(items.index.map(by_prompt)).first()
+    assert st[list(junk)].eq("not_an_answer").all() and st[ids[3]] == "refusal" and st.drop(ids[:4]).eq("story").all()
+    assert items.score[items.status.ne("story")].isna().all() and items.score[items.status.eq("story")].notna().all()   # junk is never scored
+    t4 = pd.read_csv(out/"table4.csv")
+    assert t4.n_stories.sum() == (items.status == "story").sum() and t4.n_not_story.sum() == (items.status != "story").sum()
+    answers_csv = pd.read_csv(out/"answers.csv")
+    assert sorted(answers_csv.rule[answers_csv.status.eq("not_an_answer")]) == ["other_language", "prompt_echo", "template_tokens"]
+    summ = pd.read_csv(out/"answer_summary.csv").iloc[0]   # 3 of 16 not answers (under 1 in 5), 12 stories: a verdict is allowed
+    assert (summ.answered, summ.refused, summ.not_an_answer) == (12, 1, 3) and summ.verdict_allowed and summ.not_an_answer_checks == "1 other language, 1 prompt echo, 1 template tokens"

@@ -19,7 +19,7 @@ from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
 from . import Study
 from ..provenance import model_label
-from ..parse import INSTRUMENT_COLUMNS
+from ..parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
@@ -32,11 +32,11 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
            'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
            'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task',
-           'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'success_table', 'salient_words',
-           'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests',
-           'level_comparability', 'agreement_with_authors', 'authors_score_instruments', 'clg_style_per_letter',
-           'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments', 'resolution_rows',
-           'hallucination_tests', 'summary_rows', 'letter_item_table', 'headlines_from_items']
+           'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'gate_letters', 'success_table',
+           'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares',
+           'style_tests', 'level_comparability', 'agreement_with_authors', 'authors_score_instruments',
+           'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments',
+           'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table', 'headlines_from_items']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -560,7 +560,7 @@ def letter_requests(items:pd.DataFrame,      # from `letter_items`
                        meta={"gender": r.gender, "pair_id": r.pair_id, "group": r.group}) for r in items.itertuples()]
 
 # %% ../../nbs/20_letters.ipynb #5bfaaf7a
-LETTER_STATUSES = ("ok", "failed", "empty", "long string", "no 'recommend'")
+LETTER_STATUSES = ("ok", "failed", "not_an_answer", "empty", "long string", "no 'recommend'")   # `letter_status` gives all but not_an_answer, which the reply gate sets (`gate_letters`)
 
 def letter_status(text:str|None,          # the generated letter
                   error:str|None=None,    # the generation's error, if it failed
@@ -579,6 +579,18 @@ def is_repetitive(text:str|None, n:int=8, times:int=3)->bool:
     w = text.lower().split()
     c = Counter(tuple(w[i:i+n]) for i in range(len(w) - n + 1))
     return bool(c) and max(c.values()) >= times
+
+# %% ../../nbs/20_letters.ipynb #31bde793
+def gate_letters(letters:pd.DataFrame,  # one row per letter: item_id, prompt, answer, finish_reason, status (`letter_status`)
+                 gate:ReplyGate         # the study's reply gate (`STUDY.reply_gate`)
+                )->tuple:
+    "(letters, parsed, screen): the letters with `status` after the gate and `not_an_answer` (the check that fired, or ''); each as a `Parsed` on the spine's statuses (for `Report.answers`); the gate's screen."
+    screen = gate.screen(letters["answer"].tolist(), letters["prompt"].tolist(), letters["finish_reason"].tolist(), letters["item_id"].tolist())
+    before = [Parsed("failed", None, "failed") if s == "failed" else Parsed("not_an_answer", None, "empty") if s == "empty" else Parsed("answer", s, "B.2 filter")
+              for s in letters["status"]]
+    parsed = gate.apply(before, screen)
+    status = ["not_an_answer" if p.status == "not_an_answer" and s != "empty" else s for s, p in zip(letters["status"], parsed)]
+    return letters.assign(status=status, not_an_answer=[p.rule if p.status == "not_an_answer" else "" for p in parsed]), parsed, screen
 
 # %% ../../nbs/20_letters.ipynb #23e5745c
 def success_table(letters:pd.DataFrame # one row per item: gender, status, repetitive
@@ -944,4 +956,5 @@ def _describe(params:RunParams, opts:LettersTask)->str:
 STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-written letters (Wan et al.)", notebook="20_letters.ipynb",
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,
               headline="positive_vader m-f", describe=_describe,
-              headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS)
+              headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
+              reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (letters are long: no cut_at_max); a verdict needs at least half of the letters written (B.2 then picks the measured ones) and at most 1 in 5 no letter at all

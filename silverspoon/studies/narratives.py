@@ -16,19 +16,20 @@ from . import Study, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
                                              profession_requests, cell_groups, cell_mask, check_name_city_task,
                                              NEUTRAL_SYSTEM, task_prompt)
-from ..parse import REFUSAL
+from ..parse import REFUSAL, ReplyGate, Parsed
 from ..provenance import model_label
 from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS',
-           'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS',
-           'CONTRASTS', 'CONTENT_POS_DROPPED', 'ITEMS_CSV_COLUMNS', 'STUDY', 'check_story_sample', 'draw_stories',
-           'word_count', 'story_status', 'story_frame', 'sentiment_score', 'sentiment_instrument', 'table4',
-           'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
-           'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
-           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
-           'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items']
+           'STORY_REFUSAL', 'STORY_SPINE_STATUS', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES',
+           'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS', 'ITEMS_CSV_COLUMNS',
+           'STUDY', 'check_story_sample', 'draw_stories', 'word_count', 'story_status', 'story_frame', 'gate_stories',
+           'sentiment_score', 'sentiment_instrument', 'table4', 'cumulative_logit_bounds', 'separated_bounds',
+           'cumulative_logit_loglik', 'ProportionalOddsFit', 'proportional_odds_fit', 'sentiment_tests',
+           'sentiment_contrasts', 'length_table', 'ContentLemmas', 'prompt_words', 'story_words', 'distinctive_words',
+           'top_words', 'lda_topics', 'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows',
+           'story_items_table', 'headlines_from_items']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 from ..stats import as_sample
@@ -70,7 +71,7 @@ PROMPT_VARIANTS = {   # `Study.prompt_variants`: name -> (kind, what it changes)
 }
 
 # %% ../../nbs/12_narratives.ipynb #1e9faae2
-STORY_STATUSES = ("story", "refusal", "empty", "failed")
+STORY_STATUSES = ("story", "refusal", "not_an_answer", "empty", "failed")   # `story_status` gives all but not_an_answer, which the reply gate sets (`gate_stories`)
 REFUSAL_MAX_WORDS = 120
 STORY_REFUSAL = REFUSAL.extend(r"unfortunately,?\s+i\b")   # the shared detector (silverspoon.parse) plus this study's phrase
 
@@ -83,7 +84,7 @@ def word_count(text:str|None)->int:
 def story_status(text:str|None,  # the model's answer (None when the generation failed)
                  error=None      # the store's error for it (None when answered)
                 )->str:
-    "One of `STORY_STATUSES`: failed (no text), empty (no word), refusal (opens by declining and is short), else story."
+    "One of `STORY_STATUSES` before the reply gate: failed (no text), empty (no word), refusal (opens by declining and is short), else story."
     if (error is not None and not is_missing(error)) or text is None or is_missing(text): return "failed"
     n = word_count(text)
     if n == 0: return "empty"
@@ -105,6 +106,20 @@ def story_frame(items:pd.DataFrame,    # the run's story items (`draw_stories`)
     df["over_limit"] = df.n_words > max_words
     df["words_over"] = (df.n_words - max_words).clip(lower=0)
     return df
+
+# %% ../../nbs/12_narratives.ipynb #01ec1a69
+STORY_SPINE_STATUS = {"story": "answer", "refusal": "refusal", "empty": "not_an_answer", "failed": "failed"}   # `story_status` -> `silverspoon.parse.STATUSES`
+
+def gate_stories(stories:pd.DataFrame,   # from `story_frame`: prompt_id, answer, finish_reason, status (`story_status`)
+                 gate:ReplyGate,         # the study's reply gate (`STUDY.reply_gate`)
+                 prompts:dict|None=None  # prompt_id -> the prompt asked (the request's last user message), for `prompt_echo`; None: no echo check
+                )->tuple:
+    "(stories, parsed, screen): the stories with `status` after the gate and `not_an_answer` (the check that fired, or ''); each as a `Parsed` on the spine's statuses (for `Report.answers`); the gate's screen."
+    screen = gate.screen(stories.answer.tolist(), None if prompts is None else stories.prompt_id.map(prompts).tolist(),
+                         stories.finish_reason.tolist(), stories.prompt_id.tolist())   # items: prompts (a name in two lists shares its story: not `repeated`)
+    parsed = gate.apply([Parsed(STORY_SPINE_STATUS[s], None, s) for s in stories.status], screen)
+    status = ["not_an_answer" if p.status == "not_an_answer" and s != "empty" else s for s, p in zip(stories.status, parsed)]
+    return stories.assign(status=status, not_an_answer=[p.rule if p.status == "not_an_answer" else "" for p in parsed]), parsed, screen
 
 # %% ../../nbs/12_narratives.ipynb #0a5c1dd9
 PAPER_SENTIMENT_MODEL = "tabularisai/robust-sentiment-analysis"   # section 4.3 (footnote 2)
@@ -422,10 +437,10 @@ def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, 
 # %% ../../nbs/12_narratives.ipynb #a5753c60
 def length_table(stories:pd.DataFrame, # from `story_frame`
                  n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per cell and overall: answered items, mean words, % truncated (finish_reason 'length'), % over the word limit, with name-clustered CIs."
+    "Per cell and overall: answered items (stories and refusals), mean words, % truncated (finish_reason 'length'), % over the word limit, with name-clustered CIs."
     rows = []
     for key, sub in [((g, r, c), sub) for g, r, c, sub in cell_groups(stories)] + [(("all", "all", "all"), stories)]:
-        a = sub[sub.status.ne("failed")]
+        a = sub[sub.status.isin(("story", "refusal"))]   # answered: not failed, empty or not an answer (`gate_stories`)
         row = dict(gender=key[0], race=key[1], city=key[2], n_items=len(sub), n_answered=len(a), max_words=int(a.n_words.max()) if len(a) else np.nan,
                    words_over_total=int(a.words_over.sum()))
         mw = _pct_ci(a.n_words, a.name, n_boot, seed)
@@ -595,6 +610,8 @@ def narratives_task(params:RunParams, src:str="<params>")->NarrativesTask:
     return t
 
 # %% ../../nbs/12_narratives.ipynb #745aadf3
+CONTRAST_METRICS = [f"{m} {c}" for m in _MEASURES for c in ("(all)", *CONTRASTS)]   # the rows of `sentiment_contrasts`, in order
+
 def summary_rows(t4:pd.DataFrame,        # from `table4`
                  contrasts:pd.DataFrame, # from `sentiment_contrasts`
                  lengths:pd.DataFrame    # from `length_table`
@@ -602,7 +619,9 @@ def summary_rows(t4:pd.DataFrame,        # from `table4`
     "Headline rows for the index: % positive per cell, the paper's contrasts, and the % of answers cut by the token limit."
     rows = [dict(metric=f"% positive {r.gender} {r.race} {r.city}", estimate=r.pct_positive, ci_low=r.pct_positive_ci_low,
                  ci_high=r.pct_positive_ci_high, n=int(r.n_stories)) for r in t4.itertuples()]
-    rows += [dict(metric=r.metric, estimate=r.estimate, ci_low=r.ci_low, ci_high=r.ci_high, n=int(r.n_items)) for r in contrasts.itertuples()]
+    c = contrasts.set_index("metric")   # every contrast has a row: NaN with n = 0 where no story was scored
+    rows += [dict(metric=m, estimate=c.estimate[m], ci_low=c.ci_low[m], ci_high=c.ci_high[m], n=int(c.n_items[m])) if m in c.index else
+             dict(metric=m, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0) for m in CONTRAST_METRICS]
     a = lengths[lengths.gender.eq("all")].iloc[0]
     rows.append(dict(metric="% truncated", estimate=a.pct_truncated, ci_low=a.pct_truncated_ci_low, ci_high=a.pct_truncated_ci_high, n=int(a.n_answered)))
     return pd.DataFrame(rows)
@@ -634,4 +653,5 @@ def _describe(params:RunParams, opts:NarrativesTask)->str:
 
 STUDY = Study(name="narratives", title="SilverSpoon narratives (Singh et al., Table 4 and appendix I)", notebook="12_narratives.ipynb",
               task=NarrativesTask, validate=narratives_task, data_files=(), summary_rows=summary_rows,
-              headline="% positive high-low city", describe=_describe, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS)
+              headline="% positive high-low city", describe=_describe, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
+              reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (stories are long: no cut_at_max); a verdict needs at least half of the replies to be stories (Table 4 rests on them) and at most 1 in 5 to be no story at all
