@@ -14,15 +14,15 @@ from .store import store_root
 
 # %% auto #0
 __all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'PLANNED',
-           'STUDY_UNITS', 'PAPER_SCALE', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'Headline', 'min_detectable_effect',
-           'direction', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row', 'instrument_validity',
-           'released_values', 'is_factor_run', 'runs_for_model', 'bias_card', 'card_html', 'answers_html',
-           'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
-           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'factors_html', 'replan', 'gpu_rates',
-           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html', 'normal_power', 'normal_n',
-           'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd',
-           'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line',
-           'scale_plan', 'plan_table', 'plan_text']
+           'STUDY_UNITS', 'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'Headline',
+           'min_detectable_effect', 'direction', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row',
+           'instrument_validity', 'released_values', 'is_factor_run', 'runs_for_model', 'bias_card', 'card_html',
+           'answers_html', 'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan',
+           'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'factors_html', 'replan',
+           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html',
+           'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
+           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
+           'headline_power', 'detect_line', 'scale_plan', 'plan_table', 'plan_text']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -829,6 +829,9 @@ PAPER_SCALE = {   # study -> the params that ask the paper's full item set (`sca
     "letters": {"sample": {"n": 1912}},        # Wan et al. CBG as published: the 1,912 released ChatGPT letters (CLG: 120, task.context clg)
     "stop": {"sample": {"n": 450}},            # Morabito et al.: all 450 progressions
     "downstream": {"task": {"bbq_n": None, "crows_n": None, "stereoset_n": None}}}   # every item of BBQ, CrowS-Pairs and StereoSet present
+PAPER_NOTES = {   # study -> what its paper n means here (`plan_text` prints it)
+    "downstream": "paper n: all of BBQ (58,492 items, 11 categories); null asks the categories present here; GPU time scales every benchmark by BBQ items",
+    "letters": "paper n: CBG as published (1,912 letters = 956 twin pairs); CLG, 120 letters, needs task.context clg"}
 BBQ_ITEMS = 58492   # BBQ's items, all 11 categories (Parrish et al. 2022): the downstream headline's paper n; null asks those present here
 
 # %% ../nbs/07b_card.ipynb #270fae38
@@ -1064,13 +1067,15 @@ def plan_text(plan:dict # `plan_table(...)`
     "The plan as terminal text: per study its units, a line per headline (the paper's effect, the n needed, power and verdict at the default and the paper's n) with sources, and the GPU time of the target n and of the n needed."
     h, s, tgt = plan["headlines"], plan["studies"], plan["target"]
     n = lambda x: "–" if x is None or pd.isna(x) else f"{x:,.0f}"
+    what = "the papers' full item sets (--scale paper)" if tgt == "paper" else "the local bases' default samples"
     out = [f"{plan['name']}: can this n detect the paper's effect? ({plan['power']:.0%} power, two-sided alpha {plan['alpha']:g}); "
-           f"target: {'the papers full item sets (--scale paper)' if tgt == 'paper' else 'the local bases default samples'}",
+           f"target: {what}",
            "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); max_new_tokens per answer (an upper bound)"]
     for r in s.itertuples():
         if pd.isna(getattr(r, "unit", np.nan)): out.append(f"\n== {r.study}: {r.status}"); continue
         out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; {r.status}"
                    + (f": {r.params}" if isinstance(r.params, str) else "") + ")")
+        if r.study in PAPER_NOTES: out.append(f"  note: {PAPER_NOTES[r.study]}")
         for x in h[h.study.eq(r.study)].itertuples():
             eff = "no effect to plan for" if pd.isna(x.effect) else f"{'stand-in' if x.stand_in else 'paper'} {x.paper_value:.3g} (effect {x.effect:+.3g}{' log' if x.scale else ''})"
             v = lambda k: "–" if getattr(x, f"detects_{k}") is None else f"power {np.floor(getattr(x, f'power_{k}')*1000)/1000:.3f}, {'detects' if getattr(x, f'detects_{k}') else 'CANNOT detect'}"
