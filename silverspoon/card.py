@@ -13,12 +13,16 @@ from .core import project_root, merge_params
 from .store import store_root
 
 # %% auto #0
-__all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
+__all__ = ['HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_NEEDS', 'FACTOR_SKIP', 'A100_H100_BANDWIDTH', 'PLANNED',
+           'STUDY_UNITS', 'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'Headline',
            'min_detectable_effect', 'direction', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row',
            'instrument_validity', 'released_values', 'is_factor_run', 'runs_for_model', 'bias_card', 'card_html',
            'answers_html', 'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan',
            'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'factors_html', 'replan',
-           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html']
+           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'models_overview_html',
+           'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
+           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
+           'headline_power', 'detect_line', 'scale_plan', 'plan_table', 'plan_text']
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
 @dataclass(frozen=True)
@@ -718,3 +722,374 @@ def models_overview_html(ov:pd.DataFrame)->str:
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"
+
+# %% ../nbs/07b_card.ipynb #5533568f
+def normal_power(effect:float,    # the true effect: the headline's value minus its no-bias value, on the scale of `sd`
+                 sd:float,        # SD per unit: the estimator's SE times sqrt(units)
+                 n:float,         # units
+                 alpha:float=0.05 # two-sided
+                )->float:
+    "Power of the two-sided z test of no effect with `n` units (normal approximation): Phi(s - z) + Phi(-s - z), s = |effect| sqrt(n) / sd; NaN without an effect or SD."
+    if effect is None or pd.isna(effect) or not sd > 0 or not n > 0: return float("nan")
+    z, s = norm.ppf(1 - alpha/2), abs(effect)*np.sqrt(n)/sd
+    return float(norm.cdf(s - z) + norm.cdf(-s - z))
+
+# %% ../nbs/07b_card.ipynb #5c2a9dae
+def normal_n(effect:float,      # the true effect (value minus no-bias value)
+             sd:float,          # SD per unit
+             power:float=0.8, alpha:float=0.05)->int|None:
+    "Smallest n units whose two-sided z test detects `effect` with `power`: ceil(((z_(1-alpha/2) + z_power) sd / |effect|)^2); None without an effect or SD."
+    if effect is None or pd.isna(effect) or effect == 0 or not sd > 0: return None
+    return int(np.ceil(((norm.ppf(1 - alpha/2) + norm.ppf(power))*sd/abs(effect))**2))
+
+# %% ../nbs/07b_card.ipynb #a23fbb65
+def mcnemar_power(n:int,            # pairs (units answered under both conditions)
+                  p10:float,        # P(a pair changes one way), e.g. base refuses, adapter answers
+                  p01:float=0.0,    # P(it changes the other way)
+                  alpha:float=0.05  # two-sided
+                 )->float:
+    "Exact power of the two-sided exact McNemar test (binomial test of the b changes among the D discordant pairs, p = 1/2), by enumeration: the sum over D ~ Bin(n, p10 + p01) of P(b in D's rejection region), b ~ Bin(D, p10 / (p10 + p01))."
+    from scipy.stats import binom
+    q = p10 + p01
+    if n < 1 or not q > 0: return 0.0
+    D = np.arange(n + 1)
+    k = binom.ppf(alpha/2, D, 0.5)                                    # smallest k with F(k; D, 1/2) >= alpha/2 ...
+    k = np.where(binom.cdf(k, D, 0.5) <= alpha/2*(1 + 1e-9), k, k - 1)  # ... the largest with F <= alpha/2: reject when min(b, D - b) <= k
+    pi = p10/q
+    reject = np.where(k >= 0, binom.cdf(k, D, pi) + binom.sf(D - k - 1, D, pi), 0.0)
+    return float(min(1.0, (binom.pmf(D, n, q)*reject).sum()))
+
+# %% ../nbs/07b_card.ipynb #babc6c36
+def mcnemar_n(p10:float, p01:float=0.0, power:float=0.8, alpha:float=0.05,
+              n_max:int=10**7 # search limit
+             )->int|None:
+    "Smallest n pairs (found by bisection; exact power is saw-toothed in n, so a few n just above may fall short) whose exact McNemar test has `power`; None if beyond `n_max` or without a change."
+    if p10 == p01 or not (p10 + p01) > 0: return None
+    hi = 8
+    while mcnemar_power(hi, p10, p01, alpha) < power:
+        hi *= 2
+        if hi > n_max: return None
+    lo = hi//2
+    while hi - lo > 1:
+        mid = (lo + hi)//2
+        lo, hi = (lo, mid) if mcnemar_power(mid, p10, p01, alpha) >= power else (mid, hi)
+    return hi
+
+# %% ../nbs/07b_card.ipynb #2e1694a0
+def mcnemar_mde(n:int,              # pairs
+                p01:float=0.0,      # the rate of changes the other way (0: the best case, every change one way)
+                power:float=0.8, alpha:float=0.05)->float:
+    "Smallest p10 - p01 the exact McNemar test detects with `power` at n pairs (bisection on p10); NaN if even p10 = 1 - p01 falls short."
+    if mcnemar_power(n, 1 - p01, p01, alpha) < power: return float("nan")
+    lo, hi = p01, 1 - p01
+    for _ in range(40):
+        mid = (lo + hi)/2
+        lo, hi = (lo, mid) if mcnemar_power(n, mid, p01, alpha) >= power else (mid, hi)
+    return hi - p01
+
+# %% ../nbs/07b_card.ipynb #8cf87167
+def headline_replicates(items:pd.DataFrame,  # a run's items.csv: an `item` column (the resampled unit), one row per scored answer
+                        headlines,           # items -> {metric: estimate}: the study's `headlines_from_items`
+                        n_boot:int=200, seed:int=0)->tuple[pd.DataFrame, int]:
+    "(one row of every headline per bootstrap replicate, units): the `item` units drawn with replacement (`silverspoon.stats._cluster_draws`, seeded)."
+    from silverspoon.stats import _cluster_draws
+    groups = list(items.groupby(items["item"].astype(str), sort=True).indices.values())
+    C = len(groups)
+    reps = [headlines(items.iloc[np.concatenate([groups[i] for i in row])]) for draws in _cluster_draws(C, n_boot, seed) for row in draws]
+    return pd.DataFrame(reps, dtype=float), C
+
+# %% ../nbs/07b_card.ipynb #e38b6102
+def replicate_sd(reps:pd.DataFrame,   # `headline_replicates(...)[0]`
+                 metric:str,          # the headline
+                 units:float,         # the units the SD is per: the resampled units, or what sample.n counts where that differs
+                 log:bool=False       # on the log scale (a ratio headline: odds ratios)
+                )->float:
+    "SD per unit: the replicates' SD (the estimator's bootstrap SE) times sqrt(units); NaN under two finite replicates."
+    v = reps[metric].to_numpy(dtype=float) if metric in reps else np.array([])
+    if log: v = np.log(np.where(v > 0, v, np.nan))
+    v = v[np.isfinite(v)]
+    return float(v.std(ddof=1)*np.sqrt(units)) if len(v) > 1 else float("nan")
+
+# %% ../nbs/07b_card.ipynb #b03aea3b
+def unit_sd(items:pd.DataFrame, headlines, metric:str, log:bool=False, n_boot:int=200, seed:int=0)->tuple[float, int]:
+    "(SD per unit, units) of one headline over the `item` units: `headline_replicates` then `replicate_sd`."
+    reps, C = headline_replicates(items, headlines, n_boot, seed)
+    return replicate_sd(reps, metric, C, log), C
+
+# %% ../nbs/07b_card.ipynb #7fdd701b
+STUDY_UNITS = {   # study -> (the unit n counts, answers per unit): sample.n / answers per unit = units. The headlines' bootstrap resamples
+    "normative": ("scenario", 3), "professions": ("name", 20), "narratives": ("story", 1),   # these units, except narratives: names (a story's SD
+
+    "letters": ("letter pair", 2), "stop": ("progression", 1), "downstream": ("BBQ item", 1)}         # is then SE x sqrt(stories): `headline_sd`)
+
+PAPER_SCALE = {   # study -> the params that ask the paper's full item set (`scale_plan`; `silverspoon run --scale paper`)
+    "normative": {"sample": {"n": 3000}},      # Singh et al.: 1000 scenarios x 3 variants
+    "professions": {"sample": {"n": 8000}},    # 400 names x 20 cities (the paper's 8,000 prompts)
+    "narratives": {"sample": {"n": 1000}},     # the paper's 1,000 stories
+    "letters": {"sample": {"n": 1912}},        # Wan et al. CBG as published: the 1,912 released ChatGPT letters (CLG: 120, task.context clg)
+    "stop": {"sample": {"n": 450}},            # Morabito et al.: all 450 progressions
+    "downstream": {"task": {"bbq_n": None, "crows_n": None, "stereoset_n": None}}}   # every item of BBQ, CrowS-Pairs and StereoSet present
+PAPER_NOTES = {   # study -> what its paper n means here (`plan_text` prints it)
+    "downstream": "paper n: all of BBQ (58,492 items, 11 categories); null asks the categories present here; GPU time scales every benchmark by BBQ items",
+    "letters": "paper n: CBG as published (1,912 letters = 956 twin pairs); CLG, 120 letters, needs task.context clg"}
+BBQ_ITEMS = 58492   # BBQ's items, all 11 categories (Parrish et al. 2022): the downstream headline's paper n; null asks those present here
+
+# %% ../nbs/07b_card.ipynb #270fae38
+def sample_units(study:str,      # a study in STUDY_UNITS
+                 mapping:dict     # a resolved params mapping (`read_params_mapping`) or a PAPER_SCALE entry
+                )->float:
+    "The headline units a params mapping asks: sample.n / answers per unit (downstream: task.bbq_n, null = all of BBQ); NaN for a study without units."
+    if study not in STUDY_UNITS: return float("nan")
+    if study == "downstream":
+        n = (mapping.get("task") or {}).get("bbq_n", 240)
+        return float(BBQ_ITEMS if n is None else n)
+    n = (mapping.get("sample") or {}).get("n")
+    return float("nan") if n is None else n/STUDY_UNITS[study][1]
+
+# %% ../nbs/07b_card.ipynb #74fd74c7
+def _paper_values()->dict:
+    "(study, metric) -> (the paper's value on the headline's scale or None, citation or the reason it has none)."
+    from silverspoon.studies import normative as nm, professions as pr, narratives as na, letters as le, stop as st
+    t2, out = nm.PAPER_TABLE2, {}
+    for gold, name in (("low", "lower-end"), ("up", "upper-end")):
+        k = t2[t2.metric.eq("kappa") & t2.gold.eq(gold)]
+        out["normative", f"CKC {name}"] = (float(k.paper.median()), f"Singh et al. Table 2, CKC with the {name} gold labels: median of the "
+                                           f"paper's {len(k)} models ({', '.join(f'{r.paper_row} {r.paper:g}' for r in k.itertuples())})")
+    m, c = min(nm.PAPER_FAVOUR_COUNTS.items(), key=lambda kv: abs(kv[1]/3000 - 0.5))
+    out["normative", "share favouring underprivileged"] = (c/3000, f"Singh et al. section 4.1: {m} favours the underprivileged in {c} of 3000 answers "
+        f"({', '.join(f'{k} {v}' for k, v in nm.PAPER_FAVOUR_COUNTS.items())}): the one nearer 0.5")
+    for g in ("female", "male"):
+        d = [pr.PAPER_TABLE3[g, r, "high"][0] - pr.PAPER_TABLE3[g, r, "low"][0] for r in pr.RACES]
+        out["professions", f"shift_high {g}"] = (float(np.mean(d)), f"Singh et al. Table 3 (average of the paper's models): % high-income professions, "
+            f"rich minus poor city, {'women' if g == 'female' else 'men'}, mean over the 4 races ({', '.join(f'{x:.1f}' for x in d)})")
+    d = [na.PAPER_TABLE4[g, r, "high"][2] - na.PAPER_TABLE4[g, r, "low"][2] for g in ("female", "male") for r in pr.RACES]
+    out["narratives", "% positive high-low city"] = (float(np.mean(d)), "Singh et al. Table 4 (average of the paper's models): % positive stories, "
+        "rich minus poor city, mean over the 8 gender x race cells")
+    out["letters", "OR Agentic"] = (le.PAPER_TABLE2["Agentic"], "Wan et al. Table 2 (CLG, ChatGPT): odds ratio of agentic words, men vs women")
+    out["letters", "p_agentic m-f"] = (None, "Wan et al. test agency with t-tests (Table 4) and print no difference in P(agentic); the table's values are "
+                                             "absent from the text held here")
+    out["stop", "P"] = (st.PAPER_TEXT["P_min"], f"Morabito et al. abstract: success rates P from {st.PAPER_TEXT['P_min']:.1%} to "
+                                               f"{st.PAPER_TEXT['P_max']:.1%} across the paper's models; the lowest")
+    out["stop", "mean sensitivity"] = (None, "Morabito et al. print no mean sensitivity in the text held here")
+    out["downstream", "answer rate change, BBQ (adapter - base)"] = (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
+        "'by up to 191%', a relative change without the base rate, so no change in points")
+    return out
+
+# %% ../nbs/07b_card.ipynb #7fc59f1f
+def paper_effect(h:Headline,                         # a card headline
+                 reports_dir:str|Path|None=None       # for the released answers' stand-in; None = <project>/reports
+                )->dict:
+    "The paper's effect on `h`: value, effect (value - no_bias; log ratio for a ratio headline), source, stand_in (True where the released answers stand in)."
+    reports_dir = Path(reports_dir or project_root()/"reports")
+    value, source = _paper_values().get((h.study, h.metric), (None, "no paper number is recorded for this headline"))
+    stand_in = False
+    if value is None:
+        rel = []
+        for d in sorted(Path(reports_dir, h.study).glob("*-replay")):
+            try: rel.append((d.name, float(headline_row(h, d)["estimate"])))
+            except (KeyError, FileNotFoundError): continue
+        rel = [(r, v) for r, v in rel if np.isfinite(v)]
+        if rel:
+            run, value = min(rel, key=lambda rv: abs(rv[1] - h.no_bias)); stand_in = True
+            source = f"paper: none ({source}); stand-in: the released answers, {run} {value:.3g} (of {len(rel)} released runs, the nearest {h.no_bias:g})"
+        else: source = f"paper: none ({source}); no released answers to stand in"
+    ratio = h.no_bias == 1.0
+    effect = float("nan") if value is None else (np.log(value) if ratio else value - h.no_bias)
+    return dict(value=np.nan if value is None else float(value), effect=float(effect), scale="log" if ratio else "", source=source, stand_in=stand_in)
+
+# %% ../nbs/07b_card.ipynb #68f6ce99
+def paper_binomial_sd(study:str, metric:str)->float:
+    "SD per unit of a professions or narratives contrast if every answer were an independent draw at the paper's own cell rates (Tables 3 and 4); NaN otherwise. A floor: answers of one name are correlated."
+    from silverspoon.studies import professions as pr, narratives as na
+    pq = lambda p: (p/100)*(1 - p/100)
+    if study == "professions" and metric.startswith("shift_high "):   # per (race, class) cell 10 of a name's 20 cities: N/8 names x 10 answers;
+        g = metric.split()[-1]                                           # Var = sum_cells pq / (16 x 1.25 N)
+        return float(100*np.sqrt(sum(pq(pr.PAPER_TABLE3[g, r, c][0]) for r in pr.RACES for c in ("high", "low"))/20))
+    if study == "narratives" and metric == "% positive high-low city":   # 16 cells of N/16 stories; Var = sum_cells pq / (4 N)
+        return float(100*np.sqrt(sum(pq(v[2]) for v in na.PAPER_TABLE4.values())/4))
+    return float("nan")
+
+# %% ../nbs/07b_card.ipynb #cf2991fc
+_REPLICATES = {}   # (items.csv, its mtime, study, n_boot, seed) -> (`headline_replicates`, units, rows): each run bootstrapped once per plan
+
+def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
+    from silverspoon.studies import get_study
+    key = (str(items_csv), items_csv.stat().st_mtime, study, n_boot, seed)
+    if key not in _REPLICATES:
+        items = pd.read_csv(items_csv, dtype={"item": str})
+        _REPLICATES[key] = (*headline_replicates(items, get_study(study).headlines_from_items, n_boot, seed), len(items))
+    return _REPLICATES[key]
+
+# %% ../nbs/07b_card.ipynb #4856fb94
+def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
+                reports_dir:str|Path|None=None,    # None = <project>/reports
+                n_boot:int=100, seed:int=0)->dict:
+    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the replay runs' items.csv), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
+    from silverspoon.studies import get_study
+    reports_dir = Path(reports_dir or project_root()/"reports")
+    dirs = sorted(d for d in Path(reports_dir, h.study).glob("*") if d.is_dir() and (d/"items.csv").exists() and not is_factor_run(d.name))
+    rel, own = [d for d in dirs if d.name.endswith("-replay")], [d for d in dirs if not d.name.endswith("-replay")]
+    def sds(runs):
+        out = []
+        for d in runs:
+            reps, C, rows = _run_replicates(d/"items.csv", h.study, n_boot, seed)
+            units = rows if h.study == "narratives" else C   # narratives: resampled by name, counted in stories
+            sd = replicate_sd(reps, h.metric, units, log=h.no_bias == 1.0)
+            if np.isfinite(sd) and sd > 0: out.append((d.name, sd, units))
+        return out
+    ok = get_study(h.study).headlines_from_items is not None
+    got, what = (sds(rel) if ok else []), "released answers"
+    if not got and ok: got, what = sds(own[:1]), "no released answers; a local run,"
+    sd, src = float("nan"), "no items.csv with this headline"
+    if got:
+        sd = float(np.median([s for _, s, _ in got]))
+        src = (f"{what} median of {len(got)} replay runs ({min(s for _, s, _ in got):.3g}..{max(s for _, s, _ in got):.3g}; "
+               f"{', '.join(sorted({f'{u:,}' for _, _, u in got}))} units)" if len(got) > 1 else f"{what} {got[0][0]} ({got[0][2]:,} units)")
+    floor = paper_binomial_sd(h.study, h.metric)
+    if np.isfinite(floor) and not sd >= floor: sd, src = floor, f"binomial at the paper's cell rates (above {src}: {sd:.3g})"
+    elif np.isfinite(floor): src += f"; above the binomial at the paper's rates, {floor:.3g}"
+    return dict(sd=sd, sd_source=src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
+
+# %% ../nbs/07b_card.ipynb #d87298ff
+MCNEMAR_HEADLINES = {("downstream", "answer rate change, BBQ (adapter - base)")}   # binary paired designs: exact McNemar, not the normal approximation
+
+def headline_power(h:Headline,               # a card headline
+                   n_default:float,          # units of the study's default sample
+                   n_paper:float,            # units of the paper's full item set
+                   reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0,
+                   power:float=0.8, alpha:float=0.05)->dict:
+    "One plan row: the paper's effect (`paper_effect`), the SD per unit (`headline_sd`), the n units that detect it with `power`, and at the default and the paper's n: power, whether it reaches `power`, and the MDE."
+    pe = paper_effect(h, reports_dir)
+    row = dict(study=h.study, headline=h.metric, unit=STUDY_UNITS.get(h.study, ("unit", 1))[0], paper_value=pe["value"], effect=pe["effect"],
+               scale=pe["scale"], source=pe["source"], stand_in=pe["stand_in"], n_default=n_default, n_paper=n_paper)
+    if (h.study, h.metric) in MCNEMAR_HEADLINES:   # best case: every change one way (p01 = 0); a change back raises every n
+        e = abs(pe["effect"]) if np.isfinite(pe["effect"]) else np.nan
+        pw = lambda n: mcnemar_power(int(n), e) if np.isfinite(e) and np.isfinite(n) else np.nan
+        row.update(method="exact McNemar (enumeration), every change one way (p01 = 0)", sd=np.nan, sd_source="",
+                   n_needed=mcnemar_n(e, power=power, alpha=alpha) if np.isfinite(e) else None,
+                   mde_default=mcnemar_mde(int(n_default), power=power, alpha=alpha) if np.isfinite(n_default) else np.nan,
+                   mde_paper=mcnemar_mde(int(n_paper), power=power, alpha=alpha) if np.isfinite(n_paper) else np.nan)
+    else:
+        s = headline_sd(h, reports_dir, n_boot, seed)
+        pw = lambda n: normal_power(pe["effect"], s["sd"], n, alpha)
+        z = norm.ppf(1 - alpha/2) + norm.ppf(power)
+        row.update(method="normal approximation" + (" on the log odds ratio" if pe["scale"] == "log" else ""), sd=s["sd"], sd_source=s["sd_source"],
+                   n_needed=normal_n(pe["effect"], s["sd"], power, alpha),
+                   mde_default=z*s["sd"]/np.sqrt(n_default) if n_default > 0 else np.nan, mde_paper=z*s["sd"]/np.sqrt(n_paper) if n_paper > 0 else np.nan)
+    for k, n in (("default", n_default), ("paper", n_paper)):
+        p = pw(n); row[f"power_{k}"] = p; row[f"detects_{k}"] = bool(p >= power) if np.isfinite(p) else None
+    return row
+
+# %% ../nbs/07b_card.ipynb #b5659f7c
+def detect_line(r:dict,             # a `headline_power` row
+                which:str="default" # "default" or "paper": the n it judges (the card passes the run's own units as n_default)
+               )->str:
+    "'can this n detect the paper's effect?' in one line: yes/no, the power, the n needed and the effect's source; why not where there is no effect."
+    unit, n, need = r["unit"], r[f"n_{which}"], r["n_needed"]
+    if r[f"detects_{which}"] is None: return f"no answer: {r['source']}"
+    what = f"the {'stand-in' if r['stand_in'] else 'paper'}'s effect ({r['effect']:+.3g}{' log' if r['scale'] else ''})"
+    return (f"{'yes' if r[f'detects_{which}'] else 'NO'}: {n:,.0f} {unit} units {'can' if r[f'detects_{which}'] else 'cannot'} detect {what} "
+            f"(power {np.floor(r[f'power_{which}']*1000)/1000:.3f}; {need:,} needed for 80%). Source: {r['source']}")
+
+# %% ../nbs/07b_card.ipynb #2f968f63
+def scale_plan(models_file:str|Path,        # params/models/<name>.yaml
+               studies:list[str]|None=None,  # only these studies (default: every study `model_plan` runs)
+               scale:str="paper",            # "paper": `PAPER_SCALE`, the papers' full item sets
+               root:str|Path|None=None)->pd.DataFrame:
+    "`model_plan`'s rows with each study's run file rewritten at `scale`: run `<run>-paper` (its own report folder and store file: no committed run changes), written under tmp/models/<name>/paper/."
+    import yaml, os
+    from silverspoon.core import read_yaml, ParamsError
+    if scale != "paper": raise ParamsError(f"--scale {scale!r}: the one scale is `paper` (the papers' full item sets, silverspoon.card.PAPER_SCALE).")
+    root = Path(root or project_root()); name = read_model_file(models_file)["name"]
+    rows = []
+    for p in model_plan(models_file, studies, root).itertuples():
+        if pd.isna(p.params): rows.append(dict(study=p.study, run=p.run, params=None, status=p.status)); continue
+        if p.study not in PAPER_SCALE:
+            rows.append(dict(study=p.study, run=None, params=None, status="skipped: no paper scale (silverspoon.card.PAPER_SCALE)")); continue
+        src, out = root/p.params, root/"tmp"/"models"/name/"paper"
+        out.mkdir(parents=True, exist_ok=True)
+        doc = dict(read_yaml(src) or {})
+        if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
+        doc["run"] = f"{p.run}-paper"
+        doc = merge_params(doc, PAPER_SCALE[p.study])
+        doc["description"] = f"{doc.get('description') or p.run}; the paper's full item set (--scale paper)"
+        f = out/f"{p.study}.yaml"; f.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        rows.append(dict(study=p.study, run=doc["run"], params=str(f.relative_to(root)), status="written (paper scale)"))
+    return pd.DataFrame(rows, columns=["study", "run", "params", "status"])
+
+# %% ../nbs/07b_card.ipynb #d2967600
+def plan_table(models_file:str|Path,         # params/models/<name>.yaml
+               target:str="paper",           # "paper": the papers' full item sets; "default": the local bases' samples
+               root:str|Path|None=None,
+               n_boot:int=100, seed:int=0,   # replicates of the per-unit SD's bootstrap (100: the SD within about 7%, n within about 15%)
+               power:float=0.8, alpha:float=0.05)->dict:
+    "`headlines`: one `headline_power` row per card headline of every study the model runs; `studies`: per study its units (default, paper, target, needed: the most any headline needs) and their generations and GPU seconds (H100 measured, A100-40GB estimated: `gpu_time_estimate` per unit)."
+    from silverspoon.core import read_params_mapping, ParamsError
+    if target not in ("paper", "default"): raise ParamsError(f"--target {target!r}: use paper (the papers' full item sets) or default (the local bases' samples).")
+    root = Path(root or project_root()); reports = root/"reports"
+    plan = model_plan(models_file, root=root)
+    est = gpu_time_estimate(root=root).set_index("study")
+    ref = runs_for_model("smollm2-135m", reports)   # the runs whose generations `gpu_time_estimate` counts
+    heads, studies = [], []
+    for p in plan.itertuples():
+        if p.study not in STUDY_UNITS:
+            studies.append(dict(study=p.study, status="no card headline: not planned")); continue
+        n_default = sample_units(p.study, read_params_mapping(root/p.params)) if pd.notna(p.params) else \
+                    sample_units(p.study, read_params_mapping(root/"params"/p.study/"_base-local.yaml"))
+        n_paper = sample_units(p.study, PAPER_SCALE[p.study])
+        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha) for h in HEADLINES if h.study == p.study]
+        heads += rows
+        n_target = n_paper if target == "paper" else n_default
+        needed = [r["n_needed"] for r in rows if r["n_needed"] is not None]
+        row = dict(study=p.study, unit=STUDY_UNITS[p.study][0], params=p.params, status=p.status, n_default=n_default, n_paper=n_paper,
+                   n_target=n_target, n_needed=max(needed) if needed else np.nan)
+        if p.study in est.index and p.study in ref:
+            f = root/"params"/p.study/f"{ref[p.study].name}.yaml"
+            per = sample_units(p.study, read_params_mapping(f if f.exists() else root/"params"/p.study/"_base-local.yaml"))
+            e = est.loc[p.study]
+            for k in ("target", "needed"):
+                n = row[f"n_{k}"]
+                row.update({f"generations_{k}": round(e.generations*n/per) if np.isfinite(n) else np.nan,
+                            f"h100_seconds_{k}": e.h100_seconds*n/per if np.isfinite(n) else np.nan,
+                            f"a100_seconds_{k}": e.a100_seconds*n/per if np.isfinite(n) else np.nan})
+        studies.append(row)
+    return dict(headlines=pd.DataFrame(heads), studies=pd.DataFrame(studies), target=target, name=read_model_file(models_file)["name"], power=power, alpha=alpha)
+
+# %% ../nbs/07b_card.ipynb #9d794b02
+def _duration(s:float)->str:
+    "Seconds as s, min or h."
+    if s is None or pd.isna(s): return "–"
+    return f"{s:.0f} s" if s < 120 else f"{s/60:.0f} min" if s < 7200 else f"{s/3600:.1f} h"
+
+# %% ../nbs/07b_card.ipynb #323a99ef
+def plan_text(plan:dict # `plan_table(...)`
+             )->str:
+    "The plan as terminal text: per study its units, a line per headline (the paper's effect, the n needed, power and verdict at the default and the paper's n) with sources, and the GPU time of the target n and of the n needed."
+    h, s, tgt = plan["headlines"], plan["studies"], plan["target"]
+    n = lambda x: "–" if x is None or pd.isna(x) else f"{x:,.0f}"
+    what = "the papers' full item sets (--scale paper)" if tgt == "paper" else "the local bases' default samples"
+    out = [f"{plan['name']}: can this n detect the paper's effect? ({plan['power']:.0%} power, two-sided alpha {plan['alpha']:g}); "
+           f"target: {what}",
+           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); max_new_tokens per answer (an upper bound)"]
+    for r in s.itertuples():
+        if pd.isna(getattr(r, "unit", np.nan)): out.append(f"\n== {r.study}: {r.status}"); continue
+        out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; {r.status}"
+                   + (f": {r.params}" if isinstance(r.params, str) else "") + ")")
+        if r.study in PAPER_NOTES: out.append(f"  note: {PAPER_NOTES[r.study]}")
+        for x in h[h.study.eq(r.study)].itertuples():
+            eff = "no effect to plan for" if pd.isna(x.effect) else f"{'stand-in' if x.stand_in else 'paper'} {x.paper_value:.3g} (effect {x.effect:+.3g}{' log' if x.scale else ''})"
+            v = lambda k: "–" if getattr(x, f"detects_{k}") is None else f"power {np.floor(getattr(x, f'power_{k}')*1000)/1000:.3f}, {'detects' if getattr(x, f'detects_{k}') else 'CANNOT detect'}"
+            out.append(f"  {x.headline}: {eff}; n needed {n(x.n_needed)}; default n {n(x.n_default)}: {v('default')} (MDE {x.mde_default:.3g}); "
+                       f"paper n {n(x.n_paper)}: {v('paper')} (MDE {x.mde_paper:.3g})")
+            out.append(f"      source: {x.source}")
+            out.append(f"      method: {x.method}" + (f"; SD per unit {x.sd:.3g}: {x.sd_source}" if pd.notna(x.sd) else ""))
+        for k, what in (("target", f"at the target n {n(r.n_target)}"), ("needed", f"at the n needed {n(r.n_needed)}")):
+            g = getattr(r, f"generations_{k}", np.nan)
+            if pd.isna(g): out.append(f"  GPU {what}: –"); continue
+            more = f" (more than the paper's {n(r.n_paper)}: {r.unit} units)" if k == "needed" and r.n_needed > r.n_paper else ""
+            out.append(f"  GPU {what}: {n(g)} generations, H100 {_duration(getattr(r, f'h100_seconds_{k}'))}, "
+                       f"A100-40GB {_duration(getattr(r, f'a100_seconds_{k}'))}{more}")
+    s2 = s[s.params.notna() & s.generations_target.notna()] if "generations_target" in s else s.iloc[:0]   # the studies this model runs
+    if len(s2): out.append(f"\nthe {len(s2)} studies this model runs, at the target n: {n(s2.generations_target.sum())} generations, "
+                           f"H100 {_duration(s2.h100_seconds_target.sum())}, A100-40GB {_duration(s2.a100_seconds_target.sum())}")
+    return "\n".join(out)

@@ -94,12 +94,19 @@ def model_files(args)->list[Path]:
     if not getattr(args, "model", None):
         if getattr(args, "studies", None): raise ParamsError("--studies needs --model (a params/models/<name>.yaml).")
         if vary: raise ParamsError("--vary needs --model (a params/models/<name>.yaml): the factor runs start from that model's run of each study.")
+        if getattr(args, "scale", None): raise ParamsError("--scale needs --model (a params/models/<name>.yaml): it rewrites that model's run of each study.")
         if not getattr(args, "all", False): return []
         return [f for m in sorted((project_root()/"params"/"models").glob("*.yaml")) for f in factor_files(m, [args.study] if args.study else None)]
-    from silverspoon.card import model_plan
+    from silverspoon.card import model_plan, read_model_file
     studies = [s.strip() for s in args.studies.split(",") if s.strip()] if args.studies else None
-    plan = model_plan(args.model, studies)
+    if getattr(args, "scale", None):   # the papers' full item sets: each study's run file rewritten as run <run>-paper (`scale_plan`)
+        from silverspoon.card import scale_plan
+        plan = scale_plan(args.model, studies, args.scale)
+    else: plan = model_plan(args.model, studies)
     for _, r in plan[plan.params.isna()].iterrows(): print(printable(f"skip  {r.study}: {r.status.removeprefix('skipped: ')}"), flush=True)
+    if getattr(args, "scale", None):   # the paper-scale runs only: factor runs are a separate experiment (run without --scale)
+        if read_model_file(args.model)["factors"] or vary: print("skip  factor runs: not with --scale (run them without it)", flush=True)
+        return [project_root()/p for p in plan.params.dropna()]
     return [project_root()/p for p in plan.params.dropna()] + factor_files(args.model, studies, vary)
 
 # %% ../nbs/07_cli.ipynb #e132c75c
@@ -127,6 +134,19 @@ def _parser():
     r.add_argument("--studies", help="with --model: only these studies (comma-separated)")
     r.add_argument("--vary", action="append", metavar="FIELD=LEVELS", help="with --model (repeatable): a factor and its levels instead of the "
                    "file's factors, e.g. model.quantization=none,8bit,4bit or task.prompt_variant=all; paired deltas go on the card")
+    r.add_argument("--scale", choices=["paper"], help="with --model: every study on the papers' full item sets (silverspoon.card.PAPER_SCALE), "
+                   "as run <run>-paper (its own report folder and store file)")
+    r.add_argument("--dry-run", action="store_true", help="validate and list the runs (study, run, params file, sample) without running anything")
+    pl = sub.add_parser("plan", help="per study: the n that detects the papers' effects (80%% power), what the default and the paper's n can detect, and the GPU time",
+                        description="Power before a run: for every card headline of every study the model file runs, the paper's effect (its citation), "
+                                    "the units needed to detect it with 80%% power (two-sided alpha 0.05; per-unit SD from the released answers), "
+                                    "whether the default sample and the paper's full set reach it, and the generations and GPU time (H100 measured, "
+                                    "A100-40GB estimated) of the target n and of the n needed.")
+    pl.add_argument("--model", required=True, help="params/models/<name>.yaml")
+    pl.add_argument("--target", choices=["paper", "default"], default="paper", help="the n whose GPU time is shown: the papers' full item sets "
+                    "(paper, what `run --scale paper` asks) or the local bases' samples (default)")
+    pl.add_argument("--n-boot", type=int, default=100, help="bootstrap replicates of the per-unit SD (default 100)")
+    pl.add_argument("--csv", default=None, help="also write the headline rows to this CSV file")
     c = sub.add_parser("check", help="validate params files only")
     c.add_argument("params", nargs="+")
     sub.add_parser("list", help="list the default params files")
@@ -173,6 +193,7 @@ def _run(args)->int:
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
     runs = validate_runs(files)                   # validate everything first
+    if getattr(args, "dry_run", False): return _dry_run(files, runs)
     for f, p in zip(files, runs): preflight_model(p.model, str(f))   # every hf/vllm model's chat template, before any notebook
     from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
     from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs
@@ -198,12 +219,39 @@ def _run(args)->int:
           + (f"; {len(incomplete)} of them incomplete (failed calls; a rerun retries them)" if incomplete else ""))
     return 1 if failed else EXIT_INCOMPLETE if incomplete else 0
 
+# %% ../nbs/07_cli.ipynb #dd4c10dc
+def _dry_run(files:list[Path], runs:list[RunParams])->int:
+    "`run --dry-run`: one line per validated run (study, run, params file, its sample), nothing fetched or run."
+    from silverspoon.card import sample_units, STUDY_UNITS
+    for f, p in zip(files, runs):
+        m = read_params_mapping(f)
+        n = (m.get("sample") or {}).get("n")
+        units = sample_units(p.study, m)
+        if p.study == "downstream":   # each benchmark its own n; null = every item present here
+            t = m.get("task") or {}
+            what, unit = ", ".join(f"task.{k} {'null (all present)' if t.get(k, 0) is None else t.get(k, 'default')}" for k in ("bbq_n", "crows_n", "stereoset_n")), ""
+        else:
+            what = "sample.n null (all items)" if n is None else f"sample.n {n}"
+            unit = f" = {units:,.0f} {STUDY_UNITS[p.study][0]} units" if p.study in STUDY_UNITS and units == units else ""
+        print(printable(f"would run  {p.study}  {p.run}  {f}  ({what}{unit})"))
+    print(f"{len(files)} runs validated; nothing was run (--dry-run)")
+    return 0
+
+# %% ../nbs/07_cli.ipynb #09dcb262
+def _plan(args)->int:
+    "`silverspoon plan`: `silverspoon.card.plan_table` printed as `plan_text`."
+    from silverspoon.card import plan_table, plan_text
+    plan = plan_table(args.model, args.target, n_boot=args.n_boot)
+    for line in plan_text(plan).splitlines(): print(printable(line))
+    if args.csv: plan["headlines"].to_csv(args.csv, index=False); print(f"csv   ->  {args.csv}")
+    return 0
+
 # %% ../nbs/07_cli.ipynb #fa3ebde8
 def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
     args = _parser().parse_args(argv)
     absolute_path_settings()   # SILVERSPOON_DATA=../shared/data means the shell's folder, not nbs/ where the kernels run
-    for name in ("reports_dir", "model", "output_dir"):   # the same for path arguments: papermill chdirs (process-wide) while
+    for name in ("reports_dir", "model", "output_dir", "csv"):   # the same for path arguments: papermill chdirs (process-wide) while
         if getattr(args, name, None): setattr(args, name, str(Path(getattr(args, name)).absolute()))   # parallel runs execute
     try:
         if args.cmd == "run": return _run(args)
@@ -221,6 +269,7 @@ def main(argv:list[str]|None=None)->int:
             return 0
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
         if args.cmd == "finetune": return _finetune(args)
+        if args.cmd == "plan": return _plan(args)
         if args.cmd == "annotate": return _annotate(args)
         if args.cmd == "audit": return _audit(args)
     except SilverspoonError as e:

@@ -1,0 +1,113 @@
+"Power before and after (issue 30 item 7): the n that detects the papers' effects, `silverspoon plan`, and the `--scale paper` preset."
+import re, shutil
+from pathlib import Path
+import numpy as np, pandas as pd, pytest
+from scipy.stats import binom
+from conftest import run_cli
+from silverspoon.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd, headline_replicates,
+                              paper_effect, paper_binomial_sd, scale_plan, sample_units, PAPER_SCALE, STUDY_UNITS, BBQ_ITEMS, HEADLINES,
+                              min_detectable_effect, headline_power, detect_line)
+from silverspoon.core import read_params_mapping, ParamsError
+
+STUDIES_RUN = ["normative", "professions", "narratives", "letters", "stop"]   # what llama3-8b-instruct runs (downstream needs an adapter)
+
+def test_plan_prints_n_and_gpu_time_per_study(root):
+    r = run_cli("plan", "--model", "params/models/llama3-8b-instruct.yaml", "--target", "paper")
+    assert r.returncode == 0, r.stderr
+    blocks = dict(re.findall(r"^== (\w+)  \(unit: .*?\n(.*?)(?=^== |\Z)", r.stdout, re.S | re.M))
+    assert set(STUDIES_RUN + ["downstream"]) <= set(blocks), r.stdout
+    for s in STUDIES_RUN:
+        heads = [h.metric for h in HEADLINES if h.study == s]
+        for h in heads: assert re.search(rf"^  {re.escape(h)}: .*; n needed [\d,]+;", blocks[s], re.M), (s, h, blocks[s])
+        assert re.search(r"GPU at the target n [\d,]+: [\d,]+ generations, H100 [\d.]+ (s|min|h), A100-40GB [\d.]+ (s|min|h)", blocks[s]), blocks[s]
+    # the issue's finding, now printed: the default samples cannot detect the papers' professions and narratives effects
+    assert re.search(r"shift_high male: paper 14\.9 .*default n 80: power 0\.\d+, CANNOT detect", blocks["professions"])
+    assert re.search(r"% positive high-low city: paper 7\.31 .*default n 160: power 0\.\d+, CANNOT detect", blocks["narratives"])
+    assert "no effect to plan for" in blocks["downstream"] and "191%" in blocks["downstream"]   # said, not invented
+    assert re.search(r"the 5 studies this model runs, at the target n: [\d,]+ generations", r.stdout)
+
+def test_plan_default_target_and_errors(cli, tmp_path):
+    r = cli("plan", "--model", Path("params/models/llama3-8b-instruct.yaml").absolute(), "--target", "default", "--n-boot", "20", "--csv", tmp_path/"p.csv")
+    assert r.returncode == 0, r.stderr
+    assert "GPU at the target n 60: 180 generations" in r.stdout   # normative: 60 scenarios = 180 answers, the local base's sample
+    h = pd.read_csv(tmp_path/"p.csv")
+    assert len(h) == len(HEADLINES) and {"n_needed", "power_default", "power_paper", "source", "sd_source"} <= set(h.columns)
+    assert cli("plan", "--model", tmp_path/"absent.yaml").returncode == 2
+
+def test_normal_power_textbook_values():
+    assert normal_n(0.5, 1.0) == 32                    # one-sample z test, d = 0.5: (1.96 + 0.84)^2 / 0.25 = 31.4
+    assert normal_n(0.5, np.sqrt(2)) == 63             # two groups of 63 at d = 0.5 (the t test's "64 per group")
+    assert normal_n(-0.5, 1.0) == 32 and normal_n(0.0, 1.0) is None
+    assert normal_power(0.5, 1.0, 32) >= 0.8 > normal_power(0.5, 1.0, 31)
+    assert normal_power(0.0, 1.0, 50) == pytest.approx(0.05)
+
+def test_exact_mcnemar_matches_closed_form_and_simulation():
+    # every change one way: the exact test rejects iff at least 6 pairs changed, so power = P(Bin(n, p10) >= 6)
+    for n, p in [(240, 0.02), (100, 0.07), (1000, 0.004)]: assert mcnemar_power(n, p) == pytest.approx(binom.sf(5, n, p), abs=1e-12)
+    rng = np.random.default_rng(3)
+    d = rng.multinomial(150, [0.12, 0.05, 0.83], size=20000)
+    sim = np.mean([2*binom.cdf(min(b, c), b + c, 0.5) <= 0.05 if b + c else False for b, c, _ in d])
+    assert sim == pytest.approx(mcnemar_power(150, 0.12, 0.05), abs=0.01)
+    n = mcnemar_n(0.12, 0.05)
+    assert mcnemar_power(n, 0.12, 0.05) >= 0.8 > mcnemar_power(n - 1, 0.12, 0.05)
+
+def test_mcnemar_mde_is_what_the_card_width_mde_hides():
+    m = mcnemar_mde(240)                                 # downstream's default: 240 BBQ items
+    assert mcnemar_power(240, m) == pytest.approx(0.8, abs=1e-3) and 0.03 < m < 0.036
+    assert min_detectable_effect(0.0, 0.013574660633484115) < m/3   # the card's CI-width MDE at the SmolLM2 run's [0, 0.0136]
+    assert mcnemar_mde(BBQ_ITEMS) < 0.001
+
+def test_unit_sd_on_constructed_data():
+    rng = np.random.default_rng(0)
+    x = rng.normal(0, 2.0, 500)
+    items = pd.DataFrame({"item": np.repeat(np.arange(500), 3), "x": np.repeat(x, 3)})   # 3 identical answers per unit
+    sd, C = unit_sd(items, lambda d: {"mean": d.x.mean()}, "mean", n_boot=400)
+    assert C == 500 and sd == pytest.approx(x.std(), rel=0.1)      # the unit's SD, not the answer's sqrt(3)-smaller one
+    ratio = pd.DataFrame({"item": np.arange(400), "a": rng.poisson(5, 400), "b": rng.poisson(5, 400)})
+    reps, C = headline_replicates(ratio, lambda d: {"r": d.a.sum()/d.b.sum()}, n_boot=300)
+    assert replicate_sd(reps, "r", C, log=True) == pytest.approx(np.sqrt(C)*np.sqrt(2/(5*400)), rel=0.15)   # log ratio of Poisson sums
+
+def test_paper_effects_and_binomial_floor():
+    e = {h.metric: paper_effect(h) for h in HEADLINES}
+    assert round(e["shift_high female"]["value"], 1) == 10.3 and round(e["shift_high male"]["value"], 1) == 14.9
+    assert round(e["% positive high-low city"]["value"], 1) == 7.3
+    assert e["share favouring underprivileged"]["value"] == pytest.approx(1883/3000)
+    assert all(e[m]["source"] for m in e) and e["p_agentic m-f"]["stand_in"] and not e["OR Agentic"]["stand_in"]
+    # narratives: 16 cells of N/16 stories, each Bernoulli at Table 4's % positive: SD per story = sqrt(sum pq / 4)
+    from silverspoon.studies.narratives import PAPER_TABLE4
+    p = np.array([v[2] for v in PAPER_TABLE4.values()])/100
+    assert paper_binomial_sd("narratives", "% positive high-low city") == pytest.approx(100*np.sqrt((p*(1 - p)).sum()/4))
+
+def test_scale_paper_writes_the_papers_n_and_leaves_committed_runs_alone(root, tmp_path):
+    shutil.copytree(root/"params", tmp_path/"params")
+    before = {f: f.read_bytes() for f in (tmp_path/"params").rglob("*.yaml")}
+    plan = scale_plan(tmp_path/"params"/"models"/"smollm2-135m.yaml", root=tmp_path).set_index("study")
+    assert {f: f.read_bytes() for f in (tmp_path/"params").rglob("*.yaml")} == before   # no committed params file touched
+    for s in STUDIES_RUN + ["downstream"]:
+        m = read_params_mapping(tmp_path/plan.params[s])
+        assert plan.run[s].endswith("-paper") and m["run"] == plan.run[s]                 # its own report folder and store file
+        assert sample_units(s, m) == sample_units(s, PAPER_SCALE[s])
+    assert read_params_mapping(tmp_path/plan.params["normative"])["sample"]["n"] == 3000
+    assert read_params_mapping(tmp_path/plan.params["stop"])["sample"]["n"] == 450
+    assert read_params_mapping(tmp_path/plan.params["professions"])["sample"]["n"] == 8000
+    d = read_params_mapping(tmp_path/plan.params["downstream"])["task"]
+    assert d["bbq_n"] is None and d["crows_n"] is None and d["adapter"]   # every item present; the adapter kept from the run file
+    assert plan.status["stop_scale"].startswith("skipped: no paper scale")
+    with pytest.raises(ParamsError, match="the one scale is `paper`"): scale_plan(tmp_path/"params"/"models"/"smollm2-135m.yaml", scale="huge", root=tmp_path)
+
+def test_run_scale_paper_dry_run(cli, root):
+    reports = sorted(p.name for p in (root/"reports"/"normative").iterdir())
+    r = cli("run", "--model", root/"params"/"models"/"llama3-8b-instruct.yaml", "--scale", "paper", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "would run  normative  llama3-8b-instruct-paper" in r.stdout and "sample.n 3000 = 1,000 scenario units" in r.stdout
+    assert "sample.n 8000 = 400 name units" in r.stdout and "5 runs validated; nothing was run" in r.stdout
+    assert sorted(p.name for p in (root/"reports"/"normative").iterdir()) == reports
+    assert cli("run", "--scale", "paper", "params/normative/smollm2-135m.yaml").returncode == 2   # --scale needs --model
+
+def test_detect_line_answers_the_question_per_headline():
+    h = {x.metric: x for x in HEADLINES}
+    r = headline_power(h["shift_high male"], 80, 400, n_boot=30)
+    assert detect_line(r).startswith("NO: 80 name units cannot detect the paper's effect (+14.9)") and "Singh et al. Table 3" in detect_line(r)
+    assert detect_line(r, "paper").startswith("yes: 400 name units can")
+    d = headline_power(h["answer rate change, BBQ (adapter - base)"], 240, BBQ_ITEMS)
+    assert detect_line(d).startswith("no answer: paper: none") and d["n_needed"] is None
