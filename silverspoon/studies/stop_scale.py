@@ -336,10 +336,11 @@ def parser_set_validity()->tuple[pd.DataFrame, pd.DataFrame]:
     s = parser_set("stop_scale")
     seeds = stop_seeds(sorted({int(x.rsplit("-", 1)[1]) for x in s.seed_id})).set_index("seed_id")
     got = [reply_verdict(t, seeds.prompts[sd], seeds.cfprompt[sd], tg) for t, sd, tg in zip(s.reply, s.seed_id, s.target)]
-    n_store, n_rel = int(s.source.str.startswith("store").sum()), int(s.source.str.startswith("released").sum())
+    n_store, n_rel, n_junk = (int(s.source.str.startswith(k).sum()) for k in ("store", "released", "junk"))
     summ, items = instrument_validity("output parser and validator (parse_scaled + validate_variant)", "parser", got, s["expected"],
                                       f"{len(s)} hand-labelled answers (tests/parser_sets/stop_scale.csv): {n_store} SmolLM2-135M answers from the committed "
-                                      f"store, {n_rel} released STOP progressions laid out as answers, {len(s) - n_store - n_rel} written in the forms chat "
+                                      f"store, {n_rel} released STOP progressions laid out as answers, {n_junk} junk replies (chat-template tokens, echoes of "
+                                      f"the prompt, story continuations, random words), {len(s) - n_store - n_rel - n_junk} written in the forms chat "
                                       "models produce; agreement = the same verdict and reasons for every variant; hard = disputable answers",
                                       hard=s["hard"], ids=s.index)
     return summ, items.assign(reply=s["reply"], source=s["source"])
