@@ -98,11 +98,13 @@ def answer_gate(run_dir:str|Path # a published run folder
 # %% ../nbs/07b_card.ipynb #966377a3
 def chat_template_of(run_dir:str|Path # a published run folder
                     )->str:
-    "The chat template the run's model was prompted with, from its provenance: 'tokenizer', 'params:<name or file>' or 'server', with the sha256's first 12 hex digits; '' when not recorded (replays, scripted models)."
+    "The chat template the run's model was prompted with, from its provenance: 'tokenizer', 'params:<name or file>' or 'server', with the sha256's first 12 hex digits; one per model of a run of several (downstream: base, adapter); '' when not recorded (replays, scripted models)."
     f = Path(run_dir)/"provenance.json"
-    t = json.loads(f.read_text(encoding="utf-8")).get("chat_template") if f.exists() else None
-    if not isinstance(t, dict): return ""
-    return f"{t.get('source')}" + (f" (sha256 {str(t['sha256'])[:12]}…)" if t.get("sha256") else "")
+    prov = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+    one = lambda t: f"{t.get('source')}" + (f" (sha256 {str(t['sha256'])[:12]}…)" if t.get("sha256") else "")
+    if isinstance(prov.get("chat_template"), dict): return one(prov["chat_template"])
+    arms = {k: v["chat_template"] for k, v in (prov.get("engine") or {}).items() if isinstance(v, dict) and isinstance(v.get("chat_template"), dict)}
+    return "; ".join(f"{k}: {one(t)}" for k, t in arms.items())   # a run of several models (downstream's base and adapter): one each
 
 # %% ../nbs/07b_card.ipynb #56220490
 def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>*.jsonl`
@@ -151,7 +153,7 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
     if "measured_on" in i: i = i.sort_values("measured_on", key=lambda s: s.ne("this run"), kind="stable")   # this run's own audit first
     r = i.iloc[0]
     where = ("measured on this run's replies (blinded audit)" if r.get("measured_on") == "this run" else
-             f"measured on {r.get('reference', 'another reference')}, not on this model's replies")
+             f"measured on {str(r.get('reference', 'another reference')).split(':')[0]}, not on this model's replies")   # the reference's name; its full description is in instruments.csv
     if pd.isna(r.get("agreement")) and pd.notna(r.get("pearson_r")):   # a score instrument: Pearson r with the reference's per-unit scores
         return dict(instrument=f"{r['instrument']} (Pearson r; reference: {r.get('reference', 'not named')})", validity=r["pearson_r"],
                     validity_low=r.get("r_ci_low"), validity_high=r.get("r_ci_high"), validity_n=r["n"], measured_on=where)
