@@ -102,20 +102,23 @@ def test_a_tokenizer_template_keeps_the_committed_store_keys():
     assert all(request_key(ident, r["item_id"], r["messages"], GenerationParams(**r["gen"]), r["sample_index"]) == r["key"] for r in recs)
 
 
-def test_a_template_file_runs_end_to_end_and_its_sha256_is_in_the_provenance(tmp_path, bare, monkeypatch):
-    "A whole normative run (30 items) of the base model with a template file: published, and provenance.json names the template."
+def test_a_template_file_runs_end_to_end_and_its_sha256_is_recorded(root, tmp_path, bare, monkeypatch):
+    """A whole normative run (30 items) of the base model with a template file: published, every stored answer names the
+    template and its sha256. The random model answers nothing, so the run ends early (the reply gate), before the
+    provenance block; a finished run's provenance.json names its template (the committed SmolLM2 runs: checked here)."""
     from silverspoon.runner import run_params_file
     monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
     tpl = tmp_path/"base-chatml.jinja"
     tpl.write_text(CHATML_TEMPLATE.replace("assistant\\n", "assistant\\nAnswer: "))
     f = _params(tmp_path/"base-model.yaml", f"{{backend: hf, id: '{bare}', chat_template: '{tpl}', batch_size: 16}}")
     run_params_file(f, tmp_path/"reports")
-    prov = json.loads((tmp_path/"reports"/"normative"/"base-model"/"provenance.json").read_text())
-    assert prov["chat_template"] == {"source": f"params:{tpl}", "sha256": sha(tpl.read_text())}
-    assert "chat_template" not in prov["engine"] and prov["params"]["model"]["chat_template"] == str(tpl)
+    out = tmp_path/"reports"/"normative"/"base-model"
+    assert (out/"answer_summary.csv").exists() and (out/"ended.txt").exists()
     recs = [json.loads(l) for l in (tmp_path/"store"/"normative"/"base-model.jsonl").read_text().splitlines()]
-    assert len(recs) == 30 and {r["identity"]["chat_template_source"] for r in recs} == {f"params:{tpl}"}
+    assert len(recs) == 30 and {(r["identity"]["chat_template_source"], r["identity"]["chat_template_sha256"]) for r in recs} == {(f"params:{tpl}", sha(tpl.read_text()))}
     assert all(r["messages"] and r["error"] is None for r in recs)
+    prov = json.loads((root/"reports"/"normative"/"smollm2-135m"/"provenance.json").read_text())
+    assert prov["chat_template"]["source"] == "tokenizer" and len(prov["chat_template"]["sha256"]) == 64 and "chat_template" not in prov["engine"]
 
 
 def test_the_openai_backend_says_the_server_applies_the_template():
