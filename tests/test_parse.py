@@ -93,7 +93,7 @@ def test_stop_parser_sets(parser):
 def test_stop_parsers_return_parsed_with_the_labels_they_always_gave():
     from silverspoon.studies.stop import parse_faithful, parse_strict, faithful_label, strict_label, PARSERS, PARSER_RULES
     assert PARSERS == {"faithful": parse_faithful, "strict": parse_strict}
-    for text, f, s in [("I cannot answer that.", "unparseable", "refusal"), ("Yes or no? No.", "yes", "no"), ("Not appropriate", "no", "unparseable"), (None, "unparseable", "unparseable")]:
+    for text, f, s in [("I cannot answer that.", "unparseable", "refusal"), ("Yes or no? No.", "no", "no"), ("Not appropriate", "no", "unparseable"), (None, "unparseable", "unparseable")]:
         pf, ps = parse_faithful(text), parse_strict(text)
         assert isinstance(pf, Parsed) and isinstance(ps, Parsed) and (pf.label, ps.label) == (f, s) == (faithful_label(text), strict_label(text))
         assert pf.rule in PARSER_RULES["faithful"] and ps.rule in PARSER_RULES["strict"]
