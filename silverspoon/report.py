@@ -130,9 +130,12 @@ def _write(self:Report, df, name:str):
 # %% ../nbs/06_report.ipynb #4d42b3a4
 @patch
 def table(self:Report, df:pd.DataFrame, name:str, # file stem: `<out_dir>/<name>.csv`
-          title:str, note:str=""):
-    "Show `df` under `title` (with `note`: what the numbers are, n, CI method) as `display_frame` shows it, and write `df` itself as CSV."
+          title:str, note:str="",
+          units:str|tuple|bool|None=None):        # the column(s) counting the independent units of each row (`stats.enforce_policy`); None = found by name; False = none
+    "Show `df` under `title` (with `note`: what the numbers are, n, CI method) as `display_frame` shows it, and write it as CSV, both under the inference policy (`stats.enforce_policy`: no zero-width or too-few-units interval or p, a BH partner beside every p)."
     from IPython.display import display
+    from silverspoon.stats import enforce_policy
+    df = enforce_policy(df, units) if isinstance(df, pd.DataFrame) else df
     self._show_heading(title, note)
     display(self._styled(df, name) if isinstance(df, pd.DataFrame) else df)
     self._write(df, name)

@@ -11,14 +11,17 @@ import numpy as np, pandas as pd
 from sklearn import metrics as skm
 
 # %% auto #0
-__all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS', 'SHORT_WARNINGS',
+__all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS',
+           'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS',
            'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'Metric',
            'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics', 'metrics_from_counts',
            'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'ratio_of_sums',
            'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
            'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci',
            'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios',
-           'weat']
+           'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test',
+           'two_group_permutation_test', 'bootstrap_note', 'p_value_columns', 'adjusted_name', 'enforce_policy',
+           'verdict_tier']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -392,7 +395,8 @@ def proportion_ci(k:int,                # successes
     return k/n, float(lo), float(hi)
 
 # %% ../nbs/04_stats.ipynb #43293526
-MIN_CLUSTERS = 5   # below this many clusters a bootstrap CI is not reported (NaN), never a zero-width interval
+MIN_UNITS = 5   # fewest independent units (clusters, names, pairs, letters of a group) per arm for any interval, test or direction (the inference policy, below)
+MIN_CLUSTERS = MIN_UNITS   # the older name
 
 @dataclass(frozen=True)
 class PropCI:
@@ -741,3 +745,186 @@ def weat(X, Y, A, B,          # embeddings, one row per word: targets X, Y; attr
     else: p_hi, p_lo = (1 + ge)/(1 + n_perm), (1 + le)/(1 + n_perm)
     return dict(effect_size=d, statistic=S, p_one_sided=p_hi, p_two_sided=min(1.0, 2*min(p_hi, p_lo)), exact=exact,
                 n_partitions=int(n_part) if exact else int(n_perm), n_X=nx, n_Y=ny, n_A=len(A), n_B=len(B), std_ddof=1)
+
+# %% ../nbs/04_stats.ipynb #1964d0a6
+# MIN_UNITS (5) is defined with the proportions above
+BOOT_MIN_UNITS = 20   # fewest units for a percentile bootstrap interval; below it, exact or permutation inference only
+MAX_UNDEFINED = 0.05  # largest share of undefined bootstrap replicates before a bootstrap gives no interval
+ALPHA = 0.05          # the level of every test and 1 - the level of every interval
+
+# %% ../nbs/04_stats.ipynb #3ed100b9
+def too_few_units(n,                     # independent units (a count, or several: one per arm; the smallest counts)
+                  min_units:int=MIN_UNITS # the minimum per arm
+                 )->str:
+    "'' when every arm has at least `min_units` units, else 'too few units: <n> < <min>' (NaN or missing counts as 0)."
+    ns = [0 if (v is None or pd.isna(v)) else int(v) for v in (n if np.ndim(n) else [n])]
+    k = min(ns) if ns else 0
+    return "" if k >= min_units else f"too few units: {k} < {min_units}"
+
+# %% ../nbs/04_stats.ipynb #db993227
+def exact_proportion_ci(k:int,              # successes
+                        n:int,              # independent trials (units)
+                        alpha:float=ALPHA
+                       )->tuple[float, float, float]:
+    "(p, lo, hi): the Clopper-Pearson exact interval (statsmodels `proportion_confint(method='beta')`); all NaN when n = 0."
+    return proportion_ci(k, n, method="beta", alpha=alpha)
+
+# %% ../nbs/04_stats.ipynb #852cc4f1
+def sign_flip_test(d,                       # one difference per unit (condition a - condition b), no NaN
+                   n_resamples:int=9999,    # random sign patterns when 2^n exceeds it; exact enumeration otherwise
+                   seed:int=0,
+                   min_units:int=MIN_UNITS
+                  )->dict:
+    "Two-sided paired permutation test of mean(d) = 0 by flipping signs within units: n, mean, p, exact, note ('too few units' -> p NaN)."
+    from scipy import stats
+    v = np.asarray(d, dtype=float).ravel()
+    if np.isnan(v).any(): raise ValueError(f"`d` has {int(np.isnan(v).sum())} NaN difference(s); drop (and count) those units first.")
+    n, why = len(v), too_few_units(len(v), min_units)
+    out = dict(n=n, mean=float(v.mean()) if n else float("nan"), p=float("nan"), exact=False, test="sign-flip permutation", note=why)
+    if why: return out
+    if not np.any(v): return {**out, "p": 1.0, "exact": True}
+    r = stats.permutation_test((v,), np.mean, permutation_type="samples", n_resamples=n_resamples,
+                               alternative="two-sided", random_state=np.random.default_rng(seed))
+    return {**out, "p": float(min(1.0, r.pvalue)), "exact": bool(2**n <= n_resamples)}
+
+# %% ../nbs/04_stats.ipynb #eb301309
+def _swap_masks(C:int, n_resamples:int, seed:int)->tuple[np.ndarray, bool]:
+    "(masks, exact): every 0/1 pattern over C units when 2^C <= n_resamples, else n_resamples seeded random patterns."
+    if C <= 20 and 2**C <= n_resamples:
+        return ((np.arange(2**C)[:, None] >> np.arange(C)) & 1).astype(bool), True
+    return np.random.default_rng(seed).integers(0, 2, size=(n_resamples, C)).astype(bool), False
+
+def within_unit_swap_test(stat,                    # mask (bool per unit, True = the unit's two conditions swapped) -> number or {name: number}
+                          n_units:int,             # units (the mask's length)
+                          n_resamples:int=9999,    # random masks when 2^n_units exceeds it; every mask otherwise
+                          seed:int=0,
+                          min_units:int=MIN_UNITS,
+                          max_undefined:float=MAX_UNDEFINED # more undefined (NaN) permuted statistics than this share: no p
+                         )->dict:
+    "Per statistic: observed value, two-sided permutation p, masks used, how many gave an undefined statistic, exact or drawn, and a note."
+    observed = stat(np.zeros(n_units, dtype=bool))
+    scalar = not isinstance(observed, dict)
+    obs = {"stat": observed} if scalar else dict(observed)
+    why = too_few_units(n_units, min_units)
+    res = {k: dict(observed=float(v), p=float("nan"), n_masks=0, n_undefined=0, exact=False, note=why) for k, v in obs.items()}
+    if not why:
+        masks, exact = _swap_masks(n_units, n_resamples, seed)
+        vals = {k: [] for k in obs}
+        for m in masks:
+            s = stat(m); s = {"stat": s} if scalar else s
+            for k in obs: vals[k].append(float(s.get(k, np.nan)))
+        for k, o in obs.items():
+            v = np.asarray(vals[k]); ok = ~np.isnan(v); nu = int((~ok).sum())
+            r = res[k]; r.update(n_masks=len(v), n_undefined=nu, exact=exact)
+            if np.isnan(o): r["note"] = "no estimate"; continue
+            if nu > max_undefined * len(v): r["note"] = f"no test: the statistic is undefined under {nu} of {len(v)} permutations"; continue
+            hits = int((np.abs(v[ok]) >= abs(o) - 1e-12).sum())
+            r["p"] = hits / ok.sum() if exact else (1 + hits) / (1 + ok.sum())
+            if nu: r["note"] = f"{nu} of {len(v)} permutations undefined (left out of p)"
+    return res["stat"] if scalar else res
+
+# %% ../nbs/04_stats.ipynb #494f69d1
+def two_group_permutation_test(x,                     # one score per unit of group x
+                               y,                     # one score per unit of group y
+                               n_resamples:int=9999, seed:int=0,
+                               min_units:int=MIN_UNITS
+                              )->dict:
+    "Two-sided permutation test of mean(x) - mean(y) = 0: n_x, n_y, diff, p, exact, note ('too few units' in either group -> p NaN)."
+    from scipy import stats
+    from math import comb
+    a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    why = too_few_units([len(a), len(b)], min_units)
+    out = dict(n_x=len(a), n_y=len(b), diff=float(a.mean() - b.mean()) if len(a) and len(b) else float("nan"),
+               p=float("nan"), exact=False, test="two-group permutation", note=why)
+    if why: return out
+    if np.ptp(np.concatenate([a, b])) == 0: return {**out, "p": 1.0, "exact": True}
+    r = stats.permutation_test((a, b), lambda u, v: np.mean(u) - np.mean(v), permutation_type="independent", vectorized=False,
+                               n_resamples=n_resamples, alternative="two-sided", random_state=np.random.default_rng(seed))
+    return {**out, "p": float(min(1.0, r.pvalue)), "exact": bool(comb(len(a) + len(b), len(a)) <= n_resamples)}
+
+# %% ../nbs/04_stats.ipynb #5ab54bfc
+def bootstrap_note(n_units:int,          # units the bootstrap resampled
+                   n_defined:int,        # replicates where the statistic was defined
+                   n_boot:int,           # replicates drawn
+                   lo:float=float("nan"), hi:float=float("nan")  # the interval, to catch a zero-width one
+                  )->str:
+    "'' when a percentile bootstrap interval may be reported, else the reason (too few units, too many undefined replicates, zero width)."
+    if n_units < BOOT_MIN_UNITS: return f"no interval: {n_units} units < {BOOT_MIN_UNITS} for a bootstrap"
+    if n_boot - n_defined > MAX_UNDEFINED * n_boot: return f"no interval: {n_boot - n_defined} of {n_boot} bootstrap replicates undefined"
+    if np.isfinite(lo) and np.isfinite(hi) and lo == hi: return "no interval: every replicate gave the same value (zero width)"
+    return ""
+
+# %% ../nbs/04_stats.ipynb #4a98c76e
+import re
+P_VALUE = re.compile(r"^(?:p|pvalue(?:_\w+)?|p_(?!agentic|min$|max$|median$|q\d)\w+)$")   # p-value columns: p, pvalue, pvalue_wald, p_t, p_welch ... (not p_agentic, p_q05)
+UNIT_COLUMNS = (("n_clusters",), ("n_pairs",), ("n_names",), ("n_units",), ("n_m", "n_f"), ("n_a", "n_b"), ("n_x", "n_y"))   # a table's independent units, first found
+
+def p_value_columns(df:pd.DataFrame)->list[str]:
+    "The p-value columns of `df` (`P_VALUE`), not their adjusted partners (`*_bh`, `*_adj`)."
+    return [c for c in df.columns if isinstance(c, str) and P_VALUE.match(c) and not c.endswith(("_bh", "_adj"))]
+
+def adjusted_name(p:str)->str:
+    "The column that holds the BH-adjusted `p`: `p_bh` for p and pvalue, else `<p>_bh`."
+    return "p_bh" if p in ("p", "pvalue") else f"{p}_bh"
+
+# %% ../nbs/04_stats.ipynb #68390c7e
+def _bounds(df:pd.DataFrame)->list[tuple[str, str]]:
+    return [(c, c[:-3] + "high") for c in df.columns if isinstance(c, str) and re.match(r"^(?:.+_)?ci_low$", c) and c[:-3] + "high" in df.columns]
+
+def _units(df:pd.DataFrame, units)->pd.Series|None:
+    if units is None: units = next((u for u in UNIT_COLUMNS if all(c in df.columns for c in u)), None)
+    if units is None: return None
+    cols = [units] if isinstance(units, str) else list(units)
+    return df[cols].apply(pd.to_numeric, errors="coerce").fillna(0).min(axis=1)
+
+def enforce_policy(df:pd.DataFrame,                # a table a report writes
+                   units:str|tuple|bool|None=None,  # its units column(s) (the smallest counts); None = the first of `UNIT_COLUMNS`; False = none
+                   min_units:int=MIN_UNITS
+                  )->pd.DataFrame:
+    "A copy of `df` under the policy: no zero-width interval, no interval or p below `min_units`, a BH partner beside every p, reasons in `policy_note`."
+    if not isinstance(df, pd.DataFrame) or df.empty: return df
+    out, notes = df.copy(), [[] for _ in range(len(df))]
+    bounds, ps = _bounds(out), p_value_columns(out)
+    n = None if units is False else _units(out, units)
+    if n is not None:
+        few = (n < min_units).to_numpy()
+        for i in np.flatnonzero(few):
+            touched = [c for lo, hi in bounds for c in (lo, hi) if pd.notna(out.iloc[i][lo]) or pd.notna(out.iloc[i][hi])] + [p for p in ps if pd.notna(out.iloc[i][p])]
+            if touched: notes[i].append(f"too few units: {int(n.iloc[i])} < {min_units}: no interval or test")
+        for c in [c for lo, hi in bounds for c in (lo, hi)] + ps:
+            if few.any(): out.loc[few, c] = np.nan
+    for lo, hi in bounds:
+        a, b = pd.to_numeric(out[lo], errors="coerce"), pd.to_numeric(out[hi], errors="coerce")
+        zero = (a == b) & a.notna()
+        for i in np.flatnonzero(zero.to_numpy()): notes[i].append(f"{lo.removesuffix('ci_low').rstrip('_') or 'estimate'}: zero-width interval, not a CI")
+        out.loc[zero, [lo, hi]] = np.nan
+    for p in ps:
+        adj = adjusted_name(p)
+        vals = bh_fdr(pd.to_numeric(out[p], errors="coerce").astype(float))
+        if adj in out.columns: out[adj] = out[adj].where(pd.to_numeric(out[p], errors="coerce").notna())
+        else: out.insert(out.columns.get_loc(p) + 1, adj, vals)
+    if any(notes):
+        text = ["; ".join(x) for x in notes]
+        if "policy_note" in out.columns: out["policy_note"] = [("; ".join(filter(None, [str(o) if pd.notna(o) else "", t]))) for o, t in zip(out["policy_note"], text)]
+        else: out["policy_note"] = text
+    return out
+
+# %% ../nbs/04_stats.ipynb #6d98ed94
+VERDICT_TIERS = {   # tier -> what it says
+    "evidence": "evidence after adjustment",
+    "no evidence": "no evidence, and this n could detect the effect sought",
+    "underpowered": "underpowered: no evidence, but this n could not detect the effect sought",
+    "no estimate": "no estimate",
+}
+
+def verdict_tier(estimate:float,                # the estimate (NaN: undefined)
+                 p_adj:float,                   # its adjusted p (NaN: no test)
+                 mde:float=float("nan"),        # minimum detectable effect at 80% power (same scale as `effect_sought`)
+                 effect_sought:float=float("nan"), # the effect the study looks for, e.g. the paper's (absolute)
+                 n_units=None,                  # units (per arm); below MIN_UNITS: no estimate
+                 alpha:float=ALPHA)->str:
+    "One of `VERDICT_TIERS`' keys."
+    if estimate is None or pd.isna(estimate) or (n_units is not None and too_few_units(n_units)) or p_adj is None or pd.isna(p_adj): return "no estimate"
+    if p_adj < alpha: return "evidence"
+    if pd.notna(mde) and pd.notna(effect_sought) and mde <= abs(effect_sought): return "no evidence"
+    return "underpowered"
