@@ -12,8 +12,8 @@ from .provenance import *
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame',
-           'Report', 'RunEnded', 'check_summary', 'warning_without_path']
+__all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide',
+           'ci_columns', 'display_frame', 'Report', 'RunEnded', 'check_summary', 'warning_without_path']
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -22,13 +22,17 @@ def ci_text(est, lo, hi)->str:
     return fmt_ci(est, lo, hi).removesuffix(" [NA, NA]")
 
 # %% ../nbs/06_report.ipynb #f9d02efc
+SUMMARY_TEST_COLUMNS = ("p", "p_bh", "test", "null", "n_units", "policy_note")   # optional per headline: its test (raw and BH-adjusted p, name, null value, units) and the policy's note; never row keys
+
 def summary_wide(df:pd.DataFrame)->pd.DataFrame:
     "Long headline rows (`metric`, `estimate`, `ci_low`, `ci_high`, `n`) as one row per run (and label set), one column per metric, cells `estimate [low, high]`; other frames unchanged."
     if not {"metric", "estimate"} <= set(df.columns): return df
-    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n")]
+    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n", *SUMMARY_TEST_COLUMNS)]
     df = df.copy()
     df[keys] = df[keys].astype(object).fillna("")
     df["cell"] = [ci_text(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))]
+    if "p_bh" in df.columns:   # a tested headline shows its adjusted p
+        df["cell"] = [c if pd.isna(q) else f"{c}, p_bh {q:.2g}" for c, q in zip(df["cell"], pd.to_numeric(df["p_bh"], errors="coerce"))]
     if "n" in df.columns:   # the row's n is its most common n; a metric resting on other items says so in its cell
         row_n = df.groupby(keys, sort=False)["n"].agg(lambda x: x.mode().iloc[0])
         df["row_n"] = [row_n[tuple(k) if len(keys) > 1 else k[0]] for k in df[keys].itertuples(index=False)]
@@ -313,7 +317,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
     display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
 
 # %% ../nbs/06_report.ipynb #c0ntr002
-SUMMARY_COLUMNS = ("metric", "estimate", "ci_low", "ci_high", "n")   # every summary row has these; the study's key columns may follow
+SUMMARY_COLUMNS = ("metric", "estimate", "ci_low", "ci_high", "n")   # every summary row has these; the study's key columns and `SUMMARY_TEST_COLUMNS` may follow
 _ADDED_BY_REPORT = ("run", "model", "backend")
 
 def check_summary(df,          # what the study's `summary_rows` returned
