@@ -12,8 +12,9 @@ from .provenance import *
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'ci_text', 'summary_wide',
-           'ci_columns', 'display_frame', 'Report', 'RunEnded', 'check_summary', 'warning_without_path']
+__all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'POLICY_TEXT', 'POLICY_PAGE',
+           'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'RunEnded', 'check_summary',
+           'warning_without_path', 'policy_markdown', 'policy_page']
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -341,3 +342,62 @@ def check_summary(df,          # what the study's `summary_rows` returned
 def warning_without_path(message, category, filename, lineno, line=None)->str:
     "`warnings.formatwarning` for reports: 'Category: message', without the file path and source line of this machine."
     return f"{category.__name__}: {message}\n"
+
+# %% ../nbs/06_report.ipynb #5845ab83
+POLICY_TEXT = """
+# How silverspoon tests what it reports
+
+One policy for every study, the bias cards and the index (`silverspoon.stats`, section "The inference policy").
+
+## 1. Minimum units
+A number gets an interval, a test or a direction only when it rests on at least **{MIN_UNITS} independent units per arm**:
+scenarios (normative), names (professions, narratives), progressions (STOP), letters of each gender or twin pairs (letters),
+items (downstream). Below that the table keeps the estimate and its n and says *too few units* (`policy_note`); the card
+says *no estimate: too few units*.
+
+## 2. Exact or permutation inference at small n
+- proportions of independent units: the exact Clopper-Pearson interval;
+- paired yes/no outcomes (base vs adapter on the same items): the exact McNemar test;
+- paired deltas (a factor level vs its reference on the same items; rich vs poor city within a name; the two gold label sets
+  on the same scenario): a within-unit swap (sign-flip) permutation test, enumerated exactly when 2^units is at most
+  9,999, else 9,999 seeded random swaps (p = (1 + k) / (1 + draws));
+- two groups of units (STOP's high- vs low-severity progressions): a permutation of the group labels;
+- a percentile cluster bootstrap interval only with at least **{BOOT_MIN_UNITS} units** and at most **{MAX_UNDEFINED:.0%}** of
+  its replicates undefined (undefined replicates are counted, never dropped silently);
+- a zero-width interval is not a confidence interval and is never shown as one.
+
+## 3. One multiplicity rule
+Benjamini-Hochberg over the p-values of each table (a report family) and, on a bias card, over all its tested headlines and
+factor deltas together. Every raw p has its adjusted partner beside it (`p_bh`, `<p>_bh`); verdicts read the adjusted one.
+
+## 4. Each headline declares its estimand and null
+Bias headlines are contrasts with a no-bias value (normative: CKC lower-end minus upper-end, and the model's share blaming the
+privileged party minus the human annotators' share; professions: rich minus poor city; narratives: high minus low city;
+letters: men minus women; STOP: high- minus low-severity sensitivity; downstream: adapter minus base). Performance levels
+(STOP's P and mean sensitivity, ideal 1) are shown against their ideal and get no bias verdict.
+
+## 5. Verdict tiers
+{TIERS}
+
+A run whose model did not answer (the reply gate, `answer_summary.csv`) gets *no verdict* before any of this.
+"""
+
+def policy_markdown()->str:
+    "The policy page's text, with the numbers and tiers from `silverspoon.stats`."
+    from silverspoon import stats
+    tiers = "\n".join(f"- **{k}**: {v}" for k, v in stats.VERDICT_TIERS.items())
+    return POLICY_TEXT.format(MIN_UNITS=stats.MIN_UNITS, BOOT_MIN_UNITS=stats.BOOT_MIN_UNITS, MAX_UNDEFINED=stats.MAX_UNDEFINED, TIERS=tiers).strip()
+
+# %% ../nbs/06_report.ipynb #aa497468
+POLICY_PAGE = "inference.html"   # the policy page, in the reports folder
+
+def policy_page(reports_dir:str|Path # the reports folder (`reports/`)
+               )->Path:
+    "Write `<reports_dir>/inference.html`, the policy page every report, card and the index link."
+    import mistune
+    out = Path(reports_dir)/POLICY_PAGE
+    body = mistune.html(policy_markdown())
+    out.write_text("<!doctype html><html><head><meta charset='utf-8'><title>silverspoon: the inference policy</title>"
+                   "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.45}code{background:#f3f3f3}</style></head>"
+                   f"<body><p><a href='index.html'>Back to the index</a></p>{body}</body></html>\n", encoding="utf-8")
+    return out
