@@ -337,6 +337,7 @@ class SampleParams:
     n: int|None = None                      # null = every item
     stratify_by: str|None = None
     seed: int = 0
+    within: int|None = None                 # draw the n items from inside the sample of `within` items (same seed, strata, draw): a smaller run nested in a larger one (the card's factor runs inside the headline run)
 
 # %% ../nbs/00_core.ipynb #ad76b93f
 @dataclass

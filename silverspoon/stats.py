@@ -522,8 +522,13 @@ def sample_items(frame:pd.DataFrame,                 # the items, one row each; 
                  allocation:str="proportional",      # split over strata: "proportional", "equal" or "equal_fill"
                  draw:str="choice"                   # "choice", "nested" or "stratum_order" (see above)
                 )->pd.DataFrame:
-    "The drawn rows of `frame` in frame order (all of them when `sample.n` is null or at least `len(frame)`)."
+    "The drawn rows of `frame` in frame order (all of them when `sample.n` is null or at least `len(frame)`); with `sample.within`, a subset of the rows the sample of `within` items draws."
     s = as_sample(sample)
+    if s.within is not None and s.n is not None and s.within > s.n:
+        from dataclasses import replace as _replace
+        plain, parent = (sample_items(frame, _replace(s, n=m, within=None), by, cluster, allocation, draw) for m in (s.n, s.within))
+        if set(plain.index) <= set(parent.index): return plain   # the plain draw is already nested: keep it (and its stores)
+        return sample_items(parent, _replace(s, within=None), by, cluster, allocation, "nested").loc[lambda d: d.index.isin(parent.index)]
     if allocation not in ALLOCATIONS: raise ParamsError(f"allocation = {allocation!r}; choose one of {list(ALLOCATIONS)}.")
     if draw not in DRAWS: raise ParamsError(f"draw = {draw!r}; choose one of {list(DRAWS)}.")
     if s.n is None or s.n >= len(frame): return frame.copy()
