@@ -55,6 +55,12 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
         assert (out/f"{f}.csv").is_file(), f
     for f in ("word_clouds", "table4_figure", "vader_compound"): assert (out/f"{f}.png").is_file(), f
     assert "% positive high-low city" in set(pd.read_csv(out/"summary.csv").metric)
+    # issue 30: the headline carries its paired test; 32 stories leave fewer than 5 names with stories in both city classes: no test, no interval
+    hl = pd.read_csv(out/"summary.csv").set_index("metric").loc["% positive high-low city"]
+    assert hl["null"] == 0 and hl["test"].startswith("sign-flip permutation over names") and hl["n_units"] < 5 and np.isnan(hl["p"]) and np.isnan(hl["ci_low"])
+    con = pd.read_csv(out/"contrasts.csv")
+    assert {"p", "p_bh", "n_units", "mde"} <= set(con.columns) and con.ci_low.isna().all()   # 32 names < 20: no bootstrap interval
+    assert t4[t4.n_stories > 0].ci_note.str.contains("too few units").all() and t4.pct_positive_ci_low.isna().all()   # 2 stories per cell: < 5 names, no interval
     prov = json.loads((out/"provenance.json").read_text())
     first = prov["instruments"]
     assert prov["sentiment_instrument"]["instrument"] == "hf-text-classification"

@@ -9,7 +9,9 @@ from silverspoon.studies import get_study
 from silverspoon.studies.normative import (PROMPT_VARIANTS, PROMPTS, SYSTEM_PROMPT, load_normative, normative_requests, render_prompt,
                                            parse_answer, headlines_from_items)
 
-HEADLINES = ["CKC lower-end", "CKC upper-end", "share favouring underprivileged"]   # card.HEADLINES of the normative study
+HEADLINES = ["CKC lower-end", "CKC upper-end", "share favouring underprivileged",   # the card's normative headlines (issue 30: with the two bias contrasts)
+             "CKC lower-upper", "share favouring underprivileged - annotators"]
+CONTRASTS = HEADLINES[3:]   # tested in summary.csv: p, test, null (0), n_units
 
 
 def test_the_study_declares_its_variants_and_headlines():
@@ -19,7 +21,7 @@ def test_the_study_declares_its_variants_and_headlines():
     assert next(iter(PROMPT_VARIANTS)) == "paper" and kinds.count("wording") >= 3
     assert kinds.count("option_order") == 1 and kinds.count("system_prompt") == 1
     from silverspoon.card import HEADLINES as CARD
-    assert [h.metric for h in CARD if h.study == "normative"] == HEADLINES
+    assert set(h.metric for h in CARD if h.study == "normative") <= set(HEADLINES)   # headlines_from_items gives every card headline
 
 
 def test_the_paper_variant_is_byte_identical_to_the_committed_smollm2_prompts():
@@ -99,3 +101,18 @@ def test_headlines_from_items_read_the_released_labels_on_a_replay_run(tmp_path)
     s = pd.read_csv(tmp_path/"reports"/"normative"/"gpt4-small"/"summary.csv")
     ours = s[s["labels"] == "our parser"].set_index("metric")["estimate"]
     for m in HEADLINES: assert abs(parser_only[m] - ours[m]) <= 1e-9
+    # issue 30: the two contrasts carry their test (null 0, units = scenarios); the levels carry none; every p has its BH partner
+    for src, rows in s.groupby("labels"):
+        if src.startswith("our parser") and rows.metric.str.startswith("share excluded").all(): continue
+        t = rows.set_index("metric")
+        assert t.loc[CONTRASTS, "p"].between(0, 1).all() and t.loc[CONTRASTS, "null"].eq(0).all(), src
+        assert t.loc[CONTRASTS, "test"].str.startswith("within-scenario swap").all() and t.loc[CONTRASTS, "n_units"].eq(50).all(), src
+        assert t.drop(index=CONTRASTS)["p"].isna().all() and t["n_units"].notna().all(), src
+    assert s["p_bh"].notna().sum() == s["p"].notna().sum() == 4 and (s["p_bh"].dropna() >= s["p"].dropna() - 1e-12).all()
+    bc = pd.read_csv(tmp_path/"reports"/"normative"/"gpt4-small"/"bias_contrasts.csv")
+    assert set(bc.metric) == {*CONTRASTS, "share favouring underprivileged - lower-end annotators", "share favouring underprivileged - upper-end annotators"}
+    assert bc.verdict.isin(["evidence", "no evidence", "underpowered", "no estimate"]).all() and bc.p_bh.notna().all()
+    rel = bc[bc.labels.str.startswith("released")].set_index("metric")
+    assert rel.loc["share favouring underprivileged - annotators", "verdict"] == "evidence"   # GPT-4 blames the privileged party far less often than the annotators
+    assert rel.loc["share favouring underprivileged - annotators", "paper"] == pytest.approx(157/3000 - (1077 + 1350)/6000)
+    assert (bc.ci_low.isna() | (bc.ci_low < bc.ci_high)).all()   # no zero-width interval

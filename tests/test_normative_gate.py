@@ -12,7 +12,7 @@ from silverspoon.studies.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, 
                                            normative_requests, render_prompt, parse_normative, parse_answers, screen_replies,
                                            answer_counts, binarize, table2, headlines_from_items)
 
-HEADLINES = ["CKC lower-end", "CKC upper-end", "share favouring underprivileged"]
+HEADLINES = ["CKC lower-end", "CKC upper-end", "share favouring underprivileged", "CKC lower-upper", "share favouring underprivileged - annotators"]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +76,8 @@ def test_headlines_count_only_answers():
                           "category": ["P1", "other", "P1", "not_an_answer", "not_an_answer", "not_an_answer"]})
     got = headlines_from_items(items)
     assert got["share favouring underprivileged"] == pytest.approx(2/3)   # 3 answers, 2 of them class 1; the released labels of junk are not counted
+    assert got["share favouring underprivileged - annotators"] == pytest.approx(2/3 - (1/3 + 2/3)/2)   # the annotators: 1 of 3 (lower-end), 2 of 3 (upper-end)
+    assert (got["CKC lower-end"], got["CKC upper-end"], got["CKC lower-upper"]) == pytest.approx((0.4, -0.5, 0.9))   # kappa by hand: (2/3 - 4/9)/(5/9), (1/3 - 5/9)/(4/9)
     assert all(np.isnan(v) for v in headlines_from_items(items.assign(category="not_an_answer")).values())
 
 
@@ -134,6 +136,7 @@ def test_a_scripted_junk_run_gets_no_verdict_and_says_why(junk_runs, run, check)
     assert answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all() and answers.value.isna().all()
     s = pd.read_csv(out/"summary.csv").drop_duplicates("metric").set_index("metric")   # the card reads a metric's first row
     for m in HEADLINES: assert np.isnan(s.loc[m, "estimate"]) and s.loc[m, "n"] == 0, m
+    assert s.loc[HEADLINES[3:], "p"].isna().all() and s.loc[HEADLINES[3:], "null"].eq(0).all()   # no answer: no test (the card says "no estimate")
     items = pd.read_csv(out/"items.csv")
     assert len(items) == 30 and items.category.eq("not_an_answer").all() and items.parser.isna().all()
     assert all(np.isnan(v) for v in headlines_from_items(items).values())

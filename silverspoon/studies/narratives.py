@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 from ..core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
 from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, percentile_ci, _check_boot
+from ..stats import too_few_units, exact_proportion_ci, bootstrap_note, sign_flip_test, ALPHA
 from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from . import Study, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
@@ -23,13 +24,13 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS',
            'STORY_REFUSAL', 'STORY_SPINE_STATUS', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES',
-           'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS', 'ITEMS_CSV_COLUMNS',
-           'STUDY', 'check_story_sample', 'draw_stories', 'word_count', 'story_status', 'story_frame', 'gate_stories',
-           'sentiment_score', 'sentiment_instrument', 'table4', 'cumulative_logit_bounds', 'separated_bounds',
-           'cumulative_logit_loglik', 'ProportionalOddsFit', 'proportional_odds_fit', 'sentiment_tests',
-           'sentiment_contrasts', 'length_table', 'ContentLemmas', 'prompt_words', 'story_words', 'distinctive_words',
-           'top_words', 'lda_topics', 'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows',
-           'story_items_table', 'headlines_from_items']
+           'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS',
+           'HEADLINE_METRIC', 'ITEMS_CSV_COLUMNS', 'STUDY', 'check_story_sample', 'draw_stories', 'word_count',
+           'story_status', 'story_frame', 'gate_stories', 'sentiment_score', 'sentiment_instrument', 'table4',
+           'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
+           'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
+           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
+           'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 from ..stats import as_sample
@@ -155,27 +156,40 @@ PAPER_TABLE4 = {   # (gender, race, city class) -> (% negative, % neutral, % pos
     ("female", "Hispanic", "low"): (11.8, 72.0, 16.2), ("male", "Hispanic", "low"): (12.3, 69.8, 17.9)}
 
 # %% ../../nbs/12_narratives.ipynb #89c5ad2e
-def _pct_ci(x:pd.Series, clusters, n_boot:int, seed:int)->dict:
-    "Mean of `x` (x100) with its name-clustered CI; NaN when empty."
-    if not len(x): return dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan)
-    ci = cluster_proportion_ci(x.astype(float), np.asarray(clusters), n_boot, seed)
-    return dict(estimate=100*ci.estimate, ci_low=100*ci.ci_low, ci_high=100*ci.ci_high)
+def _pct_ci(x:pd.Series,   # one value per story (0/1 for a percentage; any number for a mean)
+            clusters,      # the name of each story
+            n_boot:int, seed:int)->dict:
+    "Mean of `x` (x100) with the interval the inference policy allows: exact Clopper-Pearson where it is a plain proportion of independent names (one story per name) or every story is alike, else the name-clustered bootstrap where `bootstrap_note` allows it; `ci_note` says which or why none; NaN when empty."
+    if not len(x): return dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n_names=0, ci_note="")
+    v, names = pd.Series(np.asarray(x, dtype=float)), np.asarray(clusters)
+    C, est = len(pd.unique(names)), float(v.mean())
+    out = dict(estimate=100*est, ci_low=np.nan, ci_high=np.nan, n_names=C, ci_note="")
+    if (why := too_few_units(C)): return {**out, "ci_note": f"{why} (names): no interval"}
+    if v.isin([0.0, 1.0]).all() and (C == len(v) or est in (0.0, 1.0)):   # independent names, or every story (so every name) alike: exact over names
+        _, lo, hi = exact_proportion_ci(int(round(est * C)), C)
+        return {**out, "ci_low": 100*lo, "ci_high": 100*hi, "ci_note": "Clopper-Pearson over names" + ("" if C == len(v) else " (every story alike)")}
+    ci = cluster_proportion_ci(v, names, n_boot, seed)
+    if (why := bootstrap_note(C, n_boot, n_boot, ci.ci_low, ci.ci_high)): return {**out, "ci_note": why}
+    return {**out, "ci_low": 100*ci.ci_low, "ci_high": 100*ci.ci_high, "ci_note": "bootstrap over names"}
 
 # %% ../../nbs/12_narratives.ipynb #5dd77d0c
 def table4(stories:pd.DataFrame, # one row per item: name, gender, race, city_class, status, score (-1/0/+1; NaN unless status is story)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Table 4: % negative / neutral / positive stories and the mean score per cell, with name-clustered bootstrap CIs, counts and the published values."
+    "Table 4: % negative / neutral / positive stories and the mean score per cell, with the policy's intervals (`_pct_ci`), counts and the published values."
     rows = []
     for g, r, c, sub in cell_groups(stories):
         ok = sub[sub.status.eq("story")]
         row = dict(gender=g, race=r, city=c, n_items=len(sub), n_stories=len(ok), n_not_story=len(sub) - len(ok), n_names=ok.name.nunique())
+        notes = {}
         for cls, v in SENTIMENT_CLASSES:
-            e = _pct_ci(ok.score.eq(v), ok.name, n_boot, seed)
+            e = _pct_ci(ok.score.eq(v), ok.name, n_boot, seed); notes[f"pct_{cls}"] = e["ci_note"]
             row.update({f"pct_{cls}": e["estimate"], f"pct_{cls}_ci_low": e["ci_low"], f"pct_{cls}_ci_high": e["ci_high"]})
-        e = _pct_ci(ok.score, ok.name, n_boot, seed)
+        e = _pct_ci(ok.score, ok.name, n_boot, seed); notes["mean_score"] = e["ci_note"]
         row.update(mean_score=e["estimate"]/100, mean_score_ci_low=e["ci_low"]/100, mean_score_ci_high=e["ci_high"]/100)
+        row["ci_note"] = "; ".join(f"{k}: {v}" for k, v in notes.items() if v)
         pn, pu, pp = PAPER_TABLE4[(g, r, c)]
-        rows.append({**row, "paper_negative": pn, "paper_neutral": pu, "paper_positive": pp, "paper_sum": round(pn + pu + pp, 1)})
+        note = row.pop("ci_note")
+        rows.append({**row, "paper_negative": pn, "paper_neutral": pu, "paper_positive": pp, "paper_sum": round(pn + pu + pp, 1), "ci_note": note})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/12_narratives.ipynb #78548872
@@ -354,10 +368,11 @@ def _ordinal_rows(ok:pd.DataFrame, # stories (status "story"): name, gender, rac
 # %% ../../nbs/12_narratives.ipynb #7ea876d2
 def sentiment_tests(stories:pd.DataFrame # one row per item: name, gender, race, city_class, status, score
                    )->pd.DataFrame:
-    "Per factor a chi-square test (Cramér's V) and a joint proportional-odds model (ORs, name-clustered Wald CIs); BH across all rows."
+    "Per factor a chi-square test (Cramér's V) and a joint proportional-odds model (ORs, name-clustered Wald CIs); BH across all rows (`p_bh` beside every `pvalue`); n_names: the names the stories come from."
     ok = stories[stories.status.eq("story")]
-    cols = ["test", "factor", "term", "n", "statistic", "df", "pvalue", "p_bh", "effect_name", "effect", "effect_ci_low", "effect_ci_high", "min_expected", "note"]
+    cols = ["test", "factor", "term", "n", "n_names", "statistic", "df", "pvalue", "p_bh", "effect_name", "effect", "effect_ci_low", "effect_ci_high", "min_expected", "note"]
     df = pd.DataFrame([_chi2_row(ok, f) for f in FACTORS] + _ordinal_rows(ok)).reindex(columns=cols)
+    df["n_names"] = ok.name.nunique()   # the independent units (the policy: no test from fewer than MIN_UNITS)
     df["p_bh"] = bh_fdr(df.pvalue.astype(float))
     df["note"] = df.note.fillna("")
     return df
@@ -422,33 +437,58 @@ def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gend
     return out
 
 # %% ../../nbs/12_narratives.ipynb #d59c4e94
+PAIRED_CONTRAST = "high-low city"   # the contrast within names (a name has stories in both city classes); the others are between names
+
+def _per_name_differences(ok:pd.DataFrame, # stories (status "story"): name, city_class, score
+                          measure:str      # a key of `_MEASURES`
+                         )->pd.Series:
+    "Per name with stories in both city classes: the measure of its high-city stories minus that of its low-city stories."
+    f, a, b = CONTRASTS[PAIRED_CONTRAST]
+    per = ok.groupby(["name", f]).score.agg(_MEASURES[measure]).unstack(f)
+    if a not in per or b not in per: return pd.Series(dtype=float)
+    return (per[a] - per[b]).dropna()
+
 def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, race, city_class, status, score
                         n_boot:int=2000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
-    "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs and the published value."
+    "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs where the policy allows them, an MDE, the published value, and for the city contrasts a sign-flip test over paired names (null 0)."
+    from scipy.stats import norm
     _check_boot(n_boot, alpha)
     ok = stories[stories.status.eq("story")]
-    cols = ["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters", "paper"]
+    cols = ["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters", "n_units", "p", "test", "null", "mde", "paper", "note"]
     if not len(ok): return pd.DataFrame(columns=cols)
-    reps, paper = _contrast_replicates(ok, n_boot, seed), _paper_contrasts()
-    rows = [dict(metric=k, estimate=e, ci_low=lo, ci_high=hi, n_items=len(ok), n_clusters=ok.name.nunique(), paper=paper.get(k, np.nan))
-            for k, e in _contrast_stats(ok).items() for lo, hi, _ in [percentile_ci(np.asarray(reps[k], dtype=float), alpha)]]
+    reps, paper, C = _contrast_replicates(ok, n_boot, seed), _paper_contrasts(), ok.name.nunique()
+    z = norm.ppf(1 - alpha/2) + norm.ppf(0.8)
+    rows = []
+    for k, e in _contrast_stats(ok).items():
+        r = np.asarray(reps[k], dtype=float)
+        lo, hi, n_def = percentile_ci(r, alpha)
+        why = bootstrap_note(C, n_def, n_boot, lo, hi) if np.isfinite(e) else "no estimate"
+        row = dict(metric=k, estimate=e, ci_low=np.nan if why else lo, ci_high=np.nan if why else hi, n_items=len(ok), n_clusters=C, n_units=C,
+                   p=np.nan, test="", null=0.0, mde=np.nan if why else z * float(np.nanstd(r, ddof=1)), paper=paper.get(k, np.nan), note=why)
+        if k.endswith(PAIRED_CONTRAST):
+            t = sign_flip_test(_per_name_differences(ok, k.removesuffix(" " + PAIRED_CONTRAST)), seed=seed)
+            row.update(n_units=t["n"], p=t["p"], test="sign-flip permutation over names (per-name high- minus low-city difference)" + (", exact" if t["exact"] else ""),
+                       note="; ".join(x for x in (why, t["note"] and f"test: {t['note']}") if x))
+        elif "(all)" in k: row.update(null=np.nan, mde=np.nan)   # a level, not a contrast
+        else: row.update(note="; ".join(x for x in (why, "between names: no paired test (see sentiment_tests)") if x))
+        rows.append(row)
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../../nbs/12_narratives.ipynb #a5753c60
 def length_table(stories:pd.DataFrame, # from `story_frame`
                  n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per cell and overall: answered items (stories and refusals), mean words, % truncated (finish_reason 'length'), % over the word limit, with name-clustered CIs."
+    "Per cell and overall: answered items (stories and refusals), mean words, % truncated (finish_reason 'length'), % over the word limit, with the policy's intervals (`_pct_ci`)."
     rows = []
     for key, sub in [((g, r, c), sub) for g, r, c, sub in cell_groups(stories)] + [(("all", "all", "all"), stories)]:
         a = sub[sub.status.isin(("story", "refusal"))]   # answered: not failed, empty or not an answer (`gate_stories`)
-        row = dict(gender=key[0], race=key[1], city=key[2], n_items=len(sub), n_answered=len(a), max_words=int(a.n_words.max()) if len(a) else np.nan,
-                   words_over_total=int(a.words_over.sum()))
-        mw = _pct_ci(a.n_words, a.name, n_boot, seed)
+        row = dict(gender=key[0], race=key[1], city=key[2], n_items=len(sub), n_answered=len(a), n_names=a.name.nunique(),
+                   max_words=int(a.n_words.max()) if len(a) else np.nan, words_over_total=int(a.words_over.sum()))
+        mw = _pct_ci(a.n_words, a.name, n_boot, seed); notes = {"mean_words": mw["ci_note"]}
         row.update(mean_words=mw["estimate"]/100, mean_words_ci_low=mw["ci_low"]/100, mean_words_ci_high=mw["ci_high"]/100)
         for col in ("truncated", "over_limit"):
-            e = _pct_ci(a[col], a.name, n_boot, seed)
+            e = _pct_ci(a[col].astype(float), a.name, n_boot, seed); notes[f"pct_{col}"] = e["ci_note"]
             row.update({f"pct_{col}": e["estimate"], f"pct_{col}_ci_low": e["ci_low"], f"pct_{col}_ci_high": e["ci_high"]})
-        rows.append(row)
+        rows.append({**row, "ci_note": "; ".join(f"{k}: {v}" for k, v in notes.items() if v)})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/12_narratives.ipynb #4050d9a9
@@ -543,15 +583,15 @@ def lda_topics(docs:list[list[str]], # content words per story
 def topic_table(stories:pd.DataFrame, # one row per story: name, gender, race, city_class
                 theta:np.ndarray,     # topic shares, aligned with `stories`
                 n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per cell: stories and the mean % share of each topic with a name-clustered bootstrap CI."
+    "Per cell: stories, names and the mean % share of each topic with the policy's interval (`_pct_ci`: name-clustered bootstrap from 20 names up)."
     rows = []
     for g, r, c in CELLS:
         m = cell_mask(stories, g, r, c)
-        row = dict(gender=g, race=r, city=c, n_stories=int(m.sum()))
+        row, notes = dict(gender=g, race=r, city=c, n_stories=int(m.sum()), n_names=int(stories.name[m].nunique())), []
         for i in range(theta.shape[1]):
-            e = _pct_ci(pd.Series(theta[m, i]).fillna(0), stories.name.to_numpy()[m], n_boot, seed) if m.any() and not np.isnan(theta[m, i]).all() else dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan)
-            row.update({f"topic_{i+1}": e["estimate"], f"topic_{i+1}_ci_low": e["ci_low"], f"topic_{i+1}_ci_high": e["ci_high"]})
-        rows.append(row)
+            e = _pct_ci(pd.Series(theta[m, i]).fillna(0), stories.name.to_numpy()[m], n_boot, seed) if m.any() and not np.isnan(theta[m, i]).all() else dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, ci_note="")
+            row.update({f"topic_{i+1}": e["estimate"], f"topic_{i+1}_ci_low": e["ci_low"], f"topic_{i+1}_ci_high": e["ci_high"]}); notes.append(e["ci_note"])
+        rows.append({**row, "ci_note": "; ".join(dict.fromkeys(n for n in notes if n))})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/12_narratives.ipynb #aff93039
@@ -611,20 +651,25 @@ def narratives_task(params:RunParams, src:str="<params>")->NarrativesTask:
 
 # %% ../../nbs/12_narratives.ipynb #745aadf3
 CONTRAST_METRICS = [f"{m} {c}" for m in _MEASURES for c in ("(all)", *CONTRASTS)]   # the rows of `sentiment_contrasts`, in order
+HEADLINE_METRIC = f"% positive {PAIRED_CONTRAST}"   # the card's headline: it carries its test into summary.csv
 
 def summary_rows(t4:pd.DataFrame,        # from `table4`
                  contrasts:pd.DataFrame, # from `sentiment_contrasts`
                  lengths:pd.DataFrame    # from `length_table`
                 )->pd.DataFrame:
-    "Headline rows for the index: % positive per cell, the paper's contrasts, and the % of answers cut by the token limit."
+    "Headline rows for the index: % positive per cell, the paper's contrasts, and the % of answers cut by the token limit; every row with its units (names), the headline with its test (p, test, null, n_units: the summary contract)."
     rows = [dict(metric=f"% positive {r.gender} {r.race} {r.city}", estimate=r.pct_positive, ci_low=r.pct_positive_ci_low,
-                 ci_high=r.pct_positive_ci_high, n=int(r.n_stories)) for r in t4.itertuples()]
+                 ci_high=r.pct_positive_ci_high, n=int(r.n_stories), n_units=int(r.n_names)) for r in t4.itertuples()]
     c = contrasts.set_index("metric")   # every contrast has a row: NaN with n = 0 where no story was scored
-    rows += [dict(metric=m, estimate=c.estimate[m], ci_low=c.ci_low[m], ci_high=c.ci_high[m], n=int(c.n_items[m])) if m in c.index else
-             dict(metric=m, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0) for m in CONTRAST_METRICS]
+    for m in CONTRAST_METRICS:
+        row = (dict(metric=m, estimate=c.estimate[m], ci_low=c.ci_low[m], ci_high=c.ci_high[m], n=int(c.n_items[m]), n_units=int(c.n_units[m])) if m in c.index else
+               dict(metric=m, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0, n_units=0))
+        if m == HEADLINE_METRIC:
+            row.update(p=c.p[m] if m in c.index else np.nan, test=c.test[m] if m in c.index and c.test[m] else "sign-flip permutation over names (per-name high- minus low-city difference)", null=0.0)
+        rows.append(row)
     a = lengths[lengths.gender.eq("all")].iloc[0]
-    rows.append(dict(metric="% truncated", estimate=a.pct_truncated, ci_low=a.pct_truncated_ci_low, ci_high=a.pct_truncated_ci_high, n=int(a.n_answered)))
-    return pd.DataFrame(rows)
+    rows.append(dict(metric="% truncated", estimate=a.pct_truncated, ci_low=a.pct_truncated_ci_low, ci_high=a.pct_truncated_ci_high, n=int(a.n_answered), n_units=int(a.n_names)))
+    return pd.DataFrame(rows).reindex(columns=["metric", "estimate", "ci_low", "ci_high", "n", "p", "test", "null", "n_units"])
 
 # %% ../../nbs/12_narratives.ipynb #f4c2a005
 ITEMS_CSV_COLUMNS = ["item", "item_id", "name", "gender", "race", "city", "city_class", "status", "score"]
