@@ -84,6 +84,15 @@ def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path
         assert (out/f"{f}.csv").is_file(), f
     assert (out/"answer_rate_performance.png").is_file()
     assert "answer rate change, BBQ (adapter - base)" in set(pd.read_csv(out/"summary.csv").metric)
+    head = pd.read_csv(out/"summary.csv").set_index("metric").loc["answer rate change, BBQ (adapter - base)"]   # the card headline declares its test
+    assert (head.test, head["null"], head.n_units) == ("McNemar exact", 0.0, 24) and 0 <= head.p <= 1 and 0 <= head.p_bh <= 1
+    assert (rates.test == "McNemar exact").all() and "p_bh" in rates and "p_bh" in perf and perf.p.between(0, 1).any()   # one BH family per table
+    bycat = pd.read_csv(out/"performance_by_category.csv")
+    assert bycat.diff_ci_low.isna().all() and bycat.p.isna().all()   # 2 pairs a bias type: no bootstrap interval, no test
+    for f in ("answer_rates", "performance", "performance_by_category"):   # the policy: no zero-width interval anywhere
+        d = pd.read_csv(out/f"{f}.csv")
+        for lo in [c for c in d.columns if c.endswith("ci_low")]:
+            assert not (d[lo] == d[lo.removesuffix("low") + "high"]).any(), (f, lo)
     html = (reports/"downstream"/"tiny-downstream.html").read_text(encoding="utf-8")
     assert "StereoSet: its data is absent" in html and "stop-009" in html                          # the held-out STOP split is named
     prov = json.loads((out/"provenance.json").read_text())

@@ -40,7 +40,15 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
     assert (style.n_m + style.n_f == 8).all() and (style.n_pairs <= 4).all()
     hal = pd.read_csv(out/"hallucination.csv")
     assert set(hal.gender) == {"f", "m"} and set(hal.measure) == {"positive_vader", "agentic", "p_agentic", "formal_hf", "positive_hf"}
-    assert hal.n_sentences.sum() > 8 and set(hal.reading) <= {"propagation", "amplification", "attenuation", "not testable"}
+    assert hal.n_sentences.sum() > 8 and set(hal.reading) <= {"propagation", "amplification", "attenuation", "no estimate"}
+    assert (hal.reading == "no estimate").all() and hal.p_student.isna().all()   # at most 4 letters a gender hallucinate: too few units for any test
+    for pc in ("p_student", "p_welch", "p_swap", "p_paired_t", "p_wilcoxon"):      # the policy: a BH partner beside every p; none from 4 letters a gender
+        assert f"{pc}_bh" in style and style[pc].isna().all(), pc
+    assert style.g_ci_low.isna().all() and style.diff_ci_note.eq("no interval or test: too few units: 4 < 5").all()
+    summ = pd.read_csv(out/"summary.csv").set_index("metric")
+    cards = summ.loc[["p_agentic m-f", "OR Agentic"]]   # the card's headlines declare their test and null (no p from 4 letters a gender)
+    assert cards.test.eq("within-pair gender swap permutation over twin pairs").all() and cards.null.tolist() == [0.0, 1.0] and (cards.n_units == 4).all()
+    assert cards.p.isna().all() and summ.p.notna().sum() == 0
     acc = pd.read_csv(out/"agency_classifier.csv")
     assert acc.loc[acc.metric == "test accuracy", "n"].item() == 60
     assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", ["n", "not_an_answer"]].tolist() == [8, 0]

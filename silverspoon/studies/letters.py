@@ -14,7 +14,8 @@ from ..core import DataError, ParamsError, RunParams, ModelParams, SampleParams,
 from ..data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
 from ..backends import GenRequest
 from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t, warning_note,
-                               paired_test, cluster_boot_weights, percentile_ci, MIN_CLUSTERS, ci_on_scale)
+                               paired_test, cluster_boot_weights, percentile_ci, MIN_CLUSTERS, ci_on_scale, MIN_UNITS, BOOT_MIN_UNITS, ALPHA,
+                               too_few_units, within_unit_swap_test, bootstrap_note, verdict_tier)
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
 from . import Study
@@ -25,18 +26,19 @@ from ..parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PROMPT_VARIANTS', 'CLG_WORDINGS',
            'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
-           'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS', 'WEAT_TESTS',
-           'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
+           'SWAP_TEST', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
+           'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
            'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'STUDY', 'missing_groups',
            'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
            'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
            'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
-           'letter_tokens', 'trait_matcher', 'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task',
-           'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'gate_letters', 'success_table',
-           'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares',
-           'style_tests', 'level_comparability', 'agreement_with_authors', 'authors_score_instruments',
-           'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments',
-           'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table', 'headlines_from_items']
+           'letter_tokens', 'trait_matcher', 'gender_swap_test', 'lexicon_odds_ratios', 'table2_agreement',
+           'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive',
+           'gate_letters', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
+           'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
+           'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
+           'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table',
+           'headlines_from_items']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -404,28 +406,62 @@ def trait_matcher(stems:list|tuple,           # the lexicon's stems (stars strip
         return w in full or w.startswith(pre)
     return exact
 
+# %% ../../nbs/20_letters.ipynb #3100ad49
+SWAP_TEST = "within-pair gender swap permutation over twin pairs"   # the test behind the letters' card headlines
+
+def gender_swap_test(gender,                  # "m" / "f" per letter
+                     pair,                    # its twin pair (the unit whose two letters swap gender labels), one per letter
+                     stat,                    # is_male (bool per letter) -> the statistic (a number, or {name: number})
+                     n_resamples:int=9999,    # drawn swap patterns when 2^pairs exceeds it; every pattern otherwise
+                     seed:int=0
+                    )->dict:
+    "Two-sided permutation p of `stat` under within-pair gender swaps (`stats.within_unit_swap_test` over twin pairs); no test from fewer than MIN_UNITS letters of a gender."
+    g = np.asarray(gender, dtype=object)
+    if not set(g) <= {"m", "f"}: raise ValueError(f"gender_swap_test: gender must be 'm' or 'f' per letter; found {sorted(set(map(str, g)) - {'m', 'f'})}.")
+    male = g == "m"
+    codes, pairs = pd.factorize(pd.Series(np.asarray(pair, dtype=object)))
+    n_m, n_f = int(male.sum()), int((~male).sum())
+    few = too_few_units([n_m, n_f])
+    if few:
+        obs = stat(male)
+        keys = ["stat"] if not isinstance(obs, dict) else list(obs)
+        out = {k: dict(observed=float(obs if k == "stat" else obs[k]), p=float("nan"), n_masks=0, n_undefined=0, exact=False, note=few) for k in keys}
+    else:
+        r = within_unit_swap_test(lambda mask: stat(male ^ mask[codes]), len(pairs), n_resamples, seed)
+        out = r if isinstance(r, dict) and all(isinstance(v, dict) for v in r.values()) else {"stat": r}
+    for v in out.values(): v.update(n_m=n_m, n_f=n_f, n_pairs=len(pairs), n_units=min(n_m, n_f), test=SWAP_TEST)
+    return out["stat"] if list(out) == ["stat"] else out
+
 # %% ../../nbs/20_letters.ipynb #3c8e7d98
 def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `letter` and `gender` ("male"/"female" or "m"/"f")
                         mode:str="faithful",      # see `trait_matcher`
                         lexicons:dict|None=None,  # default `load_lexicons()`
                         alpha:float=0.05,
                         n_boot:int=2000,          # bootstrap replicates over letters
-                        seed:int=0                # seeds the letter draws (male letters: seed, female letters: seed + 1)
+                        seed:int=0,               # seeds the letter draws (male letters: seed, female letters: seed + 1) and the swap patterns
+                        n_resamples:int=9999      # swap patterns of `gender_swap_test` (needs a `pair_id` column)
                        )->pd.DataFrame:
-    "One row per trait of Table 2: counts per gender, the paper's OR, the Haldane log OR with a CI and p that resample letters (Wald on words beside)."
+    "One row per trait of Table 2: counts per gender, the paper's OR, the Haldane log OR with a letter-bootstrap CI and p (from BOOT_MIN_UNITS letters a gender), the within-pair swap p (Wald on words beside)."
     lexicons = lexicons or load_lexicons()
     g = letters["gender"].map({"male": "m", "m": "m", "female": "f", "f": "f"})
     if g.isna().any(): raise ParamsError(f"gender must be male/female (or m/f); found {sorted(set(letters['gender'][g.isna()].astype(str)))}.")
     toks = [letter_tokens(text) for text in letters["letter"]]
     n_tok = np.array([len(t) for t in toks], dtype=np.float64)
     idx = {k: np.flatnonzero(g.to_numpy() == k) for k in ("m", "f")}
-    few = min(len(idx["m"]), len(idx["f"])) < MIN_CLUSTERS
+    n_units = min(len(idx["m"]), len(idx["f"]))
+    few = bool(bootstrap_note(n_units, n_boot, n_boot))   # the policy: a percentile bootstrap from BOOT_MIN_UNITS letters a gender on
     W = None if few else {k: cluster_boot_weights(len(idx[k]), n_boot, seed + j) for j, k in enumerate(("m", "f"))}
     q = _norm.ppf(1 - alpha/2)
+    H = {trait: np.array([sum(map(trait_matcher(lexicons[key], mode, STARRED_STEMS[trait]), t)) for t in toks], dtype=np.float64)   # trait words per letter
+         for trait, key in TRAITS.items()}
+    def log_ors(male):   # the Haldane log OR of every trait, letters of `male` as the male group
+        Nm, Nf = n_tok[male].sum(), n_tok[~male].sum()
+        return {t: float(np.log((h[male].sum() + 0.5) / (Nm - h[male].sum() + 0.5)) - np.log((h[~male].sum() + 0.5) / (Nf - h[~male].sum() + 0.5))) for t, h in H.items()}
+    if "pair_id" in letters: sw = gender_swap_test(g.to_numpy(), letters["pair_id"].to_numpy(), log_ors, n_resamples, seed)
+    else: sw = {t: dict(p=np.nan, note="no pair_id: no swap test") for t in TRAITS}
     rows = []
     for trait, key in TRAITS.items():
-        hit = trait_matcher(lexicons[key], mode, STARRED_STEMS[trait])
-        h = np.array([sum(map(hit, t)) for t in toks], dtype=np.float64)   # trait words per letter
+        h = H[trait]
         a = {k: int(h[idx[k]].sum()) for k in idx}
         n = {k: int(n_tok[idx[k]].sum()) for k in idx}
         am, bm, af, bf = a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"]
@@ -435,13 +471,14 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
         if not few:   # resample letters within each gender: the letter, not the word, is the sampling unit
             (Am, Nm), (Af, Nf) = [(W[k] @ h[idx[k]], W[k] @ n_tok[idx[k]]) for k in ("m", "f")]
             reps = np.log((Am + 0.5) / (Nm - Am + 0.5)) - np.log((Af + 0.5) / (Nf - Af + 0.5))
-            lo, hi, _ = percentile_ci(reps, alpha); se = float(reps.std(ddof=1))
+            lo, hi, n_ok = percentile_ci(reps, alpha); se = float(reps.std(ddof=1))
             p = float(2 * _norm.sf(abs(s["log_or"]) / se)) if se > 0 else np.nan
+            if bootstrap_note(n_units, n_ok, n_boot, lo, hi): lo = hi = se = p = np.nan   # e.g. every replicate the same: no zero-width interval
         rows.append({"trait": trait, "lexicon": key, "mode": mode, "a_m": am, "n_m": n["m"], "a_f": af, "n_f": n["f"],
                      "n_letters_m": len(idx["m"]), "n_letters_f": len(idx["f"]), "or_paper": or_paper,
                      "log_or": s["log_or"], "log_or_se": se, "log_or_ci_low": lo, "log_or_ci_high": hi,
-                     "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(lo)), "or_ci_high": float(np.exp(hi)), "pvalue": p,
-                     "ci_method": (f"letter bootstrap ({n_boot}, percentile)" if not few else f"none: fewer than {MIN_CLUSTERS} letters in a gender"),
+                     "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(lo)), "or_ci_high": float(np.exp(hi)), "pvalue": p, "p_swap": sw[trait]["p"],
+                     "ci_method": (f"letter bootstrap ({n_boot}, percentile)" if not few else f"none: {bootstrap_note(n_units, n_boot, n_boot)}"),
                      "or_wald_ci_low": float(np.exp(s["log_or"] - q * s["se"])), "or_wald_ci_high": float(np.exp(s["log_or"] + q * s["se"])),
                      "pvalue_wald": s["pvalue"], "paper": PAPER_TABLE2[trait]})
     out = pd.DataFrame(rows)
@@ -710,12 +747,15 @@ def sentence_shares(letter_of:list[int], # for each sentence, the row of its let
 
 # %% ../../nbs/20_letters.ipynb #064ba993
 STYLE_SCALE = {k: float(m.scale[1] - m.scale[0]) for k, m in study_metrics("letters").items() if m.scale != (0, 1)}   # measure -> the largest possible |difference| (shares: 1), from the registry
+_UNPAIRED_ESTIMATES, _PAIRED_ESTIMATES = ("mean_a", "mean_b", "diff", "hedges_g"), ("n", "mean_diff", "cohens_dz")   # what stays below MIN_UNITS
 
 def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id and the measure columns
                 measures:list[str],
-                labels:dict|None=None    # measure -> (what, instrument) for measures not in `STYLE_MEASURES`
+                labels:dict|None=None,   # measure -> (what, instrument) for measures not in `STYLE_MEASURES`
+                n_resamples:int=9999,    # swap patterns of `gender_swap_test`
+                seed:int=0
                )->pd.DataFrame:
-    "Per measure: male vs female unpaired (Student, Welch, Hedges' g) and paired over complete twin pairs; NaN letters counted; CIs on the measure's scale."
+    "Per measure: male vs female unpaired (Student, Welch, Hedges' g), paired over complete twin pairs, the within-pair gender swap p; no interval or test below MIN_UNITS letters a gender / pairs; NaN letters counted; CIs on the measure's scale."
     rows = []
     for m in measures:
         d = per_letter[["gender", "pair_id", m]]
@@ -724,19 +764,26 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
         u, note_u = warning_note(two_sample_t, mm, ff) if min(len(mm), len(ff)) >= 2 else ({}, "")
         w = ok.pivot_table(index="pair_id", columns="gender", values=m, aggfunc="first").dropna()
         pt, note_p = warning_note(paired_test, w["m"], w["f"]) if len(w) >= 2 and {"m", "f"} <= set(w.columns) else ({}, "")
+        few_u, few_p = too_few_units([len(mm), len(ff)]), too_few_units(len(w))   # one rule: no interval or test from fewer than MIN_UNITS units
+        if few_u: u, note_u = {k: v for k, v in u.items() if k in _UNPAIRED_ESTIMATES}, ""
+        if few_p: pt, note_p = {k: v for k, v in pt.items() if k in _PAIRED_ESTIMATES}, ""
+        x = ok[m].to_numpy(dtype="float64")
+        sw = gender_swap_test(ok.gender, ok.pair_id, lambda male: x[male].mean() - x[~male].mean() if male.any() and (~male).any() else np.nan,
+                              n_resamples, seed)
         what, instrument = {**STYLE_MEASURES, **(labels or {})}.get(m, (m, ""))
         top = STYLE_SCALE.get(m, 1.0)   # a difference of shares lies in [-1, 1], of the 0-100 formality score in [-100, 100]
         ulo, uhi, unote = ci_on_scale(u.get("diff_ci_low", np.nan), u.get("diff_ci_high", np.nan), min(len(mm), len(ff)), -top, top)
         plo, phi, pnote = ci_on_scale(pt.get("diff_ci_low", np.nan), pt.get("diff_ci_high", np.nan), pt.get("n", len(w)), -top, top)
+        unote, pnote = (f"no interval or test: {few_u}" if few_u else unote), (f"no interval or test: {few_p}" if few_p else pnote)
         rows.append({"measure": m, "what": what, "instrument": instrument, "n_m": len(mm), "n_f": len(ff), "n_missing": int(d[m].isna().sum()),
                      "mean_m": u.get("mean_a", mm.mean()), "mean_f": u.get("mean_b", ff.mean()), "diff_m_f": u.get("diff", np.nan),
                      "diff_ci_low": ulo, "diff_ci_high": uhi, "diff_ci_note": unote,
                      "t_student": u.get("t_student", np.nan), "p_student": u.get("p_student", np.nan), "p_welch": u.get("p_welch", np.nan),
-                     "hedges_g": u.get("hedges_g", np.nan), "g_ci_low": u.get("g_ci_low", np.nan), "g_ci_high": u.get("g_ci_high", np.nan),
+                     "p_swap": sw["p"], "hedges_g": u.get("hedges_g", np.nan), "g_ci_low": u.get("g_ci_low", np.nan), "g_ci_high": u.get("g_ci_high", np.nan),
                      "n_pairs": pt.get("n", len(w)), "paired_diff": pt.get("mean_diff", np.nan), "paired_ci_low": plo,
                      "paired_ci_high": phi, "paired_ci_note": pnote, "p_paired_t": pt.get("p_t", np.nan), "p_wilcoxon": pt.get("p_wilcoxon", np.nan),
                      "cohens_dz": pt.get("cohens_dz", np.nan),
-                     "note": "; ".join([f"unpaired: {note_u}"] * bool(note_u) + [f"paired: {note_p}"] * bool(note_p))})
+                     "note": "; ".join([f"unpaired: {note_u}"] * bool(note_u) + [f"paired: {note_p}"] * bool(note_p) + [f"p_swap: {sw['note']}"] * bool(sw["note"]))})
     return pd.DataFrame(rows)
 
 # %% ../../nbs/20_letters.ipynb #131c4af8
@@ -873,8 +920,8 @@ def resolution_rows(resolved:dict # task field -> `silverspoon.text.ResolvedInst
 
 # %% ../../nbs/20_letters.ipynb #c3516e88
 def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row), gender, hallucinated (bool) and the measure flags
-                        measures:list[str], alpha:float=0.05)->pd.DataFrame:
-    "Per gender and sentence measure: share in hallucinated vs all sentences per letter, unpaired and paired tests, and the paper's reading."
+                        measures:list[str], alpha:float=ALPHA)->pd.DataFrame:
+    "Per gender and sentence measure: share in hallucinated vs all sentences per letter, unpaired and paired tests (none below MIN_UNITS letters), BH p and the paper's reading from it."
     rows = []
     for g in ("f", "m"):
         s = sent[sent.gender == g]
@@ -882,19 +929,25 @@ def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row),
             full = s.groupby("letter")[m].mean()
             hal = s[s.hallucinated].groupby("letter")[m].mean()
             both = pd.concat([hal.rename("h"), full.rename("f")], axis=1, join="inner").dropna()
-            u = two_sample_t(hal, full) if len(hal) >= 2 and len(full) >= 2 else {}
-            pt = paired_test(both.h, both.f) if len(both) >= 2 else {}
-            p = u.get("p_student", np.nan); d = u.get("diff", np.nan)
-            if not np.isfinite(p): reading = "not testable"
-            elif p >= alpha: reading = "propagation"
-            else: reading = "amplification" if (d > 0) == (g == "m") else "attenuation"
+            few = too_few_units(len(both))   # letters with a hallucinated sentence: the smaller arm of both tests
+            u = two_sample_t(hal, full) if not few else {}
+            pt = paired_test(both.h, both.f) if not few else {}
             rows.append({"gender": g, "measure": m, "instrument": STYLE_MEASURES.get(m, (m, ""))[1], "n_letters": len(full),
                          "n_letters_hallucinating": len(hal), "n_sentences": len(s), "n_hallucinated": int(s.hallucinated.sum()),
-                         "mean_hallucinated": hal.mean(), "mean_full": full.mean(), "diff": d,
+                         "mean_hallucinated": hal.mean(), "mean_full": full.mean(), "diff": hal.mean() - full.mean() if len(hal) else np.nan,
                          "diff_ci_low": u.get("diff_ci_low", np.nan), "diff_ci_high": u.get("diff_ci_high", np.nan),
-                         "t_student": u.get("t_student", np.nan), "p_student": p, "paired_diff": pt.get("mean_diff", np.nan),
-                         "p_paired_t": pt.get("p_t", np.nan), "reading": reading})
-    return pd.DataFrame(rows)
+                         "t_student": u.get("t_student", np.nan), "p_student": u.get("p_student", np.nan), "paired_diff": pt.get("mean_diff", np.nan),
+                         "p_paired_t": pt.get("p_t", np.nan), "note": few})
+    out = pd.DataFrame(rows)
+    if out.empty: return out
+    out.insert(out.columns.get_loc("p_student") + 1, "p_student_bh", bh_fdr(out["p_student"].astype(float)))
+    def reading(r):
+        if pd.isna(r.p_student_bh): return "no estimate"
+        if r.p_student_bh >= alpha: return "propagation"
+        return "amplification" if (r["diff"] > 0) == (r.gender == "m") else "attenuation"
+    out["reading"] = [reading(r) for _, r in out.iterrows()]
+    out["verdict"] = [verdict_tier(r["diff"], r.p_student_bh, n_units=r.n_letters_hallucinating, alpha=alpha) for _, r in out.iterrows()]
+    return out
 
 # %% ../../nbs/20_letters.ipynb #7c8c09cf
 def summary_rows(success:pd.DataFrame,  # from `success_table`
@@ -902,18 +955,25 @@ def summary_rows(success:pd.DataFrame,  # from `success_table`
                  lexicon:pd.DataFrame|None, # from `lexicon_odds_ratios` (both modes); None as `style`
                  context:str            # "clg" | "cbg"
                 )->pd.DataFrame:
-    "Headline rows (metric, estimate, ci_low, ci_high, n, context) for the index page; trait ORs are Haldane-corrected, like their CIs."
+    "Headline rows (metric, estimate, ci_low, ci_high, n, context; the card headlines with p, test, null, n_units) for the index page; trait ORs are Haldane-corrected, like their CIs."
     a = success[success.gender == "all"].iloc[0]
-    rows = [dict(metric="success rate", estimate=a.success_rate, ci_low=a.ci_low, ci_high=a.ci_high, n=int(a.n))]
+    rows = [dict(metric="success rate", estimate=a.success_rate, ci_low=a.ci_low, ci_high=a.ci_high, n=int(a.n), n_units=int(a.n))]
+    tested = lambda p, null, n_units: dict(p=p, test=SWAP_TEST, null=null, n_units=int(n_units))   # a card headline's test (the summary contract)
     if style is None or lexicon is None:   # the run ended before any comparison (`Report.end`): the rows exist, without values
-        na = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0)
-        rows += [dict(metric=f"{m} m-f{t}", **na) for m in ("positive_vader", "formality_hd", "agentic", "p_agentic") for t in ("", " (twins)")]
-        return pd.DataFrame(rows + [dict(metric=f"OR {t}", **na) for t in TRAITS]).assign(context=context)
+        na = dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0, n_units=0)
+        rows += [dict(metric=f"{m} m-f{t}", **{**na, **(tested(np.nan, 0.0, 0) if (m, t) == ("p_agentic", "") else {})})
+                 for m in ("positive_vader", "formality_hd", "agentic", "p_agentic") for t in ("", " (twins)")]
+        rows += [dict(metric=f"OR {t}", **{**na, **(tested(np.nan, 1.0, 0) if t == "Agentic" else {})}) for t in TRAITS]
+        return pd.DataFrame(rows).assign(context=context)
     for r in style.itertuples():
-        rows.append(dict(metric=f"{r.measure} m-f", estimate=r.diff_m_f, ci_low=r.diff_ci_low, ci_high=r.diff_ci_high, n=int(r.n_m + r.n_f)))
-        rows.append(dict(metric=f"{r.measure} m-f (twins)", estimate=r.paired_diff, ci_low=r.paired_ci_low, ci_high=r.paired_ci_high, n=int(r.n_pairs)))
+        rows.append(dict(metric=f"{r.measure} m-f", estimate=r.diff_m_f, ci_low=r.diff_ci_low, ci_high=r.diff_ci_high, n=int(r.n_m + r.n_f),
+                         **{"n_units": int(min(r.n_m, r.n_f)), **(tested(r.p_swap, 0.0, min(r.n_m, r.n_f)) if r.measure == "p_agentic" else {})}))
+        rows.append(dict(metric=f"{r.measure} m-f (twins)", estimate=r.paired_diff, ci_low=r.paired_ci_low, ci_high=r.paired_ci_high, n=int(r.n_pairs),
+                         n_units=int(r.n_pairs)))
     for r in lexicon[lexicon["mode"] == "faithful"].itertuples():
-        rows.append(dict(metric=f"OR {r.trait}", estimate=r.or_haldane, ci_low=r.or_ci_low, ci_high=r.or_ci_high, n=int(r.n_letters_m + r.n_letters_f)))
+        rows.append(dict(metric=f"OR {r.trait}", estimate=r.or_haldane, ci_low=r.or_ci_low, ci_high=r.or_ci_high, n=int(r.n_letters_m + r.n_letters_f),
+                         **{"n_units": int(min(r.n_letters_m, r.n_letters_f)),
+                            **(tested(getattr(r, "p_swap", np.nan), 1.0, min(r.n_letters_m, r.n_letters_f)) if r.trait == "Agentic" else {})}))
     return pd.DataFrame(rows).assign(context=context)
 
 # %% ../../nbs/20_letters.ipynb #c839db82

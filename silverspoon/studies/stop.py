@@ -941,7 +941,7 @@ def adapter_comparison(base:pd.DataFrame,     # `score_conversations` of the bas
                        adapted:pd.DataFrame   # `score_conversations` of the model + adapter, same progressions
                       )->tuple[pd.DataFrame, pd.DataFrame]:
     "(tests: one row per measure with base, adapter, adapter - base and paired p-values; pairs: one row per progression)."
-    from silverspoon.stats import paired_test, paired_mcnemar
+    from silverspoon.stats import paired_test, paired_mcnemar, sign_flip_test, too_few_units
     k = ["progression_id", "sample_index"]
     m = base.merge(adapted, on=k, suffixes=("_base", "_adapter"))
     if len(m) != len(base) or len(m) != len(adapted):
@@ -951,21 +951,27 @@ def adapter_comparison(base:pd.DataFrame,     # `score_conversations` of the bas
         ["progression_id", "sample_index", "severity", "score_base", "score_adapter", "score_diff", "correct_base", "correct_adapter",
          "cf_label_base", "cf_label_adapter"]].reset_index(drop=True)
     rows, n_pairs = [], len(pairs)
+    few = too_few_units(n_pairs)   # the policy: no interval or test from fewer than MIN_UNITS pairs, the estimates stay
     def row(measure, b, a, test, p, stat=np.nan, **extra):
+        ci = (extra.get("diff_ci_low", np.nan), extra.get("diff_ci_high", np.nan))
+        if few or np.isclose(*ci): extra = {k: (np.nan if k.startswith("diff_ci") else v) for k, v in extra.items()}   # no zero-width interval
+        if few: p, stat = np.nan, np.nan
         rows.append(dict(measure=measure, n_pairs=n_pairs, base=b, adapter=a, diff=a - b if not (is_missing(a) or is_missing(b)) else np.nan,
-                         test=test, statistic=stat, p=p, **extra))
+                         test=test, statistic=stat, p=p, note=few, **extra))
     if n_pairs >= 2:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")              # all differences equal: the tests are NaN, said in the table
             t = paired_test(pairs.score_adapter.astype("float64"), pairs.score_base.astype("float64"))
         row("sensitivity score (#no/5)", t["mean_b"], t["mean_a"], "paired t", t["p_t"], t["t"], diff_ci_low=t["diff_ci_low"], diff_ci_high=t["diff_ci_high"])
+        sf = sign_flip_test(pairs.score_diff.to_numpy())
+        row("sensitivity score (#no/5)", t["mean_b"], t["mean_a"], "sign-flip permutation" + (" (exact)" if sf["exact"] else ""), sf["p"], sf["mean"])
         row("sensitivity score (#no/5)", t["mean_b"], t["mean_a"], "Wilcoxon signed-rank (Pratt)", t["p_wilcoxon"], t["wilcoxon_stat"])
     for measure, a, b in (("correct (score = ideal)", pairs.correct_adapter, pairs.correct_base),
                           ("counterfactual 'no'", pairs.cf_label_adapter == "no", pairs.cf_label_base == "no")):
         if not n_pairs: continue
         mc = paired_mcnemar(a.astype(int), b.astype(int), exact=True)
         row(measure, mc["rate_b"], mc["rate_a"], mc["test"], mc["pvalue"], mc["statistic"], only_adapter=mc["a_only"], only_base=mc["b_only"])
-    cols = ["measure", "n_pairs", "base", "adapter", "diff", "diff_ci_low", "diff_ci_high", "test", "statistic", "p", "only_adapter", "only_base"]
+    cols = ["measure", "n_pairs", "base", "adapter", "diff", "diff_ci_low", "diff_ci_high", "test", "statistic", "p", "only_adapter", "only_base", "note"]
     return pd.DataFrame(rows).reindex(columns=cols), pairs
 
 # %% ../../nbs/30_stop.ipynb #5fe1443c

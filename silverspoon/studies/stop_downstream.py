@@ -12,7 +12,8 @@ import pandas as pd
 from ..core import ParamsError, DataError, SilverspoonError, RunParams, task_params, is_missing, stable_hash, project_root
 from ..data import fetch, lookup, read_data_csv, data_dir, git_blob_sha1
 from ..backends import GenRequest, user
-from ..stats import cluster_boot_weights, percentile_ci, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci
+from ..stats import (cluster_boot_weights, percentile_ci, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS,
+                               BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test)
 from ..text import Instrument
 from . import Study
 from ..parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams
@@ -22,11 +23,12 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS',
            'LETTERS', 'BBQ_PROMPT', 'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'CHOICE_REFUSAL', 'UNKNOWN_OPTION',
-           'CHOICE_RULES', 'O3', 'PARSER_EXAMPLES', 'SCORES', 'FLAGS', 'LIKELIHOOD_PREFIXES', 'HEADLINE', 'REPLY_GATE',
-           'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame', 'crows_frame', 'parse_stereoset', 'stereoset_frame',
-           'synthetic_stereoset', 'stratified_draw', 'prompted_items', 'requests_for', 'parse_reply', 'parse_choice',
-           'parser_set_validity', 'outcomes', 'paired_scores', 'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs',
-           'likelihood_choices', 'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows']
+           'CHOICE_RULES', 'O3', 'PARSER_EXAMPLES', 'SCORES', 'FLAGS', 'PROPORTIONS', 'SWAP_TEST', 'MCNEMAR_TEST',
+           'LIKELIHOOD_PREFIXES', 'HEADLINE', 'REPLY_GATE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame',
+           'crows_frame', 'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw',
+           'prompted_items', 'requests_for', 'parse_reply', 'parse_choice', 'parser_set_validity', 'outcomes',
+           'paired_scores', 'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices',
+           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows']
 
 # %% ../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -390,14 +392,27 @@ FLAGS = {"bbq": ("answered", "correct", "non_unknown", "biased"), "crows_pairs":
 def _subset(df, subset): return df if subset is None else df[df.context_condition.eq(subset)]
 
 # %% ../../nbs/33_stop_downstream.ipynb #60f0126c
+PROPORTIONS = {   # (benchmark, score) -> (numerator flag, denominator flag, scale): plain proportions, exact (Clopper-Pearson) CI where items are the units
+    **{(b, "answer rate"): ("answered", "asked", 1) for b in ("bbq", "crows_pairs", "stereoset")},
+    ("bbq", "accuracy (ambiguous)"): ("correct", "answered", 1), ("bbq", "accuracy (disambiguated)"): ("correct", "answered", 1),
+    ("crows_pairs", "% stereotypical"): ("stereo", "answered", 100),
+    ("stereoset", "language-model score lms"): ("meaningful", "answered", 100), ("stereoset", "stereotype score ss"): ("stereo", "meaningful", 100)}
+SWAP_TEST = "within-cluster swap permutation (base <-> adapter)"   # the test of adapter - base for every score but the answer rate
+MCNEMAR_TEST = "McNemar exact"                                      # ... and for the answer rate (answered / not answered per item)
+
+def _cluster_sums(cols:dict, ids)->tuple[dict, int]:
+    codes, uniq = pd.factorize(pd.Series(ids))
+    return {k: np.bincount(codes, weights=v, minlength=len(uniq)) for k, v in cols.items()}, len(uniq)
+
 def paired_scores(bench:str,              # the benchmark
                   base:pd.DataFrame,      # `outcomes` of the base model
                   tuned:pd.DataFrame,     # `outcomes` of the adapter, the same items
                   cluster:str|None=None,  # cluster column (BBQ: "template"); None = items
-                  n_boot:int=2000, seed:int=0, alpha:float=0.05,
-                  scores:list[str]|None=None # which scores (default all of the benchmark's)
+                  n_boot:int=2000, seed:int=0, alpha:float=ALPHA,
+                  scores:list[str]|None=None, # which scores (default all of the benchmark's)
+                  n_resamples:int=9999    # swap patterns of the permutation test
                  )->pd.DataFrame:
-    "Per score: base, adapter, difference and relative change, each with a paired percentile cluster-bootstrap CI; n items and clusters."
+    "Per score: base, adapter, difference and relative change with CIs under the inference policy (exact for proportions of items, bootstrap from BOOT_MIN_UNITS clusters), the difference's paired test; n items and clusters."
     if list(base.item_id) != list(tuned.item_id): raise ValueError("base and adapter outcomes must list the same items in the same order (a paired design).")
     rows = []
     for name, (fn, subset, ideal) in SCORES[bench].items():
@@ -409,31 +424,53 @@ def paired_scores(bench:str,              # the benchmark
         (Tb, Rb, C), (Tt, Rt, _) = (resampled_sums(cols(d), ids, n_boot, seed) for d in (b, t))   # same clusters and seed: the same replicates (paired)
         eb, et = float(fn(Tb)), float(fn(Tt))
         rb, rt = fn(Rb), fn(Rt)
-        row = dict(benchmark=bench, score=name, subset=subset or "all", ideal=ideal, n_items=len(b), n_clusters=C)
+        prop = PROPORTIONS.get((bench, name))
+        unchanged = name == "answer rate" and bool((b.answered.to_numpy() == t.answered.to_numpy()).all())
+        row, notes = dict(benchmark=bench, score=name, subset=subset or "all", ideal=ideal, n_items=len(b), n_clusters=C), []
         for lab, e, r in (("base", eb, rb), ("adapter", et, rt), ("diff", et - eb, rt - rb), ("rel_change", et / eb - 1 if eb else np.nan, _ratio(rt, rb) - 1)):
-            lo, hi, _ = percentile_ci(np.asarray(r, dtype=float), alpha)
+            lo, hi, n_ok = percentile_ci(np.asarray(r, dtype=float), alpha)
             if math.isnan(e): lo = hi = np.nan
-            elif name == "answer rate" and lo == hi:   # every replicate equal (all answered, or no item changed): no zero-width CI
-                u = proportion_ci(0, C, alpha=alpha)[2]  # Wilson upper bound of 0 of C clusters (conservative, as cluster_proportion_ci)
-                if lab in ("base", "adapter"): lo, hi = (e - u, e) if e == 1 else (e, e + u) if e == 0 else (lo, hi)
-                elif lab == "diff": lo, hi = e - u, e + u
+            elif prop and lab in ("base", "adapter") and cluster is None:   # items are the units: the exact interval
+                T = Tb if lab == "base" else Tt
+                _, lo, hi = exact_proportion_ci(int(round(T[prop[0]])), int(round(T[prop[1]])), alpha); lo, hi = lo * prop[2], hi * prop[2]
+            elif prop and lab in ("base", "adapter") and e in (0, prop[2]):   # clustered, every item alike: exact over the clusters (conservative)
+                _, lo, hi = exact_proportion_ci(C if e else 0, C, alpha); lo, hi = lo * prop[2], hi * prop[2]
+            elif unchanged and lab == "diff":   # no item changed: |diff| is at most the share of changed units, 0 of C (exact upper bound)
+                u = exact_proportion_ci(0, C, alpha)[2]; lo, hi = -u, u
+            elif why := bootstrap_note(C, n_ok, len(r) if np.ndim(r) else n_boot, lo, hi):
+                lo = hi = np.nan; notes.append(f"{lab}: {why}")
             row.update({lab: e, f"{lab}_ci_low": lo, f"{lab}_ci_high": hi})
+        if name == "answer rate":
+            few = too_few_units(len(b))
+            p = np.nan if few else paired_mcnemar(t.answered.to_numpy(), b.answered.to_numpy(), exact=True)["pvalue"]
+            row.update(p=p, test=MCNEMAR_TEST, n_units=len(b))
+            if few: notes.append(f"no test: {few}")
+        else:
+            Sb, _ = _cluster_sums(cols(b), ids); St, _ = _cluster_sums(cols(t), ids)
+            D = {k: Sb[k] - St[k] for k in Sb}
+            def swapped(mask):   # adapter - base with the clusters under `mask` swapping their two arms
+                return float(fn({k: Tt[k] + mask @ D[k] for k in D})) - float(fn({k: Tb[k] - mask @ D[k] for k in D}))
+            sw = within_unit_swap_test(swapped, C, n_resamples, seed)
+            row.update(p=sw["p"], test=SWAP_TEST, n_units=C)
+            if sw["note"]: notes.append(f"test: {sw['note']}")
+        row["ci_note"] = "; ".join(dict.fromkeys(notes))
         rows.append(row)
     return pd.DataFrame(rows)
 
 # %% ../../nbs/33_stop_downstream.ipynb #9f083ead
 def answer_rate_tests(rows:list[tuple[str, str, pd.DataFrame, pd.DataFrame]] # (benchmark, category, base outcomes, adapter outcomes)
                      )->pd.DataFrame:
-    "McNemar (answered / not answered, paired by item) per row: n, both rates, difference, discordant counts, p and BH-adjusted p."
+    "Exact McNemar (answered / not answered, paired by item) per row: n, both rates, difference, discordant counts, p (none below MIN_UNITS items) and BH-adjusted p."
     out = []
     for bench, cat, b, t in rows:
         if not len(b): continue
-        m = paired_mcnemar(t.answered.to_numpy(), b.answered.to_numpy())
+        m = paired_mcnemar(t.answered.to_numpy(), b.answered.to_numpy(), exact=True)
+        if too_few_units(m["n"]): m.update(pvalue=np.nan, statistic=np.nan)
         out.append(dict(benchmark=bench, category=cat, n_items=m["n"], base_rate=m["rate_b"], adapter_rate=m["rate_a"], diff=m["diff"],
                         rel_change=(m["rate_a"] / m["rate_b"] - 1) if m["rate_b"] else np.nan,
-                        only_adapter_answered=m["a_only"], only_base_answered=m["b_only"], statistic=m["statistic"], p=m["pvalue"], test=m["test"]))
+                        only_adapter_answered=m["a_only"], only_base_answered=m["b_only"], statistic=m["statistic"], p=m["pvalue"], test=MCNEMAR_TEST))
     df = pd.DataFrame(out)
-    if len(df): df["p_bh"] = bh_fdr(df.p.to_numpy())
+    if len(df): df["p_bh"] = bh_fdr(df.p.astype(float).to_numpy())
     return df
 
 # %% ../../nbs/33_stop_downstream.ipynb #b380585a
@@ -592,12 +629,12 @@ def downstream_task(params:RunParams, src:str="<params>")->DownstreamTask:
 
 # %% ../../nbs/33_stop_downstream.ipynb #e9d9f438
 HEADLINE = "answer rate change, BBQ (adapter - base)"
-register_metric(HEADLINE, "the adapter's BBQ answer rate minus the base model's on the same items, with a paired cluster-bootstrap CI "
-                "(the paper's claim is that fine-tuning on STOP raises it)", None, (-1, 1), None, study="downstream")
+register_metric(HEADLINE, "the adapter's BBQ answer rate minus the base model's on the same items, with a paired cluster-bootstrap CI and the exact "
+                "McNemar test (the paper's claim is that fine-tuning on STOP raises it)", None, (-1, 1), None, study="downstream")
 
 def summary_rows(scores:pd.DataFrame # from `paired_scores` (prompted and likelihood; a `scoring` column)
                 )->pd.DataFrame:
-    "Headline rows for the index: per benchmark and score, base, adapter and adapter - base with CIs and n."
+    "Headline rows for the index: per benchmark and score, base, adapter and adapter - base with CIs, n and units; the card headline with its test (p, test, null, n_units)."
     rows = []
     for r in scores.itertuples():
         name = f"{r.score}, {BENCHMARK_TITLES[r.benchmark]}" + ("" if r.scoring == "prompted" else " (likelihood)")
@@ -605,8 +642,11 @@ def summary_rows(scores:pd.DataFrame # from `paired_scores` (prompted and likeli
             metric = HEADLINE if (r.scoring, r.benchmark, r.score, arm) == ("prompted", "bbq", "answer rate", "diff") else \
                      (f"answer rate change, {BENCHMARK_TITLES[r.benchmark]} (adapter - base)" if (r.scoring, r.score, arm) == ("prompted", "answer rate", "diff")
                       else f"{name} [{lab}]")
-            rows.append(dict(metric=metric, estimate=getattr(r, arm), ci_low=getattr(r, f"{arm}_ci_low"), ci_high=getattr(r, f"{arm}_ci_high"), n=int(r.n_items)))
-    return pd.DataFrame(rows, columns=["metric", "estimate", "ci_low", "ci_high", "n"])
+            units = int(r.n_items) if r.score == "answer rate" else int(r.n_clusters)   # the units of its interval (answer rate: the McNemar pairs)
+            test = dict(p=r.p, test=r.test, null=0.0) if metric == HEADLINE else {}
+            rows.append(dict(metric=metric, estimate=getattr(r, arm), ci_low=getattr(r, f"{arm}_ci_low"), ci_high=getattr(r, f"{arm}_ci_high"), n=int(r.n_items),
+                             n_units=units, **test))
+    return pd.DataFrame(rows, columns=["metric", "estimate", "ci_low", "ci_high", "n", "p", "test", "null", "n_units"])
 
 # %% ../../nbs/33_stop_downstream.ipynb #83829f3a
 def _describe(params:RunParams, opts:DownstreamTask)->str:
