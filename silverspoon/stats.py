@@ -880,7 +880,7 @@ def _units(df:pd.DataFrame, units)->pd.Series|None:
     if units is None: units = next((u for u in UNIT_COLUMNS if all(c in df.columns for c in u)), None)
     if units is None: return None
     cols = [units] if isinstance(units, str) else list(units)
-    return df[cols].apply(pd.to_numeric, errors="coerce").fillna(0).min(axis=1)
+    return df[cols].apply(pd.to_numeric, errors="coerce").min(axis=1)   # a row that states no units is not judged (NaN)
 
 def enforce_policy(df:pd.DataFrame,                # a table a report writes
                    units:str|tuple|bool|None=None,  # its units column(s) (the smallest counts); None = the first of `UNIT_COLUMNS`; False = none

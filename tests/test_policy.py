@@ -100,7 +100,7 @@ def test_no_committed_csv_holds_an_interval_or_p_from_fewer_units_than_the_minim
         df = pd.read_csv(f, low_memory=False)
         units = next((u for u in stats.UNIT_COLUMNS if all(c in df.columns for c in u)), None)
         if units is None: continue
-        n = df[list(units)].apply(pd.to_numeric, errors="coerce").fillna(0).min(axis=1)
+        n = df[list(units)].apply(pd.to_numeric, errors="coerce").min(axis=1)
         few = n < stats.MIN_UNITS
         cols = [c for c in df.columns if re.match(r"^(?:.+_)?ci_(low|high)$", c)] + stats.p_value_columns(df)
         for c in cols:
