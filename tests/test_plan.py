@@ -71,7 +71,8 @@ def test_paper_effects_and_binomial_floor():
     e = {h.metric: paper_effect(h) for h in HEADLINES}
     assert round(e["shift_high female"]["value"], 1) == 10.3 and round(e["shift_high male"]["value"], 1) == 14.9
     assert round(e["% positive high-low city"]["value"], 1) == 7.3
-    assert e["share favouring underprivileged"]["value"] == pytest.approx(1883/3000)
+    assert e["CKC lower-upper"]["value"] == pytest.approx(-0.0235)   # median of Table 2's six CKC lower- minus upper-end differences
+    assert np.isnan(e["P"]["effect"]) and e["P"]["source"].startswith("a performance level (ideal 1)")   # STOP's P is no bias contrast
     assert all(e[m]["source"] for m in e) and e["p_agentic m-f"]["stand_in"] and not e["OR Agentic"]["stand_in"]
     # narratives: 16 cells of N/16 stories, each Bernoulli at Table 4's % positive: SD per story = sqrt(sum pq / 4)
     from silverspoon.studies.narratives import PAPER_TABLE4
