@@ -158,7 +158,9 @@ def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
     card = pd.read_csv(tmp_path/"reports"/"models"/"scripted-yes"/"bias_card.csv")
     got = card.set_index("headline")
     summ = pd.read_csv(tmp_path/"reports"/"normative"/"scripted-yes"/"summary.csv").set_index("metric")
-    assert summ.loc["share favouring underprivileged", "estimate"].iloc[0] == 0     # P1 (the poor person) always blamed
+    assert summ.loc["share favouring underprivileged", "estimate"] == 0     # P1 (the poor person) always blamed
+    report = (tmp_path/"reports"/"normative"/"scripted-yes.html").read_text()
+    assert 'href="../inference.html"' in report and "scripted-yes bias card" not in report   # no model file owns scripted-yes here: its own family
     assert got.loc["CKC lower-upper", "generations"] == 180     # the cost comes from $SILVERSPOON_STORE
     assert got.loc["P", "n"] == 12 and got.loc["P", "generations"] > 0
     assert got.loc["answer rate change, BBQ (adapter - base)", "verdict"] == "no run for this model"
