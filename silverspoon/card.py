@@ -550,8 +550,8 @@ def _delta_tier(r)->tuple[str, str]:
 def _headline_tier(h:Headline, r:dict)->tuple[str, str]:
     "(tier, verdict) of one card row after adjustment: the answer gate first, then performance, then `stats.verdict_tier`."
     from silverspoon.stats import verdict_tier, too_few_units
+    if r.get("verdict_allowed") is False or r.get("verdict_allowed") == 0: return "", str(r.get("gate") or "no verdict")   # the answer gate wins
     if isinstance(r.get("absent"), str): return "no estimate", r["absent"]
-    if not r.get("verdict_allowed", True): return "", str(r.get("gate") or "no verdict")
     if h.kind == "performance": return "", f"performance level: ideal {h.no_bias:g}, not a bias test"
     n = r.get("n_units")
     if pd.isna(r.get("estimate")): why = "undefined on this run"
@@ -608,8 +608,9 @@ def card_rows(runs:dict,                          # study -> run folder (`runs_f
         try: r = headline_row(h, d)
         except KeyError:
             pick = ", ".join(f"{c}={v}" for c, v in (("metric", h.metric), *h.where))
+            g = answer_gate(d)
             rows.append({**base, "run": d.name, "estimate": np.nan, "absent": f"no estimate: absent (this run's summary.csv has no row {pick})",
-                         **{k: v for k, v in answer_gate(d).items() if k == "answers"}}); continue
+                         "answers": g["answers"], "verdict_allowed": g["verdict_allowed"], "gate": g["why"]}); continue
         if power: r.update(headline_power_row(h, r, d, reports_dir))
         rows.append(r)
     return adjust_card(pd.DataFrame(rows), deltas, headlines)
