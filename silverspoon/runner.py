@@ -21,7 +21,8 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text', 'scrub_outputs',
            'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'ended_early', 'without_examples',
            'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
-           'forest_figure', 'figure_data_uri', 'write_plan_card', 'build_index', 'validity_page', 'write_card']
+           'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'build_index',
+           'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -157,36 +158,44 @@ def below_run_line(cells:list,    # report cells (`report_cells`), e.g. after `l
     return cells[:first + 1] + [cell] + cells[first + 1:]
 
 # %% ../nbs/07a_runner.ipynb #0aca0b7d
-def _verdict_row(h, run_dir:Path)->str:
-    "One row of the verdict table: the headline's numbers, or why it is absent."
-    from silverspoon.card import headline_row, _fmt
+def _verdict_row(h, r:dict)->str:
+    "One row of the verdict table from a card row (`card.run_verdicts`): the headline's numbers, test and verdict, or why it is absent."
+    from silverspoon.card import _fmt, _fmt_p
     name = f"<b>{html.escape(h.metric)}</b>{''.join(f' ({html.escape(str(v))})' for _, v in h.where)}<br><small>{html.escape(h.what)}</small>"
-    if not (run_dir/"summary.csv").exists(): return f"<tr><td>{name}</td><td colspan='4'>absent: this run wrote no summary.csv</td></tr>"
-    try: r = headline_row(h, run_dir)
-    except KeyError:
-        pick = ", ".join(f"{c}={v}" for c, v in (("metric", h.metric), *h.where))
-        return f"<tr><td>{name}</td><td colspan='4'>absent: not computed by this run (its summary.csv has no row {html.escape(pick)})</td></tr>"
-    ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if pd.notna(r["ci_low"]) and pd.notna(r["ci_high"]) else "no interval"
-    return (f"<tr><td>{name}</td><td>{_fmt(r['estimate'])} {ci}</td><td>{_fmt(r['n'])}</td>"
-            f"<td>{html.escape(str(r['direction']))}</td><td>{_fmt(r['mde_80'], 2)}</td></tr>")
+    if isinstance(r.get("absent"), str): return f"<tr><td>{name}</td><td colspan='5'>{html.escape(r['absent'])}</td></tr>"
+    ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if pd.notna(r.get("ci_low")) and pd.notna(r.get("ci_high")) else "no interval"
+    if h.kind == "performance": ci += f"<br><small>vs ideal {_fmt(h.no_bias)}</small>"
+    test = "–" if pd.isna(r.get("p")) else f"{_fmt_p(r['p'])} / {_fmt_p(r.get('p_bh'))}<br><small>{html.escape(str(r.get('test') or ''))}</small>"
+    detect = f"<br><small>{html.escape(str(r['detect']))}</small>" if isinstance(r.get("detect"), str) else ""
+    return (f"<tr><td>{name}</td><td>{_fmt(r['estimate'])} {ci}</td><td>{_fmt(r.get('n'))}</td><td>{test}</td>"
+            f"<td>{html.escape(str(r.get('verdict')))}</td><td>{_fmt(r.get('mde_80'), 2)}{detect}</td></tr>")
 
 # %% ../nbs/07a_runner.ipynb #ea9e58de
 def verdict_html(study:str,          # the run's study (its folder under reports/)
                  run_dir:str|Path    # the published (or about to be published) run folder with its summary.csv
                 )->str:
-    "The Verdict block that opens a study report: per card headline of `study` (`silverspoon.card.HEADLINES`) the estimate, 95% CI, n, plain-words direction and minimum detectable effect; a headline the run lacks is named with why."
-    from silverspoon.card import HEADLINES
+    "The Verdict block that opens a study report: per card headline of `study` (`silverspoon.card.HEADLINES`) the estimate, 95% CI, n, its test (p, BH-adjusted p), the verdict tier in the card's words and the MDE with 'can this n detect the paper's effect?'; a headline the run lacks is named with why. Links the inference policy."
+    from silverspoon.card import HEADLINES, answer_gate, run_verdicts, POLICY_LINK
     heads = [h for h in HEADLINES if h.study == study]
     if not heads: return (f"<div class='verdict'><h3>Verdict</h3><p>No headline of the {html.escape(study)} study is on the bias card "
-                          "(<code>silverspoon.card.HEADLINES</code>), so there is no verdict to give here: the tables below are its results.</p></div>")
-    from silverspoon.card import answer_gate
-    head = "".join(f"<th>{c}</th>" for c in ["headline", "estimate [95% CI]", "n", "verdict", "MDE (80% power)"])
+                          "(<code>silverspoon.card.HEADLINES</code>), so there is no verdict to give here: the tables below are its results. "
+                          f"Every table follows the {POLICY_LINK.format(href='../inference.html')}.</p></div>")
+    head = "".join(f"<th>{c}</th>" for c in ["headline", "estimate [95% CI]", "n", "p / BH-adjusted", "verdict", "MDE (80% power); can this n detect the paper's effect?"])
     gate = answer_gate(run_dir)
     answered = f"<p><b>Did the model answer?</b> {html.escape(gate['answers'])}." + (f" <b>{html.escape(gate['why'])}.</b>" if gate["why"] else "") + "</p>"
-    return ("<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card. Verdict: which side of the "
-            "no-bias value the estimate lies, and whether its 95% CI excludes that value; none where too few replies were answers. MDE: the smallest true effect a 5% test "
-            "detects with 80% power at this n (from the CI width).</p>"
-            f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, Path(run_dir)) for h in heads)}</table></div>")
+    rows = run_verdicts(study, run_dir)
+    owner = rows.owner.iloc[0] if len(rows) else ""
+    family = (rows.family.dropna().iloc[0] if len(rows) and "family" in rows and rows.family.notna().any() else "")
+    fam = (f"adjusted with every test of the <a href='../models/{html.escape(owner)}.html'>{html.escape(owner)} bias card</a> ({html.escape(family)})"
+           if owner else f"adjusted over this run's own card headlines ({html.escape(family)})")
+    by = {r["headline"]: r for r in rows.to_dict("records")}
+    return ("<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card, under the "
+            f"{POLICY_LINK.format(href='../inference.html')}. A bias contrast's verdict comes from its declared test's p, {fam}: "
+            "<b>evidence</b> (its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no "
+            "evidence, and this n could not detect it) or <b>no estimate</b> (too few units, no test, or absent); 'no verdict' where too few "
+            "replies were answers. A performance level is shown against its ideal, never as a bias verdict. MDE: the smallest true effect a "
+            "5% test detects with 80% power at this run's units, from the estimator.</p>"
+            f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, by.get(h.metric, {})) for h in heads)}</table></div>")
 
 # %% ../nbs/07a_runner.ipynb #nbpub001
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
@@ -574,6 +583,20 @@ def write_plan_card(models_file:str|Path,               # params/models/<name>.y
     (out/f"{name}.html").write_text(_page(f"bias card: {name} (planned)", plan_card_html(models_file)), encoding="utf-8")
     return out/f"{name}.html"
 
+# %% ../nbs/07a_runner.ipynb #cc39f148
+def released_answers_note(reports_dir:str|Path # the reports folder (its letters replays' instruments.csv give the classifier's r)
+                         )->str:
+    "What the released-answers rows show: which columns reproduce the papers' numbers (normative's CKC, Table 2; STOP's P) and what the letters column is (our classifier, with its measured r against the authors' scores)."
+    r = ""
+    for f in sorted(Path(reports_dir, "letters").glob("*-replay/instruments.csv")):
+        i = pd.read_csv(f)
+        row = i[i["instrument"].astype(str).str.endswith("no threshold")] if "pearson_r" in i else i.iloc[:0]
+        if len(row) and pd.notna(row.pearson_r.iloc[0]): r = f" (per-letter Pearson r = {row.pearson_r.iloc[0]:.2f}, n = {int(row.n.iloc[0])})"; break
+    return ("Only some columns reproduce the papers' numbers: normative's CKC rows reproduce Singh et al. Table 2 and STOP's P reproduces "
+            "Morabito et al.; the bias contrasts computed from those answers (e.g. CKC lower-upper, sensitivity high-low severity) are our "
+            "analyses, printed by no paper. The letters column (p_agentic m-f) comes from our agency classifier (appendix F.2, trained here), "
+            f"which disagrees with the authors' own scores{r}: it is our measurement of their letters, not their number.")
+
 # %% ../nbs/07a_runner.ipynb #87a3a643
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: per study, a forest plot of the headline metric, one cross-model table, and links to every run's report."
@@ -583,6 +606,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
              "Each row comes from a run's <code>summary.csv</code>; estimates are shown with 95% cluster-bootstrap CIs where the run computed them. "
              "Open a run's report for n, methods, parse accounting and provenance. "
              "<a href='validity.html'>Instrument validity</a>: every parser, classifier and router of every run against its reference. "
+             "Every test, interval and verdict follows one <a href='inference.html'>inference policy</a>. "
              "In the wide tables, a cell is estimate [95% CI]; <i>n</i> = items the row's metrics rest on, and a cell resting on a different "
              "number says (n=...); each run's report has per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting and provenance.</p>"]
     from silverspoon.card import models_overview, models_overview_html, read_model_file, PLANNED
@@ -591,8 +615,10 @@ def build_index(reports_dir:str|Path|None=None)->Path:
     for f in sorted((project_root()/"params"/"models").glob("*.yaml")):   # a model file with no run yet: its card is its plan (the index links it)
         if read_model_file(f)["name"] in planned: write_plan_card(f, reports_dir)
     if len(ov): parts.append("<h2>Models x studies</h2><p class='note'>One row per model: a model file's runs (with its bias card) and every replay of "
-                             "the authors' released answers (these reproduce the papers' numbers). One column per study headline: estimate "
-                             "[95% CI], n, linked to the report. Every metric of every run is in the study sections below.</p>"
+                             f"the authors' released answers, scored by our instruments. {released_answers_note(reports_dir)} One column per study's "
+                             "first bias contrast: estimate [95% CI], n and its verdict (evidence / no evidence / underpowered / no estimate, from the "
+                             "BH-adjusted p of its declared test: a model file's over its whole card, any other run's over its own headlines; "
+                             "<a href='inference.html'>inference policy</a>), linked to the report. Every metric of every run is in the study sections below.</p>"
                              f"<div class='scroll'>{models_overview_html(ov)}</div>")
     from silverspoon.parse import gather_instruments
     (reports_dir/"validity.html").write_text(validity_page(gather_instruments(reports_dir)), encoding="utf-8")
@@ -651,16 +677,16 @@ def write_card(name:str,                          # the model's run name, e.g. "
                reports_dir:str|Path|None=None,     # a reports folder; None = <project>/reports
                store_dir:str|Path|None=None        # a store root; None = $SILVERSPOON_STORE, else <project>/store
               )->Path:
-    "Write `reports/models/<name>.html` (the card's body, `card.card_html`, on the reports' page), `reports/models/<name>/bias_card.csv` and, with factor runs, `factor_deltas.csv` and `factor_band.csv`; returns the HTML path."
+    "Write `reports/models/<name>.html` (the card's body, `card.card_html`, on the reports' page), `reports/models/<name>/bias_card.csv` and, with factor runs, `factor_deltas.csv` (raw p: the index and the reports read it into the card's BH family), `factor_band.csv` and `factor_nesting.csv`; returns the HTML path."
     from silverspoon.card import bias_card, card_html, gpu_time_estimate, factor_deltas
     reports_dir = reports_folder(reports_dir)
-    card = bias_card(name, reports_dir, store_dir)
+    fac = factor_deltas(name, reports_dir, store_dir)
+    card = bias_card(name, reports_dir, store_dir, factors=fac)   # one BH family: the card's contrasts and these deltas (written back into fac)
     out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
     card.to_csv(out/name/"bias_card.csv", index=False)
     try: est = gpu_time_estimate()
     except (FileNotFoundError, ValueError): est = None   # no benchmark results or no reference runs: the card goes without the section
-    fac = factor_deltas(name, reports_dir, store_dir)
-    for k in ("deltas", "band"):   # beside bias_card.csv; a card without factor runs has none (a stale file goes)
+    for k in ("deltas", "band", "nesting"):   # beside bias_card.csv; a card without factor runs has none (a stale file goes)
         f = out/name/f"factor_{k}.csv"
         if len(fac[k]): fac[k].to_csv(f, index=False)
         else: f.unlink(missing_ok=True)

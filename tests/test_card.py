@@ -1,7 +1,7 @@
 "The bias card (issue 22): a model file becomes one params file per study; the card reads the published runs."
 import shutil
 from pathlib import Path
-import pandas as pd, pytest
+import numpy as np, pandas as pd, pytest
 from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, HEADLINES, min_detectable_effect
 from silverspoon.runner import write_card, _CSS
 from silverspoon.core import ParamsError
@@ -43,26 +43,107 @@ def test_studies_needs_model(cli):
     assert r.returncode == 2 and "--studies needs --model" in r.stderr
 
 def test_card_of_the_committed_smollm2_runs(root, tmp_path):
-    "Every headline of the six studies has a row; estimates, CIs and n are the summary rows; the MDE follows the CI width."
+    "Every headline of the six studies has a row; estimates, CIs and n are the summary rows; a contract metric the committed run predates is named, not dropped."
     runs = runs_for_model("smollm2-135m", root/"reports")
     for s, r in runs.items(): shutil.copytree(r, tmp_path/s/r.name)
     card = bias_card("smollm2-135m", tmp_path)
-    assert len(card) == len(HEADLINES) and card.estimate.notna().all()
+    assert len(card) == len(HEADLINES) and (card.estimate.notna() | card.verdict.str.startswith("no estimate: absent")).all()
     stop = card[card.headline.eq("P")].iloc[0]
     s = pd.read_csv(runs["stop"]/"summary.csv").query("metric == 'P' and parser == 'faithful'").iloc[0]
     assert (stop.estimate, stop.ci_low, stop.ci_high, stop.n) == (s.estimate, s.ci_low, s.ci_high, s.n)
-    assert stop.mde_80 == pytest.approx(min_detectable_effect(s.ci_low, s.ci_high))
+    assert stop.verdict == "performance level: ideal 1, not a bias test" and np.isnan(stop.mde_80)   # P is no bias test
     assert stop.generations == 72 and stop.completion_tokens > 0
+    prof = card[card.study.eq("professions")]
+    assert prof.instruments.str.contains("profession parser").all() and prof.instruments.str.contains("income router").all()
+    assert prof.verdict.str.startswith("no verdict:").all()   # 423 of 1600 answered: the answer gate wins
     page = write_card("smollm2-135m", tmp_path)
     assert page.read_text().count("<tr>") >= len(HEADLINES) + 1 and (tmp_path/"models"/"smollm2-135m"/"bias_card.csv").exists()
     assert page.read_text().startswith("<!doctype html>") and _CSS in page.read_text()   # published on the reports' page and stylesheet
+    assert "href='../inference.html'" in page.read_text() and "CI excludes" not in page.read_text()
 
 def test_a_study_without_a_run_is_listed_not_dropped(root, tmp_path):
     r = runs_for_model("smollm2-135m", root/"reports")["normative"]
     shutil.copytree(r, tmp_path/"normative"/r.name)
     card = bias_card("smollm2-135m", tmp_path)
     assert set(card.study) == {h.study for h in HEADLINES}
-    assert card[card.study.ne("normative")].direction.eq("no run for this model").all()
+    assert card[card.study.ne("normative")].verdict.eq("no run for this model").all()
+
+
+# ------------------------------------------------ verdicts on constructed run folders (the summary.csv contract of issue 30)
+def _run(d, study, rows, answered=True, items=None, instruments=None):
+    "A published run folder: summary.csv rows (metric, estimate, ci_low, ci_high, n, p, test, null, n_units), answer_summary.csv, optional items.csv / instruments.csv."
+    d = Path(d)/study/"mymodel"; d.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(d/"summary.csv", index=False)
+    from silverspoon.parse import ReplyGate
+    ReplyGate().summary(["answer"]*(70 if answered else 10) + ["not_an_answer"]*(2 if answered else 60)).assign(part="all").to_csv(d/"answer_summary.csv", index=False)
+    if items is not None: items.to_csv(d/"items.csv", index=False)
+    if instruments is not None: pd.DataFrame(instruments).to_csv(d/"instruments.csv", index=False)
+    return d
+
+def _prof(p, n_units=40, est=12.0):
+    return [dict(metric=f"shift_high {g}", estimate=est, ci_low=est - 5, ci_high=est + 5, n=800, p=p, test="sign-flip permutation over names",
+                 null=0.0, n_units=n_units) for g in ("female", "male")]
+
+INSTR = [dict(instrument="profession parser (parse_profession)", kind="parser", reference="135 hand-labelled replies", n=135, agreement=0.93, ci_low=0.88, ci_high=0.96),
+         dict(instrument="income router (alias / title / embedding)", kind="router", reference="30 hand-labelled answers", n=30, agreement=0.70, ci_low=0.52, ci_high=0.83)]
+
+def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evidence(tmp_path):
+    from silverspoon.card import card_rows
+    d = _run(tmp_path, "professions", _prof(0.001), instruments=INSTR)
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    assert card.verdict.tolist() == ["evidence: richer professions in the rich city"]*2 and card.tier.eq("evidence").all()
+    assert card.p_bh.tolist() == [0.001, 0.001] and card.family.iloc[0] == "BH over 2 tests: 2 card headlines, 0 factor deltas"
+    assert card.instruments.iloc[0].splitlines() == [
+        "profession parser (parse_profession): 0.93 [0.88, 0.96], n=135; measured on 135 hand-labelled replies, not on this model's replies",
+        "income router (alias / title / embedding): 0.7 [0.52, 0.83], n=30; measured on 30 hand-labelled answers, not on this model's replies"]
+    d = _run(tmp_path, "professions", _prof(0.001, est=-12.0))
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    assert card.verdict.eq("evidence: opposite of: richer professions in the rich city").all()
+    d = _run(tmp_path, "professions", _prof(0.30))
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    # SD per name from the paper's own cell rates (the binomial floor): 40 names detect the men's 14.9 points, not the women's 10.3
+    assert card.verdict.tolist() == ["underpowered", "no evidence"] and card.detect.str[:3].tolist() == ["NO:", "yes"]
+    assert not card.verdict.str.contains("rich").any()   # no side without evidence
+    d = _run(tmp_path, "professions", _prof(0.001, n_units=3))
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    assert card.verdict.eq("no estimate: too few units").all()
+    d = _run(tmp_path, "professions", _prof(0.001), answered=False)
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    assert card.verdict.str.startswith("no verdict:").all() and card.tier.eq("").all()   # the answer gate wins
+
+def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
+    "p = 0.02 alone is evidence; with 8 factor deltas at p = 0.5 in the card's family its adjusted p is 0.02 x 10 / 2 = 0.1: no longer."
+    from silverspoon.card import card_rows
+    d = _run(tmp_path, "professions", _prof(0.02))
+    heads = [h for h in HEADLINES if h.study == "professions"]
+    alone, _ = card_rows({"professions": d}, tmp_path, heads)
+    deltas = pd.DataFrame(dict(delta=[0.1]*8, p=[0.5]*8, n_units=10, mde_80=0.2, test_note=""))
+    card, dl = card_rows({"professions": d}, tmp_path, heads, deltas)
+    assert alone.tier.eq("evidence").all() and card.p_bh.tolist() == pytest.approx([0.1, 0.1]) and card.tier.ne("evidence").all()
+    assert dl.p_bh.eq(0.5).all() and dl.tier.eq("underpowered").all() and card.family.iloc[0] == dl.family.iloc[0] == "BH over 10 tests: 2 card headlines, 8 factor deltas"
+
+def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_estimator(tmp_path):
+    from silverspoon.card import card_rows, mcnemar_mde
+    rows = [dict(metric="P", parser="faithful", estimate=0.6, ci_low=0.3, ci_high=0.85, n=10),
+            dict(metric="mean sensitivity", parser="faithful", estimate=0.7, ci_low=0.5, ci_high=0.9, n=10),
+            dict(metric="sensitivity high-low severity", parser="faithful", estimate=0.1, ci_low=np.nan, ci_high=np.nan, n=10, p=0.4,
+                 test="two-group permutation", null=0.0, n_units=5)]
+    d = _run(tmp_path, "stop", rows)
+    card, _ = card_rows({"stop": d}, tmp_path, [h for h in HEADLINES if h.study == "stop"])
+    c = card.set_index("headline")
+    assert c.loc["P", "verdict"] == "performance level: ideal 1, not a bias test" and c.loc["P", "null"] == 1.0 and np.isnan(c.loc["P", "p_bh"])
+    assert c.loc["sensitivity high-low severity", "verdict"] == "underpowered" and c.loc["sensitivity high-low severity", "family"].startswith("BH over 1 tests")
+    d = _run(tmp_path, "downstream", [dict(metric="answer rate change, BBQ (adapter - base)", estimate=0.004, ci_low=0.0, ci_high=0.0136, n=240,
+                                           p=0.5, test="McNemar exact", null=0.0, n_units=240)])
+    card, _ = card_rows({"downstream": d}, tmp_path, [h for h in HEADLINES if h.study == "downstream"])
+    assert card.mde_80.iloc[0] == pytest.approx(mcnemar_mde(240)) and card.mde_80.iloc[0] > 0.03   # exact McNemar, not the CI width's 0.0097
+    assert card.detect.iloc[0].startswith("no answer: paper: none")
+
+def test_the_report_verdict_block_uses_the_card_family_and_links_the_policy(tmp_path):
+    from silverspoon.runner import verdict_html
+    d = _run(tmp_path, "professions", _prof(0.001))
+    v = verdict_html("professions", d)
+    assert "<td>evidence: richer professions in the rich city</td>" in v and "href='../inference.html'" in v and "CI excludes" not in v
 
 def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
     "`silverspoon run --model FILE --studies ...` end to end on the scripted backend: runs, visible skips, the card, the index."
@@ -76,10 +157,13 @@ def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
     assert "skip  downstream: needs task.adapter" in r.stdout
     card = pd.read_csv(tmp_path/"reports"/"models"/"scripted-yes"/"bias_card.csv")
     got = card.set_index("headline")
-    assert got.loc["share favouring underprivileged", "estimate"] == 0           # P1 (the poor person) always blamed
-    assert got.loc["share favouring underprivileged", "generations"] == 180     # the cost comes from $SILVERSPOON_STORE
+    summ = pd.read_csv(tmp_path/"reports"/"normative"/"scripted-yes"/"summary.csv").set_index("metric")
+    assert summ.loc["share favouring underprivileged", "estimate"] == 0     # P1 (the poor person) always blamed
+    report = (tmp_path/"reports"/"normative"/"scripted-yes.html").read_text()
+    assert 'href="../inference.html"' in report and "scripted-yes bias card" not in report   # no model file owns scripted-yes here: its own family
+    assert got.loc["CKC lower-upper", "generations"] == 180     # the cost comes from $SILVERSPOON_STORE
     assert got.loc["P", "n"] == 12 and got.loc["P", "generations"] > 0
-    assert got.loc["answer rate change, BBQ (adapter - base)", "direction"] == "no run for this model"
+    assert got.loc["answer rate change, BBQ (adapter - base)", "verdict"] == "no run for this model"
     assert (tmp_path/"store"/"normative"/"scripted-yes.jsonl").exists()
 
 def test_a_model_file_not_yet_run_gets_a_plan_card_linked_from_the_index(root, tmp_path):

@@ -117,40 +117,66 @@ def items(n=30, seed=0):
     return pd.DataFrame({"item": [f"x{k}" for k in range(n)], "y": rng.integers(0, 2, n).astype(float)})
 
 
-def test_a_known_shift_gives_its_delta():
+def test_a_known_shift_gives_its_delta_and_a_permutation_p():
     ref = items()
     lvl = ref.assign(y=ref.y + 0.2)
-    d = paired_deltas(ref, lvl, share).iloc[0]
-    assert d.delta == pytest.approx(0.2) and d.ci_low == pytest.approx(0.2) and d.ci_high == pytest.approx(0.2) and d.excludes_0
+    d = paired_deltas(ref, lvl, share, n_resamples=999).iloc[0]
+    assert d.delta == pytest.approx(0.2) and d.p == pytest.approx(1/1000) and d.tier == "evidence"   # 30 items: 999 seeded swap patterns
+    assert np.isnan(d.ci_low) and d.ci_note.endswith("(zero width)")   # every replicate 0.2: no [0.2, 0.2] interval
     flipped = ref.assign(y=np.where(np.arange(30) < 10, 1.0, ref.y))            # 1 on the first 10 items
-    d = paired_deltas(ref, flipped, share, n_boot=500).iloc[0]
+    d = paired_deltas(ref, flipped, share, n_boot=500, n_resamples=999).iloc[0]
     assert d.delta == pytest.approx((flipped.y - ref.y).mean())
-    assert d.ci_low <= d.delta <= d.ci_high and d.ci_high > d.ci_low and d.n_items == 30 and d.mde_80 > 0
+    assert d.ci_low <= d.delta <= d.ci_high and d.ci_high > d.ci_low and d.ci_note == "" and d.n_items == 30 and d.mde_80 > 0
+    assert (d.n_boot, d.n_boot_undefined) == (500, 0)
 
 
-def test_identical_levels_give_zero_with_a_ci_of_width_zero():
+def test_identical_levels_give_zero_and_no_zero_width_interval():
     ref = items()
-    d = paired_deltas(ref, ref.sample(frac=1, random_state=1), share).iloc[0]   # row order does not matter
-    assert (d.delta, d.ci_low, d.ci_high, d.excludes_0) == (0.0, 0.0, 0.0, False)
+    d = paired_deltas(ref, ref.sample(frac=1, random_state=1), share, n_resamples=999).iloc[0]   # row order does not matter
+    assert (d.delta, d.p) == (0.0, 1.0) and np.isnan(d.ci_low) and d.tier == "underpowered"   # no effect sought is declared: no "no evidence"
 
 
 def test_unmatched_items_are_counted_and_left_out():
     ref = items()
     lvl = pd.concat([ref.iloc[3:], pd.DataFrame({"item": ["new1", "new2"], "y": [1.0, 1.0]})])
-    d = paired_deltas(ref, lvl, share).iloc[0]
+    d = paired_deltas(ref, lvl, share, n_resamples=999).iloc[0]
     assert (d.n_items, d.unmatched_reference, d.unmatched_level, d.delta) == (27, 3, 2, 0.0)
     assert d.reference == pytest.approx(ref.y.iloc[3:].mean())
 
 
 def test_items_are_resampled_jointly_and_drawn_twice_as_two_units():
-    "Several rows per item (a pair): the headline pivots by item, so an item drawn twice must come back as two units."
+    "Several rows per item (a pair): the headline pivots by item, so an item drawn twice must come back as two units; swaps exchange whole items."
     rng = np.random.default_rng(3)
-    ref = pd.DataFrame({"item": np.repeat([f"p{k}" for k in range(15)], 2), "g": ["m", "f"]*15, "y": rng.normal(size=30)})
+    ref = pd.DataFrame({"item": np.repeat([f"p{k}" for k in range(25)], 2), "g": ["m", "f"]*25, "y": rng.normal(size=50)})
     lvl = ref.assign(y=ref.y + np.where(ref.g.eq("m"), 0.5, 0.0))
     gap = lambda d: {"gap": (lambda w: (w["m"] - w["f"]).mean())(d.pivot(index="item", columns="g", values="y"))}
-    d = paired_deltas(ref, lvl, gap, n_boot=300).iloc[0]
-    assert d.delta == pytest.approx(0.5) and d.ci_low == pytest.approx(0.5) and d.ci_high == pytest.approx(0.5)
-    # unpaired, the same shift would carry the items' spread into the CI; paired, it cancels: width 0 above
+    d = paired_deltas(ref, lvl, gap, n_boot=300, n_resamples=499).iloc[0]
+    assert d.delta == pytest.approx(0.5) and d.p == pytest.approx(1/500)   # every swap pattern but none and all moves the gap
+    assert np.isnan(d.ci_low) and "zero width" in d.ci_note   # paired, the shift cancels the items' spread: every replicate 0.5
+
+
+def test_too_few_units_per_arm_give_no_estimate():
+    "Letters: the units are measured letters per gender; 8 pairs with 2 measured men's letters -> no p, no CI, 'no estimate'."
+    from silverspoon.card import letters_per_gender
+    ref = pd.DataFrame({"item": np.repeat([f"p{k}" for k in range(8)], 2), "gender": ["m", "f"]*8,
+                        "measured": [k < 4 or k % 2 for k in range(16)], "y": np.arange(16.0)})
+    assert letters_per_gender(ref) == 2
+    d = paired_deltas(ref, ref.assign(y=ref.y + 1), share, arm_units=letters_per_gender).iloc[0]
+    assert (d.n_items, d.n_units, d.tier, d.test_note, d.ci_note) == (8, 2, "no estimate", "too few units: 2 < 5", "too few units: 2 < 5")
+    assert np.isnan(d.p) and np.isnan(d.ci_low) and d.n_perm == 0
+
+
+def test_the_factor_test_holds_its_level_at_six_items():
+    "Null simulation: 200 pairs of runs of 6 items (2 answers each) from one distribution; the exact swap test rejects at most 5%."
+    rng = np.random.default_rng(7)
+    hits = 0
+    for _ in range(200):
+        a = pd.DataFrame({"item": np.repeat([f"i{k}" for k in range(6)], 2), "y": rng.binomial(1, 0.4, 12).astype(float)})
+        b = a.assign(y=rng.binomial(1, 0.4, 12).astype(float))
+        d = paired_deltas(a, b, share).iloc[0]
+        assert d.test.endswith("(exact)") and d.n_perm == 64
+        hits += d.p <= 0.05
+    assert hits/200 <= 0.05, hits
 
 
 def test_factor_deltas_read_published_runs(tmp_path):
@@ -289,9 +315,11 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
                                                                         "echo--prompt_variant-polite", "echo--prompt_variant-system"}
     assert (t/"store"/"toy"/"echo--prompt_variant-yes_first.jsonl").is_file()
     d = pd.read_csv(reports/"models"/"echo"/"factor_deltas.csv").set_index(["level", "headline"])
-    assert d.loc[("yes_first", "yes share A"), ["delta", "ci_low", "ci_high", "excludes_0"]].tolist() == [1.0, 1.0, 1.0, True]
+    assert d.loc[("yes_first", "yes share A"), ["delta", "p", "n_perm"]].tolist() == [1.0, 32/256, 256]   # 8 items, exact: 3 of them carry the change
+    assert d.loc[("yes_first", "yes share A"), "tier"] == "underpowered"   # so 8 items cannot give evidence, and the card says so
     assert d.loc[("yes_first", "yes share A-B"), "delta"] == 0.0
-    assert (d.xs("polite")[["delta", "ci_low", "ci_high"]] == 0).all().all() and d.n_items.eq(8).all()
+    assert (d.xs("polite").delta == 0).all() and (d.xs("polite").p == 1).all() and d.n_items.eq(8).all()
+    assert d.ci_low.isna().all() and d.ci_note.str.startswith("no interval: 8 units < 20").all() and d.family.nunique() == 1
     assert d.loc[("system", "yes share A"), "kind"] == "system_prompt"
     band = pd.read_csv(reports/"models"/"echo"/"factor_band.csv").set_index("headline")
     assert band.loc["yes share A", ["n_variants", "min", "max"]].tolist() == [3, 0.0, 1.0]   # paper, yes_first, polite (system is no wording)
@@ -323,11 +351,11 @@ def test_factor_runs_stay_off_the_index_tables(tmp_path):
 
 def _mean_v(d): return {"mean v": float(d["v"].mean())}
 
-def test_factor_bootstraps_give_the_same_numbers_on_several_processes():
-    "The card's bootstraps run on several processes; the draws depend only on the seed, so the deltas equal those computed here."
+def test_factor_tests_give_the_same_numbers_on_several_processes():
+    "The card's factor tests run on several processes; the draws depend only on the seed, so the deltas equal those computed here."
     from silverspoon.card import _map_paired_deltas
     it = pd.DataFrame(dict(item=list("aabbccdd"), v=[1, 0, 1, 1, 0, 0, 1, 0]))
     jobs = [(it, it.assign(v=1), _mean_v, 200, 0, 0.05), (it, it.assign(v=0), _mean_v, 200, 1, 0.05), (it, it, _mean_v, 200, 0, 0.05)]
     two, one = _map_paired_deltas(jobs, 2), _map_paired_deltas(jobs, 1)
-    assert [d.to_dict() for d in two] == [d.to_dict() for d in one]
+    for a, b in zip(two, one): pd.testing.assert_frame_equal(a, b)   # NaN where 4 items are too few for a test
     assert one[0]["delta"].item() == 0.5 and one[1]["delta"].item() == -0.5 and one[2]["delta"].item() == 0

@@ -11,7 +11,7 @@ JUNK = {   # name -> (scripted model id, the reply check that must name it)
     "template": ("text:<|im_end|>\n<|im_start|>assistant\n<|im_end|>", "template tokens"),
     "echo": ("echo", "prompt echo"),
 }
-VERDICT = r"\(CI excludes [-\d.e]+\)|not distinguishable from"   # the words of a direction (`card.direction`)
+VERDICT = r"<td>(?:<b>)?(?:evidence: |no evidence<|underpowered<)|\(CI excludes [-\d.e]+\)|not distinguishable from"   # a verdict cell with a tier (`card.verdict`), or the old direction's words
 SMALL = {"normative": 12, "professions": 20, "narratives": 8, "letters": 8, "stop": 4}   # sample.n per study: a verdict is refused at any n
 
 @pytest.mark.parametrize("kind", JUNK)
@@ -25,11 +25,11 @@ def test_a_junk_model_gets_no_verdict_anywhere(root, tmp_path, kind):
     r = run_cli("run", "--model", m, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")}, timeout=1500)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     card = pd.read_csv(reports/"models"/f"junk-{kind}"/"bias_card.csv")
-    ran = card[card.direction.ne("no run for this model")]
+    ran = card[card.verdict.ne("no run for this model")]
     assert set(ran.study) == set(SMALL), ran.study.tolist()
     for row in ran.itertuples():
-        assert row.direction.startswith("no verdict: 0 of "), (row.study, row.headline, row.direction)
-        assert check in row.direction, (row.study, row.direction)
+        assert row.verdict.startswith("no verdict: 0 of "), (row.study, row.headline, row.verdict)
+        assert check in row.verdict, (row.study, row.verdict)
         assert not row.verdict_allowed
     page = (reports/"models"/f"junk-{kind}.html").read_text()
     assert "<h2>Did the model answer?</h2>" in page and page.count("no verdict: 0 of ") >= len(ran)
