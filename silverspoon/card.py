@@ -838,7 +838,9 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
         s = get_study(p.study)
         if s.headlines_from_items is None: skip("the study has no headlines_from_items (the deltas are recomputed from each run's items.csv)"); continue
         src = root/p.params
-        base, run = read_yaml(src) or {}, read_params_mapping(src).get("run") or src.stem
+        resolved = read_params_mapping(src)
+        base, run = read_yaml(src) or {}, resolved.get("run") or src.stem
+        headline_n = (resolved.get("sample") or {}).get("n")   # the factor runs draw their items inside the headline run's (sample.within): deltas compare like with like
         variants = list(s.prompt_variants)
         levels = [(None, None)]
         for f, lv in want.items():
@@ -852,7 +854,9 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
             doc, frun = dict(base), factor_run_name(run, f, x)
             if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
             doc["run"] = frun
-            if p.study in factors["n"]: doc["sample"] = {**(doc.get("sample") or {}), "n": factors["n"][p.study]}
+            if p.study in factors["n"]:
+                doc["sample"] = {**(doc.get("sample") or {}), "n": factors["n"][p.study]}
+                if headline_n and headline_n > factors["n"][p.study]: doc["sample"]["within"] = headline_n
             if f in (None, "quantization"): doc["model"] = {**(doc.get("model") or {}), "quantization": x or "none"}
             if variants and f in (None, "prompt_variant"): doc["task"] = {**(doc.get("task") or {}), "prompt_variant": x or variants[0]}
             what = "reference (quantization none, the paper's prompt)" if f is None else f"{FACTOR_FIELDS[f]} = {x}"
