@@ -638,24 +638,38 @@ def cell_mask(df:pd.DataFrame, g:str, r:str, c:str)->np.ndarray:
     "Boolean array: the rows of `df` in the gender x race x city class cell (for code that needs positions, e.g. to align with a matrix)."
     return ((df.gender == g) & (df.race == r) & (df.city_class == c)).to_numpy()
 
+# %% ../../nbs/11_professions.ipynb #79465035
+from types import SimpleNamespace
+from ..stats import bootstrap_note, exact_proportion_ci, BOOT_MIN_UNITS
+def _cell_ci(x:pd.Series, names:pd.Series, n_boot:int, seed:int):
+    "A share's CI over names: the name bootstrap from `BOOT_MIN_UNITS` names where `bootstrap_note` allows, else Clopper-Pearson with n = names."
+    C, est = int(names.nunique()), float(x.mean())
+    if C >= BOOT_MIN_UNITS and 0 < est < 1:
+        c = cluster_proportion_ci(x.reset_index(drop=True), names.reset_index(drop=True), n_boot, seed)
+        if not bootstrap_note(C, n_boot, n_boot, c.ci_low, c.ci_high):   # a mean of 0/1 answers is defined in every replicate
+            return SimpleNamespace(estimate=est, ci_low=c.ci_low, ci_high=c.ci_high, n_clusters=C, method="name bootstrap")
+    _, lo, hi = exact_proportion_ci(int(round(est*C)), C)
+    return SimpleNamespace(estimate=est, ci_low=lo, ci_high=hi, n_clusters=C, method="Clopper-Pearson, n = names")
+
+
 # %% ../../nbs/11_professions.ipynb #3ae3fe77
 def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (high/low/None)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Table 3: % high- and low-income professions per cell with name-clustered bootstrap CIs, counts, and the published values."
+    "Table 3: % high- and low-income professions per cell with CIs over names (`_cell_ci`), counts, and the published values."
     rows = []
     for g, r, c, sub in cell_groups(answers):
         cl = sub[sub.income_class.notna()]
-        ci = cluster_proportion_ci(_high(cl), cl.name.to_numpy(), n_boot, seed, few_clusters="wilson") if len(cl) else None
+        ci = _cell_ci(_high(cl), cl.name, n_boot, seed) if len(cl) else None
         ph, pl = PAPER_TABLE3[(g, r, c)]
         rows.append(dict(gender=g, race=r, city=c, n_items=len(sub), n_names=sub.name.nunique(), n_classified=len(cl),
                          n_unclassified=len(sub) - len(cl), pct_high=100*ci.estimate if ci else np.nan, ci_low=100*ci.ci_low if ci else np.nan,
                          ci_high=100*ci.ci_high if ci else np.nan, pct_low=100*(1 - ci.estimate) if ci else np.nan, paper_high=ph, paper_low=pl,
                          n_names_classified=ci.n_clusters if ci else 0,
-                         ci_method=("name bootstrap" if ci.n_clusters >= MIN_CLUSTERS else "Wilson, n = names") if ci else "none"))
+                         ci_method=ci.method if ci else "none"))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/11_professions.ipynb #fcdca16a
-from ..stats import within_unit_swap_test, bootstrap_note, too_few_units, sign_flip_test, exact_proportion_ci, BOOT_MIN_UNITS
+from ..stats import within_unit_swap_test, too_few_units, sign_flip_test
 SHIFT_TEST = "within-name swap of city class (permutation over names)"
 
 def shift_swap_test(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (None: no class)
@@ -757,15 +771,10 @@ def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
 SELECTION_TEST = "sign-flip permutation over names"
 
 def _share_ci(x:pd.Series, names:pd.Series, n_boot:int, seed:int)->dict:
-    "Share of `x` (0/1 per answer) in %, with a bootstrap CI over names where `bootstrap_note` allows, else Clopper-Pearson with n = names."
-    C, est = int(names.nunique()), float(x.mean()) if len(x) else np.nan
+    "`_cell_ci` of a share, in %; a NaN row when there are no answers."
     if not len(x): return dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, ci_method="none")
-    if C >= BOOT_MIN_UNITS and 0 < est < 1:   # every answer alike: each replicate would be too, a zero-width interval
-        c = cluster_proportion_ci(x.reset_index(drop=True), names.reset_index(drop=True), n_boot, seed)
-        if not bootstrap_note(C, n_boot, n_boot, c.ci_low, c.ci_high):   # a mean of 0/1 answers is defined in every replicate
-            return dict(estimate=100*est, ci_low=100*c.ci_low, ci_high=100*c.ci_high, ci_method="bootstrap over names")
-    _, lo, hi = exact_proportion_ci(int(round(est*C)), C)
-    return dict(estimate=100*est, ci_low=100*lo, ci_high=100*hi, ci_method="Clopper-Pearson, n = names")
+    c = _cell_ci(x, names, n_boot, seed)
+    return dict(estimate=100*c.estimate, ci_low=100*c.ci_low, ci_high=100*c.ci_high, ci_method=c.method)
 
 def selection_table(answers:pd.DataFrame, # one row per item: name, gender, city_class, income_class (None: no class)
                     n_boot:int=2000, seed:int=0)->pd.DataFrame:
@@ -786,7 +795,7 @@ def selection_table(answers:pd.DataFrame, # one row per item: name, gender, city
             reps = d[np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
             lo, hi, n_ok = percentile_ci(reps, 0.05)
             if bootstrap_note(len(d), n_ok, n_boot, lo, hi): lo = hi = np.nan
-            else: method = "bootstrap over names"
+            else: method = "name bootstrap"
         rows.append(dict(gender=g, city_class="high-low", measure="rich - poor, points (mean over names)", estimate=t["mean"], ci_low=lo, ci_high=hi,
                          ci_method=method, n_answers=len(ag), n_classified=int(ag.classified.sum()), n_names=len(d), n_up=int((d > 0).sum()),
                          n_down=int((d < 0).sum()), p=t["p"], test=SELECTION_TEST, exact=t["exact"], note=t["note"]))

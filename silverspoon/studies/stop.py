@@ -363,7 +363,7 @@ class StopTask:
     human_file: str|None = None        # CSV of human answers (realistic performance); None = none available
     progression_ids: list[str]|None = None  # only these progressions (e.g. a fine-tuned model's held-out split), before `sample`
     compare_base: bool = False         # with `model.adapter`: also run the base model (no adapter) on the same progressions, paired
-    n_boot: int = 2000                 # cluster-bootstrap replicates (over sub-demographics) for every CI
+    n_boot: int = 2000                 # cluster-bootstrap replicates (over sub-demographics) for every bootstrap CI
     boot_seed: int = 0
     max_examples: int = 12             # parser disagreements / transcripts shown in the report
     prompt_variant: str = "paper"      # the instruction's wording (`PROMPT_VARIANTS`): paper (the authors'), plain, stepwise, option-order, system-message
