@@ -63,6 +63,20 @@ def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):
         h = get_study("professions").headlines_from_items(items)
         assert set(h) == {"shift_high female", "shift_high male"} and all(abs(v - summ[k]) < 1e-9 for k, v in h.items()), (h, summ)
         assert h == {"shift_high female": 100.0, "shift_high male": 100.0}
+        s = pd.read_csv(out/"summary.csv").set_index("metric")        # the headlines carry their test; 4 names a gender are too few for one
+        for g in ("female", "male"):
+            r = s.loc[f"shift_high {g}"]
+            assert r.test == "within-name swap of city class (permutation over names)" and r.null == 0 and r.n_units == 4 and pd.isna(r.p) and pd.isna(r.ci_low)
+        assert s.loc[[m for m in s.index if m.startswith("% high-income")], "n_units"].eq(1).all()   # one name per cell: no interval in the summary
+        sel = pd.read_csv(out/"selection.csv").set_index(["gender", "city_class"])   # the answers the headline rests on, per condition
+        assert sel.loc[("all", "high"), "estimate"] == 20 and sel.loc[("all", "low"), "estimate"] == 20 and sel.loc[("all", "all"), "n_answers"] == 160
+        d = sel.loc[("all", "high-low")]
+        assert (d.estimate, d.n_names, d.n_up, d.n_down, d.p, d.p_bh) == (0, 8, 0, 0, 1, 1)      # 2 of 10 classified in either city class, every name
+        assert pd.isna(sel.loc[("female", "high-low"), "p"]) and sel.loc[("female", "high-low"), "note"] == "too few units: 4 < 5"
+        pc = pd.read_csv(out/"paired_city.csv")
+        few, every = pc[pc.n_names < 5], pc.set_index(["gender", "race"]).loc[("all", "all")]   # one name per list, 4 per gender: too few for a test
+        assert len(few) == 10 and few.p_t.isna().all() and few.p_perm.isna().all() and few.diff_ci_low.isna().all() and (few.note.str.startswith("too few units")).all()
+        assert every.n_names == 8 and every.perm_exact and abs(every.p_perm - 2/2**8) < 1e-12 and every["diff"] == 100   # all 8 names 100 points up: 2 of 256 sign patterns as extreme
 
 
 @pytest.mark.parametrize("task,needle", [({"prompt": "Guess {name}'s job."}, "field `task.prompt` lacks {city}"),

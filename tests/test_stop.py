@@ -10,12 +10,13 @@ from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsErr
 from silverspoon.backends.openai import OpenAIBackend
 from silverspoon.testing import FakeChatServer, fake_reply
 from silverspoon.testing import ScriptedBackend
-from silverspoon.stats import cluster_proportion_ci, proportion_ci
+from silverspoon.stats import cluster_proportion_ci, proportion_ci, exact_proportion_ci
 from silverspoon.store import GenerationStore, store_for
 from silverspoon.studies.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
                               released_conversations, idealistic_table, faithful_label, strict_label, load_human, realistic_table,
                               hedges_g, human_conversations, human_coverage, stop_task, replay_backend, replay_conversations,
-                              cf_resolve_table, group_table, parser_disagreement, first_no_table, SEVERITIES)
+                              cf_resolve_table, group_table, parser_disagreement, first_no_table, SEVERITIES, severity_contrast, headlines_from_items,
+                              conversation_items, summary_rows)
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +134,41 @@ def test_parser_disagreement_ci_is_a_cluster_bootstrap(data):
     assert math.isclose(r.share, c.estimate) and math.isclose(r.ci_low, c.ci_low) and math.isclose(r.ci_high, c.ci_high)
     assert (r.ci_low, r.ci_high) != pytest.approx(proportion_ci(int(x.sum()), len(x))[1:], abs=1e-9)
     with pytest.raises(ValueError, match="sub_demographic"): parser_disagreement(replies.drop(columns="sub_demographic"))
+
+
+# ---------------------------------------------------------------- issue 30: the inference policy
+@pytest.mark.parametrize("model", ["gpt35", "llama2-7b"])
+def test_group_shares_get_exact_intervals_never_zero_width(data, model):
+    "Issue 30: by_demographic / by_sub_demographic P was a [0.6, 0.6] bootstrap from 5 clusters; P and Pcounter are now exact intervals over progressions, the mean sensitivity has none below 20 clusters."
+    conv = released_conversations(data, model)
+    for by in ("demographic", "sub_demographic"):
+        g = group_table(conv, by, n_boot=50)
+        assert g.P_ci_low.notna().all() and (g.P_ci_low < g.P_ci_high).all() and (g.Pc_ci_low < g.Pc_ci_high).all()
+        for r in g.itertuples():
+            assert (r.P_ci_low, r.P_ci_high) == pytest.approx(exact_proportion_ci(int(round(r.P*r.n)), int(r.n))[1:], abs=1e-12)
+        assert g.ms_ci_low.isna().all() and g.ms_ci_note.str.len().gt(0).all()          # at most 8 sub-demographics a group: no bootstrap
+    cr = cf_resolve_table(conv, n_boot=50)
+    assert not ((cr.kept_ci_low == cr.kept_ci_high) & cr.kept_ci_low.notna()).any()
+
+
+def test_the_severity_contrast_is_the_bias_test_and_p_is_performance(data):
+    "Issue 30: P and mean sensitivity are performance levels (no p); the bias contrast is high- minus low-severity sensitivity, permutation-tested over progressions, and items.csv gives it back."
+    conv = released_conversations(data, "gemma-7b")
+    c = severity_contrast(conv, n_boot=100, n_resamples=999).iloc[0]
+    sc = conv[conv.status == "scored"]
+    assert c.estimate == pytest.approx(sc.score[sc.severity == "high"].mean() - sc.score[sc.severity == "low"].mean())
+    assert (c.null, c.test, c.n_units) == (0.0, "two-group permutation over progressions", min(c.n_x, c.n_y)) and 0 < c.p <= 1
+    # a model that says "no" with the same probability whatever the severity: no evidence of discrimination, far more often than not
+    rng = np.random.default_rng(0)
+    flat = conv.assign(score=rng.binomial(5, 0.8, len(conv)) / 5)
+    assert abs(severity_contrast(flat, n_boot=50, n_resamples=999).iloc[0].estimate) < 0.1
+    ideal = {s: idealistic_table(conv, s, n_boot=50, ci_macro=False) for s in ("scored", "selected")}
+    sr = summary_rows({"faithful": ideal}, "faithful", contrast=severity_contrast(conv, n_boot=50, n_resamples=999)).set_index("metric")
+    assert sr.p.dropna().index.tolist() == ["sensitivity high-low severity"]
+    k, n = int(sc.correct.astype(bool).sum()), len(sc)
+    assert (sr.loc["P", "ci_low"], sr.loc["P", "ci_high"]) == pytest.approx(exact_proportion_ci(k, n)[1:]) and sr.loc["P", "n_units"] == n
+    items = conversation_items({"faithful": conv}, "faithful")
+    assert headlines_from_items(items)["sensitivity high-low severity"] == pytest.approx(c.estimate, abs=1e-12)
 
 
 def test_first_no_table_same_on_pandas_2_and_3():
@@ -433,6 +469,19 @@ def test_report_with_a_human_file(tmp_path, root, data):
     assert f"{60 - n_unscored} of the 64 human-annotated progressions" in html and "4 not selected in the run" in html
     summ = pd.read_csv(out/"summary.csv")
     assert "Hedges g vs human" in set(summ.metric) and summ.loc[summ.metric == "P", "n"].item() <= 60
+    s = summ.set_index("metric")            # issue 30: performance levels without a test, the bias contrast with one
+    c = s.loc["sensitivity high-low severity"]
+    assert c.test == "two-group permutation over progressions" and c.null == 0 and c.n_units >= 5 and 0 < c.p <= 1 and c.p_bh == c.p
+    assert s.loc[["P", "mean sensitivity", "Pcounter"], "p"].isna().all()
+    k = round(s.loc["P", "estimate"] * s.loc["P", "n"])
+    assert (s.loc["P", "ci_low"], s.loc["P", "ci_high"]) == pytest.approx(exact_proportion_ci(k, int(s.loc["P", "n"]))[1:])
+    for name in ("by_demographic", "by_sub_demographic", "idealistic", "counterfactual_resolve"):
+        t = pd.read_csv(out/f"{name}.csv")
+        for lo in [col for col in t.columns if col.endswith("ci_low")]:
+            hi = lo[:-3] + "high"
+            assert not ((t[lo] == t[hi]) & t[lo].notna()).any(), (name, lo)      # no zero-width interval
+    import re
+    assert re.search(r"Verdict: <strong>(evidence|no evidence|underpowered|no estimate)</strong>", html)   # the verdict words of stats.VERDICT_TIERS
     assert "No human annotation file" not in html
 
 

@@ -26,15 +26,15 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'ITEMS_SHA256', 'N_STORIES', 'PROFESSION_PROMPT', 'PROFESSION_PROMPTS', 'PROMPT_VARIANTS', 'BLS_FILE',
            'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES', 'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT',
            'ROUTES', 'ROUTER_CHECKS', 'PARSE_STATUSES', 'MAX_PROFESSION_WORDS', 'PROFESSION_REFUSAL', 'UNMATCHED',
-           'ROUTER_STEM', 'PARSER_EXAMPLES', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'ITEMS_CSV_COLUMNS',
-           'PROFESSIONS_FILES', 'REPLY_GATE', 'STUDY', 'first_distinct', 'name_table', 'demographic_items',
-           'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'task_prompt', 'WageTable', 'load_bls',
-           'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher', 'income_judge_requests',
-           'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers', 'router_validity',
-           'router_vocabulary', 'in_router_vocabulary', 'parse_profession', 'place_answers', 'parser_set_validity',
-           'cell_groups', 'cell_mask', 'table3', 'gender_shift', 'paired_city_tests', 'top_professions', 'wage_table',
-           'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows', 'answer_items',
-           'headlines_from_items']
+           'ROUTER_STEM', 'PARSER_EXAMPLES', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'SHIFT_TEST', 'SELECTION_TEST',
+           'ITEMS_CSV_COLUMNS', 'PROFESSIONS_FILES', 'REPLY_GATE', 'STUDY', 'first_distinct', 'name_table',
+           'demographic_items', 'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'task_prompt',
+           'WageTable', 'load_bls', 'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher',
+           'income_judge_requests', 'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers',
+           'router_validity', 'router_vocabulary', 'in_router_vocabulary', 'parse_profession', 'place_answers',
+           'parser_set_validity', 'cell_groups', 'cell_mask', 'table3', 'shift_swap_test', 'gender_shift',
+           'paired_city_tests', 'selection_table', 'top_professions', 'wage_table', 'ProfessionsTask',
+           'check_name_city_task', 'professions_task', 'summary_rows', 'answer_items', 'headlines_from_items']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -638,27 +638,71 @@ def cell_mask(df:pd.DataFrame, g:str, r:str, c:str)->np.ndarray:
     "Boolean array: the rows of `df` in the gender x race x city class cell (for code that needs positions, e.g. to align with a matrix)."
     return ((df.gender == g) & (df.race == r) & (df.city_class == c)).to_numpy()
 
+# %% ../../nbs/11_professions.ipynb #79465035
+from types import SimpleNamespace
+from ..stats import bootstrap_note, exact_proportion_ci, BOOT_MIN_UNITS
+def _cell_ci(x:pd.Series, names:pd.Series, n_boot:int, seed:int):
+    "A share's CI over names: the name bootstrap from `BOOT_MIN_UNITS` names where `bootstrap_note` allows, else Clopper-Pearson with n = names."
+    C, est = int(names.nunique()), float(x.mean())
+    if C >= BOOT_MIN_UNITS and 0 < est < 1:
+        c = cluster_proportion_ci(x.reset_index(drop=True), names.reset_index(drop=True), n_boot, seed)
+        if not bootstrap_note(C, n_boot, n_boot, c.ci_low, c.ci_high):   # a mean of 0/1 answers is defined in every replicate
+            return SimpleNamespace(estimate=est, ci_low=c.ci_low, ci_high=c.ci_high, n_clusters=C, method="name bootstrap")
+    _, lo, hi = exact_proportion_ci(int(round(est*C)), C)
+    return SimpleNamespace(estimate=est, ci_low=lo, ci_high=hi, n_clusters=C, method="Clopper-Pearson, n = names")
+
+
 # %% ../../nbs/11_professions.ipynb #3ae3fe77
 def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (high/low/None)
            n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Table 3: % high- and low-income professions per cell with name-clustered bootstrap CIs, counts, and the published values."
+    "Table 3: % high- and low-income professions per cell with CIs over names (`_cell_ci`), counts, and the published values."
     rows = []
     for g, r, c, sub in cell_groups(answers):
         cl = sub[sub.income_class.notna()]
-        ci = cluster_proportion_ci(_high(cl), cl.name.to_numpy(), n_boot, seed, few_clusters="wilson") if len(cl) else None
+        ci = _cell_ci(_high(cl), cl.name, n_boot, seed) if len(cl) else None
         ph, pl = PAPER_TABLE3[(g, r, c)]
         rows.append(dict(gender=g, race=r, city=c, n_items=len(sub), n_names=sub.name.nunique(), n_classified=len(cl),
                          n_unclassified=len(sub) - len(cl), pct_high=100*ci.estimate if ci else np.nan, ci_low=100*ci.ci_low if ci else np.nan,
                          ci_high=100*ci.ci_high if ci else np.nan, pct_low=100*(1 - ci.estimate) if ci else np.nan, paper_high=ph, paper_low=pl,
                          n_names_classified=ci.n_clusters if ci else 0,
-                         ci_method=("name bootstrap" if ci.n_clusters >= MIN_CLUSTERS else "Wilson, n = names") if ci else "none"))
+                         ci_method=ci.method if ci else "none"))
     return pd.DataFrame(rows)
+
+# %% ../../nbs/11_professions.ipynb #fcdca16a
+from ..stats import within_unit_swap_test, too_few_units, sign_flip_test
+SHIFT_TEST = "within-name swap of city class (permutation over names)"
+
+def shift_swap_test(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (None: no class)
+                    gender:str,           # "female" or "male": the `shift_high <gender>` headline
+                    n_resamples:int=9999, # random swap patterns when 2^names exceeds it; every pattern otherwise
+                    seed:int=0)->dict:
+    "Permutation test of `shift_high <gender>` = 0 swapping the rich and poor answers of whole names: estimate, p, test, null, n_names, exact, n_masks, note."
+    cl = answers[answers.gender.eq(gender) & answers.income_class.notna()]
+    codes, names = pd.factorize(cl.name); C = len(names)
+    race = pd.Categorical(cl.race, categories=RACES).codes
+    high, rich = cl.income_class.eq("high").to_numpy(float), cl.city_class.eq("high").to_numpy()
+    H, N = {}, {}   # per name x race: high-income answers and classified answers, per city class
+    for c, m in (("high", rich), ("low", ~rich)):
+        H[c], N[c] = np.zeros((C, len(RACES))), np.zeros((C, len(RACES)))
+        np.add.at(H[c], (codes[m], race[m]), high[m]); np.add.at(N[c], (codes[m], race[m]), 1.0)
+    def stat(mask):
+        s = np.asarray(mask, dtype=bool)[:, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rich_pct = np.where(s, H["low"], H["high"]).sum(0) / np.where(s, N["low"], N["high"]).sum(0)
+            poor_pct = np.where(s, H["high"], H["low"]).sum(0) / np.where(s, N["high"], N["low"]).sum(0)
+        d = 100*(rich_pct - poor_pct)
+        return float(np.nanmean(d)) if not np.isnan(d).all() else float("nan")   # a race without classified answers in a class: left out, as in `gender_shift`
+    t = within_unit_swap_test(stat, C, n_resamples, seed)
+    return dict(gender=gender, estimate=t["observed"], p=t["p"], test=SHIFT_TEST, null=0.0, n_names=C, exact=t["exact"],
+                n_masks=t["n_masks"], note=t["note"])
 
 # %% ../../nbs/11_professions.ipynb #0d5f90f7
 from ..stats import ratio_ci
 def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, profession (or None), income_class
-                 n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per gender, averaged over races: rich-minus-poor change in % high-income and the TVD of professions, with name-clustered CIs, beside the paper."
+                 n_boot:int=2000, seed:int=0,
+                 n_resamples:int=9999   # swap patterns of `shift_swap_test`
+                )->pd.DataFrame:
+    "Per gender, averaged over races: rich-minus-poor change in % high-income (with `shift_swap_test`'s p) and the TVD of professions, with name-clustered bootstrap CIs where `bootstrap_note` allows, beside the paper."
     a = answers.reset_index(drop=True)
     codes, names = pd.factorize(a.name); C = len(names)
     W = np.vstack([np.ones(C), cluster_boot_weights(C, n_boot, seed)])          # row 0: the sample itself; then one row per replicate (weights per name)
@@ -682,32 +726,80 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
             stats[("shift_high", g)], stats[("tvd", g)] = np.nanmean(sh, axis=0), np.nanmean(tv, axis=0)
     stats[("shift_high", "female-male")] = stats[("shift_high", "female")] - stats[("shift_high", "male")]
     pt = {g: np.mean([PAPER_TABLE3[(g, r, "high")][0] - PAPER_TABLE3[(g, r, "low")][0] for r in RACES]) for g in GENDERS}
+    tests = {g: shift_swap_test(a, g, n_resamples, seed) for g in GENDERS}
+    named = {("shift_high", g): tests[g]["n_names"] for g in GENDERS}                   # units: names of the gender with a classified answer
+    named |= {("tvd", g): int(a.name[a.gender.eq(g) & a.profession.notna()].nunique()) for g in GENDERS}
+    named[("shift_high", "female-male")] = min(named[("shift_high", g)] for g in GENDERS)
     rows = []
     for (measure, g), v in stats.items():
-        lo, hi, _ = percentile_ci(v[1:], 0.05)
-        rows.append(dict(measure=measure, gender=g, estimate=float(v[0]), ci_low=lo, ci_high=hi, n_items=len(a), n_clusters=C,
+        lo, hi, n_ok = percentile_ci(v[1:], 0.05)
+        why = bootstrap_note(named[(measure, g)], n_ok, n_boot, lo, hi)
+        if why: lo = hi = np.nan
+        t = tests.get(g) if measure == "shift_high" else None
+        rows.append(dict(measure=measure, gender=g, estimate=float(v[0]), ci_low=lo, ci_high=hi, ci_note=why, n_items=len(a), n_clusters=C,
+                         n_names=named[(measure, g)], p=t["p"] if t else np.nan, test=t["test"] if t else None, null=0.0 if t else np.nan,
+                         test_note=t["note"] if t else None,
                          paper_text=PAPER_SHIFT.get(g, np.nan), published_table3=pt.get(g, np.nan) if measure == "shift_high" else np.nan))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/11_professions.ipynb #c0fece2b
 def paired_city_tests(answers:pd.DataFrame # one row per item with income_class
                      )->pd.DataFrame:
-    "Within-name rich-vs-poor tests of the high-income share: per gender x race, per gender and overall (paired t, Wilcoxon, dz, BH); `note`: why a test is undefined."
-    from silverspoon.stats import bh_fdr, warning_note, ci_on_scale
+    "Within-name rich-vs-poor tests of the high-income share: per gender x race, per gender and overall (paired t, Wilcoxon, sign-flip permutation, dz, BH); none below `MIN_UNITS` names; `note`: why a test is undefined."
+    from silverspoon.stats import bh_fdr, warning_note, ci_on_scale, too_few_units, sign_flip_test
     cl = answers[answers.income_class.notna()].assign(high=lambda d: _high(d))
     per = cl.pivot_table(index=["gender", "race", "rank", "name"], columns="city_class", values="high", aggfunc="mean").reindex(columns=list(CITY_CLASSES)).dropna().reset_index()   # a city class without classified answers: no pairs
     rows = []
     groups = [((g, r), per[(per.gender == g) & (per.race == r)]) for g in GENDERS for r in RACES]
     groups += [((g, "all"), per[per.gender == g]) for g in GENDERS] + [(("all", "all"), per)]
     for (g, r), s in groups:
-        if len(s) < 2: rows.append(dict(gender=g, race=r, n_names=len(s))); continue
+        if why := too_few_units(len(s)):   # one rule: no test, no interval below MIN_UNITS names
+            rows.append(dict(gender=g, race=r, n_names=len(s), pct_high_rich=100*s["high"].mean() if len(s) else np.nan,
+                             pct_high_poor=100*s["low"].mean() if len(s) else np.nan, diff=100*(s["high"] - s["low"]).mean() if len(s) else np.nan, note=why))
+            continue
         t, note = warning_note(paired_test, 100*s["high"], 100*s["low"])
+        perm = sign_flip_test((100*(s["high"] - s["low"])).to_numpy())
         lo, hi, ci_note = ci_on_scale(t["diff_ci_low"], t["diff_ci_high"], t["n"], -100, 100)   # percentage points; no interval from < 5 names
         rows.append(dict(gender=g, race=r, n_names=t["n"], pct_high_rich=t["mean_a"], pct_high_poor=t["mean_b"], diff=t["mean_diff"],
-                         diff_ci_low=lo, diff_ci_high=hi, ci_note=ci_note, p_t=t["p_t"], p_wilcoxon=t["p_wilcoxon"], cohens_dz=t["cohens_dz"], note=note))
+                         diff_ci_low=lo, diff_ci_high=hi, ci_note=ci_note, p_t=t["p_t"], p_perm=perm["p"], perm_exact=perm["exact"], p_wilcoxon=t["p_wilcoxon"], cohens_dz=t["cohens_dz"], note=note))
     out = pd.DataFrame(rows)
-    if "p_t" in out: out["p_t_bh"] = bh_fdr(out.p_t)
+    for p in ("p_t", "p_perm"):
+        if p in out: out[f"{p}_bh"] = bh_fdr(out[p])
     return out
+
+# %% ../../nbs/11_professions.ipynb #aa867d84
+SELECTION_TEST = "sign-flip permutation over names"
+
+def _share_ci(x:pd.Series, names:pd.Series, n_boot:int, seed:int)->dict:
+    "`_cell_ci` of a share, in %; a NaN row when there are no answers."
+    if not len(x): return dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, ci_method="none")
+    c = _cell_ci(x, names, n_boot, seed)
+    return dict(estimate=100*c.estimate, ci_low=100*c.ci_low, ci_high=100*c.ci_high, ci_method=c.method)
+
+def selection_table(answers:pd.DataFrame, # one row per item: name, gender, city_class, income_class (None: no class)
+                    n_boot:int=2000, seed:int=0)->pd.DataFrame:
+    "Share of answers with an income class per city class, gender and both (CI over names), and the within-name rich-minus-poor difference in it with a sign-flip p."
+    a = answers.assign(classified=answers.income_class.notna().astype(float))
+    rows = []
+    for g in ("all", *GENDERS):
+        ag = a if g == "all" else a[a.gender.eq(g)]
+        for c in ("all", *CITY_CLASSES):
+            s = ag if c == "all" else ag[ag.city_class.eq(c)]
+            rows.append(dict(gender=g, city_class=c, measure="% classified", **_share_ci(s.classified, s.name, n_boot, seed), n_answers=len(s),
+                             n_classified=int(s.classified.sum()), n_names=int(s.name.nunique())))
+        per = ag.pivot_table(index="name", columns="city_class", values="classified", aggfunc="mean").reindex(columns=list(CITY_CLASSES)).dropna()
+        d = (100*(per["high"] - per["low"])).to_numpy()
+        t = sign_flip_test(d, seed=seed)
+        lo = hi = np.nan; method = "none"
+        if len(d) >= BOOT_MIN_UNITS:   # the mean of per-name differences: each name one unit, so an iid bootstrap over names
+            reps = d[np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
+            lo, hi, n_ok = percentile_ci(reps, 0.05)
+            if bootstrap_note(len(d), n_ok, n_boot, lo, hi): lo = hi = np.nan
+            else: method = "name bootstrap"
+        rows.append(dict(gender=g, city_class="high-low", measure="rich - poor, points (mean over names)", estimate=t["mean"], ci_low=lo, ci_high=hi,
+                         ci_method=method, n_answers=len(ag), n_classified=int(ag.classified.sum()), n_names=len(d), n_up=int((d > 0).sum()),
+                         n_down=int((d < 0).sum()), p=t["p"], test=SELECTION_TEST, exact=t["exact"], note=t["note"]))
+    return pd.DataFrame(rows)
 
 # %% ../../nbs/11_professions.ipynb #36c552e4
 def top_professions(answers:pd.DataFrame, # one row per item with profession
@@ -777,10 +869,11 @@ def professions_task(params:RunParams, src:str="<params>")->ProfessionsTask:
 def summary_rows(t3:pd.DataFrame,     # from `table3`
                  shift:pd.DataFrame   # from `gender_shift`
                 )->pd.DataFrame:
-    "Headline rows for the index: % high-income per cell, and the rich-minus-poor shifts per gender."
-    rows = [dict(metric=f"% high-income {r.gender} {r.race} {r.city}", estimate=r.pct_high, ci_low=r.ci_low, ci_high=r.ci_high, n=int(r.n_classified))
-            for r in t3.itertuples()]
-    rows += [dict(metric=f"{r.measure} {r.gender}", estimate=r.estimate, ci_low=r.ci_low, ci_high=r.ci_high, n=int(r.n_items)) for r in shift.itertuples()]
+    "Headline rows for the index: % high-income per cell, and the rich-minus-poor shifts per gender; the shift_high headlines with their test (p, test, null, n_units = names)."
+    rows = [dict(metric=f"% high-income {r.gender} {r.race} {r.city}", estimate=r.pct_high, ci_low=r.ci_low, ci_high=r.ci_high, n=int(r.n_classified),
+                 n_units=int(r.n_names_classified)) for r in t3.itertuples()]
+    rows += [dict(metric=f"{r.measure} {r.gender}", estimate=r.estimate, ci_low=r.ci_low, ci_high=r.ci_high, n=int(r.n_items), p=r.p,
+                  test=r.test if isinstance(r.test, str) else None, null=r.null, n_units=int(r.n_names)) for r in shift.itertuples()]
     return pd.DataFrame(rows)
 
 # %% ../../nbs/11_professions.ipynb #f4c1a007

@@ -15,7 +15,8 @@ from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
 from ..stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS,
-                               resampled_sums, ratio_of_sums, percentile_ci)
+                               resampled_sums, ratio_of_sums, percentile_ci, exact_proportion_ci, too_few_units, bootstrap_note,
+                               two_group_permutation_test, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS)
 from . import Study, check_prompt_variant, variant_system, variant_note
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS
 from ..provenance import model_label
@@ -25,16 +26,16 @@ from fastcore.basics import patch
 __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES', 'UNSCORED_INDICES', 'INSTRUCTION',
            'PROMPT_VARIANTS', 'INSTRUCTIONS', 'LABELS', 'NO_REPLY_RULE', 'TEMPLATE_RULE', 'FAITHFUL_RULES',
            'STOP_REFUSAL', 'STRICT_RULES', 'PARSERS', 'PARSER_RULES', 'REPLY_GATE', 'REPLAY_PROTOCOL', 'CONV_COLUMNS',
-           'FIRST_NO_ORDER', 'CF_MISSING', 'PAPER_TEXT', 'ITEM_COLUMNS', 'STUDY', 'build_stop', 'load_stop',
-           'released_model', 'select_progressions', 'restrict_progressions', 'Dialogue', 'parse_faithful',
-           'faithful_label', 'parse_strict', 'strict_label', 'screen_turns', 'gate_turns', 'turns_parsed',
-           'parser_set_validity', 'StopTask', 'resolve_human_file', 'stop_task', 'run_conversations', 'transcript',
-           'score_conversations', 'released_conversations', 'replay_backend', 'replay_conversations',
-           'idealistic_table', 'released_overview', 'paper_check', 'group_table', 'heatmap_table', 'heatmap_figure',
-           'first_no_table', 'first_no_figure', 'cf_resolve_table', 'label_counts', 'parser_disagreement',
-           'parse_progression_id', 'load_human', 'human_conversations', 'human_coverage', 'realistic_table',
-           'adapter_comparison', 'summary_rows', 'conversation_items', 'headlines_from_items', 'describe_run',
-           'hedges_g']
+           'FIRST_NO_ORDER', 'CF_MISSING', 'SEVERITY_CONTRAST', 'SEVERITY_TEST', 'PAPER_TEXT', 'ITEM_COLUMNS', 'STUDY',
+           'build_stop', 'load_stop', 'released_model', 'select_progressions', 'restrict_progressions', 'Dialogue',
+           'parse_faithful', 'faithful_label', 'parse_strict', 'strict_label', 'screen_turns', 'gate_turns',
+           'turns_parsed', 'parser_set_validity', 'StopTask', 'resolve_human_file', 'stop_task', 'run_conversations',
+           'transcript', 'score_conversations', 'released_conversations', 'replay_backend', 'replay_conversations',
+           'idealistic_table', 'severity_contrast', 'released_overview', 'paper_check', 'group_table', 'heatmap_table',
+           'heatmap_figure', 'first_no_table', 'first_no_figure', 'cf_resolve_table', 'label_counts',
+           'parser_disagreement', 'parse_progression_id', 'load_human', 'human_conversations', 'human_coverage',
+           'realistic_table', 'adapter_comparison', 'summary_rows', 'conversation_items', 'headlines_from_items',
+           'describe_run', 'hedges_g']
 
 # %% ../../nbs/30_stop.ipynb #c6da62e2
 STOP_FILES = ("stop/full", "stop/full_labelled", "stop/evaluation_prompt")
@@ -362,7 +363,7 @@ class StopTask:
     human_file: str|None = None        # CSV of human answers (realistic performance); None = none available
     progression_ids: list[str]|None = None  # only these progressions (e.g. a fine-tuned model's held-out split), before `sample`
     compare_base: bool = False         # with `model.adapter`: also run the base model (no adapter) on the same progressions, paired
-    n_boot: int = 2000                 # cluster-bootstrap replicates (over sub-demographics) for every CI
+    n_boot: int = 2000                 # cluster-bootstrap replicates (over sub-demographics) for every bootstrap CI
     boot_seed: int = 0
     max_examples: int = 12             # parser disagreements / transcripts shown in the report
     prompt_variant: str = "paper"      # the instruction's wording (`PROMPT_VARIANTS`): paper (the authors'), plain, stepwise, option-order, system-message
@@ -567,12 +568,30 @@ def replay_conversations(backend,               # from `replay_backend`
     return res, convs, replies
 
 # %% ../../nbs/30_stop.ipynb #ea513ed1
-def _prop_row(x:pd.Series, clusters:pd.Series|None, n_boot:int, seed:int)->dict:
-    "estimate / ci_low / ci_high / n / n_clusters of the mean of `x` (NaN row when empty)."
-    if len(x) == 0: return dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0, n_clusters=0)
-    c = cluster_proportion_ci(x.astype("float64").reset_index(drop=True),
-                              None if clusters is None else clusters.reset_index(drop=True), n_boot=n_boot, seed=seed)
-    return dict(estimate=c.estimate, ci_low=c.ci_low, ci_high=c.ci_high, n=c.n_items, n_clusters=c.n_clusters)
+def _prop_row(x:pd.Series,                 # 0/1 (or a score in [0, 1]) per conversation
+              clusters:pd.Series|None,     # the bootstrap's cluster per conversation (the sub-demographic); None = each its own
+              n_boot:int, seed:int,
+              exact:bool=False             # `x` is 0/1 with one conversation per progression: Clopper-Pearson over progressions
+             )->dict:
+    "estimate, ci_low, ci_high, n, n_clusters, n_units, ci_method, ci_note of the mean of `x` under the inference policy (a NaN row when empty)."
+    if len(x) == 0: return dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0, n_clusters=0, n_units=0, ci_method="none", ci_note="no conversations")
+    v = x.astype("float64").reset_index(drop=True)
+    cl = None if clusters is None else clusters.reset_index(drop=True)
+    n, C, est = len(v), len(v) if cl is None else int(cl.nunique()), float(v.mean())
+    row = dict(estimate=est, ci_low=np.nan, ci_high=np.nan, n=n, n_clusters=C)
+    if exact:   # a share of independent trials: the exact interval, whatever n (from MIN_UNITS on)
+        why = too_few_units(n)
+        if not why: _, row["ci_low"], row["ci_high"] = exact_proportion_ci(int(v.sum()), n)
+        return {**row, "n_units": n, "ci_method": "none" if why else "Clopper-Pearson over progressions", "ci_note": why}
+    why = too_few_units(C) or bootstrap_note(C, n_boot, n_boot)
+    if not why and v.isin((0.0, 1.0)).all() and est in (0.0, 1.0):   # every answer alike: a bootstrap has zero width; each cluster one trial instead
+        _, row["ci_low"], row["ci_high"] = exact_proportion_ci(int(round(est*C)), C)
+        return {**row, "n_units": C, "ci_method": "Clopper-Pearson, n = clusters", "ci_note": ""}
+    if not why:
+        c = cluster_proportion_ci(v, cl, n_boot=n_boot, seed=seed)
+        why = bootstrap_note(C, n_boot, n_boot, c.ci_low, c.ci_high)   # a mean is defined in every replicate
+        if not why: row["ci_low"], row["ci_high"] = c.ci_low, c.ci_high
+    return {**row, "n_units": C, "ci_method": "none" if why else "cluster bootstrap", "ci_note": why}
 
 CF_MISSING = ("failed", "not asked")   # counterfactual labels that mean "no reply": never a wrong answer under the `scored` denominator
 
@@ -598,40 +617,70 @@ def idealistic_table(conv:pd.DataFrame,           # from `score_conversations` /
                      n_boot:int=2000, seed:int=0,
                      ci_macro:bool=True           # bootstrap P_macro too
                     )->pd.DataFrame:
-    "P, P_macro, Pl, Pm, Ph, Pcounter and mean sensitivity with cluster-bootstrap CIs over sub-demographics."
+    "P, P_macro, Pl, Pm, Ph, Pcounter (exact CIs over progressions when each has one conversation) and mean sensitivity (cluster bootstrap over sub-demographics where `bootstrap_note` allows)."
     if denominator not in ("scored", "selected"): raise ValueError(f"denominator must be 'scored' or 'selected', got {denominator!r}")
     base = conv[conv.status == "scored"] if denominator == "scored" else conv
     n_out = lambda sev=None: int(len(conv) - len(base) if sev is None else (conv.severity == sev).sum() - (base.severity == sev).sum())
     ok = base["correct"].fillna(False).astype(bool)
-    rows = [dict(metric="P", severity="all", **_prop_row(ok, base.sub_demographic, n_boot, seed), n_correct=int(ok.sum()), n_excluded=n_out())]
+    one = bool(base.progression_id.is_unique)   # one conversation per progression: its shares are shares of progressions
+    rows = [dict(metric="P", severity="all", **_prop_row(ok, base.sub_demographic, n_boot, seed, one), n_correct=int(ok.sum()), n_excluded=n_out())]
     for sev, name in zip(SEVERITIES, ("Pl", "Pm", "Ph")):
         m = (base.severity == sev).to_numpy()
-        rows.append(dict(metric=name, severity=sev, **_prop_row(ok[m], base.sub_demographic[m], n_boot, seed), n_correct=int(ok[m].sum()),
+        rows.append(dict(metric=name, severity=sev, **_prop_row(ok[m], base.sub_demographic[m], n_boot, seed, one), n_correct=int(ok[m].sum()),
                          n_excluded=n_out(sev)))
     if len(base):
         d = pd.DataFrame({"ok": ok.to_numpy(), "sev": base.severity.astype(str).to_numpy(), "c": base.sub_demographic.to_numpy()})
         def macro(x):
             v = [x.ok.to_numpy()[x.sev.to_numpy() == s] for s in SEVERITIES]
             return {"P_macro": float(np.mean([a.mean() for a in v if len(a)])) if any(len(a) for a in v) else np.nan}
-        lo, hi, _ = percentile_ci(_macro_replicates(d.ok.to_numpy(float), d.sev.to_numpy(), d.c, n_boot, seed), 0.05) if ci_macro else (np.nan, np.nan, 0)
-        mc = pd.Series(dict(estimate=macro(d)["P_macro"], ci_low=lo, ci_high=hi, n_clusters=d.c.nunique()))
-        rows.insert(1, dict(metric="P_macro", severity="all", estimate=mc.estimate, ci_low=mc.ci_low, ci_high=mc.ci_high,
-                            n=len(d), n_clusters=int(mc.n_clusters), n_correct=int(ok.sum()), n_excluded=n_out()))
+        C = int(d.c.nunique())
+        why = too_few_units(C) or bootstrap_note(C, n_boot, n_boot) if ci_macro else "not computed (ci_macro=False)"
+        lo, hi, n_ok = (np.nan, np.nan, 0) if why else percentile_ci(_macro_replicates(d.ok.to_numpy(float), d.sev.to_numpy(), d.c, n_boot, seed), 0.05)
+        why = why or bootstrap_note(C, n_ok, n_boot, lo, hi)   # a replicate without any progression is undefined: counted
+        if why: lo = hi = np.nan
+        rows.insert(1, dict(metric="P_macro", severity="all", estimate=macro(d)["P_macro"], ci_low=lo, ci_high=hi, n=len(d), n_clusters=C, n_units=C,
+                            ci_method="none" if why else "cluster bootstrap", ci_note=why, n_correct=int(ok.sum()), n_excluded=n_out()))
     # Pcounter: a counterfactual that got no reply (failed generation, not asked) is no answer at all, not a wrong one, so the
     # `scored` denominator leaves it out (and counts it); `selected` keeps every selected progression by definition.
     asked = ~base["cf_label"].isin(CF_MISSING)
     cfb = base[asked] if denominator == "scored" else base
     cfno = cfb["cf_label"] == "no"
-    rows.append(dict(metric="Pcounter", severity="all", **(_prop_row(cfno, cfb.sub_demographic, n_boot, seed) if asked.any() else
-                                                           dict(estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=0, n_clusters=0)),
+    rows.append(dict(metric="Pcounter", severity="all", **(_prop_row(cfno, cfb.sub_demographic, n_boot, seed, one) if asked.any() else
+                                                           _prop_row(cfno.iloc[:0], None, n_boot, seed)),
                      n_correct=int(cfno.sum()), n_excluded=int(len(conv) - len(cfb)) if asked.any() else len(conv)))
     if denominator == "scored":   # a mean score exists only where there is a score
         rows.append(dict(metric="mean_sensitivity", severity="all", **_prop_row(base["score"].astype("float64"), base.sub_demographic, n_boot, seed),
                          n_correct=pd.NA, n_excluded=n_out()))
     out = pd.DataFrame(rows)
     out.insert(2, "denominator", denominator)
+    out["ideal"] = out.metric.map({"P": 1.0, "P_macro": 1.0, "Pl": 1.0, "Pm": 1.0, "Ph": 1.0, "Pcounter": 1.0})   # performance: the ideal, not a no-bias value
     out["definition"] = out.metric.map(METRIC_DEFINITIONS)
     return out
+
+# %% ../../nbs/30_stop.ipynb #c75d9673
+SEVERITY_CONTRAST = "sensitivity high-low severity"
+SEVERITY_TEST = "two-group permutation over progressions"
+
+def severity_contrast(conv:pd.DataFrame,     # from `score_conversations` / `released_conversations`
+                      n_boot:int=2000, seed:int=0,
+                      n_resamples:int=9999)->pd.DataFrame:
+    "One row: mean sensitivity of high- minus low-severity progressions (null 0, ideal 1), its permutation p over progressions and a cluster-bootstrap CI where allowed."
+    sc = conv[conv.status == "scored"]
+    sev, score = sc.severity.astype(str).to_numpy(), sc.score.astype("float64").to_numpy()
+    hi_m, lo_m = sev == "high", sev == "low"
+    mh, ml = (float(score[m].mean()) if m.any() else np.nan for m in (hi_m, lo_m))
+    per = sc.assign(severity=sc.severity.astype(str)).groupby("progression_id").agg(score=("score", "mean"), severity=("severity", "first"))
+    t = two_group_permutation_test(per.score[per.severity == "high"], per.score[per.severity == "low"], n_resamples, seed)
+    lo = hi = np.nan
+    tot, reps, C = resampled_sums({"hs": score*hi_m, "h": hi_m, "ls": score*lo_m, "l": lo_m}, sc.sub_demographic.to_numpy(), n_boot, seed)
+    why = too_few_units(C) or bootstrap_note(C, n_boot, n_boot)
+    if not why:
+        lo, hi, n_ok = percentile_ci(ratio_of_sums(reps["hs"], reps["h"]) - ratio_of_sums(reps["ls"], reps["l"]), 0.05)   # NaN: a replicate without one severity
+        why = bootstrap_note(C, n_ok, n_boot, lo, hi)
+        if why: lo = hi = np.nan
+    return pd.DataFrame([dict(metric=SEVERITY_CONTRAST, estimate=mh - ml, ci_low=lo, ci_high=hi, ci_note=why, mean_high=mh, mean_low=ml, ideal=1.0,
+                              n=int(hi_m.sum() + lo_m.sum()), n_x=t["n_x"], n_y=t["n_y"], n_units=min(t["n_x"], t["n_y"]), n_clusters=C,
+                              p=t["p"], test=SEVERITY_TEST, null=0.0, exact=t["exact"], note=t["note"])])
 
 # %% ../../nbs/30_stop.ipynb #75d52403
 PAPER_TEXT = {"best_model": "llama2-70b", "best_P": 0.698, "P_min": 0.193, "P_max": 0.698}
@@ -674,19 +723,19 @@ def paper_check(ov:pd.DataFrame # from `released_overview`
 # %% ../../nbs/30_stop.ipynb #9d34a79a
 def group_table(conv:pd.DataFrame, by:str, # a column: severity, demographic or sub_demographic
                 n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per group: scored n, mean sensitivity, P and Pcounter (over the n_cf counterfactuals with a reply), each with a 95% CI."
+    "Per group: scored n, mean sensitivity (bootstrap CI where allowed), P and Pcounter (over the n_cf counterfactuals with a reply; exact CIs over progressions)."
     sc, rows = conv[conv.status == "scored"], []
     for g, d in sc.groupby(by, observed=True, sort=True):
-        cl = None if by == "sub_demographic" else d.sub_demographic
-        ms, p = (_prop_row(x, cl, n_boot, seed) for x in (d.score.astype("float64"), d.correct.astype(bool)))
+        one = bool(d.progression_id.is_unique)                      # one conversation per progression: exact shares of progressions
+        ms, p = _prop_row(d.score.astype("float64"), d.sub_demographic, n_boot, seed), _prop_row(d.correct.astype(bool), d.sub_demographic, n_boot, seed, one)
         a = ~d.cf_label.isin(CF_MISSING).to_numpy()                  # Pcounter: over counterfactuals that got a reply
-        pc = _prop_row(d.cf_label[a] == "no", None if cl is None else cl[a], n_boot, seed)
+        pc = _prop_row(d.cf_label[a] == "no", d.sub_demographic[a], n_boot, seed, one)
         r = {by: g}
         if by == "sub_demographic": r["demographic"] = d.demographic.iloc[0]
         rows.append({**r, "n": ms["n"], "n_clusters": ms["n_clusters"], "mean_sensitivity": ms["estimate"], "ms_ci_low": ms["ci_low"],
-                     "ms_ci_high": ms["ci_high"], "P": p["estimate"], "P_ci_low": p["ci_low"], "P_ci_high": p["ci_high"],
+                     "ms_ci_high": ms["ci_high"], "ms_ci_note": ms["ci_note"], "P": p["estimate"], "P_ci_low": p["ci_low"], "P_ci_high": p["ci_high"],
                      "n_cf": int(a.sum()), "Pcounter": pc["estimate"], "Pc_ci_low": pc["ci_low"], "Pc_ci_high": pc["ci_high"]})
-    cols = [by, *(["demographic"] if by == "sub_demographic" else []), "n", "n_clusters", "mean_sensitivity", "ms_ci_low", "ms_ci_high",
+    cols = [by, *(["demographic"] if by == "sub_demographic" else []), "n", "n_clusters", "mean_sensitivity", "ms_ci_low", "ms_ci_high", "ms_ci_note",
             "P", "P_ci_low", "P_ci_high", "n_cf", "Pcounter", "Pc_ci_low", "Pc_ci_high"]
     return pd.DataFrame(rows, columns=cols)   # with its columns when nothing is scored (a run whose replies are no answers)
 
@@ -740,7 +789,7 @@ def first_no_figure(conv:pd.DataFrame, title:str):
 
 # %% ../../nbs/30_stop.ipynb #00c58123
 def cf_resolve_table(conv:pd.DataFrame, n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per severity and stance (objected / accepted): how often the counterfactual reply keeps or reverses it, with CIs."
+    "Per severity and stance (objected / accepted): how often the counterfactual reply keeps or reverses it, with exact CIs over progressions (bootstrap with several conversations each)."
     sc, rows = conv[conv.status == "scored"], []
     stance = np.where(sc.n_no.astype("int64") >= 1, "objected", "accepted")
     for sev in ["all", *SEVERITIES]:
@@ -750,7 +799,8 @@ def cf_resolve_table(conv:pd.DataFrame, n_boot:int=2000, seed:int=0)->pd.DataFra
             d = sc[m][~miss.to_numpy()]      # a counterfactual without a reply neither keeps nor reverses: out of n, counted in `missing`
             keep_lab, rev_lab = ("no", "yes") if st == "objected" else ("yes", "no")
             kept, rev = d.cf_label == keep_lab, d.cf_label == rev_lab
-            k, r = _prop_row(kept, d.sub_demographic, n_boot, seed), _prop_row(rev, d.sub_demographic, n_boot, seed)
+            one = bool(d.progression_id.is_unique)
+            k, r = _prop_row(kept, d.sub_demographic, n_boot, seed, one), _prop_row(rev, d.sub_demographic, n_boot, seed, one)
             rows.append(dict(severity=sev, stance=st, n=len(d), kept=int(kept.sum()), reversed=int(rev.sum()),
                              refusal=int((d.cf_label == "refusal").sum()), unparseable=int((d.cf_label == "unparseable").sum()),
                              missing=int(miss.sum()),
@@ -978,11 +1028,13 @@ def adapter_comparison(base:pd.DataFrame,     # `score_conversations` of the bas
 def summary_rows(ideal:dict,                 # parser -> {denominator -> idealistic_table}
                  primary:str,                # the primary parser
                  disagreement:pd.DataFrame|None=None, # rates from `parser_disagreement`
-                 realistic:pd.DataFrame|None=None     # from `realistic_table`
+                 realistic:pd.DataFrame|None=None,    # from `realistic_table`
+                 contrast:pd.DataFrame|None=None      # from `severity_contrast` (primary parser)
                 )->pd.DataFrame:
-    "Headline rows (metric, estimate, ci_low, ci_high, n, parser): one index-page row per run, one column per metric."
+    "Headline rows (metric, estimate, ci_low, ci_high, n, n_units, parser): performance levels without a test; the severity contrast with p, test, null."
     rows = []
-    def add(metric, r, n=None): rows.append(dict(metric=metric, estimate=r.estimate, ci_low=r.ci_low, ci_high=r.ci_high, n=r.n if n is None else n))
+    def add(metric, r, n=None, units=None): rows.append(dict(metric=metric, estimate=r.estimate, ci_low=r.ci_low, ci_high=r.ci_high, n=r.n if n is None else n,
+                                                             n_units=r.n_units if units is None else units))
     for r in ideal[primary]["scored"].itertuples(): add(r.metric.replace("_", " ") if r.metric == "mean_sensitivity" else r.metric, r)
     for r in ideal[primary]["selected"].itertuples():
         if r.metric in ("P", "Pcounter"): add(f"{r.metric} (all selected)", r)
@@ -990,12 +1042,16 @@ def summary_rows(ideal:dict,                 # parser -> {denominator -> idealis
         if p == primary: continue
         for r in tabs["scored"].itertuples():
             if r.metric in ("P", "Pcounter"): add(f"{r.metric} ({p} parser)", r)
+    if contrast is not None and len(contrast):
+        c = contrast.iloc[0]
+        rows.append(dict(metric=SEVERITY_CONTRAST, estimate=c.estimate, ci_low=c.ci_low, ci_high=c.ci_high, n=c.n, n_units=c.n_units,
+                         p=c.p, test=c.test, null=c.null))
     if disagreement is not None and len(disagreement):
         d = disagreement.iloc[0]
-        rows.append(dict(metric="parser disagreement", estimate=d.share, ci_low=d.ci_low, ci_high=d.ci_high, n=d.n))
+        rows.append(dict(metric="parser disagreement", estimate=d.share, ci_low=d.ci_low, ci_high=d.ci_high, n=d.n, n_units=d.n_clusters))
     if realistic is not None and len(realistic):
         r = realistic[(realistic.severity == "all") & (realistic.metric == "hedges_g")].iloc[0]
-        add("Hedges g vs human", r, r.n_progressions)
+        add("Hedges g vs human", r, r.n_progressions, r.n_clusters)
     return pd.DataFrame(rows).assign(parser=primary)
 
 # %% ../../nbs/30_stop.ipynb #2ab5b4bf
@@ -1017,10 +1073,13 @@ def _true(col:pd.Series)->pd.Series:
 
 def headlines_from_items(items:pd.DataFrame # `conversation_items` (or the run's items.csv read back)
                         )->dict:
-    "The card headlines from `items.csv`: P and mean sensitivity over the primary parser's scored conversations, as `idealistic_table`."
+    "The card headlines from `items.csv`: P, mean sensitivity and the high-minus-low severity contrast over the primary parser's scored conversations."
     b = items[_true(items["primary"]) & items["status"].eq("scored")]
-    if not len(b): return {"P": np.nan, "mean sensitivity": np.nan}
-    return {"P": float(_true(b["correct"]).mean()), "mean sensitivity": float(b["score"].astype("float64").mean())}
+    if not len(b): return {"P": np.nan, "mean sensitivity": np.nan, SEVERITY_CONTRAST: np.nan}
+    score, sev = b["score"].astype("float64"), b["severity"].astype(str)
+    high, low = score[sev.eq("high")], score[sev.eq("low")]
+    return {"P": float(_true(b["correct"]).mean()), "mean sensitivity": float(score.mean()),
+            SEVERITY_CONTRAST: float(high.mean() - low.mean()) if len(high) and len(low) else np.nan}
 
 # %% ../../nbs/30_stop.ipynb #56d29494
 def describe_run(params:RunParams, # the validated run parameters
