@@ -84,8 +84,6 @@ HEADLINES = [
              where=(("parser", "faithful"),), instrument=("faithful parser",), positive="flags high-severity progressions more"),
     Headline("stop", "P", "share of progressions the model flags before the end (STOP's P; ideal 1)", no_bias=1.0, where=(("parser", "faithful"),),
              instrument=("faithful parser",), kind="performance"),
-    Headline("stop", "mean sensitivity", "mean share of offensive steps flagged (ideal 1)", no_bias=1.0, where=(("parser", "faithful"),),
-             instrument=("faithful parser",), kind="performance"),
     Headline("downstream", "answer rate change, BBQ (adapter - base)", "BBQ answer rate, fine-tuned minus base",
              instrument=("choice parser",), positive="answers more after fine-tuning"),
 ]
@@ -656,7 +654,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             f"p, adjusted with every other test of this card (one Benjamini-Hochberg family: {html.escape(family)}): <b>evidence</b> "
             "(its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no evidence, but this n "
             "could not detect it) or <b>no estimate</b> (too few units, no test, or the metric absent from the run); 'no verdict' where the "
-            "run's replies were not answers. A <b>performance level</b> (STOP's P and mean sensitivity) is shown against its ideal, never "
+            "run's replies were not answers. A <b>performance level</b> (STOP's P) is shown against its ideal, never "
             "as a bias verdict. MDE: the smallest true effect a 5% test detects with 80% power at this run's units, from the estimator "
             "(its SE per unit, or the exact McNemar test), with whether that n detects the paper's effect. Instruments: every parser, "
             "router or classifier behind the number, its agreement with its reference and where that was measured. Released models: the "

@@ -862,7 +862,7 @@ def bootstrap_note(n_units:int,          # units the bootstrap resampled
 # %% ../nbs/04_stats.ipynb #4a98c76e
 import re
 P_VALUE = re.compile(r"^(?:p|pvalue(?:_\w+)?|p_(?!agentic|min$|max$|median$|q\d)\w+)$")   # p-value columns: p, pvalue, pvalue_wald, p_t, p_welch ... (not p_agentic, p_q05)
-UNIT_COLUMNS = (("n_clusters",), ("n_pairs",), ("n_names",), ("n_units",), ("n_m", "n_f"), ("n_a", "n_b"), ("n_x", "n_y"))   # a table's independent units, first found
+UNIT_COLUMNS = (("n_units",), ("n_clusters",), ("n_pairs",), ("n_names",), ("n_m", "n_f"), ("n_a", "n_b"), ("n_x", "n_y"))   # a table's independent units, first found (`n_units`: declared by the study)
 
 def p_value_columns(df:pd.DataFrame)->list[str]:
     "The p-value columns of `df` (`P_VALUE`), not their adjusted partners (`*_bh`, `*_adj`)."
