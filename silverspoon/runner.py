@@ -646,6 +646,8 @@ def build_index(reports_dir:str|Path|None=None)->Path:
             for c in metrics: wide[c] = wide[c].str.replace(r"^(\S+) (\[.*)$", r"\1<br><small>\2</small>", regex=True)
         parts.append("<details><summary>every metric of every run (wide table)</summary><div class='scroll'>"
                      + wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3g}", border=0, escape=wide is df) + "</div></details>")
+    from silverspoon.report import policy_page
+    policy_page(reports_dir)   # the page every report, card and this index link
     out = reports_dir/"index.html"
     out.write_text(_page("silverspoon reports", "".join(parts)), encoding="utf-8")
     return out
