@@ -774,6 +774,13 @@ def exact_proportion_ci(k:int,              # successes
     "(p, lo, hi): the Clopper-Pearson exact interval (statsmodels `proportion_confint(method='beta')`); all NaN when n = 0."
     return proportion_ci(k, n, method="beta", alpha=alpha)
 
+# %% ../nbs/04_stats.ipynb #06c25e89
+def _swap_masks(C:int, n_resamples:int, seed:int)->tuple[np.ndarray, bool]:
+    "(masks, exact): every 0/1 pattern over C units when 2^C <= n_resamples, else n_resamples seeded random patterns."
+    if C <= 20 and 2**C <= n_resamples:
+        return ((np.arange(2**C)[:, None] >> np.arange(C)) & 1).astype(bool), True
+    return np.random.default_rng(seed).integers(0, 2, size=(n_resamples, C)).astype(bool), False
+
 # %% ../nbs/04_stats.ipynb #852cc4f1
 def sign_flip_test(d,                       # one difference per unit (condition a - condition b), no NaN
                    n_resamples:int=9999,    # random sign patterns when 2^n exceeds it; exact enumeration otherwise
@@ -781,24 +788,17 @@ def sign_flip_test(d,                       # one difference per unit (condition
                    min_units:int=MIN_UNITS
                   )->dict:
     "Two-sided paired permutation test of mean(d) = 0 by flipping signs within units: n, mean, p, exact, note ('too few units' -> p NaN)."
-    from scipy import stats
     v = np.asarray(d, dtype=float).ravel()
     if np.isnan(v).any(): raise ValueError(f"`d` has {int(np.isnan(v).sum())} NaN difference(s); drop (and count) those units first.")
     n, why = len(v), too_few_units(len(v), min_units)
     out = dict(n=n, mean=float(v.mean()) if n else float("nan"), p=float("nan"), exact=False, test="sign-flip permutation", note=why)
     if why: return out
     if not np.any(v): return {**out, "p": 1.0, "exact": True}
-    r = stats.permutation_test((v,), np.mean, permutation_type="samples", n_resamples=n_resamples,
-                               alternative="two-sided", random_state=np.random.default_rng(seed))
-    return {**out, "p": float(min(1.0, r.pvalue)), "exact": bool(2**n <= n_resamples)}
+    masks, exact = _swap_masks(n, n_resamples, seed)
+    t = np.abs(np.where(masks, -v, v).mean(axis=1)); hits = int((t >= abs(v.mean()) - 1e-12).sum())
+    return {**out, "p": hits / len(masks) if exact else (1 + hits) / (1 + len(masks)), "exact": exact}
 
 # %% ../nbs/04_stats.ipynb #eb301309
-def _swap_masks(C:int, n_resamples:int, seed:int)->tuple[np.ndarray, bool]:
-    "(masks, exact): every 0/1 pattern over C units when 2^C <= n_resamples, else n_resamples seeded random patterns."
-    if C <= 20 and 2**C <= n_resamples:
-        return ((np.arange(2**C)[:, None] >> np.arange(C)) & 1).astype(bool), True
-    return np.random.default_rng(seed).integers(0, 2, size=(n_resamples, C)).astype(bool), False
-
 def within_unit_swap_test(stat,                    # mask (bool per unit, True = the unit's two conditions swapped) -> number or {name: number}
                           n_units:int,             # units (the mask's length)
                           n_resamples:int=9999,    # random masks when 2^n_units exceeds it; every mask otherwise
@@ -835,17 +835,25 @@ def two_group_permutation_test(x,                     # one score per unit of gr
                                min_units:int=MIN_UNITS
                               )->dict:
     "Two-sided permutation test of mean(x) - mean(y) = 0: n_x, n_y, diff, p, exact, note ('too few units' in either group -> p NaN)."
-    from scipy import stats
+    from itertools import combinations
     from math import comb
     a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     why = too_few_units([len(a), len(b)], min_units)
     out = dict(n_x=len(a), n_y=len(b), diff=float(a.mean() - b.mean()) if len(a) and len(b) else float("nan"),
                p=float("nan"), exact=False, test="two-group permutation", note=why)
     if why: return out
-    if np.ptp(np.concatenate([a, b])) == 0: return {**out, "p": 1.0, "exact": True}
-    r = stats.permutation_test((a, b), lambda u, v: np.mean(u) - np.mean(v), permutation_type="independent", vectorized=False,
-                               n_resamples=n_resamples, alternative="two-sided", random_state=np.random.default_rng(seed))
-    return {**out, "p": float(min(1.0, r.pvalue)), "exact": bool(comb(len(a) + len(b), len(a)) <= n_resamples)}
+    pooled, k = np.concatenate([a, b]), len(a)
+    if np.ptp(pooled) == 0: return {**out, "p": 1.0, "exact": True}
+    exact = comb(len(pooled), k) <= n_resamples
+    if exact:
+        inx = np.zeros((comb(len(pooled), k), len(pooled)), dtype=bool)
+        for r, idx in enumerate(combinations(range(len(pooled)), k)): inx[r, list(idx)] = True
+    else:
+        order = np.random.default_rng(seed).permuted(np.tile(np.arange(len(pooled)), (n_resamples, 1)), axis=1)
+        inx = np.zeros((n_resamples, len(pooled)), dtype=bool); np.put_along_axis(inx, order[:, :k], True, axis=1)
+    diffs = np.abs((inx * pooled).sum(1) / k - (~inx * pooled).sum(1) / (len(pooled) - k))
+    hits = int((diffs >= abs(out["diff"]) - 1e-12).sum())
+    return {**out, "p": hits / len(inx) if exact else (1 + hits) / (1 + len(inx)), "exact": exact}
 
 # %% ../nbs/04_stats.ipynb #5ab54bfc
 def bootstrap_note(n_units:int,          # units the bootstrap resampled
