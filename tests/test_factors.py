@@ -43,7 +43,7 @@ def test_model_file_factors_read_back(root):
     assert f["quantization"] == ["none", "8bit", "4bit"] and f["prompt_variant"] == "all" and f["n"]["normative"] == 30
 
 
-ALLOWED = {"run", "description", "sample.n", "model.quantization", "task.prompt_variant"}   # the binding naming rule: nothing else differs
+ALLOWED = {"run", "description", "sample.n", "sample.within", "model.quantization", "task.prompt_variant"}   # the binding naming rule: nothing else differs (sample.within: drawn inside the headline run's items)
 
 def flat(d:dict, prefix:str="")->dict:
     "A nested mapping as dotted keys."
