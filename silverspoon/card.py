@@ -1161,7 +1161,7 @@ def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no 
     return (f"<h1>Bias card: {esc(name)} <small>(planned, not run)</small></h1><p>{esc(m['description'])}</p>"
             f"<p class='note'>No run of this model is in <code>reports/</code> yet, so this card is its plan. Run it with "
             f"<code>silverspoon run --model {esc(rel.as_posix())}</code> (one study: add <code>--studies normative</code>); this page "
-            f"then becomes its bias card.</p><h2>Model</h2><table>{model}</table>"
+            f"then becomes its bias card, its numbers tested under the {POLICY_LINK.format(href='../inference.html')}.</p><h2>Model</h2><table>{model}</table>"
             f"<h2>Studies</h2><table><tr><th>study</th><th>params file</th><th>status</th></tr>{studies}</table>{factors}"
             + ("" if est is None or est.empty else _estimate_html(est)))
 

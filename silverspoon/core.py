@@ -199,7 +199,7 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "batch_size": (1, 4096), "concurrency": (1, 1024), "max_retries": (0, 100), "timeout_s": (0, 86_400, True),
     "tensor_parallel_size": (1, 1024), "max_model_len": (1, 10_000_000), "gpu_memory_utilization": (0, 1, True),
     "max_new_tokens": (1, 1_000_000), "n_samples": (1, 10_000), "temperature": (0, 100), "top_p": (0, 1, True),
-    "seed": (0, 2**32 - 1), "boot_seed": (0, 2**32 - 1), "split_seed": (0, 2**32 - 1), "n": (1, 100_000_000),
+    "seed": (0, 2**32 - 1), "boot_seed": (0, 2**32 - 1), "split_seed": (0, 2**32 - 1), "n": (1, 100_000_000), "within": (1, 100_000_000),
     "n_boot": (1, 100_000), "max_disagreements_shown": (0, 10_000), "max_examples": (0, 10_000),
     # fine-tuning (silverspoon.studies.stop_finetune)
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),

@@ -175,7 +175,9 @@ def instruments(self:Report, df:pd.DataFrame, # rows of `silverspoon.parse.instr
     "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
     from IPython.display import display, HTML
     from silverspoon.audit import merge_instruments
+    from silverspoon.stats import enforce_policy
     df = merge_instruments(df, getattr(self, "audit_instruments", None))   # the run's audit row, if `answers` found one
+    df = enforce_policy(df, units=False)   # a correlation's p (letters' instruments) gets its BH partner like every p
     about = ("agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
              "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
     display(HTML(self._heading("Instruments: how far each measuring step agrees with its reference", about) + self._styled(df, "instruments").to_html()),

@@ -661,7 +661,8 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.parse.gather_instruments
              "(<code>instruments.csv</code>, shown at the top of its report): how far each parser, classifier, router or judge agrees with "
              "its reference. agreement = share of the n compared items where the instrument gives the reference's value (Wilson 95% CI); "
              "clear / hard = the reference's undisputed and hard items apart; n = 0: no reference in that run (the instrument is used "
-             "unvalidated); a correlation with a reference (the letters' per-letter scores) is given in the note.</p>"]
+             "unvalidated); a correlation with a reference (the letters' per-letter scores) is given in the note. Every interval and test "
+             "follows the <a href='inference.html'>inference policy</a>.</p>"]
     if df.empty: parts.append("<p>No run has written an instruments table yet.</p>")
     for study, g in df.groupby("study", sort=True):
         shown = pd.DataFrame({"run": g["run"], "instrument": g["instrument"], "kind": g["kind"], "n": g["n"].astype("Int64"),
