@@ -4,13 +4,15 @@
 
 # %% ../nbs/05a_provenance.ipynb #prov0002
 from __future__ import annotations
-import subprocess
+import json, subprocess
 from pathlib import Path
 from .core import *
-from .data import lookup
+from .data import lookup, data_dir
+from .store import stores_read, store_file, prefix_sha256
 
 # %% auto #0
-__all__ = ['PROVENANCE_FORMAT', 'model_label', 'package_versions', 'git_state', 'params_chain', 'content_record']
+__all__ = ['PROVENANCE_FORMAT', 'model_label', 'package_versions', 'git_state', 'params_chain', 'content_record', 'output_files',
+           'pin_outputs', 'output_differences', 'store_differences', 'data_differences']
 
 # %% ../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -46,7 +48,7 @@ def git_state(root:Path|None=None)->dict:
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
 
 # %% ../nbs/05a_provenance.ipynb #bff64256
-PROVENANCE_FORMAT = 2   # provenance.json with `content` (hashes of the code, params and data that made the run)
+PROVENANCE_FORMAT = 3   # provenance.json with `content`: hashes of the code, params and data that made the run, the store content it read and the outputs it published
 
 def params_chain(path:str|Path # a params file
                 )->list[Path]:
@@ -68,9 +70,10 @@ def _tree_path(p:Path, root:Path)->str:
 def content_record(notebook:str|None,         # the study's notebook in nbs/ (`Study.notebook`), hashed; None = none
                    params_file:str|Path|None, # the run's params file (relative to `root`, or absolute); None = none
                    data_files=(),             # registry names or relpaths of the data files the run read
-                   root:str|Path|None=None    # the tree to hash (default: the project)
+                   root:str|Path|None=None,   # the tree to hash (default: the project)
+                   stores:dict|None=None      # `{store_label: {bytes, sha256}}` of the store files read; None = those this process read (`stores_read`)
                   )->dict:
-    "sha256 of every silverspoon source, the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; one `sha256` over all."
+    "sha256 of every silverspoon source, the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; the store content read; one `sha256` over all (a label: `verify_provenance` never trusts it). `outputs` is filled by `pin_outputs`."
     root = Path(root or project_root())
     files = sorted(p for p in (root/"silverspoon").rglob("*.py") if "__pycache__" not in p.parts)
     if notebook: files.append(root/"nbs"/notebook)
@@ -80,5 +83,79 @@ def content_record(notebook:str|None,         # the study's notebook in nbs/ (`S
     data = {}
     for n in data_files:
         e = lookup(n); data[e.relpath] = e.sha256 or f"git-blob:{e.git_blob}"
-    return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data}, 64),
-            "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data}
+    stores = stores_read() if stores is None else stores
+    return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data, "stores": stores}, 64),
+            "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data, "stores": stores, "outputs": None}
+
+# %% ../nbs/05a_provenance.ipynb #38f7b60a
+def output_files(run_dir:str|Path # a run's report folder, `<reports>/<study>/<run>/`
+                )->dict:
+    "`{name: path}` of the run's published files, named relative to the study folder: `<run>/<file>` (all but provenance.json), `<run>.html`, `<run>.ipynb`."
+    d = Path(run_dir)
+    out = {f"{d.name}/{p.relative_to(d).as_posix()}": p for p in sorted(d.rglob("*")) if p.is_file() and p != d/"provenance.json"}
+    for ext in (".html", ".ipynb"):
+        if (d.parent/f"{d.name}{ext}").is_file(): out[f"{d.name}{ext}"] = d.parent/f"{d.name}{ext}"
+    return out
+
+def pin_outputs(run_dir:str|Path # a finished run's folder (its provenance.json is rewritten)
+               )->dict|None:
+    "Record the sha256 of every `output_files` file in `<run_dir>/provenance.json` (`content.outputs`); the pins, or None without a provenance record."
+    f = Path(run_dir)/"provenance.json"
+    if not f.is_file(): return None
+    prov = json.loads(f.read_text(encoding="utf-8"))
+    if not isinstance(prov.get("content"), dict): return None
+    prov["content"]["outputs"] = {k: sha256_file(p) for k, p in output_files(run_dir).items()}
+    f.write_text(json.dumps(prov, indent=1), encoding="utf-8")
+    return prov["content"]["outputs"]
+
+def _regenerate(params_file)->str:
+    return f"regenerate the report: silverspoon run {params_file}" if params_file else "regenerate the report with silverspoon run <its params file>"
+
+def output_differences(run_dir:str|Path,  # a published run folder
+                       pinned:dict|None,  # its `content.outputs`
+                       params_file=None   # the run's params file, for the fix
+                      )->list[str]:
+    "One line per published file whose content differs from its pin (changed, removed, or added after the run), naming it and the fix."
+    d, fix = Path(run_dir), _regenerate(params_file)
+    if not isinstance(pinned, dict): return [f"{d/'provenance.json'}: content.outputs: the published files were never pinned (the report was not published by silverspoon run). Fix: {fix}."]
+    now = {k: sha256_file(p) for k, p in output_files(d).items()}
+    out = []
+    for k in sorted(set(pinned) | set(now)):
+        a, b = pinned.get(k), now.get(k)
+        if a == b: continue
+        what = "was removed" if b is None else "is not one the run published" if a is None else f"was changed after the run wrote it (sha256 {str(a)[:16]} pinned, {b[:16]} now)"
+        out.append(f"{d.parent/k}: {what}. Fix: {fix}.")
+    return out
+
+def store_differences(pinned:dict|None,       # `content.stores`: {store_label: {bytes, sha256}}
+                      root:str|Path|None=None, # the project the labels are relative to
+                      params_file=None         # the run's params file, for the fix
+                     )->list[str]:
+    "One line per store file whose bytes the run read are no longer the same (an edited or removed record, a truncated file), naming it and the fix."
+    out = []
+    for lab, pin in sorted((pinned or {}).items()):
+        f = store_file(lab, root)
+        try: now = prefix_sha256(f, int(pin["bytes"]))
+        except SilverspoonError as e: now = None
+        if now == pin["sha256"]: continue
+        what = "is absent or shorter than the run read it" if now is None else "was edited after the run read it"
+        out.append(f"{lab}: the first {pin['bytes']} bytes {what} (sha256 {str(pin['sha256'])[:16]} pinned, {str(now)[:16]} now): "
+                   f"a stored answer no longer is the one the report was made from. Fix: restore the store file (git checkout -- {lab}), "
+                   f"or if the change is meant, {_regenerate(params_file)}" + (" (with SILVERSPOON_STORE set to the store root it was made with)." if lab.startswith("$") else "."))
+    return out
+
+def data_differences(pinned:dict,     # `content.data`: {relpath: pinned digest}
+                     declared=()      # the study's `data_files` (registry names or relpaths)
+                    )->list[str]:
+    "The data list checked against the data registry, never against the record itself: an entry not in the registry or with another digest, and a file the study declares, that is in the data folder, but is missing from the list."
+    out, listed = [], set(pinned)
+    for k in sorted(listed):
+        try: e = lookup(k)
+        except Exception: out.append(f"{k}: not a file of the data registry (silverspoon.data.REGISTRY)"); continue
+        want = e.sha256 or f"git-blob:{e.git_blob}"
+        if pinned[k] != want: out.append(f"{k}: {str(pinned[k])[:16]} in the report, {want[:16]} in the data registry")
+    for n in declared:
+        e = lookup(n)
+        if e.relpath not in listed and (data_dir()/e.relpath).is_file():
+            out.append(f"{e.relpath}: declared by the study and in the data folder, but missing from the report's data list")
+    return out

@@ -284,6 +284,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
     "Show and write the provenance block: git sha, params, package versions, dataset sha256, store stats, wall time, the chat template."
     if data_files is None: data_files = tuple(self.study.data_files) if self.study is not None else ()
     from IPython.display import display, HTML
+    from silverspoon.store import store_label
     prov = {"run": self.params.run, "study": self.params.study, **git_state(),   # git: the commit checked out while it ran (`content` is what to check)
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "wall_seconds": round(time.time() - self.t0, 1),
@@ -296,7 +297,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
             e = REGISTRY[f] if f in REGISTRY else next(v for v in REGISTRY.values() if v.relpath == f)
             prov["datasets"][e.relpath] = {"sha256": e.sha256, "repo": e.repo, "commit": e.commit, "licence": e.licence}
     if store is not None:
-        prov["store"] = {"path": _relpath(store.path) if getattr(store, "path", None) else None,
+        prov["store"] = {"path": (store_label(store.path) or _relpath(store.path)) if getattr(store, "path", None) else None,   # `$SILVERSPOON_STORE/...` outside the project
                          "hits": store.hits, "misses": store.misses}
         if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
             prov["store"].update(unusable_lines=store.n_bad_lines, answers_by_batch_size=store.batch_sizes(),

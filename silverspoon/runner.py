@@ -28,7 +28,7 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
                       root:str|Path|None=None    # the tree to check against (default: the project)
                      )->list[str]:
-    "Every difference between the code, params and data recorded in `<run_dir>/provenance.json` and the tree `root`; [] when they match."
+    "Every difference between what `<run_dir>/provenance.json` pins (code, params, data list, store content read, published files) and the tree `root`, the store and the report folder; [] when they match. Each entry is checked on its own: the record's `sha256` is never trusted."
     f = Path(run_dir)/"provenance.json"
     prov = json.loads(f.read_text(encoding="utf-8"))
     rec = prov.get("content")
@@ -38,13 +38,15 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     study = prov["study"]
     from silverspoon.card import replan
     replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
-    now = content_record(get_study(study).notebook if study in STUDY_REGISTRY else None, rec["params_file"], list(rec["data"]), root)
+    declared = get_study(study) if study in STUDY_REGISTRY else None
+    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={})
     out = []
-    for kind in ("files", "data"):
-        for k in sorted(set(rec[kind]) | set(now[kind])):
-            a, b = rec[kind].get(k, "absent"), now[kind].get(k, "absent")
-            if a != b: out.append(f"{k}: {str(a)[:16]} in the report, {str(b)[:16]} in the tree")
-    if not out and rec["sha256"] != now["sha256"]: out.append(f"content sha256 {rec['sha256'][:16]} in the report, {now['sha256'][:16]} in the tree")
+    for k in sorted(set(rec["files"]) | set(now["files"])):
+        a, b = rec["files"].get(k, "absent"), now["files"].get(k, "absent")
+        if a != b: out.append(f"{k}: {str(a)[:16]} in the report, {str(b)[:16]} in the tree")
+    out += data_differences(rec["data"], declared.data_files if declared else ())   # against the data registry, never the record's own sha256
+    out += store_differences(rec.get("stores"), root, rec["params_file"])         # the store content the run read
+    out += output_differences(run_dir, rec.get("outputs"), rec["params_file"])    # the files it published
     return out
 
 
@@ -474,6 +476,7 @@ def run_params_file(path:str|Path,               # a file in params/
             raise SilverspoonError(scrub_text(f"{path}: {failure}. Nothing was published ({kept}); failure page: "
                                               f"{study_dir/p.run}.failed.html. Answers already in the store are reused by a rerun.", secrets))
         scrub_outputs(tmp, secrets)
+        pin_outputs(out_dir)   # the sha256 of every file about to be published, into its provenance (`verify_provenance` checks them)
         _publish(tmp, study_dir, p.run)
     finally: shutil.rmtree(tmp, ignore_errors=True)
     return {"run": p.run, "study": p.study, "html": str(study_dir/f"{p.run}.html"), "seconds": round(time.time() - t0, 1),

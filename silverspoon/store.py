@@ -4,15 +4,16 @@
 
 # %% ../nbs/03_store.ipynb #6a04da86
 from __future__ import annotations
-import os, sys, json, math, time, socket, numbers, warnings, datetime, threading, contextlib, dataclasses
+import os, sys, json, math, stat, hashlib, time, socket, numbers, warnings, datetime, threading, contextlib, dataclasses
 from pathlib import Path
 from .core import SilverspoonError, GenerationParams, RunParams, project_root, stable_hash
 from .backends import Backend, GenRequest, Generation, Conversation
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['RECORD_FIELDS', 'NOTICES_ENV', 'RESULT_COLUMNS', 'request_key', 'StoreError', 'record_problem', 'notice',
-           'GenerationStore', 'relay_notices', 'store_root', 'unwritable_reason', 'store_for', 'generate_all']
+__all__ = ['RECORD_FIELDS', 'NOTICES_ENV', 'MAX_LINE_BYTES', 'STORE_ENV_LABEL', 'RESULT_COLUMNS', 'request_key', 'StoreError',
+           'record_problem', 'notice', 'GenerationStore', 'store_root', 'store_label', 'store_file', 'stores_read',
+           'prefix_sha256', 'relay_notices', 'unwritable_reason', 'store_for', 'generate_all']
 
 # %% ../nbs/03_store.ipynb #27462693
 _NOT_IN_KEY = ("retry_failed", "n_samples")
@@ -151,6 +152,8 @@ def _forget(self:GenerationStore):
     self.n_lines = 0                     # usable records read from the file
     self.bad_lines: dict[int, str] = {}  # line number -> why it is not used
     self._offset = self._line_no = 0     # bytes and lines read so far (complete lines only)
+    self._sha = hashlib.sha256()         # of those bytes: what `content_record` pins (`stores_read`)
+
 
 # %% ../nbs/03_store.ipynb #7f2878d8
 @patch(as_prop=True)
@@ -169,25 +172,60 @@ def _take(self:GenerationStore, line:bytes)->str|None:
     return why
 
 # %% ../nbs/03_store.ipynb #31cd9e9b
+MAX_LINE_BYTES = 16 << 20   # a store line longer than this is refused (the file is damaged or not a store), never loaded whole
+_CHUNK = 1 << 20            # bytes read at a time
+
+def _refuse_special(path:Path, st:os.stat_result):
+    "A `StoreError` when the opened store file is not a regular file (a FIFO, a device, a socket, a folder)."
+    if stat.S_ISREG(st.st_mode): return
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(st.st_mode) else "a folder" if stat.S_ISDIR(st.st_mode)
+            else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+    raise StoreError(f"{path}: this store file is {kind}, not a regular file; silverspoon reads stores only from plain files, so nothing "
+                     f"was read or generated and no stored answer was lost. Fix: remove it (rm {path}; the run then generates its answers "
+                     f"again) or set SILVERSPOON_STORE to the folder that really holds the store.")
+
+def _open_store_file(path:Path):
+    "The store file opened for reading (binary), refused unless it is a regular file; None when it does not exist. Never waits on a FIFO."
+    try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except (FileNotFoundError, NotADirectoryError): return None
+    except OSError as e: raise StoreError(f"{path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
+    try: _refuse_special(path, os.fstat(fd)); os.set_blocking(fd, True)
+    except BaseException: os.close(fd); raise
+    return os.fdopen(fd, "rb")
+
+def _too_long(path:Path, line_no:int)->StoreError:
+    return StoreError(f"{path}: line {line_no} is longer than {MAX_LINE_BYTES >> 20} MiB (MAX_LINE_BYTES); no store record is that long, so "
+                      f"the file is damaged or not a store, and it was not loaded. Fix: remove that line (sed -i '{line_no}d' {path}) or "
+                      f"move the file away; the run then generates those answers again.")
+
+_READ: dict[str, tuple[int, str]] = {}   # absolute path -> (bytes read, their sha256) of every store file this process read
+
+def _note_read(st:"GenerationStore"):
+    if st.path is not None and st._offset: _READ[str(st.path.absolute())] = (st._offset, st._sha.hexdigest())
+
 @patch
 def refresh(self:GenerationStore)->int:
     "Read the lines appended since the last read (by this run or another); the number of new usable records."
     if self.path is None: return 0
-    try:
-        with open(self.path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < self._offset: self._forget()   # truncated or replaced: read it all again
-            f.seek(self._offset); data = f.read()
-    except (FileNotFoundError, NotADirectoryError): return 0
-    except OSError as e:
-        raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
-    *lines, tail = data.split(b"\n")   # tail: b"" after a final newline, else a line torn by a killed run (or still being written)
-    new, n_new, no = {}, 0, self._line_no
-    for line in lines:
-        no += 1
-        why = self._take(line) if line.strip() else None
-        if why is None: self.bad_lines.pop(no, None); n_new += bool(line.strip())
-        else: new[no] = why
-    self._offset += len(data) - len(tail); self._line_no = no; self.n_lines += n_new
+    f = _open_store_file(self.path)
+    if f is None: return 0
+    new, n_new, no, tail = {}, 0, self._line_no, b""   # tail: b"" after a final newline, else a line torn by a killed run (or still being written)
+    with f:
+        try:
+            if os.fstat(f.fileno()).st_size < self._offset: self._forget(); no = 0   # truncated or replaced: read it all again
+            f.seek(self._offset)
+            for chunk in iter(lambda: f.read(_CHUNK), b""):
+                *lines, tail = (tail + chunk).split(b"\n")
+                for line in lines:
+                    no += 1
+                    why = self._take(line) if line.strip() else None
+                    if why is None: self.bad_lines.pop(no, None); n_new += bool(line.strip())
+                    else: new[no] = why
+                    self._sha.update(line + b"\n"); self._offset += len(line) + 1
+                if len(tail) > MAX_LINE_BYTES: raise _too_long(self.path, no + 1)
+        except OSError as e:
+            raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
+        finally: self._line_no = no; self.n_lines += n_new; _note_read(self)
     if tail.strip():                     # kept unread: read again (complete, perhaps) next time
         why = self._take(tail)
         if why is None: self.bad_lines.pop(no + 1, None)
@@ -199,6 +237,7 @@ def refresh(self:GenerationStore)->int:
         warnings.warn(f"{self.path}: skipped {len(fresh)} unusable line(s) ({shown}). They are never used: "
                       f"those items keep their last good record or are generated again.", stacklevel=2)
     return n_new
+
 
 # %% ../nbs/03_store.ipynb #33ab4c6f
 @patch
@@ -235,14 +274,16 @@ def append(self:GenerationStore, records:list[dict]):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with os.fdopen(os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | _NOFOLLOW, 0o666), "rb+") as f:   # never through a link
                 _lock(f)
-                f.seek(0, os.SEEK_END)
-                if f.tell() > 0:                      # after a torn write, start on a fresh line
+                f.seek(0, os.SEEK_END); at = f.tell()
+                if at > 0:                            # after a torn write, start on a fresh line
                     f.seek(-1, os.SEEK_END)
                     if f.read(1) != b"\n": buf = b"\n" + buf
                 f.write(buf); f.flush(); os.fsync(f.fileno())
         except OSError as e:
             raise StoreError(f"{self.path}: could not save a batch of {len(records)} answer(s) ({_os_reason(e)}). That batch is lost "
                              f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
+        if at == self._offset:                        # nothing unread before this batch: its bytes count as read (and pinned)
+            self._sha.update(buf); self._offset += len(buf); self._line_no += buf.count(b"\n"); self.n_lines += len(records); _note_read(self)
     for r in records: self._recs[r["key"]] = r
 
 # %% ../nbs/03_store.ipynb #e6428918
@@ -273,11 +314,58 @@ def locked(self:GenerationStore):
         yield self
     finally: os.close(fd)          # releases the lock
 
+# %% ../nbs/03_store.ipynb #4121a26b
+def store_root()->Path:
+    "Where run stores live: `$SILVERSPOON_STORE` (e.g. a Google Drive folder on Colab), else `<project>/store`."
+    return Path(os.environ["SILVERSPOON_STORE"]) if os.environ.get("SILVERSPOON_STORE") else project_root()/"store"
+
+# %% ../nbs/03_store.ipynb #81a221af
+STORE_ENV_LABEL = "$SILVERSPOON_STORE"   # how a published path names a store root outside the project
+
+def store_label(path:str|Path # a store file
+               )->str|None:
+    "`path` as a report names it: relative to the project, else `$SILVERSPOON_STORE/<rel>` under the store root; None elsewhere (not a run's store)."
+    p = Path(path).absolute()
+    for base, prefix in ((project_root(), ""), (store_root(), STORE_ENV_LABEL + "/")):
+        try: return prefix + p.relative_to(Path(base).absolute()).as_posix()
+        except ValueError: continue
+    return None
+
+def store_file(label:str,                # a `store_label`
+               root:str|Path|None=None   # the project the label is relative to (default: this project)
+              )->Path:
+    "The file a `store_label` names (`$SILVERSPOON_STORE/...` under `store_root()`)."
+    if label.startswith(STORE_ENV_LABEL + "/"): return store_root()/label[len(STORE_ENV_LABEL) + 1:]
+    return Path(root or project_root())/label
+
+def stores_read()->dict:
+    "`{store_label: {bytes, sha256}}` of every store file this process read (in the project or the store root): what a report pins."
+    out = {}
+    for p, (n, h) in _READ.items():
+        lab = store_label(p)
+        if lab is not None: out[lab] = {"bytes": n, "sha256": h}
+    return dict(sorted(out.items()))
+
+def prefix_sha256(path:str|Path, # a store file
+                  n_bytes:int    # how many of its first bytes
+                 )->str|None:
+    "sha256 of the first `n_bytes` bytes of `path`; None when it is absent or shorter (a store file that is not a regular file is refused)."
+    f = _open_store_file(Path(path))
+    if f is None: return None
+    h, left = hashlib.sha256(), n_bytes
+    with f:
+        while left > 0:
+            b = f.read(min(_CHUNK, left))
+            if not b: return None
+            h.update(b); left -= len(b)
+    return h.hexdigest()
+
 # %% ../nbs/03_store.ipynb #75a2fc39
 @patch
 def summary(self:GenerationStore)->dict:
     "What a report shows about the store: file, keys, hits/misses, and the unused lines with their reasons."
-    return {"path": str(self.path) if self.path else None, "keys": len(self), "hits": self.hits, "misses": self.misses,
+    return {"path": (store_label(self.path) or str(self.path)) if self.path else None,   # `$SILVERSPOON_STORE/...` outside the project
+            "keys": len(self), "hits": self.hits, "misses": self.misses,
             "unusable_lines": self.n_bad_lines,
             "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]]}
 
@@ -371,11 +459,6 @@ def _holder(fd:int, tries:int=20)->str:
         except Exception:
             if i < tries - 1: time.sleep(0.05)
     return "another process"
-
-# %% ../nbs/03_store.ipynb #4121a26b
-def store_root()->Path:
-    "Where run stores live: `$SILVERSPOON_STORE` (e.g. a Google Drive folder on Colab), else `<project>/store`."
-    return Path(os.environ["SILVERSPOON_STORE"]) if os.environ.get("SILVERSPOON_STORE") else project_root()/"store"
 
 # %% ../nbs/03_store.ipynb #de700e66
 def unwritable_reason(path:Path|str # a store file
