@@ -576,10 +576,24 @@ def _plain(out, instrument)->dict:
         raise SilverspoonError(f"{type(instrument).__name__}.score returned an output JSON cannot hold ({e}); convert numpy values with float()/int().") from None
 
 # %% ../nbs/05_text.ipynb #13a69620
+def _refuse_foreign(store, keys:list[str], iid:str, name:str):
+    """A `SilverspoonError` when a cached record under one of `keys` says another instrument (`instrument` != `iid`) made it.
+    The key already hashes the reader's identity, so such a record was edited or written by something else: it is refused,
+    not silently recomputed, so the person sees the damaged cache (and the committed reports made from it) instead of a
+    run that quietly differs from them."""
+    bad = [k for k in dict.fromkeys(keys) if k in store and store.get(k).get("instrument") != iid]
+    if not bad: return
+    other = sorted({str(store.get(k).get("instrument")) for k in bad})
+    where = getattr(store, "path", None) or "the in-memory instrument cache"
+    raise SilverspoonError(f"{where}: {len(bad)} cached output(s) of {name} (instrument {iid}) carry field `instrument` = {', '.join(other[:3])}: "
+                           f"records of another instrument (or edited ones) are never used. Fix: remove those lines "
+                           f"(grep -v '\"instrument\": \"{other[0]}\"' {where}) or the whole file; the run then scores them again.")
+
 def _through_cache(instrument, items:list, keys:list[str], compute, store:InstrumentStore, desc:str, progress:bool,
                    size=len)->list[dict]:
     "Outputs for `items` (aligned), computing the keys not in `store` batch by batch under its run lock."
     iid = instrument_id(instrument.identity())
+    _refuse_foreign(store, keys, iid, instrument.name)   # a record tagged with another instrument is never used, nor credited to this one
     missing = lambda: {k: it for k, it in zip(keys, items) if k not in store}
     fresh = set()
     if missing():

@@ -102,3 +102,26 @@ def test_overlong_store_line_is_refused_not_loaded(tmp_path):
     with open(tmp_path/"run.jsonl", "wb") as f: f.write(b'{"key": "' + b"x" * (MAX_LINE_BYTES + 1))
     with pytest.raises(StoreError, match=r"line 1 is longer than 16 MiB.*Fix: remove that line"):
         GenerationStore(tmp_path/"run.jsonl")
+
+
+# --- 4, second half: an instrument-cache record tagged with another instrument is refused -------------------------------
+
+def test_cache_record_of_another_instrument_is_refused(tmp_path):
+    from silverspoon.core import SilverspoonError
+    from silverspoon.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
+    class Positive(Instrument):
+        name = "sentiment"
+        def __init__(self, ident): self.ident, self.calls = ident, 0
+        def identity(self): return self.ident
+        def score(self, texts): self.calls += 1; return [{"positive": 1.0} for _ in texts]
+    real, other = Positive({"model": "real-classifier"}), Positive({"model": "other-classifier"})
+    texts = ["a kind story", "a brave story"]
+    f = tmp_path/"narr.instruments.jsonl"
+    assert score_cached(real, texts, InstrumentStore(f), progress=False) == [{"positive": 1.0}] * 2
+    # the attack: the real instrument's keys kept, the outputs flipped and tagged with another instrument
+    f.write_text("".join(json.dumps({"key": text_key(real.identity(), t), "instrument": instrument_id(other.identity()),
+                                     "out": {"positive": 0.0}}) + "\n" for t in texts))
+    before, store = _sha(f), InstrumentStore(f)
+    with pytest.raises(SilverspoonError, match=rf"{f}: 2 cached output\(s\) of sentiment .* field `instrument` = {instrument_id(other.identity())}.*Fix: remove those lines"):
+        score_cached(real, texts, store, progress=False)
+    assert store.counts == {} and _sha(f) == before          # nothing credited to the real instrument, nothing written
