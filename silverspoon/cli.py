@@ -164,9 +164,10 @@ def _parser():
 
 # %% ../nbs/07_cli.ipynb #56e41d70
 def _finetune(args)->int:
-    from silverspoon.studies.stop_finetune import load_finetune_params, train_from_params   # torch/peft are imported only here
+    from silverspoon.studies.stop_finetune import load_finetune_params, train_from_params, finetune_output_dir   # torch/peft are imported only here
     p = load_finetune_params(args.params)
-    if args.check: print(printable(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source})")); return 0
+    out = finetune_output_dir(p, args.params, args.output_dir)   # where it would write: refused outside finetune/ (or committed), --check included
+    if args.check: print(printable(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source}; writes {out})")); return 0
     r = train_from_params(args.params, args.output_dir)
     print(f"adapter  ->  {r['adapter']}\nlog      ->  {Path(r['output_dir'])/'train_log.csv'}  (loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}"
           + (f", eval {r['eval_loss']:.3f}" if r['eval_loss'] is not None else "") + f"; {r['steps']} steps, {r['seconds']} s)\n"

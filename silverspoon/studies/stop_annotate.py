@@ -12,8 +12,9 @@ from ..core import DataError, ParamsError
 from .stop import load_stop, select_progressions, INSTRUCTION, N_SENTENCES, load_human
 
 # %% auto #0
-__all__ = ['SHEET_COLUMNS', 'annotation_items', 'write_annotation_sheets', 'read_annotation_sheets', 'load_human_frame',
-           'write_human_file', 'krippendorff_alpha', 'annotator_agreement']
+__all__ = ['SHEET_COLUMNS', 'FORMULA_START', 'KEY_COLUMNS', 'annotation_items', 'write_annotation_sheets',
+           'read_annotation_sheets', 'load_human_frame', 'write_human_file', 'krippendorff_alpha',
+           'annotator_agreement']
 
 # %% ../../nbs/34_stop_annotate.ipynb #64435d58
 SHEET_COLUMNS = ["annotator", "item", "sentence_index", "text", "answer"]
@@ -65,19 +66,43 @@ def _form(sheet:pd.DataFrame, annotator:str)->str:
     rows = json.dumps(sheet[["annotator", "item", "sentence_index", "text"]].to_dict("records")).replace("</", "<\\/")
     return _FORM.format(ann=html.escape(annotator), ann_js=html.escape(annotator), instr=html.escape(INSTRUCTION), items="".join(blocks), rows=rows)
 
+# %% ../../nbs/34_stop_annotate.ipynb #77273cce
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")   # a spreadsheet reads a cell starting so as a formula (CSV injection)
+
+def _check_annotators(annotators:list[str]):
+    "Annotator names become file names and sheet cells: distinct, of letters, digits, - and _, starting with a letter or digit."
+    import re
+    bad = [a for a in annotators if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]{0,39}", a)]
+    if not annotators or bad or len(set(annotators)) != len(annotators):
+        raise ParamsError(f"--annotators {annotators}: give distinct names of letters, digits, - or _ that start with a letter or digit "
+                          "(they name the sheet files, and a leading = + - @ makes a spreadsheet formula), e.g. --annotators ann1 ann2 ann3.")
+
+# %% ../../nbs/34_stop_annotate.ipynb #3b7675c3
+def _refuse_overwrite(out:Path, annotators:list[str]):
+    "Sheets go into a fresh folder: an existing key.csv (its sheets may be out, being filled) or a filled sheet is never replaced."
+    why = "; write the new sheets to another folder, or delete it first if you mean to discard it"
+    if (out/"key.csv").exists():
+        raise ParamsError(f"{out/'key.csv'}: already exists: it decodes the sheets written with it, and new sheets (another seed, "
+                          f"another sample) would replace it, so filled sheets would be paired with other progressions{why}.")
+    for a in annotators:
+        f = out/f"sheet-{a}.csv"
+        if not f.exists(): continue
+        try: filled = (pd.read_csv(f, dtype=str, keep_default_na=False).get("answer", pd.Series(dtype=str)).str.strip() != "").any()
+        except Exception: filled = True      # unreadable: treat it as someone's work
+        if filled: raise ParamsError(f"{f}: already exists and holds answers; writing the sheets would blank it{why}.")
+
 # %% ../../nbs/34_stop_annotate.ipynb #027e8536
 def write_annotation_sheets(out_dir:str|Path,          # folder for key.csv, INSTRUCTIONS.txt and the sheets
-                            annotators:list[str],      # annotator names (become file names: letters, digits, - and _)
+                            annotators:list[str],      # annotator names (file names: letters, digits, - and _; a letter or digit first)
                             n:int=30,                  # progressions (equal per severity)
                             seed:int=0                 # sample, codes and each annotator's order
                            )->dict:
     "Write the blinded sheets; returns {key, instructions, sheets: {annotator: (csv, html)}}."
-    import re
-    bad = [a for a in annotators if not re.fullmatch(r"[A-Za-z0-9_-]{1,40}", a)]
-    if not annotators or bad or len(set(annotators)) != len(annotators):
-        raise ParamsError(f"--annotators {annotators}: give distinct names of letters, digits, - or _ (they name the sheet files), e.g. ann1 ann2 ann3.")
-    out = Path(out_dir); out.mkdir(parents=True, exist_ok=True)
+    _check_annotators(annotators)
+    out = Path(out_dir)
+    _refuse_overwrite(out, annotators)                # checked before anything is written
     items = annotation_items(n, seed)
+    out.mkdir(parents=True, exist_ok=True)
     items[["item", "progression_id"]].to_csv(out/"key.csv", index=False)
     (out/"INSTRUCTIONS.txt").write_text(
         f"STOP annotation ({len(items)} items, seed {seed}).\n\nInstruction given to the models (answer as you judge):\n{INSTRUCTION}\n\n"
@@ -92,23 +117,46 @@ def write_annotation_sheets(out_dir:str|Path,          # folder for key.csv, INS
         sheets[a] = (out/f"sheet-{a}.csv", out/f"sheet-{a}.html")
     return dict(key=out/"key.csv", instructions=out/"INSTRUCTIONS.txt", sheets=sheets)
 
+# %% ../../nbs/34_stop_annotate.ipynb #c8bb0b3d
+KEY_COLUMNS = ["item", "progression_id"]
+
+def _read_key(key:Path)->dict:
+    "item -> progression_id from a key.csv, checked; a file that is not a key is named, never shown (it may be anything)."
+    what = f"{key}: not a key file; pass the key.csv written by `silverspoon annotate sheet` (columns {', '.join(KEY_COLUMNS)})"
+    if not key.is_file(): raise DataError(f"{key}: key file not found (or not a regular file); pass the key.csv written by `silverspoon annotate sheet`.")
+    try: k = pd.read_csv(key, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    except (ValueError, UnicodeDecodeError): raise DataError(what + ".") from None
+    if list(k.columns) != KEY_COLUMNS: raise DataError(what + ".")
+    known = set(load_stop().progression_id)
+    for i, r in k.iterrows():
+        if r.progression_id not in known or not r["item"]: raise DataError(f"{what}: row {i + 2} names no STOP progression.")
+    if k["item"].duplicated().any(): raise DataError(f"{what}: item {k['item'][k['item'].duplicated()].iloc[0]} twice.")
+    return dict(zip(k["item"], k.progression_id))
+
+# %% ../../nbs/34_stop_annotate.ipynb #fb1c214b
+def _norm(t:str)->str: return " ".join(str(t).split())
+
+# %% ../../nbs/34_stop_annotate.ipynb #bd772445
+def _key_texts(code:dict)->dict:
+    "(item, sentence_index) -> the sentence the key says the sheet shows there (whitespace normalised)."
+    stop = load_stop().set_index("progression_id")
+    return {(item, k): _norm(stop.loc[pid, f"s{k}" if k != "cf" else "counterfactual"])
+            for item, pid in code.items() for k in [*map(str, range(1, N_SENTENCES + 1)), "cf"]}
+
 # %% ../../nbs/34_stop_annotate.ipynb #f88ca209
 def read_annotation_sheets(key:str|Path,            # key.csv written with the sheets
                            sheets:list[str|Path]    # filled sheets (CSV), one or more per annotator
                           )->pd.DataFrame:
     "The filled sheets as a per-sentence human file (progression_id, annotator, sentence_index, answer), checked."
     key = Path(key)
-    if not key.is_file(): raise DataError(f"{key}: key file not found; pass the key.csv written by `silverspoon annotate sheet`.")
-    k = pd.read_csv(key, dtype=str, keep_default_na=False)
-    if list(k.columns) != ["item", "progression_id"]: raise DataError(f"{key}: columns {list(k.columns)}; expected item, progression_id (the key.csv written with the sheets).")
-    code = dict(zip(k.item, k.progression_id))
+    code = _read_key(key); texts = _key_texts(code)
     frames = []
     for f in map(Path, sheets):
         if not f.is_file(): raise DataError(f"{f}: sheet not found.")
         try: s = pd.read_csv(f, dtype=str, keep_default_na=False, encoding="utf-8-sig")
         except (ValueError, UnicodeDecodeError) as e: raise DataError(f"{f}: not a readable UTF-8 CSV ({e}).") from None
         s.columns = [c.strip().lower() for c in s.columns]
-        miss = [c for c in ("annotator", "item", "sentence_index", "answer") if c not in s.columns]
+        miss = [c for c in ("annotator", "item", "sentence_index", "text", "answer") if c not in s.columns]
         if miss: raise DataError(f"{f}: column(s) {miss} missing; fill the sheet written by `silverspoon annotate sheet` without removing columns.")
         s["answer"] = s.answer.str.strip().str.lower(); s["annotator"] = s.annotator.str.strip()
         for col, ok, fix in (("item", set(code), "an item code of key.csv (P01, ...)"), ("sentence_index", {"1", "2", "3", "4", "5", "cf"}, "1-5 or cf"),
@@ -116,6 +164,15 @@ def read_annotation_sheets(key:str|Path,            # key.csv written with the s
             b = s.index[~s[col].str.strip().isin(ok)]
             if len(b): raise DataError(f"{f}: row {b[0] + 2}: {col} = {s.loc[b[0], col]!r}; it must be {fix}.")
         if (s.annotator == "").any(): raise DataError(f"{f}: row {int(s.index[s.annotator == ''][0]) + 2} has no annotator; write the annotator's name.")
+        b = s.index[s.annotator.str.startswith(FORMULA_START)]
+        if len(b): raise DataError(f"{f}: row {b[0] + 2}: the annotator starts with {s.annotator[b[0]][0]!r}, which a spreadsheet runs as a "
+                                   "formula; write the annotator's plain name (letters, digits, - and _, a letter or digit first).")
+        # each row's sentence must be the one the key puts there: sheets of another key (another seed, another folder) are refused
+        for i, r in s.iterrows():
+            if _norm(r.text) != texts[(r["item"].strip(), r.sentence_index.strip())]:
+                raise DataError(f"{f}: row {i + 2}: the text of item {r['item'].strip()} sentence {r.sentence_index.strip()} is not the sentence "
+                                f"{key} gives it: this sheet was written with another key (another seed or folder); collect it with its own "
+                                "key.csv, and do not edit the text column.")
         frames.append(s.assign(progression_id=s["item"].str.strip().map(code), sentence_index=s.sentence_index.str.strip(), file=str(f)))
     h = pd.concat(frames, ignore_index=True)
     dup = h.duplicated(["annotator", "item", "sentence_index"])
@@ -140,8 +197,16 @@ def load_human_frame(h:pd.DataFrame)->pd.DataFrame:
 # %% ../../nbs/34_stop_annotate.ipynb #6e59173b
 def write_human_file(human:pd.DataFrame,   # from `read_annotation_sheets`
                      path:str|Path)->Path:
-    "Write the human file for `task.human_file` (the per-sentence format of `load_human`)."
-    p = Path(path); p.parent.mkdir(parents=True, exist_ok=True)
+    "Write the human file for `task.human_file` (the per-sentence format of `load_human`); an existing file is replaced only if it is one."
+    p = Path(path)
+    if p.exists():        # `--out key.csv` (or a sheet) would destroy the input; only an earlier human file is overwritten
+        first = b""
+        if p.is_file():
+            with open(p, "rb") as f: first = f.readline(256).strip()
+        if first != b"progression_id,annotator,sentence_index,answer":
+            raise DataError(f"{p}: exists and is not a human file written by `silverspoon annotate collect` (a key, a sheet or another "
+                            "file); pass a new file name to --out.")
+    p.parent.mkdir(parents=True, exist_ok=True)
     human[["progression_id", "annotator", "sentence_index", "answer"]].to_csv(p, index=False)
     return p
 

@@ -17,11 +17,12 @@ from .stop import load_stop, load_human, Dialogue, stop_task, INSTRUCTION, N_SEN
 from ..provenance import model_label, package_versions, git_state
 
 # %% auto #0
-__all__ = ['SENTENCE_COLUMNS', 'IDEAL_SENSITIVITY', 'IDEAL_COUNTERFACTUAL', 'IGNORE_INDEX', 'ideal_answers', 'sensitivity',
-           'human_answers', 'aggregate_human', 'sft_messages', 'sft_dataset', 'progression_words', 'similarity_matrix',
-           'sentence_groups', 'template_groups', 'nearest_across', 'split_by_progression', 'split_report',
-           'write_sft_jsonl', 'read_sft_jsonl', 'tokenize_chat', 'collate', 'SFTDataParams', 'LoraParams',
-           'TrainParams', 'FinetuneParams', 'load_finetune_params', 'train_lora', 'eval_params', 'train_from_params']
+__all__ = ['SENTENCE_COLUMNS', 'IDEAL_SENSITIVITY', 'IDEAL_COUNTERFACTUAL', 'MAX_SFT_BYTES', 'IGNORE_INDEX', 'ideal_answers',
+           'sensitivity', 'human_answers', 'aggregate_human', 'sft_messages', 'sft_dataset', 'progression_words',
+           'similarity_matrix', 'sentence_groups', 'template_groups', 'nearest_across', 'split_by_progression',
+           'split_report', 'write_sft_jsonl', 'read_sft_jsonl', 'tokenize_chat', 'collate', 'SFTDataParams',
+           'LoraParams', 'TrainParams', 'FinetuneParams', 'finetune_output_dir', 'load_finetune_params', 'train_lora',
+           'eval_params', 'train_from_params']
 
 # %% ../../nbs/31_stop_finetune.ipynb #6fe91f57
 SENTENCE_COLUMNS = [f"s{i}" for i in range(1, N_SENTENCES+1)]
@@ -269,12 +270,28 @@ def write_sft_jsonl(df:pd.DataFrame,  # from `sft_dataset` plus a `split` column
     return {**paths, "manifest": out/"manifest.json"}
 
 # %% ../../nbs/31_stop_finetune.ipynb #b00f8ee4
-def read_sft_jsonl(path:str|Path)->list[Conversation]:
+MAX_SFT_BYTES = 512 << 20   # an SFT JSONL file larger than this is refused (all 450 STOP progressions as chats: about 1 MB)
+
+def _check_sft_file(p:Path, where:str):
+    "Refuse a path that is not a regular file (a device such as /dev/zero, a FIFO, a folder): reading it would never end or fail late."
+    if p.exists() and not p.is_file():
+        raise DataError(f"{where}: {p} is not a regular file (a device, FIFO or folder); name a JSONL file of `{{\"messages\": [...]}}` lines.")
+
+# %% ../../nbs/31_stop_finetune.ipynb #7a89d104
+def read_sft_jsonl(path:str|Path,      # a JSONL file (a regular file of at most `MAX_SFT_BYTES`)
+                   where:str|None=None # what names it in messages, e.g. "ft.yaml: field `data.train_file`"
+                  )->list[Conversation]:
     "Chats from a JSONL file of `{\"messages\": [...]}` lines, checked (roles, contents, at least one assistant turn)."
-    p = Path(path)
-    if not p.exists(): raise DataError(f"{p}: SFT file not found.")
+    p = Path(path); where = where or "SFT file"
+    if not p.exists(): raise DataError(f"{where}: {p} not found.")
+    _check_sft_file(p, where)
+    with open(p, "rb") as f: raw = f.read(MAX_SFT_BYTES + 1)      # bounded: a file growing while read is cut, not read forever
+    if len(raw) > MAX_SFT_BYTES:
+        raise DataError(f"{where}: {p} is larger than {MAX_SFT_BYTES >> 20} MiB; split it or train on a subset (an SFT file for STOP is about 1 MB).")
+    try: text = raw.decode("utf-8")
+    except UnicodeDecodeError as e: raise DataError(f"{where}: {p} is not UTF-8 text (byte {e.start}); write the JSONL as UTF-8.") from None
     out = []
-    for i, line in enumerate(p.read_text(encoding="utf-8").splitlines()):
+    for i, line in enumerate(text.splitlines()):
         if not line.strip(): continue
         try: msgs = json.loads(line)["messages"]
         except (json.JSONDecodeError, KeyError, TypeError): raise DataError(f"{p} line {i+1}: not a JSON object with a `messages` list.") from None
@@ -376,7 +393,39 @@ class FinetuneParams:
     data: SFTDataParams = field(default_factory=SFTDataParams)
     lora: LoraParams = field(default_factory=LoraParams)
     train: TrainParams = field(default_factory=TrainParams)
-    output_dir: str|None = None              # default: <project>/finetune/<run>
+    output_dir: str|None = None              # a folder under <project>/finetune/ (relative to it); default: finetune/<run>
+
+# %% ../../nbs/31_stop_finetune.ipynb #6741069e
+def _tracked_files(folder:Path)->list[str]:
+    "Files under `folder` committed to git (empty when it does not exist, is in no repository, or git is missing)."
+    import subprocess
+    if not folder.is_dir(): return []
+    try: r = subprocess.run(["git", "-C", str(folder), "ls-files", "-z", "--", "."], capture_output=True, timeout=60)
+    except (OSError, subprocess.SubprocessError): return []
+    return [f for f in r.stdout.decode("utf-8", "replace").split("\0") if f] if r.returncode == 0 else []
+
+# %% ../../nbs/31_stop_finetune.ipynb #14b7a05c
+def finetune_output_dir(p:FinetuneParams,                # validated parameters
+                        src:str="<finetune params>",     # the params file, for messages
+                        override:str|Path|None=None      # `--output-dir` (the user's choice on the command line)
+                       )->Path:
+    "The folder a finetune run writes, resolved; `ParamsError` (naming the file, the field and the fix) if it is outside `finetune/`."
+    root = project_root().resolve(); base = root/"finetune"
+    if override is not None:
+        out, where = Path(override).expanduser().resolve(), f"--output-dir {str(override)!r}"
+        if out.is_relative_to(root) and not (out.is_relative_to(base) and out != base):
+            raise ParamsError(f"{where} resolves to {out}, a folder of the project outside finetune/ (a run replaces the folder's "
+                              f"files); leave --output-dir out (finetune/{p.run}/), or name a folder under {base} or outside the project.")
+    elif p.output_dir is not None:
+        out, where = (base/Path(p.output_dir).expanduser()).resolve(), f"{src}: field `output_dir` = {p.output_dir!r}"
+        if not (out.is_relative_to(base) and out != base):
+            raise ParamsError(f"{where} resolves to {out}, outside the project's finetune/ folder {base} (a run replaces the folder's "
+                              f"files); remove the field (finetune/{p.run}/) or name a folder under finetune/, e.g. `output_dir: {p.run}-v2`.")
+    else: out, where = (base/p.run).resolve(), f"{src}: field `run` = {p.run!r}"
+    tracked = _tracked_files(out)
+    if tracked: raise ParamsError(f"{where}: {out} holds {len(tracked)} file(s) committed to git ({tracked[0]}, ...), which the run would "
+                                  "replace; write to a new folder under finetune/ (then copy the adapter where you want it on purpose).")
+    return out
 
 # %% ../../nbs/31_stop_finetune.ipynb #69592764
 def load_finetune_params(source, # a YAML file or a mapping
@@ -395,6 +444,9 @@ def load_finetune_params(source, # a YAML file or a mapping
     if p.model.adapter: raise ParamsError(f"{src}: field `model.adapter` is set; fine-tuning trains a new adapter on the base model, remove it.")
     if p.data.source == "human" and not p.data.human_labels: raise ParamsError(f"{src}: field `data.human_labels` is required with data.source: human.")
     if p.data.source == "jsonl" and not p.data.train_file: raise ParamsError(f"{src}: field `data.train_file` is required with data.source: jsonl.")
+    for name in ("train_file", "valid_file"):
+        if getattr(p.data, name): _check_sft_file(Path(getattr(p.data, name)), f"{src}: field `data.{name}`")
+    if p.output_dir is not None: finetune_output_dir(p, src)   # only a folder under finetune/: checked before anything is written
     return p
 
 # %% ../../nbs/31_stop_finetune.ipynb #edb9029e
@@ -508,7 +560,7 @@ def eval_params(params:FinetuneParams, adapter_dir:str|Path,
 def _sft_chats(params:FinetuneParams, out:Path)->tuple[list, list, dict]:
     d = params.data
     if d.source == "jsonl":
-        tr = read_sft_jsonl(d.train_file); va = read_sft_jsonl(d.valid_file) if d.valid_file else []
+        tr = read_sft_jsonl(d.train_file, "field `data.train_file`"); va = read_sft_jsonl(d.valid_file, "field `data.valid_file`") if d.valid_file else []
         return tr, va, {"train": d.train_file, "valid": d.valid_file}
     prog = load_stop()
     if d.n_progressions: prog = prog.sample(min(d.n_progressions, len(prog)), random_state=d.split_seed).sort_index()
@@ -525,11 +577,11 @@ def train_from_params(path,                       # a finetune params YAML file 
     "Build the SFT data, train the LoRA adapter and write adapter, logs, params and an evaluation params file."
     import yaml
     p = load_finetune_params(path)
-    out = Path(output_dir or p.output_dir or project_root()/"finetune"/p.run)
+    out = finetune_output_dir(p, str(path) if not isinstance(path, dict) else "<finetune params>", output_dir)   # before any write
+    t0 = time.time()
+    train, valid, data_files = _sft_chats(p, out)          # the data is built (or read and checked) before the params are written
     out.mkdir(parents=True, exist_ok=True)
     (out/"finetune_params.yaml").write_text(yaml.safe_dump(asdict(p), sort_keys=False), encoding="utf-8")
-    t0 = time.time()
-    train, valid, data_files = _sft_chats(p, out)
     res = train_lora(p, train, valid, out, progress=progress)
     man = json.loads((out/"data"/"manifest.json").read_text()) if (out/"data"/"manifest.json").exists() else {}
     held_out = man.get("splits", {}).get("valid", {}).get("progression_ids")
