@@ -19,10 +19,10 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
            'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'study_notebook',
            'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text', 'scrub_outputs',
-           'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'ended_early', 'without_examples',
-           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
-           'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'build_index',
-           'validity_page', 'write_card']
+           'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'report_params_file', 'check_report_owner',
+           'ended_early', 'without_examples', 'run_params_file', 'notebook_to_html_safe', 'failed_calls',
+           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'write_plan_card',
+           'released_answers_note', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -386,6 +386,35 @@ def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <pro
     if d.exists() and not d.is_dir(): raise SilverspoonError(f"reports folder {d} is a file, not a folder: pass a folder (--reports-dir).")
     return d
 
+# %% ../nbs/07a_runner.ipynb #d9809d9f
+def report_params_file(study_dir:str|Path, # reports/<study>/
+                       run:str             # the run name
+                      )->str|None:
+    "The params file that made the published report `study_dir/run`, as it recorded it (`provenance.json`'s `content.params_file`, else its executed notebook's `params_source`); None when there is no report or it records neither."
+    try: rec = json.loads((Path(study_dir)/run/"provenance.json").read_text(encoding="utf-8"))["content"]["params_file"]
+    except (OSError, ValueError, KeyError, TypeError): rec = None
+    if isinstance(rec, str) and rec: return rec
+    try:
+        import nbformat
+        nb = nbformat.read(str(Path(study_dir)/f"{run}.ipynb"), as_version=4)
+        cell = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
+        m = re.search(r'^params_source = (".*")$', cell.source, re.M)
+        return json.loads(m[1]) if m else None
+    except (OSError, ValueError, StopIteration, AttributeError): return None
+
+# %% ../nbs/07a_runner.ipynb #8f4c6f5b
+def check_report_owner(path:str|Path,                 # the params file about to run
+                       p:RunParams,                   # its validated params
+                       reports_dir:str|Path|None=None # default: <project>/reports
+                      ):
+    "Refuse (`ParamsError`) to run `path` when `<reports>/<study>/<run>/` was made from another params file: a run never writes over another file's report."
+    study_dir = reports_folder(reports_dir)/p.study
+    rec = report_params_file(study_dir, p.run)
+    if rec is None or (project_root()/rec).resolve() == Path(path).resolve(): return   # an absolute `rec` stays itself
+    raise ParamsError(f"{path}: run `{p.run}` of study {p.study} would overwrite the report {study_dir/p.run}/, which was made from another "
+                      f"params file, {rec} (its provenance); a run never writes over another file's report or store. Fix: give {path} "
+                      "another `run:` name (or, if it replaces that file on purpose, remove the old report first). Nothing was run.")
+
 # %% ../nbs/07a_runner.ipynb #9111596d
 def ended_early(nb_path:str|Path # an executed notebook papermill stopped with an error
                )->bool:
@@ -437,6 +466,7 @@ def run_params_file(path:str|Path,               # a file in params/
     p = read_params_file(path)
     preflight_model(p.model, str(path))   # a model without a chat template is refused now, before papermill starts
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
+    check_report_owner(path, p, reports_dir)   # never over another params file's report (or into its store)
     study_dir = reports_folder(reports_dir)/p.study
     study_dir.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(study_dir, p.run)
