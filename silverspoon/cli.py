@@ -8,7 +8,7 @@ import re, sys, argparse, time, dataclasses
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
-from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner
+from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner, notebooks_note
 from .runner import write_card
 
 # %% auto #0
@@ -232,6 +232,7 @@ def _run(args)->int:
     if getattr(args, "model", None):              # where a model file sends its keys, before anything is sent
         for d in dict.fromkeys(key_destinations(p) for p in runs if key_destinations(p)): print(printable(f"keys  {args.model}{d}"), flush=True)
     if getattr(args, "dry_run", False): return _dry_run(files, runs)
+    if notebooks_note(): print(printable(notebooks_note()), flush=True)   # which checkout's notebooks run, when it is not the project's
     for f, p in zip(files, runs): preflight_model(p.model, str(f))   # every hf/vllm model's chat template, before any notebook
     from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
     from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs

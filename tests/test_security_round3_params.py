@@ -157,3 +157,29 @@ def test_per_study_override_beside_a_run_file_is_an_error(project, cli):
     m.write_text("name: mine\nmodel: {backend: scripted, id: 'text:P1.'}\nstudies: {normative: {sample: {n: 3}}}\n")
     _one_clear_error(cli("check", m, env=project["env"]), str(m), "field `studies.normative` sets ['sample']",
                      "params/normative/mine.yaml exists", "would be ignored")
+
+
+def test_run_named_like_a_failure_page_refused(project, cli):
+    f = project["root"]/"victim.failed.yaml"
+    f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\n")
+    _one_clear_error(cli("check", f, env=project["env"]), str(f), "field `run` = 'victim.failed' ends in '.failed'", "Fix: choose a run name")
+
+
+# --- finding 14: the working folder's notebooks are never executed ---------------------------------------------------
+
+def test_notebooks_of_the_working_folder_never_run(root, tmp_path, monkeypatch, cli):
+    import nbformat, papermill
+    evil, pwned = tmp_path/"evil", tmp_path/"pwned"
+    (evil/"nbs").mkdir(parents=True)
+    (evil/"settings.ini").write_text("[DEFAULT]\nlib_name = silverspoon\n")     # looks like a silverspoon checkout
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"open({str(pwned)!r}, 'w').write('x')")]), str(evil/"nbs"/"10_normative.ipynb"))
+    f = evil/"r.yaml"; f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30}\n")
+    seen = []
+    def execute(nb_path, out_path, **kw):   # what would run, recorded; the run stops here
+        seen.append((nb_path, kw["cwd"])); raise RuntimeError("stopped by the test")
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.chdir(evil)
+    r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    assert seen == [(str(root/"nbs"/"10_normative.ipynb"), str(root/"nbs"))], seen      # the package's own notebook, run from its own folder
+    assert f"notebooks  {root/'nbs'}  (the installed silverspoon's own; never those of the project {evil}" in r.stdout, r.stdout
+    assert r.returncode == 1 and "stopped by the test" in r.stderr and not pwned.exists()
