@@ -15,13 +15,13 @@ from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 
 # %% auto #0
 __all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_UNITS', 'PAPER_SCALE',
-           'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'FACTOR_SKIP', 'FACTOR_RESAMPLES',
-           'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline', 'min_detectable_effect', 'verdict_words',
-           'answer_gate', 'chat_template_of', 'run_cost', 'headline_row', 'instrument_validity', 'released_values',
-           'is_factor_run', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
-           'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd',
-           'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card',
-           'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
+           'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED', 'FACTOR_SKIP',
+           'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline', 'min_detectable_effect',
+           'verdict_words', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row', 'instrument_validity',
+           'released_values', 'is_factor_run', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power',
+           'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
+           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
+           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
            'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas',
            'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
            'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
@@ -750,8 +750,13 @@ def check_factors(factors,                  # the `factors:` value of a model fi
     return out
 
 # %% ../nbs/07b_card.ipynb #79e19b54
+MODEL_FILE_FIXED = {   # per-study override fields a model file may not set, and why (issue 31: an override pointed a run at another model's report)
+    "study": "each entry under `studies:` runs that study, under its own report folder reports/<study>/",
+    "include": "each study's run starts from its own base, params/<study>/_base-local.yaml",
+}
+
 def read_model_file(path:str|Path)->dict:
-    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies`, `skip`, `description`."
+    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies` (per known study, overrides that never set `MODEL_FILE_FIXED`), `skip`, `description`."
     from silverspoon.core import read_yaml, check_name, ParamsError
     path = Path(path)
     if not path.is_file(): raise ParamsError(f"{path}: model file not found. Pass a file from params/models/ (e.g. params/models/smollm2-135m.yaml).")
@@ -760,8 +765,18 @@ def read_model_file(path:str|Path)->dict:
     if unknown: raise ParamsError(f"{path}: unknown field(s) {sorted(unknown)}; a model file has name, description, model, studies, skip, factors.")
     if not isinstance(d.get("model"), dict): raise ParamsError(f"{path}: field `model` must be a mapping (backend, id, ...), as in a run file.")
     check_name(d.get("name") or path.stem, "name", str(path))
-    for k in ("studies",):
-        if not isinstance(d.get(k) or {}, dict): raise ParamsError(f"{path}: field `{k}` must map a study name to its overrides.")
+    studies = d.get("studies") or {}
+    if not isinstance(studies, dict): raise ParamsError(f"{path}: field `studies` must map a study name to its overrides.")
+    from silverspoon.studies import STUDY_REGISTRY
+    unknown = set(studies) - set(STUDY_REGISTRY)
+    if unknown: raise ParamsError(f"{path}: field `studies` names unknown stud(ies) {sorted(unknown)}; known studies: {sorted(STUDY_REGISTRY)}.")
+    for s, over in studies.items():
+        if not isinstance(over or {}, dict):
+            raise ParamsError(f"{path}: field `studies.{s}` must be a mapping of overrides (model, task, sample, generation, run), e.g. {{sample: {{n: 30}}}}.")
+        for k in MODEL_FILE_FIXED:
+            if k in (over or {}):
+                raise ParamsError(f"{path}: field `studies.{s}.{k}` may not be set: {MODEL_FILE_FIXED[k]}. Fix: remove `{k}:` from `studies.{s}`.")
+        if "run" in (over or {}): check_name(str(over["run"]), f"studies.{s}.run", str(path), why="it picks the run file params/" + s + "/<run>.yaml")
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
             "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
@@ -775,6 +790,12 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
     from silverspoon.core import read_params_mapping, ParamsError
     from silverspoon.studies import STUDY_REGISTRY
     root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
+    for other in sorted((root/"params"/"models").glob("*.yaml")):   # one name, one model: its runs, reports and card are found by name
+        if other.resolve() == Path(models_file).resolve(): continue
+        try: same = read_model_file(other)["name"] == name
+        except ParamsError: continue
+        if same: raise ParamsError(f"{models_file}: field `name` = {name!r} is also the name of {other}: their runs, reports and bias card "
+                                   f"would be one. Fix: give {models_file} another `name:`.")
     unknown = set(studies or []) - set(STUDY_REGISTRY)
     if unknown: raise ParamsError(f"--studies: unknown {sorted(unknown)}; known studies: {sorted(STUDY_REGISTRY)}.")
     rows = []
@@ -786,6 +807,12 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
         over = dict(m["studies"].get(study) or {}); run = over.pop("run", name)
         want = merge_params(read_params_mapping(base).get("model", {}), m["model"])
         existing = root/"params"/study/f"{run}.yaml"
+        if run != name and not existing.exists():   # `run:` picks an existing run file; a run written here is named after the model
+            raise ParamsError(f"{models_file}: field `studies.{study}.run` = {run!r} names no run file {existing.relative_to(root)}: an override's "
+                              f"`run:` may only pick an existing run file of this model. Fix: remove `run:` (the run is then named {name!r}), or write that run file.")
+        if existing.exists() and over:
+            raise ParamsError(f"{models_file}: field `studies.{study}` sets {sorted(over)}, but the run file {existing.relative_to(root)} exists and is "
+                              f"run as it is, so they would be ignored. Fix: put them in {existing.relative_to(root)}, or remove them from {models_file}.")
         if existing.exists():
             got = read_params_mapping(existing).get("model", {})
             diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))

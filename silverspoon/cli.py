@@ -8,12 +8,12 @@ import re, sys, argparse, time, dataclasses
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
-from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model
+from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner, notebooks_note
 from .runner import write_card
 
 # %% auto #0
 __all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
-           'factor_files', 'model_files', 'model_cards', 'validate_runs', 'main']
+           'factor_files', 'model_files', 'model_cards', 'validate_runs', 'is_model_file', 'main']
 
 # %% ../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -175,17 +175,53 @@ def _finetune(args)->int:
     return 0
 
 # %% ../nbs/07_cli.ipynb #ec1f3410
-def validate_runs(files:list[Path] # params files, each named once
+def validate_runs(files:list[Path],              # params files, each named once
+                  reports_dir:str|Path|None=None  # where their reports go (default: <project>/reports)
                  )->list[RunParams]:
-    "Validate every params file, and refuse two files that are one run (same study and run name): both would write one report folder."
+    "Validate every params file; refuse two files that are one run (same study and run name: both would write one report folder), and a run whose published report another params file made (`check_report_owner`)."
     seen, out = {}, []
     for f in files:
         p = read_params_file(f)
         if (p.study, p.run) in seen:
             raise ParamsError(f"{seen[p.study, p.run]} and {f} are both run `{p.run}` of study {p.study}: they would write the same report "
                               "folder and store file. Give one of them another `run` name (or file name); nothing was run.")
+        check_report_owner(f, p, reports_dir)
         seen[p.study, p.run] = f; out.append(p)
     return out
+
+# %% ../nbs/07_cli.ipynb #2ef9e60e
+def is_model_file(path:str|Path # a YAML file named on the command line
+                 )->bool:
+    "A model file (`name`, `model`, per-study overrides; `silverspoon.card.read_model_file`), not a run file: it lies in a `models/` folder, or has `name:` and no `study:`."
+    path = Path(path)
+    if path.parent.name == "models": return True
+    d = read_yaml(path) if path.is_file() else None
+    return isinstance(d, dict) and "name" in d and "study" not in d
+
+# %% ../nbs/07_cli.ipynb #fb689ede
+def _check(args)->int:
+    "`silverspoon check`: run files and model files (each expanded into its runs) validated together, as `run` would before running anything."
+    from silverspoon.card import read_model_file, model_plan
+    given = list({f.resolve(): f for f in _runs_only(args.params)}.values())
+    models, names = [f for f in given if is_model_file(f)], {}
+    for m in models:
+        n = read_model_file(m)["name"]
+        if n in names: raise ParamsError(f"{names[n]} and {m} are both model `{n}` (field `name`): their runs, reports and bias card would be one. "
+                                         "Fix: give one of them another `name:`; nothing was checked further.")
+        names[n] = m
+    owner = {}   # resolved params file -> the file named on the command line that brings it
+    for f in given:
+        runs = [project_root()/x for x in model_plan(f).params.dropna()] + factor_files(f) if f in models else [f]
+        for x in runs: owner.setdefault(Path(x).resolve(), f)
+    files = list(owner)
+    ps = validate_runs(files)
+    for m in models:
+        mine = [p for f, p in zip(files, ps) if owner[f] == m]
+        keys = "".join(dict.fromkeys(key_destinations(p) for p in mine))
+        print(printable(f"ok    {m}  (model {read_model_file(m)['name']}: {len(mine)} runs{keys or '; no API key'})"))
+    for f, p in zip(files, ps):
+        if owner[f] not in models: print(printable(f"ok    {owner[f]}  ({p.study}, {p.model.backend}:{p.model.id}{key_destinations(p)})"))
+    return 0
 
 # %% ../nbs/07_cli.ipynb #ba2472c6
 def _run(args)->int:
@@ -193,8 +229,11 @@ def _run(args)->int:
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
-    runs = validate_runs(files)                   # validate everything first
+    runs = validate_runs(files, args.reports_dir) # validate everything first (never over another params file's report)
+    if getattr(args, "model", None):              # where a model file sends its keys, before anything is sent
+        for d in dict.fromkeys(key_destinations(p) for p in runs if key_destinations(p)): print(printable(f"keys  {args.model}{d}"), flush=True)
     if getattr(args, "dry_run", False): return _dry_run(files, runs)
+    if notebooks_note(): print(printable(notebooks_note()), flush=True)   # which checkout's notebooks run, when it is not the project's
     for f, p in zip(files, runs): preflight_model(p.model, str(f))   # every hf/vllm model's chat template, before any notebook
     from silverspoon.data import fetch_all        # then every data file the runs read, fetched (downloaded or built) and verified
     from silverspoon.studies import get_study     # once: one error lists every file that cannot be had, and nothing runs
@@ -256,10 +295,7 @@ def main(argv:list[str]|None=None)->int:
         if getattr(args, name, None): setattr(args, name, str(Path(getattr(args, name)).absolute()))   # parallel runs execute
     try:
         if args.cmd == "run": return _run(args)
-        if args.cmd == "check":   # the same checks as `run` makes before running anything, two files of one run included
-            files = list({f.resolve(): f for f in _runs_only(args.params)}.values())
-            for f, p in zip(files, validate_runs(files)): print(printable(f"ok    {f}  ({p.study}, {p.model.backend}:{p.model.id}{key_destinations(p)})"))
-            return 0
+        if args.cmd == "check": return _check(args)   # the same checks as `run` makes before running anything, two files of one run included
         if args.cmd == "resolve":   # validated first; papermill reads YAML itself and knows nothing of `include:`
             import yaml
             read_params_file(args.params)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'CHAT_TEMPLATES',
-           'SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir', 'absolute_path_settings',
-           'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml',
-           'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
-           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'KnownChatTemplate',
-           'read_chat_template', 'check_model', 'check_generation', 'merge_params', 'read_params_mapping',
-           'load_params', 'check_params', 'task_params']
+           'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir',
+           'absolute_path_settings', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing',
+           'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
+           'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys',
+           'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
+           'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -523,9 +523,14 @@ def load_params(source:Path|str|dict, # a YAML file, or an already-parsed mappin
     return check_params(from_dict(RunParams, d, src=src), src)
 
 # %% ../nbs/00_core.ipynb #d372b8b4
+RESERVED_RUN_SUFFIXES = (".failed",)   # a run `x.failed` would write `x.failed.html`, the failure page of run `x` (shown as "Last run failed", deleted by its next run)
+
 def check_params(p:RunParams, src:str="<params>")->RunParams:
     "Checks beyond types and `BOUNDS`: names usable as file names, sampling settings, no secrets in any URL or key field, the model's own checks (`check_model`)."
     check_name(p.run, "run", src)
+    if p.run.lower().endswith(RESERVED_RUN_SUFFIXES):
+        raise ParamsError(f"{src}: field `run` = {p.run!r} ends in {p.run[p.run.rfind('.'):]!r}, which names another run's files (`<run>.failed.html` is "
+                          "the failure page of run <run>). Fix: choose a run name without that ending.")
     check_name(p.study, "study", src, r"[a-z][a-z0-9_]*", "it must be a study name such as 'normative'")
     check_generation(p.generation, src)
     check_urls_and_keys(asdict(p), src)

@@ -17,12 +17,12 @@ from .stats import metric_definition
 __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
            'MIN_SECRET_CHARS', 'SAVE_EVERY', 'FACTOR_RUN_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_start',
            'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
-           'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'study_notebook',
-           'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text', 'scrub_outputs',
-           'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'ended_early', 'without_examples',
-           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
-           'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'build_index',
-           'validity_page', 'write_card']
+           'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir',
+           'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
+           'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
+           'report_params_file', 'check_report_owner', 'ended_early', 'without_examples', 'run_params_file',
+           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
+           'figure_data_uri', 'write_plan_card', 'released_answers_note', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -231,9 +231,22 @@ def publishable_notebook(nb,                      # an executed notebook (nbform
     return nbformat.reads(text, as_version=4)
 
 # %% ../nbs/07a_runner.ipynb #b6f25da2
+def notebooks_dir()->Path:
+    "The study notebooks this silverspoon runs: the `nbs/` beside the imported package (its own checkout), never one found from the working directory (a folder holding `settings.ini` + `nbs/` would otherwise have its notebooks executed, issue 31); the project's `nbs/` only when the package has none beside it (`notebooks_note` says so)."
+    import silverspoon
+    own = Path(silverspoon.__file__).resolve().parent.parent/"nbs"
+    return own if own.is_dir() else project_root()/"nbs"
+
+def notebooks_note()->str|None:
+    "The line `run` prints when the notebooks it executes and the project it reads (`project_root`: params, reports, store) are not one checkout; None when they are."
+    import silverspoon
+    d, root = notebooks_dir(), project_root()
+    if d.parent != Path(silverspoon.__file__).resolve().parent.parent: return f"notebooks  {d}  (the installed silverspoon has none beside it: the project's are run)"
+    return None if d.parent == root else f"notebooks  {d}  (the installed silverspoon's own; never those of the project {root})"
+
 def study_notebook(study:str, src:str="<params>")->Path:
-    "The notebook of a registered study (`silverspoon.studies.get_study`); a `ParamsError` lists the known studies."
-    return project_root()/"nbs"/get_study(study, src).notebook
+    "The notebook of a registered study (`silverspoon.studies.get_study`) in `notebooks_dir`; a `ParamsError` lists the known studies."
+    return notebooks_dir()/get_study(study, src).notebook
 
 # %% ../nbs/07a_runner.ipynb #6e4610cd
 def validate_task(params:RunParams, src:str="<params>"):
@@ -388,6 +401,35 @@ def reports_folder(reports_dir:str|Path|None=None # a --reports-dir; None = <pro
     if d.exists() and not d.is_dir(): raise SilverspoonError(f"reports folder {d} is a file, not a folder: pass a folder (--reports-dir).")
     return d
 
+# %% ../nbs/07a_runner.ipynb #d9809d9f
+def report_params_file(study_dir:str|Path, # reports/<study>/
+                       run:str             # the run name
+                      )->str|None:
+    "The params file that made the published report `study_dir/run`, as it recorded it (`provenance.json`'s `content.params_file`, else its executed notebook's `params_source`); None when there is no report or it records neither."
+    try: rec = json.loads((Path(study_dir)/run/"provenance.json").read_text(encoding="utf-8"))["content"]["params_file"]
+    except (OSError, ValueError, KeyError, TypeError): rec = None
+    if isinstance(rec, str) and rec: return rec
+    try:
+        import nbformat
+        nb = nbformat.read(str(Path(study_dir)/f"{run}.ipynb"), as_version=4)
+        cell = next(c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", []))
+        m = re.search(r'^params_source = (".*")$', cell.source, re.M)
+        return json.loads(m[1]) if m else None
+    except (OSError, ValueError, StopIteration, AttributeError): return None
+
+# %% ../nbs/07a_runner.ipynb #8f4c6f5b
+def check_report_owner(path:str|Path,                 # the params file about to run
+                       p:RunParams,                   # its validated params
+                       reports_dir:str|Path|None=None # default: <project>/reports
+                      ):
+    "Refuse (`ParamsError`) to run `path` when `<reports>/<study>/<run>/` was made from another params file: a run never writes over another file's report."
+    study_dir = reports_folder(reports_dir)/p.study
+    rec = report_params_file(study_dir, p.run)
+    if rec is None or (project_root()/rec).resolve() == Path(path).resolve(): return   # an absolute `rec` stays itself
+    raise ParamsError(f"{path}: run `{p.run}` of study {p.study} would overwrite the report {study_dir/p.run}/, which was made from another "
+                      f"params file, {rec} (its provenance); a run never writes over another file's report or store. Fix: give {path} "
+                      "another `run:` name (or, if it replaces that file on purpose, remove the old report first). Nothing was run.")
+
 # %% ../nbs/07a_runner.ipynb #9111596d
 def ended_early(nb_path:str|Path # an executed notebook papermill stopped with an error
                )->bool:
@@ -439,6 +481,7 @@ def run_params_file(path:str|Path,               # a file in params/
     p = read_params_file(path)
     preflight_model(p.model, str(path))   # a model without a chat template is refused now, before papermill starts
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
+    check_report_owner(path, p, reports_dir)   # never over another params file's report (or into its store)
     study_dir = reports_folder(reports_dir)/p.study
     study_dir.mkdir(parents=True, exist_ok=True)
     _remove_abandoned(study_dir, p.run)
@@ -456,7 +499,7 @@ def run_params_file(path:str|Path,               # a file in params/
             try:
                 with relay_notices():   # notices for the person waiting (another run holds the store) reach this terminal, not the report
                     pm.execute_notebook(str(_notebook_for(p, tmp)), str(executed), parameters=params, kernel_name=kernel,
-                                        progress_bar=progress, engine_name=saves_throttled(), cwd=str(project_root()/"nbs"), extra_arguments=KERNEL_ARGS,
+                                        progress_bar=progress, engine_name=saves_throttled(), cwd=str(notebooks_dir()), extra_arguments=KERNEL_ARGS,
                                         kernel_manager_class=quiet_kernel_manager())
             except pm.PapermillExecutionError as e:
                 if not (e.ename == "RunEnded" and ended_early(executed)): raise   # `Report.end`: complete up to there, published as such

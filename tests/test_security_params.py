@@ -209,9 +209,10 @@ def test_failed_rerun_keeps_last_good_report(good_run):
     with FakeChatServer(fail_every=1, codes=(500,)) as srv:     # every judge call fails
         judge = {"backend": "openai", "id": "judge", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_API_KEY",
                  "max_retries": 0, "timeout_s": 5.0, "concurrency": 2}
-        f = good_run["dir"]/"rerun"/"sec-run.yaml"; f.parent.mkdir()
+        f = good_run["file"]; first = f.read_text()   # the same file, edited (another file may not rerun its report: issue 31)
         f.write_text(yaml.safe_dump({**good_run["params"], "task": {"n_boot": 50, "judge": judge}}))
-        r = run_cli("run", f, "--reports-dir", reports, env=good_run["env"])
+        try: r = run_cli("run", f, "--reports-dir", reports, env=good_run["env"])
+        finally: f.write_text(first)
         assert srv.stats()["requests"] >= 25
     assert r.returncode == 1, r.stdout + r.stderr                      # a judge that never answered fails the run
     assert "judge calls failed" in r.stderr and "the last good report" in r.stderr and "is kept" in r.stderr, r.stderr
