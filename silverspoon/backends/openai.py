@@ -316,7 +316,30 @@ def engine_stats(self:OpenAIBackend)->dict:
 
 # %% ../../nbs/02c_openai.ipynb #d46c6158
 @patch
-def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, [self._key])
+def secrets(self:OpenAIBackend)->list[Secret]:
+    "Every value this backend sends as a credential: the API key, and a password or query values written into base_url (sent too)."
+    p, out = urlsplit(self.base_url), [self._key]
+    if p.password: out.append(Secret(p.password))
+    out += [Secret(v) for part in p.query.split("&") for v in part.split("=", 1)[1:] if v]
+    return out
+
+
+# %% ../../nbs/02c_openai.ipynb #c50e5298
+@patch
+def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, self.secrets())
+
+
+# %% ../../nbs/02c_openai.ipynb #0d9a5ebb
+@patch
+def scrub_reply(self:OpenAIBackend, text:str|None # an answer (or another string field) as the server sent it
+               )->str|None:
+    "`text` with every value sent as a secret (`secrets`) replaced by `***`: exact matches only, so the rest of an answer is kept as it came."
+    if not isinstance(text, str): return text
+    for s in self.secrets():
+        v = s.get()
+        if v and len(v) >= 4 and v != "EMPTY": text = text.replace(v, "***")
+    return text
+
 
 # %% ../../nbs/02c_openai.ipynb #f15532c1
 @patch
@@ -341,7 +364,7 @@ def client(self:OpenAIBackend):
 # %% ../../nbs/02c_openai.ipynb #64d5f4ab
 @patch
 def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
-    "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None."
+    "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None; secrets echoed back become `***`."
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list) or not choices:
         raise BadReply(f"HTTP 200 without choices; the server says: {self.scrub(reply_error_message(resp))}")
@@ -350,8 +373,10 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
     if text is None: text = getattr(msg, "refusal", None)       # an API refusal is an answer
     if text is not None and not isinstance(text, str):
         raise BadReply(f"the answer (message.content) is {type(text).__name__}, not text")
-    finish, u = _short_str(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
-    with self._lock: self.served[(_short_str(getattr(resp, "model", None)), _short_str(getattr(resp, "system_fingerprint", None)))] += 1
+    text = self.scrub_reply(text)       # a server that echoes the Authorization header must not put the key into the store
+    field = lambda v: _short_str(self.scrub(v)) if isinstance(v, str) else None     # scrub first, then shorten (never cut a key in half)
+    finish, u = field(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
+    with self._lock: self.served[(field(getattr(resp, "model", None)), field(getattr(resp, "system_fingerprint", None)))] += 1
     # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
     # recorded and retried on the next run, never an "answered" empty string
     err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={finish})"

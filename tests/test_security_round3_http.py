@@ -1,0 +1,47 @@
+"""Red-team round 3 (issue 31), the openai backend's findings 6, 8, 10, 11, 12 and 15 (part), each replayed against a
+`FakeChatServer` (or a small variant of it) and asserting the safe outcome."""
+import os, json, gzip, zlib, hashlib
+from pathlib import Path
+import pytest
+from silverspoon.core import GenerationParams
+from silverspoon.backends import GenRequest, user
+from silverspoon.backends.openai import OpenAIBackend, is_local_url
+from silverspoon.store import GenerationStore, generate_all
+from silverspoon.testing import FakeChatServer
+
+SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 31").hexdigest()[:24]
+KEY_VAR = "SILVERSPOON_R3_API_KEY"
+
+
+@pytest.fixture
+def key(monkeypatch):
+    monkeypatch.setenv(KEY_VAR, SECRET); return SECRET
+
+
+def _reqs(n=3): return [GenRequest(item_id=f"r3-{i}", messages=user(f"scenario {i}: who is wrong?")) for i in range(n)]
+
+
+# --- 6. a server that echoes the Authorization header must not put the key into the store -------------------------------
+
+class EchoingServer(FakeChatServer):
+    "Answers HTTP 200 with the Authorization header it got in the answer, the model name, the fingerprint and the finish reason."
+    def _handle(self, h):
+        auth = h.headers.get("Authorization", "")
+        self.script = {"": {"id": "x", "object": "chat.completion", "model": f"echo {auth}", "system_fingerprint": auth,
+                            "choices": [{"index": 0, "finish_reason": f"stop {auth}",
+                                         "message": {"role": "assistant", "content": f"You sent me: Authorization: {auth}"}}],
+                            "usage": {"prompt_tokens": 3, "completion_tokens": 5}}}
+        return super()._handle(h)
+
+
+def test_a_key_echoed_in_the_reply_never_reaches_the_store(tmp_path, key):
+    with EchoingServer() as srv:
+        be = OpenAIBackend(srv.model_params(api_key_env=KEY_VAR, max_retries=0))
+        store = GenerationStore(tmp_path/"store"/"normative"/"echo.jsonl")
+        df = generate_all(be, _reqs(), GenerationParams(max_new_tokens=16), store, run="echo", progress=False)
+        seen = [b["messages"] for b in srv.bodies]
+    assert len(seen) == 3                                                      # the server did get (and echo) the key
+    text = store.path.read_text()
+    assert key not in text and key[8:] not in text, text                       # nowhere in the store: answer, finish reason, anything
+    assert list(df["answer"]) == ["You sent me: Authorization: Bearer ***"] * 3   # the answer is kept, the key is not
+    assert key not in json.dumps(be.served_models()) and key not in json.dumps(be.engine_stats(), default=str)
