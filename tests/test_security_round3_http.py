@@ -3,9 +3,9 @@
 import os, json, gzip, zlib, hashlib
 from pathlib import Path
 import pytest
-from silverspoon.core import GenerationParams
+from silverspoon.core import GenerationParams, ModelParams, SilverspoonError
 from silverspoon.backends import GenRequest, user
-from silverspoon.backends.openai import OpenAIBackend, is_local_url
+from silverspoon.backends.openai import OpenAIBackend, is_local_url, resolve_api_key
 from silverspoon.store import GenerationStore, generate_all
 from silverspoon.testing import FakeChatServer
 
@@ -45,3 +45,27 @@ def test_a_key_echoed_in_the_reply_never_reaches_the_store(tmp_path, key):
     assert key not in text and key[8:] not in text, text                       # nowhere in the store: answer, finish reason, anything
     assert list(df["answer"]) == ["You sent me: Authorization: Bearer ***"] * 3   # the answer is kept, the key is not
     assert key not in json.dumps(be.served_models()) and key not in json.dumps(be.engine_stats(), default=str)
+
+
+# --- 8. only this machine is local: names that look local are not -------------------------------------------------------
+
+LOOKALIKES = ["127.0.0.1.attacker.example", "127.x.example", "127.0.0.1.nip.io", "app.10.0.0.1.nip.io", "evil.localhost"]
+
+
+@pytest.mark.parametrize("host", LOOKALIKES)
+def test_a_host_that_only_looks_local_is_remote(monkeypatch, host):
+    url = f"http://{host}:8000/v1"
+    assert not is_local_url(url)
+    m = ModelParams(backend="openai", id="m", base_url=url, api_key_env=KEY_VAR)
+    monkeypatch.setenv(KEY_VAR, "abc")                 # a placeholder: sent only to this machine, and too short to scrub
+    with pytest.raises(SilverspoonError, match=f"`{KEY_VAR}` holds 3 characters, too few for an API key"): resolve_api_key(m)
+    monkeypatch.delenv(KEY_VAR)                        # no key: the dummy "EMPTY" only for this machine
+    with pytest.raises(SilverspoonError, match=f"`{KEY_VAR}` is not set"): resolve_api_key(m)
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "127.3.2.1", "[::1]", "0.0.0.0"])
+def test_this_machine_is_still_local(monkeypatch, host):
+    url = f"http://{host}:8000/v1"
+    assert is_local_url(url)
+    monkeypatch.setenv(KEY_VAR, "abc")
+    assert resolve_api_key(ModelParams(backend="openai", id="m", base_url=url, api_key_env=KEY_VAR)) == "abc"

@@ -22,14 +22,21 @@ __all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TO
 
 # %% ../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 def is_local_url(url:str|None # a base URL, or None (= the OpenAI API)
                 )->bool:
-    "Does `url` point at this machine (localhost / 127.0.0.1 / ::1)?"
+    "Does `url` point at this machine: the name `localhost` exactly, or a loopback/unspecified IP address (127.0.0.0/8, ::1, 0.0.0.0, ::)?"
     if not url: return False
-    host = (urlsplit(url).hostname or "").lower()
-    return host in _LOCAL_HOSTS or host.endswith(".localhost") or host.startswith("127.")
+    try: host = urlsplit(url).hostname
+    except ValueError: return False
+    if not host: return False
+    if host.lower() == "localhost": return True
+    import ipaddress
+    try: addr = ipaddress.ip_address(host)
+    except ValueError: return False      # any other name: resolved by DNS, so it may be anywhere (`127.0.0.1.nip.io`, `evil.localhost`)
+    addr = getattr(addr, "ipv4_mapped", None) or addr
+    return addr.is_loopback or addr.is_unspecified
+
 
 # %% ../../nbs/02c_openai.ipynb #33e64f91
 def public_url(url:str)->str:
