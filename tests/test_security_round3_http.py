@@ -69,3 +69,22 @@ def test_this_machine_is_still_local(monkeypatch, host):
     assert is_local_url(url)
     monkeypatch.setenv(KEY_VAR, "abc")
     assert resolve_api_key(ModelParams(backend="openai", id="m", base_url=url, api_key_env=KEY_VAR)) == "abc"
+
+
+# --- 12. credentials in SILVERSPOON_MIRROR are never printed ---------------------------------------------------------------
+
+def test_mirror_credentials_are_not_printed(tmp_path, cli, root, monkeypatch):
+    import socket
+    with socket.socket() as s: s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]     # a port nothing listens on
+    user, password = "mirror-reader", "hunter2-" + hashlib.sha256(b"mirror").hexdigest()[:12]
+    monkeypatch.delenv("SILVERSPOON_DATA", raising=False)
+    monkeypatch.setenv("SILVERSPOON_CACHE", str(tmp_path/"cache"))
+    monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
+    monkeypatch.setenv("SILVERSPOON_MIRROR", f"http://{user}:{password}@127.0.0.1:{port}/gh")
+    r = cli("run", root/"params"/"normative"/"gpt4-replay.yaml", "--reports-dir", tmp_path/"reports")
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert "data files cannot be used" in r.stderr and "SILVERSPOON_MIRROR" in r.stderr     # the download did fail, and says where from
+    assert "http://***@127.0.0.1" in r.stderr, r.stderr
+    out = r.stdout + r.stderr
+    assert password not in out and user not in out, out
+    assert not (tmp_path/"reports").exists()
