@@ -88,3 +88,64 @@ def test_mirror_credentials_are_not_printed(tmp_path, cli, root, monkeypatch):
     out = r.stdout + r.stderr
     assert password not in out and user not in out, out
     assert not (tmp_path/"reports").exists()
+
+
+# --- 10. absurd token counts and compression bombs -------------------------------------------------------------------------
+
+def _reply(content="Fine.", **usage):
+    return {"id": "x", "object": "chat.completion", "model": "fake-model",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}], "usage": usage}
+
+
+def test_an_absurd_token_count_is_not_stored_and_reruns_still_work(tmp_path):
+    with FakeChatServer(script={"": _reply(prompt_tokens=-5, completion_tokens=10**30)}) as srv:
+        be = OpenAIBackend(srv.model_params(max_retries=0))
+        store = GenerationStore(tmp_path/"usage.jsonl")
+        first = generate_all(be, _reqs(), GenerationParams(max_new_tokens=16), store, run="usage", progress=False)
+    recs = [json.loads(l) for l in store.path.read_text().splitlines()]
+    assert [(r["prompt_tokens"], r["completion_tokens"], r["answer"]) for r in recs] == [(None, None, "Fine.")] * 3
+    again = generate_all(be, _reqs(), GenerationParams(max_new_tokens=16), GenerationStore(store.path), run="usage", progress=False)
+    assert again["cached"].all() and list(again["answer"]) == ["Fine."] * 3 and again["completion_tokens"].isna().all()
+    assert first["completion_tokens"].isna().all()
+
+
+class CompressingServer(FakeChatServer):
+    "Ignores `Accept-Encoding: identity` and sends `payload` encoded with `encoding`."
+    def __init__(self, payload:bytes, encoding:str, **kw):
+        super().__init__(**kw); self.payload, self.encoding, self.asked = payload, encoding, []
+    def _handle(self, h):
+        h.rfile.read(int(h.headers.get("Content-Length") or 0))
+        with self._lock: self.asked.append(h.headers.get("Accept-Encoding"))
+        body = {"gzip": gzip.compress, "deflate": zlib.compress, "br": lambda b: b"not really brotli"}[self.encoding](self.payload)
+        try:
+            h.send_response(200); h.send_header("Content-Type", "application/json"); h.send_header("Content-Encoding", self.encoding)
+            h.send_header("Content-Length", str(len(body))); h.end_headers(); h.wfile.write(body)
+        except OSError: pass
+
+
+BOMB = json.dumps(_reply("@")).encode().replace(b"@", b"a" * (32 * 2**20))     # 32 MiB of JSON, 128 x the cap
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_compression_bomb_is_capped_on_decoded_bytes(encoding):
+    with CompressingServer(BOMB, encoding) as srv:
+        wire = len({"gzip": gzip.compress, "deflate": zlib.compress}[encoding](BOMB))
+        g, = OpenAIBackend(srv.model_params(max_retries=2)).generate(_reqs(1), GenerationParams(max_new_tokens=16))
+        assert srv.asked == ["identity"]                                          # asked for no compression, and sent it anyway
+    assert wire < 2**20                                                            # under a MiB on the wire ...
+    assert g.text is None and g.error.startswith("ReplyTooLarge: ") and "passed the cap of 263,168 bytes" in g.error, g.error
+    assert g.error.endswith("(after 1 attempt)")                                   # ... refused once decoded past the cap, not retried
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_a_small_compressed_reply_is_still_read(encoding):
+    with CompressingServer(json.dumps(_reply("Fine.", completion_tokens=1)).encode(), encoding) as srv:
+        g, = OpenAIBackend(srv.model_params()).generate(_reqs(1), GenerationParams(max_new_tokens=16))
+    assert (g.text, g.completion_tokens, g.error) == ("Fine.", 1, None)
+
+
+def test_an_encoding_that_is_not_decoded_here_is_refused():
+    with CompressingServer(b"{}", "br") as srv:
+        g, = OpenAIBackend(srv.model_params(max_retries=2)).generate(_reqs(1), GenerationParams(max_new_tokens=16))
+    assert g.text is None and g.error.startswith("BadReply: ") and "is encoded br although silverspoon asked for an uncompressed one" in g.error
+    assert "Fix: turn response compression off" in g.error and g.error.endswith("(after 1 attempt)")

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/02c_openai.ipynb #2110eccd
 from __future__ import annotations
-import os, re, json, time, random, logging, warnings, threading
+import os, re, json, time, zlib, random, logging, warnings, threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
@@ -15,9 +15,9 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'is_local_url', 'public_url',
-           'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay',
-           'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply', 'capped_http_client',
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'is_local_url',
+           'public_url', 'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable',
+           'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply', 'capped_http_client',
            'reply_error_message', 'OpenAIBackend']
 
 # %% ../../nbs/02c_openai.ipynb #201fb49c
@@ -212,7 +212,7 @@ def _http_library(openai_module):
 def capped_http_client(openai_module,       # the imported `openai` package
                        trust_env:bool=True  # use HTTP(S)_PROXY and the like (off for a server on this machine)
                       ):
-    "An `openai.DefaultHttpxClient` that asks for uncompressed replies, stops reading a reply past its `reply_byte_cap`, keeps each attempt within its `_DEADLINE` and refuses redirects to another server."
+    "An `openai.DefaultHttpxClient` that asks for uncompressed replies, stops reading a reply past its `reply_byte_cap` (decoded bytes, if it came compressed), keeps each attempt within its `_DEADLINE` and refuses redirects to another server."
     hx = _http_library(openai_module)
     def too_large(request, cap, declared=None):
         size = f"declares {declared:,} bytes, over" if declared else "passed"
@@ -220,6 +220,21 @@ def capped_http_client(openai_module,       # the imported `openai` package
                              f"{_requested_tokens(request)} ({REPLY_MIN_BYTES // 1024} KiB + {REPLY_BYTES_PER_TOKEN} bytes per token), so reading "
                              f"stopped there. The server seems to ignore max_tokens: check its settings (or raise generation.max_new_tokens "
                              f"if the answers are meant to be longer).")
+    class Inflated(hx.SyncByteStream):
+        "A gzip/deflate body decoded here, at most 64 KiB of output per step, so that `CappedStream` counts decoded bytes."
+        def __init__(self, stream, request, encoding): self.stream, self.request, self.encoding = stream, request, encoding
+        def __iter__(self):
+            d, started = zlib.decompressobj(zlib.MAX_WBITS | 32), False     # gzip or zlib header, told apart by zlib
+            for data in self.stream:
+                while data:
+                    try: out = d.decompress(data, 64 * 1024)
+                    except zlib.error as e:
+                        if not started and self.encoding == "deflate": d, started = zlib.decompressobj(-zlib.MAX_WBITS), True; continue  # raw deflate
+                        raise BadReply(f"the reply from {public_url(str(self.request.url))} says Content-Encoding: {self.encoding} but does not decode ({e})") from None
+                    started, data = True, d.unconsumed_tail
+                    if out: yield out
+            if rest := d.flush(): yield rest
+        def close(self): self.stream.close()
     class CappedStream(hx.SyncByteStream):
         def __init__(self, stream, request, cap): self.stream, self.request, self.cap = stream, request, cap
         def __iter__(self):
@@ -241,7 +256,16 @@ def capped_http_client(openai_module,       # the imported `openai` package
         cap = reply_byte_cap(_requested_tokens(response.request))
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > cap: raise too_large(response.request, cap, int(declared))
-        response.stream = CappedStream(response.stream, response.request, cap)
+        stream, codings = response.stream, [c.strip().lower() for c in response.headers.get("Content-Encoding", "").split(",")]
+        codings = [c for c in codings if c not in ("", "identity")]
+        if codings:    # asked for identity, got compressed: decode it here, so the cap counts decoded bytes (the library would decode all at once)
+            if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+                raise BadReply(f"the reply from {public_url(str(response.request.url))} is encoded {', '.join(codings)} although silverspoon asked for "
+                               "an uncompressed one (Accept-Encoding: identity), and only gzip or deflate is decoded (within the reply cap). "
+                               "Fix: turn response compression off on the server or the proxy in front of it.")
+            del response.headers["Content-Encoding"]
+            stream = Inflated(stream, response.request, "deflate" if codings[0] == "deflate" else "gzip")
+        response.stream = CappedStream(stream, response.request, cap)
     client = openai_module.DefaultHttpxClient(trust_env=trust_env, event_hooks={"request": [ask_uncompressed], "response": [cap_reply]})
     for t in [client._transport, *client._mounts.values()]:   # the direct transport and any proxy ones
         pool = getattr(t, "_pool", None)
@@ -278,7 +302,12 @@ def _cause(exc:BaseException, cls)->BaseException|None:
     return None
 
 # %% ../../nbs/02c_openai.ipynb #561bea3d
-def _count(v)->int|None: return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+MAX_TOKEN_COUNT = 2**31 - 1   # more tokens than any request or model could use: a larger count is a server's nonsense
+
+def _count(v)->int|None:
+    "A token count from a reply: an integer in 0..MAX_TOKEN_COUNT, else None (a count of 10**30 would break every later read of the store)."
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKEN_COUNT else None
+
 
 # %% ../../nbs/02c_openai.ipynb #733ae118
 def _short_str(v)->str|None: return v[:200] if isinstance(v, str) else None
@@ -419,7 +448,7 @@ def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
         _DEADLINE.end = time.monotonic() + self.model.timeout_s
         try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
         except Exception as e:
-            last = _cause(e, (ReplyTooLarge, RedirectRefused)) or e   # an SDK may wrap them in a connection error; they are not one
+            last = _cause(e, (ReplyTooLarge, RedirectRefused, BadReply)) or e   # an SDK may wrap them in a connection error; they are not one
             if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
             d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
             _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
