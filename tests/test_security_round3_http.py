@@ -149,3 +149,55 @@ def test_an_encoding_that_is_not_decoded_here_is_refused():
         g, = OpenAIBackend(srv.model_params(max_retries=2)).generate(_reqs(1), GenerationParams(max_new_tokens=16))
     assert g.text is None and g.error.startswith("BadReply: ") and "is encoded br although silverspoon asked for an uncompressed one" in g.error
     assert "Fix: turn response compression off" in g.error and g.error.endswith("(after 1 attempt)")
+
+
+# --- 15 (part). HTTP 400/404 fail fast with the server's own message; the store key includes model.revision ---------------
+
+class RejectingServer(FakeChatServer):
+    "Answers every chat request with HTTP `status` and `body` as is (plain text, FastAPI's `detail`, ...), except items in `answer`."
+    def __init__(self, status:int, body:bytes, content_type:str="text/plain", answer=(), **kw):
+        super().__init__(**kw); self.status, self.body, self.content_type, self.answer = status, body, content_type, tuple(answer)
+    def _handle(self, h):
+        item = json.loads(h.rfile.read(int(h.headers.get("Content-Length") or 0)))["messages"][-1]["content"]
+        with self._lock: self.n_requests += 1; self.attempts[item] += 1
+        if any(a in item for a in self.answer): return h.send_json(200, _reply(f"answer to {item}"))
+        h.send_response(self.status); h.send_header("Content-Type", self.content_type); h.send_header("Content-Length", str(len(self.body)))
+        h.end_headers(); h.wfile.write(self.body)
+
+
+@pytest.mark.parametrize("status,body,content_type,says", [
+    (400, b"Invalid request: unknown sampling parameter seed\n", "text/plain", "BadRequestError: HTTP 400: Invalid request: unknown sampling parameter seed"),
+    (400, b'{"detail": "max_tokens must be at most 4096"}', "application/json", "BadRequestError: HTTP 400: max_tokens must be at most 4096"),
+    (404, b'{"detail": "Model fake-model not found"}', "application/json", "NotFoundError: HTTP 404: Model fake-model not found"),
+    (404, b"", "text/plain", "NotFoundError: HTTP 404: an empty reply")])
+def test_a_rejecting_server_stops_the_run_with_its_own_message(tmp_path, status, body, content_type, says):
+    with RejectingServer(status, body, content_type) as srv:
+        be = OpenAIBackend(srv.model_params(concurrency=1, max_retries=3), backoff_s=0.01)
+        store = GenerationStore(tmp_path/"rejected.jsonl")
+        with pytest.raises(SilverspoonError) as e:
+            generate_all(be, _reqs(12), GenerationParams(max_new_tokens=16), store, run="rejected", progress=False)
+        sent = srv.n_requests
+    assert says in str(e.value), str(e.value)                         # the server's own words, not "Error code: 400"
+    assert "Every request would get the same, so nothing more was sent: check model.id 'fake-model'" in str(e.value)
+    assert sent == (1 if status == 404 else 3), sent                  # not retried, not tried item by item: 1 (404) or 3 (400) requests
+    assert not store.path.exists()                                    # nothing answered, nothing stored: the next run asks again
+
+
+def test_a_400_after_answers_is_about_that_item_and_is_stored_with_the_message(tmp_path):
+    with RejectingServer(400, b'{"object": "error", "message": "This model\'s maximum context length is 2048 tokens."}', "application/json",
+                         answer=("scenario 0:", "scenario 1:")) as srv:
+        be = OpenAIBackend(srv.model_params(concurrency=1, max_retries=3), backoff_s=0.01)
+        reqs = _reqs(2) + [GenRequest(f"long-{i}", user(f"long {i}")) for i in range(4)]
+        gens = be.generate(reqs, GenerationParams(max_new_tokens=16))
+    assert [g.text for g in gens[:2]] == ["answer to scenario 0: who is wrong?", "answer to scenario 1: who is wrong?"]
+    assert all(g.error == "BadRequestError: HTTP 400: This model's maximum context length is 2048 tokens. (after 1 attempt)" for g in gens[2:]), gens
+    assert srv.n_requests == 6                                        # every item was asked once: none retried, none skipped
+
+
+def test_a_changed_revision_does_not_reuse_stored_answers(tmp_path):
+    with FakeChatServer() as srv:
+        store = tmp_path/"rev.jsonl"
+        runs = [generate_all(OpenAIBackend(srv.model_params(revision=rev)), _reqs(), GenerationParams(max_new_tokens=16),
+                             GenerationStore(store), run="rev", progress=False) for rev in ("v1", "v2", "v1")]
+    assert [r["cached"].tolist() for r in runs] == [[False] * 3, [False] * 3, [True] * 3]
+    assert srv.n_requests == 6

@@ -15,10 +15,10 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'is_local_url',
-           'public_url', 'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable',
-           'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply', 'capped_http_client',
-           'reply_error_message', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
+           'is_local_url', 'public_url', 'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s',
+           'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply',
+           'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -279,18 +279,31 @@ def capped_http_client(openai_module,       # the imported `openai` package
 
 # %% ../../nbs/02c_openai.ipynb #a7bc3c05
 def reply_error_message(resp)->str:
-    "What a reply without choices says about itself: the server's own error message (OpenAI `error.message`, vLLM `message`), else the reply, shortened."
+    "What a reply (without choices, or with an error status) says about itself: the server's own message (OpenAI `error.message`, vLLM `message`, FastAPI `detail`), else the reply, shortened."
     if hasattr(resp, "model_dump"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore"); d = resp.model_dump(exclude_none=True)
     else: d = resp
     err = d.get("error", d) if isinstance(d, dict) else d
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
+    said = next((err[k] for k in ("message", "detail") if isinstance(err.get(k), str)), None) if isinstance(err, dict) else None
+    if said is not None:
         tags = ", ".join(f"{k} {err[k]}" for k in ("type", "code") if err.get(k) is not None)
-        out = err["message"] + (f" ({tags})" if tags else "")
-    elif isinstance(err, str): out = err
+        out = said + (f" ({tags})" if tags else "")
+    elif isinstance(err, str): out = err.strip() or "an empty reply"
     else: out = "no error message; the reply was " + json.dumps(err, default=str)
     return out if len(out) <= 300 else out[:297] + "..."
+
+
+# %% ../../nbs/02c_openai.ipynb #a57d1044
+def failure_text(exc:BaseException # the last attempt's exception
+                )->str:
+    "`Class: message` of a failed attempt; for an HTTP error status, `Class: HTTP <status>: <the server's own message>` from the reply body (the SDK keeps only an `error.message`, so a plain-text or `detail` body would be lost)."
+    import openai
+    if isinstance(exc, openai.APIStatusError):
+        body = getattr(exc, "body", None)
+        return f"{type(exc).__name__}: HTTP {exc.status_code}: " + ("the reply has no body" if body is None else reply_error_message(body))
+    return f"{type(exc).__name__}: {exc}"
+
 
 # %% ../../nbs/02c_openai.ipynb #0be6ba64
 def _cause(exc:BaseException, cls)->BaseException|None:
@@ -313,6 +326,8 @@ def _count(v)->int|None:
 def _short_str(v)->str|None: return v[:200] if isinstance(v, str) else None
 
 # %% ../../nbs/02c_openai.ipynb #6011cc39
+FAIL_FAST_AFTER = 3   # items rejected with HTTP 400/422 before any answer, after which nothing more is sent
+
 class OpenAIBackend(Backend):
     "Chat completions from an OpenAI-compatible endpoint, concurrent, retried, never leaking the key."
     cacheable = True
@@ -332,6 +347,7 @@ class OpenAIBackend(Backend):
         self.batch_size = max(32 if model.batch_size == "auto" else model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
         self.served = Counter()   # (model, system_fingerprint) as reported by the server -> count
         self._fatal = None        # set by the first failure every later request would repeat (key refused, server unreachable)
+        self._n_answered = self._n_rejected = 0   # replies with choices / items refused with HTTP 400, 404 or 422 (for failing fast)
 
 # %% ../../nbs/02c_openai.ipynb #40721944
 @patch
@@ -342,7 +358,11 @@ def __repr__(self:OpenAIBackend):
 # %% ../../nbs/02c_openai.ipynb #472a7469
 @patch
 def identity(self:OpenAIBackend)->dict:
-    return {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
+    "What the store key of every answer depends on: server, model id and, when the params pin one, `model.revision` (a changed revision is a different model)."
+    out = {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
+    if self.model.revision is not None: out["revision"] = self.model.revision   # absent when unset: the keys of runs without one stay as they were
+    return out
+
 
 # %% ../../nbs/02c_openai.ipynb #c7a70302
 @patch
@@ -412,7 +432,8 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
     text = self.scrub_reply(text)       # a server that echoes the Authorization header must not put the key into the store
     field = lambda v: _short_str(self.scrub(v)) if isinstance(v, str) else None     # scrub first, then shorten (never cut a key in half)
     finish, u = field(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
-    with self._lock: self.served[(field(getattr(resp, "model", None)), field(getattr(resp, "system_fingerprint", None)))] += 1
+    with self._lock:
+        self.served[(field(getattr(resp, "model", None)), field(getattr(resp, "system_fingerprint", None)))] += 1; self._n_answered += 1
     # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
     # recorded and retried on the next run, never an "answered" empty string
     err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={finish})"
@@ -423,12 +444,18 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
 # %% ../../nbs/02c_openai.ipynb #9f94a689
 @patch
 def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
-    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403) or the server unreachable; else None."
+    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, or the server unreachable; else None."
     import openai
     url = public_url(self.base_url)
     if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
         return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
                 f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
+    if isinstance(exc, openai.APIStatusError) and (exc.status_code == 404 or (exc.status_code in (400, 422) and not self._n_answered
+                                                                              and self._n_rejected >= FAIL_FAST_AFTER)):
+        seen = "" if exc.status_code == 404 else f"{self._n_rejected} requests, none answered, all "
+        return (f"the server at {url} rejected {seen}with {self.scrub(failure_text(exc))}. Every request would get the same, so nothing more "
+                f"was sent: check model.id {self.model.id!r} (is it the name the server serves?), base_url (it ends where /chat/completions "
+                f"follows, usually /v1) and the generation parameters (max_new_tokens within the server's limits).")
     if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
         cause = _cause(exc, _http_library(openai).ConnectError)
         if cause is not None:
@@ -451,13 +478,16 @@ def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
             last = _cause(e, (ReplyTooLarge, RedirectRefused, BadReply)) or e   # an SDK may wrap them in a connection error; they are not one
             if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
             d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
-            _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
+            _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(failure_text(last)),
                      attempt + 1, n_try - 1, d)
             time.sleep(d)
         finally: _DEADLINE.end = None
+    import openai
+    with self._lock:
+        if isinstance(last, openai.APIStatusError) and last.status_code in (400, 404, 422): self._n_rejected += 1
     if (fatal := self.fatal_error(last)) is not None:
         with self._lock: self._fatal = self._fatal or fatal
-    err = self.scrub(f"{type(last).__name__}: {last}")      # scrub first, then shorten (never cut a key in half)
+    err = self.scrub(failure_text(last))      # scrub first, then shorten (never cut a key in half)
     if len(err) > 500: err = err[:497] + "..."
     if type(last).__name__ == "APITimeoutError": err += f" (model.timeout_s = {self.model.timeout_s:g} s bounds each attempt as a whole)"
     err += f" (after {attempt + 1} attempt{'s' if attempt else ''})"
