@@ -201,3 +201,25 @@ def test_a_changed_revision_does_not_reuse_stored_answers(tmp_path):
                              GenerationStore(store), run="rev", progress=False) for rev in ("v1", "v2", "v1")]
     assert [r["cached"].tolist() for r in runs] == [[False] * 3, [False] * 3, [True] * 3]
     assert srv.n_requests == 6
+
+
+# --- 11. a server that answers as another model is on the record -----------------------------------------------------------
+
+def test_a_server_answering_as_another_model_is_recorded():
+    other = _reply("Fine.") | {"model": "gpt-4o-mini"}
+    with FakeChatServer(script={"scenario 1:": other}) as srv:                # asked for fake-model; one reply says another model
+        be = OpenAIBackend(srv.model_params())
+        gens = be.generate(_reqs(3), GenerationParams(max_new_tokens=16))
+    assert all(g.text for g in gens)
+    es = be.engine_stats()
+    assert es["served_model_mismatch"] == "model.id is 'fake-model', but the server named 'gpt-4o-mini' in 1 of 3 replies", es
+    assert sorted((m["model"], m["n"]) for m in es["served_models"]) == [("fake-model", 2), ("gpt-4o-mini", 1)]
+    assert [s.split()[0] for s in es["server_software"]] == ["FakeChat/1.0"] and sum(es["server_software"].values()) == 3
+
+
+def test_a_server_answering_as_the_model_asked_for_has_no_mismatch():
+    with FakeChatServer() as srv:
+        be = OpenAIBackend(srv.model_params())
+        be.generate(_reqs(2), GenerationParams(max_new_tokens=16))
+    es = be.engine_stats()
+    assert "served_model_mismatch" not in es and es["served_models"] == [{"model": "fake-model", "system_fingerprint": "fp_fake", "n": 2}]

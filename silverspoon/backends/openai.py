@@ -210,7 +210,8 @@ def _http_library(openai_module):
 
 # %% ../../nbs/02c_openai.ipynb #31ffe089
 def capped_http_client(openai_module,       # the imported `openai` package
-                       trust_env:bool=True  # use HTTP(S)_PROXY and the like (off for a server on this machine)
+                       trust_env:bool=True, # use HTTP(S)_PROXY and the like (off for a server on this machine)
+                       on_reply=None        # called with every reply's response (headers only, before its body is read), e.g. to note its `Server`
                       ):
     "An `openai.DefaultHttpxClient` that asks for uncompressed replies, stops reading a reply past its `reply_byte_cap` (decoded bytes, if it came compressed), keeps each attempt within its `_DEADLINE` and refuses redirects to another server."
     hx = _http_library(openai_module)
@@ -246,6 +247,7 @@ def capped_http_client(openai_module,       # the imported `openai` package
         def close(self): self.stream.close()
     def ask_uncompressed(request): request.headers["Accept-Encoding"] = "identity"
     def cap_reply(response):
+        if on_reply is not None: on_reply(response)
         loc = response.headers.get("Location")
         if response.status_code in (301, 302, 303, 307, 308) and loc:
             target = response.request.url.join(loc)
@@ -346,6 +348,7 @@ class OpenAIBackend(Backend):
         self._client, self._lock = client, threading.Lock()
         self.batch_size = max(32 if model.batch_size == "auto" else model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
         self.served = Counter()   # (model, system_fingerprint) as reported by the server -> count
+        self.servers = Counter()  # the replies' `Server` header (the serving software, when it says) -> count
         self._fatal = None        # set by the first failure every later request would repeat (key refused, server unreachable)
         self._n_answered = self._n_rejected = 0   # replies with choices / items refused with HTTP 400, 404 or 422 (for failing fast)
 
@@ -367,8 +370,16 @@ def identity(self:OpenAIBackend)->dict:
 # %% ../../nbs/02c_openai.ipynb #c7a70302
 @patch
 def engine_stats(self:OpenAIBackend)->dict:
-    "For the report's provenance: the chat template is the server's (its text is not known here)."
-    return dict(chat_template=dict(source="server", sha256=None))
+    "For the report's provenance: the chat template is the server's (its text is not known here); which model the server said answered (`served_models`), its `Server` header, and a note when the model named is not `model.id`."
+    out = dict(chat_template=dict(source="server", sha256=None))
+    with self._lock: served, servers = self.served.most_common(), dict(self.servers.most_common())
+    if served: out["served_models"] = [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in served]
+    if servers: out["server_software"] = servers
+    if other := sorted({m for (m, _), _n in served if m != self.model.id}, key=str):
+        out["served_model_mismatch"] = (f"model.id is {self.model.id!r}, but the server named {', '.join(map(repr, other))} in "
+                                        f"{sum(n for (m, _), n in served if m != self.model.id)} of {sum(n for _, n in served)} replies")
+    return out
+
 
 # %% ../../nbs/02c_openai.ipynb #d46c6158
 @patch
@@ -403,6 +414,15 @@ def served_models(self:OpenAIBackend)->list[dict]:
     "What actually answered, as the server reported it: model name, system fingerprint, count (for provenance)."
     with self._lock: return [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in self.served.most_common()]
 
+# %% ../../nbs/02c_openai.ipynb #048e0169
+@patch
+def _note_server(self:OpenAIBackend, response):
+    "Count the reply's `Server` header (vLLM: `uvicorn`; TGI, Ollama and proxies name themselves), scrubbed and shortened."
+    name = response.headers.get("Server")
+    if name: 
+        with self._lock: self.servers[_short_str(self.scrub(name))] += 1
+
+
 # %% ../../nbs/02c_openai.ipynb #9daa8d87
 @patch(as_prop=True)
 def client(self:OpenAIBackend):
@@ -412,7 +432,7 @@ def client(self:OpenAIBackend):
             try: import openai
             except ImportError: raise SilverspoonError("the openai backend needs the `openai` package: pip install openai") from None
             # a server on this machine is never reached through a proxy (HTTP(S)_PROXY would break vLLM/Ollama/tests)
-            http = capped_http_client(openai, trust_env=not is_local_url(self.base_url))
+            http = capped_http_client(openai, trust_env=not is_local_url(self.base_url), on_reply=self._note_server)
             self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key.get(), timeout=self.model.timeout_s,
                                          max_retries=0, http_client=http)
         return self._client
