@@ -384,10 +384,11 @@ def engine_stats(self:OpenAIBackend)->dict:
 # %% ../../nbs/02c_openai.ipynb #d46c6158
 @patch
 def secrets(self:OpenAIBackend)->list[Secret]:
-    "Every value this backend sends as a credential: the API key, and a password or query values written into base_url (sent too)."
+    "Every value this backend sends as a credential: the API key, and a password or a credential-named query value (`api-key=`, `token=`, `sig=` ...) in base_url."
     p, out = urlsplit(self.base_url), [self._key]
     if p.password: out.append(Secret(p.password))
-    out += [Secret(v) for part in p.query.split("&") for v in part.split("=", 1)[1:] if v]
+    for name, _, v in (part.partition("=") for part in p.query.split("&")):
+        if v and re.search(r"(?i)key|token|secret|pass|sig|auth|cred", name): out.append(Secret(v))   # not `api-version=2024-02-01`: that is no secret
     return out
 
 
@@ -419,7 +420,7 @@ def served_models(self:OpenAIBackend)->list[dict]:
 def _note_server(self:OpenAIBackend, response):
     "Count the reply's `Server` header (vLLM: `uvicorn`; TGI, Ollama and proxies name themselves), scrubbed and shortened."
     name = response.headers.get("Server")
-    if name: 
+    if name:
         with self._lock: self.servers[_short_str(self.scrub(name))] += 1
 
 
