@@ -16,9 +16,9 @@ from .core import DataError, ParamsError, cache_dir, sha256_file
 # %% auto #0
 __all__ = ['REGISTRY', 'BUILD_SPECS', 'BUILDERS', 'PUBLIC_HOST', 'raw_url', 'Source', 'DataFile', 'lookup', 'module_literals',
            'notebook_literals', 'xlsx_rows', 'xlsx_to_csv', 'build_py_literals', 'build_stop_preamble',
-           'build_notebook_prompts', 'build_xlsx_csv', 'data_dir', 'mirror_url', 'file_sha256', 'git_blob_sha1',
-           'download_url', 'fetch', 'read_data_csv', 'read_data_json', 'verify_all', 'fetch_all', 'upstream_files',
-           'build_mirror']
+           'build_notebook_prompts', 'build_xlsx_csv', 'data_dir', 'hide_credentials', 'mirror_url', 'file_sha256',
+           'git_blob_sha1', 'download_url', 'fetch', 'read_data_csv', 'read_data_json', 'verify_all', 'fetch_all',
+           'upstream_files', 'build_mirror']
 
 # %% ../nbs/01_data.ipynb #d0b93281
 def raw_url(repo:str,   # GitHub `owner/name`
@@ -449,6 +449,20 @@ def data_dir()->Path:
     env = os.environ.get("SILVERSPOON_DATA")
     return Path(env).expanduser().resolve() if env else cache_dir()/"data"
 
+# %% ../nbs/01_data.ipynb #5bff56c7
+_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)[^/?#@\s'\"]*@")
+
+def hide_credentials(text:str # a message that may name the mirror (or any URL)
+                    )->str:
+    "`text` with the `user:password@` of every URL, and the mirror's own user and password wherever they appear, replaced by `***`."
+    text = str(text)
+    m = re.match(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?([^/?#@\s]+)@", os.environ.get("SILVERSPOON_MIRROR", "").strip())
+    if m:
+        for secret in sorted({m.group(1), *m.group(1).split(":", 1)}, key=len, reverse=True):
+            if len(secret) >= 4: text = text.replace(secret, "***")
+    return _USERINFO.sub(r"\1***@", text)
+
+
 # %% ../nbs/01_data.ipynb #613fb2dd
 PUBLIC_HOST = "https://raw.githubusercontent.com/"
 
@@ -461,7 +475,7 @@ def mirror_url(url:str # a public download URL
     if re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", m): return f"{m.rstrip('/')}/{rest}"
     folder = Path(m).expanduser()
     if not folder.is_dir():
-        raise DataError(f"SILVERSPOON_MIRROR={m!r} is neither a URL (http://, https://, file://) nor an existing folder. Fix: point it at a "
+        raise DataError(f"SILVERSPOON_MIRROR={hide_credentials(repr(m))} is neither a URL (http://, https://, file://) nor an existing folder. Fix: point it at a "
                         f"mirror folder laid out as <owner>/<repo>/<commit>/<path> (see build_mirror), or unset it to download from {PUBLIC_HOST}.")
     return (folder.resolve()/rest).as_uri()
 
@@ -500,7 +514,7 @@ def _digest(f:DataFile, path:Path)->str:
 
 # %% ../nbs/01_data.ipynb #66f16ebd
 def _origin(f:DataFile)->str:
-    if f.build: return f"built from {', '.join(mirror_url(u) for u in f.source_urls)}"
+    if f.build: return hide_credentials(f"built from {', '.join(mirror_url(u) for u in f.source_urls)}")
     if f.url is None: return f"not downloadable; {f.note}"
     return f"download: {f.url}" + (f", member {f.member} of that archive" if f.archive else "")
 
@@ -515,7 +529,7 @@ def _check(f:DataFile, path:Path)->Path:
         fix = (f"replace {path} with a good copy ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}"
                + (", or unset SILVERSPOON_DATA to download it into the cache." if f.obtainable else "."))
     elif f.build: fix = f"delete {path} to build it again ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
-    elif f.url: fix = f"delete {path} to re-download it from {mirror_url(f.url)}, or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
+    elif f.url: fix = f"delete {path} to re-download it from {hide_credentials(mirror_url(f.url))}, or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
     else: fix = f"replace {path} with the released copy ({_origin(f)}), or set SILVERSPOON_DATA to a folder holding a good copy of {f.relpath}."
     raise DataError(f"{f.relpath}: checksum mismatch for {path}: expected {kind} {expected[:12]}..., got {actual[:12]}... "
                     f"({size:,} bytes" + (f", expected {f.size:,}" if f.size is not None else "") + "). "
@@ -569,18 +583,18 @@ def download_url(url:str,          # where to download from
         if isinstance(e, (urllib.error.URLError, OSError, ValueError)):   # HTTP errors, refused connections, timeouts, bad URLs
             fix = (f"put the file at {src} in the mirror, or unset SILVERSPOON_MIRROR to download from the public host" if via
                    else "check the network and retry")
-            raise DataError(f"{what}: download from {src}{via} failed ({type(e).__name__}: {e}). Fix: {fix}, "
-                            f"or download it by hand to {dest}, or set SILVERSPOON_DATA to a folder that holds the data.") from None
+            raise DataError(hide_credentials(f"{what}: download from {src}{via} failed ({type(e).__name__}: {e}). Fix: {fix}, "
+                            f"or download it by hand to {dest}, or set SILVERSPOON_DATA to a folder that holds the data.")) from None
         raise
     kind, expected = ("sha256", sha256) if sha256 else ("git blob", git_blob)
     if expected is None: part.unlink(missing_ok=True); raise ValueError(f"{what}: pass `sha256` or `git_blob` to check the download against.")
     if not sha256: actual = git_blob_sha1(part)
     if actual != expected:
         part.unlink(missing_ok=True)
-        raise DataError(f"{what}: the file downloaded from {src}{via} fails its checksum: expected {kind} {expected[:12]}..., got {actual[:12]}... "
+        raise DataError(hide_credentials(f"{what}: the file downloaded from {src}{via} fails its checksum: expected {kind} {expected[:12]}..., got {actual[:12]}... "
                         f"Nothing was saved at {dest}. Fix: retry; if it fails again the " + ("mirror's copy" if via else "upstream file") +
                         " differs from the pinned one, so " + ("replace it in the mirror or " if via else "") +
-                        "set SILVERSPOON_DATA to a folder holding a verified copy.")
+                        "set SILVERSPOON_DATA to a folder holding a verified copy."))
     os.replace(part, dest)
     if sha256: _remember(dest, actual)
     return dest
@@ -711,7 +725,7 @@ def fetch_all(names:list[str]|tuple|None=None, # registry names or relpaths (def
             failed.append(f"- {e}")
     if failed:
         if os.environ.get("SILVERSPOON_DATA"): where = f"data folder {data_dir()} (SILVERSPOON_DATA; nothing is downloaded)"
-        else: where = (f"cache {data_dir()}, downloading from " + (f"the mirror {os.environ['SILVERSPOON_MIRROR']} (SILVERSPOON_MIRROR)"
+        else: where = (f"cache {data_dir()}, downloading from " + (f"the mirror {hide_credentials(os.environ['SILVERSPOON_MIRROR'])} (SILVERSPOON_MIRROR)"
                        if os.environ.get("SILVERSPOON_MIRROR", "").strip() else "the public sources") + ("" if download else " (download=False)"))
         err = DataError(f"{len(failed)} of {len(fs)} data files cannot be used ({where}):\n" + "\n".join(failed))
         err.lines = [f"{len(failed)} of {len(fs)} data files cannot be used ({where}):", *failed]   # one line per file, for a terminal

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/02c_openai.ipynb #2110eccd
 from __future__ import annotations
-import os, re, json, time, random, logging, warnings, threading
+import os, re, json, time, zlib, random, logging, warnings, threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
@@ -15,21 +15,28 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'is_local_url', 'public_url',
-           'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay',
-           'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply', 'capped_http_client',
-           'reply_error_message', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
+           'is_local_url', 'public_url', 'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s',
+           'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply',
+           'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
-_LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 def is_local_url(url:str|None # a base URL, or None (= the OpenAI API)
                 )->bool:
-    "Does `url` point at this machine (localhost / 127.0.0.1 / ::1)?"
+    "Does `url` point at this machine: the name `localhost` exactly, or a loopback/unspecified IP address (127.0.0.0/8, ::1, 0.0.0.0, ::)?"
     if not url: return False
-    host = (urlsplit(url).hostname or "").lower()
-    return host in _LOCAL_HOSTS or host.endswith(".localhost") or host.startswith("127.")
+    try: host = urlsplit(url).hostname
+    except ValueError: return False
+    if not host: return False
+    if host.lower() == "localhost": return True
+    import ipaddress
+    try: addr = ipaddress.ip_address(host)
+    except ValueError: return False      # any other name: resolved by DNS, so it may be anywhere (`127.0.0.1.nip.io`, `evil.localhost`)
+    addr = getattr(addr, "ipv4_mapped", None) or addr
+    return addr.is_loopback or addr.is_unspecified
+
 
 # %% ../../nbs/02c_openai.ipynb #33e64f91
 def public_url(url:str)->str:
@@ -203,9 +210,10 @@ def _http_library(openai_module):
 
 # %% ../../nbs/02c_openai.ipynb #31ffe089
 def capped_http_client(openai_module,       # the imported `openai` package
-                       trust_env:bool=True  # use HTTP(S)_PROXY and the like (off for a server on this machine)
+                       trust_env:bool=True, # use HTTP(S)_PROXY and the like (off for a server on this machine)
+                       on_reply=None        # called with every reply's response (headers only, before its body is read), e.g. to note its `Server`
                       ):
-    "An `openai.DefaultHttpxClient` that asks for uncompressed replies, stops reading a reply past its `reply_byte_cap`, keeps each attempt within its `_DEADLINE` and refuses redirects to another server."
+    "An `openai.DefaultHttpxClient` that asks for uncompressed replies, stops reading a reply past its `reply_byte_cap` (decoded bytes, if it came compressed), keeps each attempt within its `_DEADLINE` and refuses redirects to another server."
     hx = _http_library(openai_module)
     def too_large(request, cap, declared=None):
         size = f"declares {declared:,} bytes, over" if declared else "passed"
@@ -213,6 +221,21 @@ def capped_http_client(openai_module,       # the imported `openai` package
                              f"{_requested_tokens(request)} ({REPLY_MIN_BYTES // 1024} KiB + {REPLY_BYTES_PER_TOKEN} bytes per token), so reading "
                              f"stopped there. The server seems to ignore max_tokens: check its settings (or raise generation.max_new_tokens "
                              f"if the answers are meant to be longer).")
+    class Inflated(hx.SyncByteStream):
+        "A gzip/deflate body decoded here, at most 64 KiB of output per step, so that `CappedStream` counts decoded bytes."
+        def __init__(self, stream, request, encoding): self.stream, self.request, self.encoding = stream, request, encoding
+        def __iter__(self):
+            d, started = zlib.decompressobj(zlib.MAX_WBITS | 32), False     # gzip or zlib header, told apart by zlib
+            for data in self.stream:
+                while data:
+                    try: out = d.decompress(data, 64 * 1024)
+                    except zlib.error as e:
+                        if not started and self.encoding == "deflate": d, started = zlib.decompressobj(-zlib.MAX_WBITS), True; continue  # raw deflate
+                        raise BadReply(f"the reply from {public_url(str(self.request.url))} says Content-Encoding: {self.encoding} but does not decode ({e})") from None
+                    started, data = True, d.unconsumed_tail
+                    if out: yield out
+            if rest := d.flush(): yield rest
+        def close(self): self.stream.close()
     class CappedStream(hx.SyncByteStream):
         def __init__(self, stream, request, cap): self.stream, self.request, self.cap = stream, request, cap
         def __iter__(self):
@@ -224,6 +247,7 @@ def capped_http_client(openai_module,       # the imported `openai` package
         def close(self): self.stream.close()
     def ask_uncompressed(request): request.headers["Accept-Encoding"] = "identity"
     def cap_reply(response):
+        if on_reply is not None: on_reply(response)
         loc = response.headers.get("Location")
         if response.status_code in (301, 302, 303, 307, 308) and loc:
             target = response.request.url.join(loc)
@@ -234,7 +258,16 @@ def capped_http_client(openai_module,       # the imported `openai` package
         cap = reply_byte_cap(_requested_tokens(response.request))
         declared = response.headers.get("Content-Length", "")
         if declared.isdigit() and int(declared) > cap: raise too_large(response.request, cap, int(declared))
-        response.stream = CappedStream(response.stream, response.request, cap)
+        stream, codings = response.stream, [c.strip().lower() for c in response.headers.get("Content-Encoding", "").split(",")]
+        codings = [c for c in codings if c not in ("", "identity")]
+        if codings:    # asked for identity, got compressed: decode it here, so the cap counts decoded bytes (the library would decode all at once)
+            if len(codings) > 1 or codings[0] not in ("gzip", "x-gzip", "deflate"):
+                raise BadReply(f"the reply from {public_url(str(response.request.url))} is encoded {', '.join(codings)} although silverspoon asked for "
+                               "an uncompressed one (Accept-Encoding: identity), and only gzip or deflate is decoded (within the reply cap). "
+                               "Fix: turn response compression off on the server or the proxy in front of it.")
+            del response.headers["Content-Encoding"]
+            stream = Inflated(stream, response.request, "deflate" if codings[0] == "deflate" else "gzip")
+        response.stream = CappedStream(stream, response.request, cap)
     client = openai_module.DefaultHttpxClient(trust_env=trust_env, event_hooks={"request": [ask_uncompressed], "response": [cap_reply]})
     for t in [client._transport, *client._mounts.values()]:   # the direct transport and any proxy ones
         pool = getattr(t, "_pool", None)
@@ -248,18 +281,31 @@ def capped_http_client(openai_module,       # the imported `openai` package
 
 # %% ../../nbs/02c_openai.ipynb #a7bc3c05
 def reply_error_message(resp)->str:
-    "What a reply without choices says about itself: the server's own error message (OpenAI `error.message`, vLLM `message`), else the reply, shortened."
+    "What a reply (without choices, or with an error status) says about itself: the server's own message (OpenAI `error.message`, vLLM `message`, FastAPI `detail`), else the reply, shortened."
     if hasattr(resp, "model_dump"):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore"); d = resp.model_dump(exclude_none=True)
     else: d = resp
     err = d.get("error", d) if isinstance(d, dict) else d
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
+    said = next((err[k] for k in ("message", "detail") if isinstance(err.get(k), str)), None) if isinstance(err, dict) else None
+    if said is not None:
         tags = ", ".join(f"{k} {err[k]}" for k in ("type", "code") if err.get(k) is not None)
-        out = err["message"] + (f" ({tags})" if tags else "")
-    elif isinstance(err, str): out = err
+        out = said + (f" ({tags})" if tags else "")
+    elif isinstance(err, str): out = err.strip() or "an empty reply"
     else: out = "no error message; the reply was " + json.dumps(err, default=str)
     return out if len(out) <= 300 else out[:297] + "..."
+
+
+# %% ../../nbs/02c_openai.ipynb #a57d1044
+def failure_text(exc:BaseException # the last attempt's exception
+                )->str:
+    "`Class: message` of a failed attempt; for an HTTP error status, `Class: HTTP <status>: <the server's own message>` from the reply body (the SDK keeps only an `error.message`, so a plain-text or `detail` body would be lost)."
+    import openai
+    if isinstance(exc, openai.APIStatusError):
+        body = getattr(exc, "body", None)
+        return f"{type(exc).__name__}: HTTP {exc.status_code}: " + ("the reply has no body" if body is None else reply_error_message(body))
+    return f"{type(exc).__name__}: {exc}"
+
 
 # %% ../../nbs/02c_openai.ipynb #0be6ba64
 def _cause(exc:BaseException, cls)->BaseException|None:
@@ -271,12 +317,19 @@ def _cause(exc:BaseException, cls)->BaseException|None:
     return None
 
 # %% ../../nbs/02c_openai.ipynb #561bea3d
-def _count(v)->int|None: return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+MAX_TOKEN_COUNT = 2**31 - 1   # more tokens than any request or model could use: a larger count is a server's nonsense
+
+def _count(v)->int|None:
+    "A token count from a reply: an integer in 0..MAX_TOKEN_COUNT, else None (a count of 10**30 would break every later read of the store)."
+    return v if isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_TOKEN_COUNT else None
+
 
 # %% ../../nbs/02c_openai.ipynb #733ae118
 def _short_str(v)->str|None: return v[:200] if isinstance(v, str) else None
 
 # %% ../../nbs/02c_openai.ipynb #6011cc39
+FAIL_FAST_AFTER = 3   # items rejected with HTTP 400/422 before any answer, after which nothing more is sent
+
 class OpenAIBackend(Backend):
     "Chat completions from an OpenAI-compatible endpoint, concurrent, retried, never leaking the key."
     cacheable = True
@@ -295,7 +348,9 @@ class OpenAIBackend(Backend):
         self._client, self._lock = client, threading.Lock()
         self.batch_size = max(32 if model.batch_size == "auto" else model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
         self.served = Counter()   # (model, system_fingerprint) as reported by the server -> count
+        self.servers = Counter()  # the replies' `Server` header (the serving software, when it says) -> count
         self._fatal = None        # set by the first failure every later request would repeat (key refused, server unreachable)
+        self._n_answered = self._n_rejected = 0   # replies with choices / items refused with HTTP 400, 404 or 422 (for failing fast)
 
 # %% ../../nbs/02c_openai.ipynb #40721944
 @patch
@@ -306,23 +361,68 @@ def __repr__(self:OpenAIBackend):
 # %% ../../nbs/02c_openai.ipynb #472a7469
 @patch
 def identity(self:OpenAIBackend)->dict:
-    return {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
+    "What the store key of every answer depends on: server, model id and, when the params pin one, `model.revision` (a changed revision is a different model)."
+    out = {"backend": "openai", "base_url": public_url(self.base_url), "id": self.model.id}
+    if self.model.revision is not None: out["revision"] = self.model.revision   # absent when unset: the keys of runs without one stay as they were
+    return out
+
 
 # %% ../../nbs/02c_openai.ipynb #c7a70302
 @patch
 def engine_stats(self:OpenAIBackend)->dict:
-    "For the report's provenance: the chat template is the server's (its text is not known here)."
-    return dict(chat_template=dict(source="server", sha256=None))
+    "For the report's provenance: the chat template is the server's (its text is not known here); which model the server said answered (`served_models`), its `Server` header, and a note when the model named is not `model.id`."
+    out = dict(chat_template=dict(source="server", sha256=None))
+    with self._lock: served, servers = self.served.most_common(), dict(self.servers.most_common())
+    if served: out["served_models"] = [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in served]
+    if servers: out["server_software"] = servers
+    if other := sorted({m for (m, _), _n in served if m != self.model.id}, key=str):
+        out["served_model_mismatch"] = (f"model.id is {self.model.id!r}, but the server named {', '.join(map(repr, other))} in "
+                                        f"{sum(n for (m, _), n in served if m != self.model.id)} of {sum(n for _, n in served)} replies")
+    return out
+
 
 # %% ../../nbs/02c_openai.ipynb #d46c6158
 @patch
-def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, [self._key])
+def secrets(self:OpenAIBackend)->list[Secret]:
+    "Every value this backend sends as a credential: the API key, and a password or a credential-named query value (`api-key=`, `token=`, `sig=` ...) in base_url."
+    p, out = urlsplit(self.base_url), [self._key]
+    if p.password: out.append(Secret(p.password))
+    for name, _, v in (part.partition("=") for part in p.query.split("&")):
+        if v and re.search(r"(?i)key|token|secret|pass|sig|auth|cred", name): out.append(Secret(v))   # not `api-version=2024-02-01`: that is no secret
+    return out
+
+
+# %% ../../nbs/02c_openai.ipynb #c50e5298
+@patch
+def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, self.secrets())
+
+
+# %% ../../nbs/02c_openai.ipynb #0d9a5ebb
+@patch
+def scrub_reply(self:OpenAIBackend, text:str|None # an answer (or another string field) as the server sent it
+               )->str|None:
+    "`text` with every value sent as a secret (`secrets`) replaced by `***`: exact matches only, so the rest of an answer is kept as it came."
+    if not isinstance(text, str): return text
+    for s in self.secrets():
+        v = s.get()
+        if v and len(v) >= 4 and v != "EMPTY": text = text.replace(v, "***")
+    return text
+
 
 # %% ../../nbs/02c_openai.ipynb #f15532c1
 @patch
 def served_models(self:OpenAIBackend)->list[dict]:
     "What actually answered, as the server reported it: model name, system fingerprint, count (for provenance)."
     with self._lock: return [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in self.served.most_common()]
+
+# %% ../../nbs/02c_openai.ipynb #048e0169
+@patch
+def _note_server(self:OpenAIBackend, response):
+    "Count the reply's `Server` header (vLLM: `uvicorn`; TGI, Ollama and proxies name themselves), scrubbed and shortened."
+    name = response.headers.get("Server")
+    if name:
+        with self._lock: self.servers[_short_str(self.scrub(name))] += 1
+
 
 # %% ../../nbs/02c_openai.ipynb #9daa8d87
 @patch(as_prop=True)
@@ -333,7 +433,7 @@ def client(self:OpenAIBackend):
             try: import openai
             except ImportError: raise SilverspoonError("the openai backend needs the `openai` package: pip install openai") from None
             # a server on this machine is never reached through a proxy (HTTP(S)_PROXY would break vLLM/Ollama/tests)
-            http = capped_http_client(openai, trust_env=not is_local_url(self.base_url))
+            http = capped_http_client(openai, trust_env=not is_local_url(self.base_url), on_reply=self._note_server)
             self._client = openai.OpenAI(base_url=self.base_url, api_key=self._key.get(), timeout=self.model.timeout_s,
                                          max_retries=0, http_client=http)
         return self._client
@@ -341,7 +441,7 @@ def client(self:OpenAIBackend):
 # %% ../../nbs/02c_openai.ipynb #64d5f4ab
 @patch
 def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
-    "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None."
+    "The `Generation` of an HTTP 200 reply, its shape checked (`BadReply`); odd token counts or finish reasons become None; secrets echoed back become `***`."
     choices = getattr(resp, "choices", None)
     if not isinstance(choices, list) or not choices:
         raise BadReply(f"HTTP 200 without choices; the server says: {self.scrub(reply_error_message(resp))}")
@@ -350,8 +450,11 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
     if text is None: text = getattr(msg, "refusal", None)       # an API refusal is an answer
     if text is not None and not isinstance(text, str):
         raise BadReply(f"the answer (message.content) is {type(text).__name__}, not text")
-    finish, u = _short_str(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
-    with self._lock: self.served[(_short_str(getattr(resp, "model", None)), _short_str(getattr(resp, "system_fingerprint", None)))] += 1
+    text = self.scrub_reply(text)       # a server that echoes the Authorization header must not put the key into the store
+    field = lambda v: _short_str(self.scrub(v)) if isinstance(v, str) else None     # scrub first, then shorten (never cut a key in half)
+    finish, u = field(getattr(ch, "finish_reason", None)), getattr(resp, "usage", None)
+    with self._lock:
+        self.served[(field(getattr(resp, "model", None)), field(getattr(resp, "system_fingerprint", None)))] += 1; self._n_answered += 1
     # no content at all (content filter; a reasoning model that spent max_completion_tokens thinking) is a failure,
     # recorded and retried on the next run, never an "answered" empty string
     err = None if text is not None else f"EmptyContent: the response has no content (finish_reason={finish})"
@@ -362,12 +465,18 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
 # %% ../../nbs/02c_openai.ipynb #9f94a689
 @patch
 def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
-    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403) or the server unreachable; else None."
+    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, or the server unreachable; else None."
     import openai
     url = public_url(self.base_url)
     if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
         return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
                 f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
+    if isinstance(exc, openai.APIStatusError) and (exc.status_code == 404 or (exc.status_code in (400, 422) and not self._n_answered
+                                                                              and self._n_rejected >= FAIL_FAST_AFTER)):
+        seen = "" if exc.status_code == 404 else f"{self._n_rejected} requests, none answered, all "
+        return (f"the server at {url} rejected {seen}with {self.scrub(failure_text(exc))}. Every request would get the same, so nothing more "
+                f"was sent: check model.id {self.model.id!r} (is it the name the server serves?), base_url (it ends where /chat/completions "
+                f"follows, usually /v1) and the generation parameters (max_new_tokens within the server's limits).")
     if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
         cause = _cause(exc, _http_library(openai).ConnectError)
         if cause is not None:
@@ -387,16 +496,19 @@ def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
         _DEADLINE.end = time.monotonic() + self.model.timeout_s
         try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
         except Exception as e:
-            last = _cause(e, (ReplyTooLarge, RedirectRefused)) or e   # an SDK may wrap them in a connection error; they are not one
+            last = _cause(e, (ReplyTooLarge, RedirectRefused, BadReply)) or e   # an SDK may wrap them in a connection error; they are not one
             if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
             d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
-            _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(f"{type(last).__name__}: {last}"),
+            _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(failure_text(last)),
                      attempt + 1, n_try - 1, d)
             time.sleep(d)
         finally: _DEADLINE.end = None
+    import openai
+    with self._lock:
+        if isinstance(last, openai.APIStatusError) and last.status_code in (400, 404, 422): self._n_rejected += 1
     if (fatal := self.fatal_error(last)) is not None:
         with self._lock: self._fatal = self._fatal or fatal
-    err = self.scrub(f"{type(last).__name__}: {last}")      # scrub first, then shorten (never cut a key in half)
+    err = self.scrub(failure_text(last))      # scrub first, then shorten (never cut a key in half)
     if len(err) > 500: err = err[:497] + "..."
     if type(last).__name__ == "APITimeoutError": err += f" (model.timeout_s = {self.model.timeout_s:g} s bounds each attempt as a whole)"
     err += f" (after {attempt + 1} attempt{'s' if attempt else ''})"
