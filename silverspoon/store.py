@@ -11,9 +11,9 @@ from .backends import Backend, GenRequest, Generation, Conversation
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['RECORD_FIELDS', 'NOTICES_ENV', 'MAX_LINE_BYTES', 'STORE_ENV_LABEL', 'RESULT_COLUMNS', 'request_key', 'StoreError',
-           'record_problem', 'notice', 'GenerationStore', 'store_root', 'store_label', 'store_file', 'stores_read',
-           'prefix_sha256', 'relay_notices', 'unwritable_reason', 'store_for', 'generate_all']
+__all__ = ['MAX_COUNT', 'RECORD_FIELDS', 'NOTICES_ENV', 'MAX_LINE_BYTES', 'STORE_ENV_LABEL', 'RESULT_COLUMNS', 'request_key',
+           'StoreError', 'record_problem', 'notice', 'GenerationStore', 'store_root', 'store_label', 'store_file',
+           'stores_read', 'prefix_sha256', 'relay_notices', 'unwritable_reason', 'store_for', 'generate_all']
 
 # %% ../nbs/03_store.ipynb #27462693
 _NOT_IN_KEY = ("retry_failed", "n_samples")
@@ -38,9 +38,11 @@ class StoreError(SilverspoonError):
     "The generation store cannot be read or written; the message says which file, what was kept and how to fix it."
 
 # %% ../nbs/03_store.ipynb #8b9f5863
+MAX_COUNT = 2**31 - 1   # a token count or batch size above this is junk (a server said 10**30): stored as None, and a stored one is an unusable record
+
 def _count(v)->int|None:
-    "A token count: an integer >= 0, else None."
-    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 0 else None
+    "A token count: an integer from 0 to `MAX_COUNT`, else None."
+    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT else None
 
 # %% ../nbs/03_store.ipynb #389b0b98
 def _secs(v)->float|None:
@@ -81,8 +83,8 @@ RECORD_FIELDS = {   # field: (check, what it must be)
     "answer": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "finish_reason": (_opt(lambda v: isinstance(v, str)), "a string or null"),
     "error": (_opt(lambda v: isinstance(v, str)), "a string or null"),
-    "prompt_tokens": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
-    "completion_tokens": (_opt(lambda v: _is_int(v) and v >= 0), "an integer >= 0 or null"),
+    "prompt_tokens": (_opt(lambda v: _is_int(v) and 0 <= v <= MAX_COUNT), "an integer from 0 to 2**31-1 or null"),
+    "completion_tokens": (_opt(lambda v: _is_int(v) and 0 <= v <= MAX_COUNT), "an integer from 0 to 2**31-1 or null"),
     "seconds": (_opt(lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0),
                 "a finite number >= 0 or null"),
     "identity": (lambda v: isinstance(v, dict), "an object"),
