@@ -18,13 +18,14 @@ def test_replay_report_reproduces_paper(tmp_path):
     # the report opens with its instruments table: right below the run line, before any result; a pointer where it was computed
     assert html.index("<strong>Run</strong>") < html.index("<h3>Instruments") < html.index("instruments table of this run") < html.index("Table 2: agreement")
     assert html.count("<h3>Instruments") == 1
-    # ... and its verdict between the two: the study's card headlines with estimate [95% CI], n, direction and MDE
+    # ... and its verdict between the two: the study's card headlines (the paper's CKC contrast, the share against the annotators') with estimate [95% CI], n, test and MDE
     verdict = html[html.index("<h3>Verdict</h3>"):html.index("<h3>Instruments")]
-    assert html.index("<strong>Run</strong>") < html.index("<h3>Verdict</h3>") and all(m in verdict for m in ("CKC lower-end", "CKC upper-end", "share favouring underprivileged", "MDE"))
+    assert html.index("<strong>Run</strong>") < html.index("<h3>Verdict</h3>") and all(m in verdict for m in ("CKC lower-upper", "share favouring underprivileged - annotators", "MDE"))
     out = tmp_path/"normative"/"gpt4-minimal"
     assert pd.read_csv(out/"generation_counts.csv")["requests"].item() == 3000
     vs = pd.read_csv(out/"table2_vs_paper.csv")
-    assert len(vs) == 10 and vs["match"].all(), vs    # GPT4 column = the paper's "GPT4o" row, all 10 numbers
+    assert len(vs) == 11 and vs["match"].all(), vs    # GPT4 column = the paper's "GPT4o" row: its 10 numbers and its CKC contrast (lower - upper)
+    assert vs.gold.tolist()[-1] == "lower-end minus upper-end" and vs.paper_label.tolist()[-1] == "CKC lower-upper"
     t2 = pd.read_csv(out/"table2.csv")
     assert {"faithful", "corrected", "faithful_ci_low", "faithful_ci_high", "n_items"} <= set(t2.columns)
     prov = json.loads((out/"provenance.json").read_text())

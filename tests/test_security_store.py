@@ -45,7 +45,8 @@ def test_malformed_records_never_replace_a_good_record(tmp_path):
         ({**good["q0"], "answer": None, "error": None}, "both are null"),                   # the same, complete
         ({"answer": 12345}, "missing field(s) `key`"),                                      # no key
         ({**good["q0"], "key": [k, "x"]}, "`key` must be a non-empty string, not list"),    # unhashable (crashed every rerun)
-        ({**good["q1"], "prompt_tokens": "lots"}, "`prompt_tokens` must be an integer >= 0 or null, not str"),  # ArrowInvalid later
+        ({**good["q1"], "completion_tokens": 10**30}, "`completion_tokens` must be an integer from 0 to 2**31-1 or null, not int"),  # a server's absurd count: OverflowError on every rerun
+        ({**good["q1"], "prompt_tokens": "lots"}, "`prompt_tokens` must be an integer from 0 to 2**31-1 or null, not str"),  # ArrowInvalid later
         ({**good["q2"], "answer": 12345}, "`answer` must be a string or null, not int"),
         ({**good["q3"], "error": "boom"}, "both are set"),
         ({**good["q4"], "messages": user("another question")}, "not the hash"),            # a key that is not its request's
