@@ -8,7 +8,7 @@ import hashlib, html, json
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from .core import DataError, ParamsError, project_root, is_missing
+from .core import DataError, ParamsError, project_root, is_missing, write_atomic
 from .parse import STATUSES, instrument_validity, INSTRUMENT_COLUMNS
 
 # %% auto #0
@@ -223,9 +223,9 @@ def collect_audit(folder:str|Path,       # the audit folder
     audit = k.assign(parser=[parser_label(s, v) for s, v in zip(k.status, k.value)])
     audit["agree"] = [pd.NA if h == "" else h == p for h, p in zip(audit.human, audit.parser)]
     audit = audit[["row", "answer_row", "item_id", "part", "reply_sha256", "human", "human_labels", "n_labels", "parser", "agree"]]
-    audit.to_csv(folder/"audit.csv", index=False)
+    write_atomic(folder/"audit.csv", audit.to_csv(index=False))
     summary = audit_summary(audit, about, f"audits/{about['study']}/{about['run']}/audit.csv")
-    summary.to_csv(folder/"audit_summary.csv", index=False)
+    write_atomic(folder/"audit_summary.csv", summary.to_csv(index=False))
     return summary, audit
 
 # %% ../nbs/35_audit.ipynb #4b6a75ef

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm
-from .core import project_root, merge_params
+from .core import project_root, merge_params, write_atomic
 from .store import store_root
 from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 
@@ -824,7 +824,7 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
         out = root/"tmp"/"models"/name/f"{study}.yaml"; out.parent.mkdir(parents=True, exist_ok=True)
         doc = merge_params({"study": study, "include": os.path.relpath(base, out.parent), "run": run,
                       "description": f"{m['description'] or name}: {study} with its default task settings (from {models_file})", "model": m["model"]}, over)
-        out.write_text(yaml.safe_dump(doc, sort_keys=False))
+        write_atomic(out, yaml.safe_dump(doc, sort_keys=False))
         rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
     return pd.DataFrame(rows)
 
@@ -886,7 +886,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
             if variants and f in (None, "prompt_variant"): doc["task"] = {**(doc.get("task") or {}), "prompt_variant": x or variants[0]}
             what = "reference (quantization none, the paper's prompt)" if f is None else f"{FACTOR_FIELDS[f]} = {x}"
             doc["description"] = f"{base.get('description') or run}; factor run: {what}"
-            (out/f"{frun}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+            write_atomic(out/f"{frun}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
             status = "written" + ("" if p.study in factors["n"] else f" (no factors.n.{p.study}: the run file's sample)")
             rows.append(dict(study=p.study, factor=f or "reference", level=x or "reference", run=frun,
                              params=str((out/f"{frun}.yaml").relative_to(root)), status=status))
@@ -1304,7 +1304,7 @@ def scale_plan(models_file:str|Path,        # params/models/<name>.yaml
         doc["run"] = f"{p.run}-paper"
         doc = merge_params(doc, PAPER_SCALE[p.study])
         doc["description"] = f"{doc.get('description') or p.run}; the paper's full item set (--scale paper)"
-        f = out/f"{p.study}.yaml"; f.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        f = write_atomic(out/f"{p.study}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
         rows.append(dict(study=p.study, run=doc["run"], params=str(f.relative_to(root)), status="written (paper scale)"))
     return pd.DataFrame(rows, columns=["study", "run", "params", "status"])
 

@@ -11,11 +11,11 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'CHAT_TEMPLATES',
            'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir',
-           'absolute_path_settings', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing',
-           'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
-           'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys',
-           'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
-           'read_params_mapping', 'load_params', 'check_params', 'task_params']
+           'absolute_path_settings', 'canonical_json', 'stable_hash', 'sha256_file', 'write_atomic', 'seed_everything',
+           'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams',
+           'SampleParams', 'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable',
+           'check_urls_and_keys', 'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation',
+           'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -79,6 +79,22 @@ def sha256_file(path:Path|str, chunk:int=1<<20)->str:
     with open(path, "rb") as f:
         for b in iter(lambda: f.read(chunk), b""): h.update(b)
     return h.hexdigest()
+
+# %% ../nbs/00_core.ipynb #13d58204
+def write_atomic(path:Path|str,        # the file to (re)write
+                 data:str|bytes,       # its whole new content; `str` is written as UTF-8
+                 )->Path:
+    "Write `data` to `path` whole or not at all: a temporary sibling, fsync, then `os.replace`; on any error the old file is untouched and the temporary removed."
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(body); f.flush(); os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True); raise
+    return path
 
 # %% ../nbs/00_core.ipynb #ed761bfd
 def seed_everything(seed:int):

@@ -400,7 +400,7 @@ def policy_page(reports_dir:str|Path # the reports folder (`reports/`)
     import mistune
     out = Path(reports_dir)/POLICY_PAGE
     body = mistune.html(policy_markdown())
-    out.write_text("<!doctype html><html><head><meta charset='utf-8'><title>silverspoon: the inference policy</title>"
+    write_atomic(out, "<!doctype html><html><head><meta charset='utf-8'><title>silverspoon: the inference policy</title>"
                    "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.45}code{background:#f3f3f3}</style></head>"
-                   f"<body><p><a href='index.html'>Back to the index</a></p>{body}</body></html>\n", encoding="utf-8")
+                   f"<body><p><a href='index.html'>Back to the index</a></p>{body}</body></html>\n")
     return out

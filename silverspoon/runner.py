@@ -124,7 +124,7 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
     nb.cells = lift_instruments(report_cells(nb))
     if study: nb.cells = below_run_line(nb.cells, verdict_html(study, run_dir or Path(html_path).with_suffix("")), VERDICT_CELL_ID)
     Path(html_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(html_path).write_text(_page(title, _nb_html(nb)), encoding="utf-8")
+    write_atomic(html_path, _page(title, _nb_html(nb)))
     return Path(html_path)
 
 # %% ../nbs/07a_runner.ipynb #lift0001
@@ -626,7 +626,7 @@ def write_plan_card(models_file:str|Path,               # params/models/<name>.y
     from silverspoon.card import plan_card_html, read_model_file
     name = read_model_file(models_file)["name"]
     out = reports_folder(reports_dir)/"models"; out.mkdir(parents=True, exist_ok=True)
-    (out/f"{name}.html").write_text(_page(f"bias card: {name} (planned)", plan_card_html(models_file)), encoding="utf-8")
+    write_atomic(out/f"{name}.html", _page(f"bias card: {name} (planned)", plan_card_html(models_file)))
     return out/f"{name}.html"
 
 # %% ../nbs/07a_runner.ipynb #cc39f148
@@ -667,7 +667,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
                              "<a href='inference.html'>inference policy</a>), linked to the report. Every metric of every run is in the study sections below.</p>"
                              f"<div class='scroll'>{models_overview_html(ov)}</div>")
     from silverspoon.parse import gather_instruments
-    (reports_dir/"validity.html").write_text(validity_page(gather_instruments(reports_dir)), encoding="utf-8")
+    write_atomic(reports_dir/"validity.html", validity_page(gather_instruments(reports_dir)))
     for study, df in collect_summaries(reports_dir).items():
         s = html.escape(study)
         links = " · ".join(f"<a href='{s}/{html.escape(r)}.html'>{html.escape(r)}</a>"
@@ -695,7 +695,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
     from silverspoon.report import policy_page
     policy_page(reports_dir)   # the page every report, card and this index link
     out = reports_dir/"index.html"
-    out.write_text(_page("silverspoon reports", "".join(parts)), encoding="utf-8")
+    write_atomic(out, _page("silverspoon reports", "".join(parts)))
     return out
 
 # %% ../nbs/07a_runner.ipynb #valid001
@@ -732,12 +732,12 @@ def write_card(name:str,                          # the model's run name, e.g. "
     fac = factor_deltas(name, reports_dir, store_dir)
     card = bias_card(name, reports_dir, store_dir, factors=fac)   # one BH family: the card's contrasts and these deltas (written back into fac)
     out = reports_dir/"models"; (out/name).mkdir(parents=True, exist_ok=True)
-    card.to_csv(out/name/"bias_card.csv", index=False)
+    write_atomic(out/name/"bias_card.csv", card.to_csv(index=False))
     try: est = gpu_time_estimate()
     except (FileNotFoundError, ValueError): est = None   # no benchmark results or no reference runs: the card goes without the section
     for k in ("deltas", "band", "nesting"):   # beside bias_card.csv; a card without factor runs has none (a stale file goes)
         f = out/name/f"factor_{k}.csv"
-        if len(fac[k]): fac[k].to_csv(f, index=False)
+        if len(fac[k]): write_atomic(f, fac[k].to_csv(index=False))
         else: f.unlink(missing_ok=True)
-    (out/f"{name}.html").write_text(_page(f"bias card: {name}", card_html(card, name, est, fac)), encoding="utf-8")
+    write_atomic(out/f"{name}.html", _page(f"bias card: {name}", card_html(card, name, est, fac)))
     return out/f"{name}.html"
