@@ -9,7 +9,7 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner, notebooks_note
-from .runner import write_card
+from .runner import write_card, check_model_files
 
 # %% auto #0
 __all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
@@ -230,6 +230,7 @@ def _run(args)->int:
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
     runs = validate_runs(files, args.reports_dir) # validate everything first (never over another params file's report)
+    if not args.no_index: check_model_files(args.reports_dir)   # the index the run ends with reads every params/models/ file
     if getattr(args, "model", None):              # where a model file sends its keys, before anything is sent
         for d in dict.fromkeys(key_destinations(p) for p in runs if key_destinations(p)): print(printable(f"keys  {args.model}{d}"), flush=True)
     if getattr(args, "dry_run", False): return _dry_run(files, runs)

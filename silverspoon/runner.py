@@ -22,7 +22,8 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
            'report_params_file', 'check_report_owner', 'ended_early', 'without_examples', 'run_params_file',
            'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'write_plan_card', 'released_answers_note', 'build_index', 'validity_page', 'write_card']
+           'figure_data_uri', 'write_plan_card', 'released_answers_note', 'check_model_files', 'build_index',
+           'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -643,6 +644,22 @@ def released_answers_note(reports_dir:str|Path # the reports folder (its letters
             "analyses, printed by no paper. The letters column (p_agentic m-f) comes from our agency classifier (appendix F.2, trained here), "
             f"which disagrees with the authors' own scores{r}: it is our measurement of their letters, not their number.")
 
+# %% ../nbs/07a_runner.ipynb #2d583685
+def check_model_files(reports_dir:str|Path|None=None # the reports folder the index is built in; None = <project>/reports
+                     )->list[Path]:
+    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`; a model with no run: its plan, `card.model_plan`); one `ParamsError` naming the file, field and fix for the first broken one."
+    from silverspoon.card import read_model_file, model_plan, runs_for_model
+    reports_dir, files = reports_folder(reports_dir), sorted((project_root()/"params"/"models").glob("*.yaml"))
+    for f in files:
+        try:
+            name = read_model_file(f)["name"]
+            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): model_plan(f)   # the index writes its plan card
+        except ParamsError as e:
+            raise ParamsError(f"{e} Every `silverspoon run` rebuilds the index, which lists every model file in params/models/: fix the file, "
+                              "or keep drafts outside params/models/ (or pass --no-index to run without the index); nothing was run or written.") from None
+    return files
+
+
 # %% ../nbs/07a_runner.ipynb #87a3a643
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: per study, a forest plot of the headline metric, one cross-model table, and links to every run's report."
@@ -655,6 +672,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
              "Every test, interval and verdict follows one <a href='inference.html'>inference policy</a>. "
              "In the wide tables, a cell is estimate [95% CI]; <i>n</i> = items the row's metrics rest on, and a cell resting on a different "
              "number says (n=...); each run's report has per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting and provenance.</p>"]
+    check_model_files(reports_dir)   # a broken file in params/models/: one clear error before anything is written
     from silverspoon.card import models_overview, models_overview_html, read_model_file, PLANNED
     ov = models_overview(reports_dir)
     planned = set(ov.model[ov.kind.eq(PLANNED)]) if len(ov) else set()

@@ -1,0 +1,49 @@
+"""Red-team round 3 (issue 31), the remaining lows, each replayed as the careless researcher or attacker did it: a
+half-written draft in params/models/, a NUL byte in a path field, run names that Windows or a case-insensitive file
+system treats as another file, a megabyte of free text, run names with `--` missing from the index, a hostile
+lock-holder record. Each ends in one clear error (file, field and fix named; exit 2, nothing run or written) or in
+the safe output the finding asked for."""
+import hashlib, shutil
+from pathlib import Path
+import pytest
+import yaml
+
+
+def _one_clear_error(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    for n in needles: assert n in r.stderr, r.stderr
+
+
+def _files(folder:Path)->dict:
+    "sha256 of every file under `folder` (empty when it does not exist): what a refused run must leave as it was."
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.rglob("*")) if f.is_file()} if folder.exists() else {}
+
+
+@pytest.fixture
+def project(root, tmp_path):
+    "A copy of the project's params/ (and settings.ini) with its own reports/ and store/ folders."
+    t = tmp_path/"project"
+    shutil.copytree(root/"params", t/"params")
+    (t/"settings.ini").write_text((root/"settings.ini").read_text())
+    return dict(root=t, reports=t/"reports", store=t/"store", env={"SILVERSPOON_ROOT": str(t), "SILVERSPOON_STORE": str(t/"store")})
+
+
+def _scripted_run(project, name:str="mine", **fields)->Path:
+    "A small normative run file with a scripted model (never run by these tests: each is refused before anything runs)."
+    f = project["root"]/f"{name}.yaml"
+    f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"}, "sample": {"n": 6}, **fields}))
+    return f
+
+
+# --- a malformed draft in params/models/ ------------------------------------------------------------------------------
+
+def test_draft_model_file_stops_a_run_before_anything_is_published(project, cli):
+    "A half-written params/models/draft.yaml used to fail every run's index after its reports were published (exit 2)."
+    draft = project["root"]/"params"/"models"/"draft.yaml"
+    draft.write_text("name: draft\nmodel: {backend: hf, id: \n  studies: [\n")   # saved mid-edit
+    f = _scripted_run(project)
+    r = cli("run", f, "--reports-dir", project["reports"], env=project["env"])
+    _one_clear_error(r, str(draft), "not valid YAML", "keep drafts outside params/models/", "--no-index", "nothing was run or written")
+    assert _files(project["reports"]) == {} and _files(project["store"]) == {}
+    _one_clear_error(cli("index", "--reports-dir", project["reports"].parent, env=project["env"]), str(draft))   # the index says the same
