@@ -9,13 +9,13 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'CHAT_TEMPLATES',
-           'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir',
-           'absolute_path_settings', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything', 'is_missing',
-           'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams',
-           'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys',
-           'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
-           'read_params_mapping', 'load_params', 'check_params', 'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV',
+           'CHAT_TEMPLATES', 'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError', 'DataError', 'project_root',
+           'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash', 'sha256_file', 'seed_everything',
+           'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams',
+           'SampleParams', 'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable',
+           'check_urls_and_keys', 'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation',
+           'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -104,6 +104,7 @@ def is_missing(x # any value: an answer, a cell of a released file
 # %% ../nbs/00_core.ipynb #64fce8c4
 PLAIN_TYPES = (str, int, float, bool, type(None), list, dict)   # the only types a params value may have (what JSON holds)
 MAX_PARAMS_BYTES = 1 << 20                                     # a params file is a page of settings, not a data set
+MAX_TEXT_CHARS = 2_000                                         # one text value (a description, a prompt, a path): copied into the report, its notebook and provenance
 
 class _NotData:
     "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
@@ -130,7 +131,15 @@ def plain_data(obj, where:str="",       # dotted path of `obj` in the params, fo
         fix = "put the date in quotes to make it text." if obj.tag.endswith(":timestamp") else "remove the tag."
         raise ParamsError(f"{src}: {at} (line {obj.line}) has the YAML tag {obj.tag!r}: params hold plain data only "
                           f"(text, numbers, true/false, null, lists, mappings); {fix}")
-    if type(obj) in (str, int, bool, type(None)): return obj
+    if type(obj) is str:   # a NUL ends a path inside the OS (a traceback, not a message); a megabyte of text swells every page it is copied to
+        if "\x00" in obj:
+            raise ParamsError(f"{src}: {at} holds a NUL byte (\\x00, character {obj.index(chr(0)) + 1}); no setting (a path, a name, a text) "
+                              "holds one. Fix: remove it (a YAML \"\\0\" escape or pasted binary).")
+        if len(obj) > MAX_TEXT_CHARS:
+            raise ParamsError(f"{src}: {at} is {len(obj):,} characters long; a text value in a params file is at most {MAX_TEXT_CHARS:,} "
+                              "(it is copied into the report, its notebook and its provenance). Fix: shorten it (longer notes belong in a file beside the params).")
+        return obj
+    if type(obj) in (int, bool, type(None)): return obj
     if type(obj) is float:
         if not math.isfinite(obj): raise ParamsError(f"{src}: {at} = {obj} is not a finite number.")
         return obj

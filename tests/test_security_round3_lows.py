@@ -47,3 +47,46 @@ def test_draft_model_file_stops_a_run_before_anything_is_published(project, cli)
     _one_clear_error(r, str(draft), "not valid YAML", "keep drafts outside params/models/", "--no-index", "nothing was run or written")
     assert _files(project["reports"]) == {} and _files(project["store"]) == {}
     _one_clear_error(cli("index", "--reports-dir", project["reports"].parent, env=project["env"]), str(draft))   # the index says the same
+
+
+# --- a NUL byte in a path field ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind,text,field", [
+    ("run", 'include: "_base-replay\\0.yaml"\nstudy: normative\nmodel: {backend: replay, id: GPT4}\n', "include"),
+    ("run", 'study: normative\nmodel: {backend: hf, id: "models/x\\0y", chat_template: chatml}\n', "model.id"),
+    ("run", 'study: stop\nmodel: {backend: replay, id: GPT4}\ntask: {human_file: "ann\\0.csv"}\n', "task.human_file"),
+    ("model", 'name: nul\nmodel: {backend: hf, id: "a\\0b"}\n', "model.id"),
+    ("finetune", 'model: {backend: hf, id: x}\ndata: {source: jsonl, train_file: "/tmp/t\\0.jsonl"}\n', "data.train_file"),
+])
+def test_nul_byte_in_a_path_field_is_one_clear_error(project, cli, kind, text, field):
+    "A YAML \"\\0\" in `include:` used to end in a ValueError traceback (embedded null byte) from the file system."
+    f = project["root"]/("params/models/nul.yaml" if kind == "model" else f"{kind}.yaml")
+    f.write_text(text)
+    assert "\\0" in f.read_text()
+    needles = (str(f), f"field `{field}` holds a NUL byte", "Fix: remove it")
+    calls = {"run": [["check", f], ["run", f, "--reports-dir", project["reports"]]],
+             "model": [["check", f], ["run", "--model", f, "--studies", "normative", "--reports-dir", project["reports"]]],
+             "finetune": [["finetune", "--check", f], ["finetune", f]]}[kind]
+    for args in calls: _one_clear_error(cli(*args, env=project["env"]), *needles)
+    assert _files(project["reports"]) == {} and _files(project["store"]) == {} and not (project["root"]/"finetune").exists()
+
+
+# --- a megabyte of free text ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["description", "task.prompt", "model file description"])
+def test_megabyte_of_free_text_is_refused_before_the_run(project, cli, where):
+    "A 1 MB `description:` used to make a 3.5 MB executed notebook, past the 1.5 MB notebook budget."
+    big = "x" * 1_000_000   # 1 MB: what the finding wrote (the file stays under the 1 MiB params-file cap)
+    if where == "model file description":
+        f = project["root"]/"params"/"models"/"wordy.yaml"
+        f.write_text(yaml.safe_dump({"name": "wordy", "description": big, "model": {"backend": "scripted", "id": "text:P1"}}))
+        calls, field = [["check", f], ["run", "--model", f, "--studies", "narratives", "--reports-dir", project["reports"]]], "description"
+    else:
+        top, _, sub = where.partition(".")
+        f = _scripted_run(project, study="narratives", **({top: {sub: big}} if sub else {top: big}))
+        calls, field = [["check", f], ["run", f, "--reports-dir", project["reports"]]], where
+    for args in calls:
+        _one_clear_error(cli(*args, env=project["env"]), str(f), f"field `{field}` is {len(big):,} characters long", "at most 2,000", "Fix: shorten it")
+    assert _files(project["reports"]) == {} and _files(project["store"]) == {}
+    f.write_text(f.read_text().replace(big, "A story of {name} from {city}."))   # the same file with a sentence passes
+    assert cli("check", f, env=project["env"]).returncode == 0
