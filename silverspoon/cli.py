@@ -178,15 +178,17 @@ def _finetune(args)->int:
 def validate_runs(files:list[Path],              # params files, each named once
                   reports_dir:str|Path|None=None  # where their reports go (default: <project>/reports)
                  )->list[RunParams]:
-    "Validate every params file; refuse two files that are one run (same study and run name: both would write one report folder), and a run whose published report another params file made (`check_report_owner`)."
+    "Validate every params file; refuse two files that are one run (same study and run name, case aside: both would write one report folder), and a run whose published report another params file made (`check_report_owner`)."
     seen, out = {}, []
     for f in files:
         p = read_params_file(f)
-        if (p.study, p.run) in seen:
-            raise ParamsError(f"{seen[p.study, p.run]} and {f} are both run `{p.run}` of study {p.study}: they would write the same report "
+        if (p.study, p.run.casefold()) in seen:   # `GPT4-Replay` and `gpt4-replay`: one folder on macOS, Windows and a Drive in Colab
+            other, run = seen[p.study, p.run.casefold()]
+            how = f"both run `{p.run}`" if run == p.run else f"runs `{run}` and `{p.run}`, one name on a case-insensitive file system,"
+            raise ParamsError(f"{other} and {f} are {how} of study {p.study}: they would write the same report "
                               "folder and store file. Give one of them another `run` name (or file name); nothing was run.")
         check_report_owner(f, p, reports_dir)
-        seen[p.study, p.run] = f; out.append(p)
+        seen[p.study, p.run.casefold()] = (f, p.run); out.append(p)
     return out
 
 # %% ../nbs/07_cli.ipynb #2ef9e60e

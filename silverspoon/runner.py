@@ -20,10 +20,10 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir',
            'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
            'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
-           'report_params_file', 'check_report_owner', 'ended_early', 'without_examples', 'run_params_file',
-           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'write_plan_card', 'released_answers_note', 'check_model_files', 'build_index',
-           'validity_page', 'write_card']
+           'report_params_file', 'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples',
+           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline',
+           'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'check_model_files',
+           'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -418,12 +418,29 @@ def report_params_file(study_dir:str|Path, # reports/<study>/
         return json.loads(m[1]) if m else None
     except (OSError, ValueError, StopIteration, AttributeError): return None
 
+# %% ../nbs/07a_runner.ipynb #c561d10d
+def check_case_twin(path:str|Path,                 # the params file about to run
+                    p:RunParams,                   # its validated params
+                    reports_dir:str|Path|None=None # default: <project>/reports
+                   ):
+    "Refuse (`ParamsError`) a run whose name differs only in case from a published run (`<reports>/<study>/<name>/` or `.html`) or a store file (`<store>/<study>/<name>.jsonl`) of its study."
+    from silverspoon.store import store_root
+    folders = {"report": reports_folder(reports_dir)/p.study, "store": store_root()/p.study}
+    for what, d in folders.items():
+        names = {f.name.removesuffix(".html").removesuffix(".jsonl") for f in d.iterdir() if not f.name.startswith(".")} if d.is_dir() else set()
+        twin = sorted(n for n in names if n != p.run and n.casefold() == p.run.casefold())
+        if twin: raise ParamsError(f"{path}: field `run` = {p.run!r} differs only in case from the {what} of run {twin[0]!r} ({d/twin[0]}"
+                                   f"{'.jsonl' if what == 'store' else '/'}): on a case-insensitive file system (macOS, Windows, a Drive "
+                                   f"mounted in Colab) they are one file. Fix: give {path} another `run:` name (or name it {twin[0]!r} to rerun that run). Nothing was run.")
+
+
 # %% ../nbs/07a_runner.ipynb #8f4c6f5b
 def check_report_owner(path:str|Path,                 # the params file about to run
                        p:RunParams,                   # its validated params
                        reports_dir:str|Path|None=None # default: <project>/reports
                       ):
-    "Refuse (`ParamsError`) to run `path` when `<reports>/<study>/<run>/` was made from another params file: a run never writes over another file's report."
+    "Refuse (`ParamsError`) to run `path` when `<reports>/<study>/<run>/` was made from another params file: a run never writes over another file's report, nor beside a run named like it but for case (`check_case_twin`)."
+    check_case_twin(path, p, reports_dir)   # `GPT4-Replay` beside `gpt4-replay`: one folder on macOS/Windows/Drive
     study_dir = reports_folder(reports_dir)/p.study
     rec = report_params_file(study_dir, p.run)
     if rec is None or (project_root()/rec).resolve() == Path(path).resolve(): return   # an absolute `rec` stays itself

@@ -90,3 +90,45 @@ def test_megabyte_of_free_text_is_refused_before_the_run(project, cli, where):
     assert _files(project["reports"]) == {} and _files(project["store"]) == {}
     f.write_text(f.read_text().replace(big, "A story of {name} from {city}."))   # the same file with a sentence passes
     assert cli("check", f, env=project["env"]).returncode == 0
+
+
+# --- run names that Windows or a case-insensitive file system reads as another file -----------------------------------
+
+@pytest.mark.parametrize("run,needle", [
+    ("CON", "is a reserved device name on Windows (CON"), ("con", "(CON"), ("nul.txt", "(NUL, with any extension"),
+    ("Com7", "(COM7"), ("lpt1.v2", "(LPT1"), ("gpt4-replay.", "ends in a dot, which Windows drops ('gpt4-replay' would be"),
+])
+def test_run_names_windows_cannot_write_are_refused(project, cli, run, needle):
+    "`CON` and `gpt4-replay.` used to pass `silverspoon check`; as run names (field `run:` or the file name) they are refused."
+    by_field = _scripted_run(project, name="by-field", run=run)
+    by_stem = project["root"]/f"{run}.yaml"; by_stem.write_text(by_field.read_text().replace(f"run: {run}\n", "").replace(f"run: '{run}'\n", ""))
+    assert "run:" not in by_stem.read_text()
+    for f in (by_field, by_stem):
+        for args in (["check", f], ["run", f, "--reports-dir", project["reports"]]):
+            _one_clear_error(cli(*args, env=project["env"]), str(f), f"field `run` = {run!r}", needle, "Fix:")
+    m = project["root"]/"params"/"models"/"dev.yaml"   # a model file's `name:` names its card file: the same rule
+    m.write_text(f"name: '{run}'\nmodel: {{backend: scripted, id: 'text:P1'}}\n")
+    _one_clear_error(cli("check", m, env=project["env"]), str(m), f"field `name` = {run!r}", needle)
+    assert _files(project["reports"]) == {} and _files(project["store"]) == {}
+
+
+def test_run_name_differing_only_in_case_from_a_published_run_is_refused(project, root, cli):
+    "`GPT4-Replay` beside a committed `gpt4-replay` is one folder on macOS, Windows and a Drive mounted in Colab."
+    committed = project["reports"]/"normative"/"gpt4-replay"
+    shutil.copytree(root/"reports"/"normative"/"gpt4-replay", committed)
+    shutil.copy(root/"reports"/"normative"/"gpt4-replay.html", committed.parent/"gpt4-replay.html")
+    before = _files(project["reports"])
+    f = project["root"]/"GPT4-Replay.yaml"
+    f.write_text("include: params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
+    needles = (str(f), "field `run` = 'GPT4-Replay' differs only in case from the report of run 'gpt4-replay'", "case-insensitive", "Fix: give")
+    for args in (["check", f], ["run", f, "--reports-dir", project["reports"]]):   # check looks in <project>/reports
+        _one_clear_error(cli(*args, env=project["env"]), *needles)
+    assert _files(project["reports"]) == before and _files(project["store"]) == {}
+    # a store file of that name (a run that never published) counts the same
+    (project["store"]/"normative").mkdir(parents=True); (project["store"]/"normative"/"mine.jsonl").write_text("")
+    g = project["root"]/"MINE.yaml"; g.write_text("include: params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
+    _one_clear_error(cli("run", g, "--reports-dir", project["reports"], env=project["env"]), str(g), "differs only in case from the store of run 'mine'")
+    # two files of one batch whose names differ only in case
+    a, b = project["root"]/"x"/"twin.yaml", project["root"]/"y"/"Twin.yaml"
+    for p in (a, b): p.parent.mkdir(); p.write_text("include: ../params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
+    _one_clear_error(cli("check", a, b, env=project["env"]), str(a), str(b), "runs `twin` and `Twin`, one name on a case-insensitive file system")
