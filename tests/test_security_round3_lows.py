@@ -132,3 +132,28 @@ def test_run_name_differing_only_in_case_from_a_published_run_is_refused(project
     a, b = project["root"]/"x"/"twin.yaml", project["root"]/"y"/"Twin.yaml"
     for p in (a, b): p.parent.mkdir(); p.write_text("include: ../params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
     _one_clear_error(cli("check", a, b, env=project["env"]), str(a), str(b), "runs `twin` and `Twin`, one name on a case-insensitive file system")
+
+
+# --- runs with `--` in their names are in the index -------------------------------------------------------------------
+
+def test_every_published_run_is_linked_from_the_index(project, cli):
+    "`pin--scripted` (an ordinary run with `--` in its name) used to be missing from the index; factor runs must be reachable too."
+    import pandas as pd
+    study = project["reports"]/"normative"
+    for run, est in (("pin--scripted", 0.25), ("plain", 0.5), ("smollm2-135m--reference", 0.75), ("smollm2-135m--quantization-4bit", 0.8)):
+        (study/run).mkdir(parents=True)
+        pd.DataFrame({"run": [run], "model": [run], "metric": ["share P1"], "estimate": [est], "ci_low": [est - 0.1],
+                      "ci_high": [est + 0.1], "n": [30]}).to_csv(study/run/"summary.csv", index=False)
+        (study/f"{run}.html").write_text("<p>report</p>")
+    (project["reports"]/"stop"/"m--prompt_variant-plain").mkdir(parents=True)   # a study with factor runs only
+    (project["reports"]/"stop"/"m--prompt_variant-plain.html").write_text("<p>report</p>")
+    r = cli("index", "--reports-dir", project["reports"], env=project["env"])
+    assert r.returncode == 0, r.stderr
+    page = (project["reports"]/"index.html").read_text()
+    for link in ("normative/pin--scripted.html", "normative/plain.html", "normative/smollm2-135m--reference.html",
+                 "normative/smollm2-135m--quantization-4bit.html", "stop/m--prompt_variant-plain.html"):
+        assert f"href='{link}'" in page, link
+    table = page[page.index("<h2>normative</h2>"):]
+    table = table[table.index("<details>"):table.index("</details>")]
+    assert "pin--scripted" in table and "plain" in table            # an ordinary run with `--`: a row of the study's table
+    assert "smollm2-135m--reference" not in table                   # factor runs: linked, their numbers on the model's card
