@@ -157,3 +157,27 @@ def test_every_published_run_is_linked_from_the_index(project, cli):
     table = table[table.index("<details>"):table.index("</details>")]
     assert "pin--scripted" in table and "plain" in table            # an ordinary run with `--`: a row of the study's table
     assert "smollm2-135m--reference" not in table                   # factor runs: linked, their numbers on the model's card
+
+
+# --- a hostile lock-holder record -------------------------------------------------------------------------------------
+
+def test_lock_holder_record_is_shown_short_and_sanitised(tmp_path, capsys, monkeypatch):
+    "The lock file's record used to be printed raw: escape sequences, newlines and any length reached the terminal."
+    import fcntl, json, os, threading, time
+    from silverspoon.store import GenerationStore, NOTICES_ENV
+    monkeypatch.delenv(NOTICES_ENV, raising=False)
+    store = tmp_path/"normative"/"mine.jsonl"; store.parent.mkdir()
+    lock = os.open(store.with_name("mine.jsonl.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)   # another run holds the lock, and wrote this record
+    hostile = {"pid": "\x1b[2J\x1b]0;owned\x07", "host": "evil\n\rhost\u202e" + "x" * 300, "since": "\x1b[31mnow\x1b[0m"}
+    os.write(lock, json.dumps(hostile).encode())
+    waiter = threading.Thread(target=lambda: GenerationStore(store).locked().__enter__())
+    waiter.start()
+    seen, t0 = "", time.monotonic()
+    while "is generating into this store" not in seen and time.monotonic() - t0 < 60:
+        time.sleep(0.05); seen += capsys.readouterr().err
+    os.close(lock); waiter.join(60)   # the holder is done: the waiting run goes on
+    seen += capsys.readouterr().err
+    line = next(l for l in seen.splitlines() if "is generating into this store" in l)
+    assert "another run (pid [2J]0;owned on evilhost" + "x" * 56 + "... (308 characters), since [31mnow[0m)" in line, line
+    assert not any(ch in seen for ch in "\x1b\x07\r\u202e") and len(line) < 400
