@@ -9,7 +9,7 @@ from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from .core import *
 from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner, notebooks_note
-from .runner import write_card
+from .runner import write_card, check_model_files
 
 # %% auto #0
 __all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
@@ -178,15 +178,17 @@ def _finetune(args)->int:
 def validate_runs(files:list[Path],              # params files, each named once
                   reports_dir:str|Path|None=None  # where their reports go (default: <project>/reports)
                  )->list[RunParams]:
-    "Validate every params file; refuse two files that are one run (same study and run name: both would write one report folder), and a run whose published report another params file made (`check_report_owner`)."
+    "Validate every params file; refuse two files that are one run (same study and run name, case aside: both would write one report folder), and a run whose published report another params file made (`check_report_owner`)."
     seen, out = {}, []
     for f in files:
         p = read_params_file(f)
-        if (p.study, p.run) in seen:
-            raise ParamsError(f"{seen[p.study, p.run]} and {f} are both run `{p.run}` of study {p.study}: they would write the same report "
+        if (p.study, p.run.casefold()) in seen:   # `GPT4-Replay` and `gpt4-replay`: one folder on macOS, Windows and a Drive in Colab
+            other, run = seen[p.study, p.run.casefold()]
+            how = f"both run `{p.run}`" if run == p.run else f"runs `{run}` and `{p.run}`, one name on a case-insensitive file system,"
+            raise ParamsError(f"{other} and {f} are {how} of study {p.study}: they would write the same report "
                               "folder and store file. Give one of them another `run` name (or file name); nothing was run.")
         check_report_owner(f, p, reports_dir)
-        seen[p.study, p.run] = f; out.append(p)
+        seen[p.study, p.run.casefold()] = (f, p.run); out.append(p)
     return out
 
 # %% ../nbs/07_cli.ipynb #2ef9e60e
@@ -230,6 +232,7 @@ def _run(args)->int:
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
     runs = validate_runs(files, args.reports_dir) # validate everything first (never over another params file's report)
+    if not args.no_index: check_model_files(args.reports_dir)   # the index the run ends with reads every params/models/ file
     if getattr(args, "model", None):              # where a model file sends its keys, before anything is sent
         for d in dict.fromkeys(key_destinations(p) for p in runs if key_destinations(p)): print(printable(f"keys  {args.model}{d}"), flush=True)
     if getattr(args, "dry_run", False): return _dry_run(files, runs)

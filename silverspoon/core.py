@@ -9,13 +9,14 @@ from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV', 'CHAT_TEMPLATES',
-           'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError', 'DataError', 'project_root', 'cache_dir',
-           'absolute_path_settings', 'canonical_json', 'stable_hash', 'sha256_file', 'write_atomic', 'seed_everything',
-           'is_missing', 'plain_data', 'read_yaml', 'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams',
-           'SampleParams', 'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable',
-           'check_urls_and_keys', 'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation',
-           'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params']
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV',
+           'WINDOWS_DEVICE_NAMES', 'CHAT_TEMPLATES', 'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError',
+           'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
+           'sha256_file', 'write_atomic', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds',
+           'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
+           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'KnownChatTemplate',
+           'read_chat_template', 'check_model', 'check_generation', 'merge_params', 'read_params_mapping',
+           'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -120,6 +121,7 @@ def is_missing(x # any value: an answer, a cell of a released file
 # %% ../nbs/00_core.ipynb #64fce8c4
 PLAIN_TYPES = (str, int, float, bool, type(None), list, dict)   # the only types a params value may have (what JSON holds)
 MAX_PARAMS_BYTES = 1 << 20                                     # a params file is a page of settings, not a data set
+MAX_TEXT_CHARS = 2_000                                         # one text value (a description, a prompt, a path): copied into the report, its notebook and provenance
 
 class _NotData:
     "A YAML value whose tag builds no plain data (!!binary, !!timestamp, !!set, !!python/...); kept only to be reported."
@@ -146,7 +148,15 @@ def plain_data(obj, where:str="",       # dotted path of `obj` in the params, fo
         fix = "put the date in quotes to make it text." if obj.tag.endswith(":timestamp") else "remove the tag."
         raise ParamsError(f"{src}: {at} (line {obj.line}) has the YAML tag {obj.tag!r}: params hold plain data only "
                           f"(text, numbers, true/false, null, lists, mappings); {fix}")
-    if type(obj) in (str, int, bool, type(None)): return obj
+    if type(obj) is str:   # a NUL ends a path inside the OS (a traceback, not a message); a megabyte of text swells every page it is copied to
+        if "\x00" in obj:
+            raise ParamsError(f"{src}: {at} holds a NUL byte (\\x00, character {obj.index(chr(0)) + 1}); no setting (a path, a name, a text) "
+                              "holds one. Fix: remove it (a YAML \"\\0\" escape or pasted binary).")
+        if len(obj) > MAX_TEXT_CHARS:
+            raise ParamsError(f"{src}: {at} is {len(obj):,} characters long; a text value in a params file is at most {MAX_TEXT_CHARS:,} "
+                              "(it is copied into the report, its notebook and its provenance). Fix: shorten it (longer notes belong in a file beside the params).")
+        return obj
+    if type(obj) in (int, bool, type(None)): return obj
     if type(obj) is float:
         if not math.isfinite(obj): raise ParamsError(f"{src}: {at} = {obj} is not a finite number.")
         return obj
@@ -372,12 +382,21 @@ NAME_MAX = 100   # characters in a name that becomes a file or folder name
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 KEY_VARS_ENV = "SILVERSPOON_KEY_VARS"   # extra variable names allowed as api_key_env (comma or space separated)
 _URL_IN_TEXT = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>`]*")
+WINDOWS_DEVICE_NAMES = {"CON", "PRN", "AUX", "NUL", *(f"{d}{i}" for d in ("COM", "LPT") for i in range(1, 10))}   # no file of these names (any extension) on Windows
 
 def check_name(value:str, where:str,   # the name and its field (`run`, `study`)
                src:str="<params>", pattern:str=r"[A-Za-z0-9][A-Za-z0-9._-]*",
                why:str="it names the report and store files")->str:
-    "`value` unchanged if it is a plain name usable as a file name; else a `ParamsError`."
-    if len(value) <= NAME_MAX and re.fullmatch(pattern, value): return value
+    "`value` unchanged if it is a plain name usable as a file name on every system (`WINDOWS_DEVICE_NAMES` and a trailing dot refused); else a `ParamsError`."
+    if len(value) <= NAME_MAX and re.fullmatch(pattern, value):
+        if value.split(".")[0].upper() in WINDOWS_DEVICE_NAMES:
+            raise ParamsError(f"{src}: field `{where}` = {value!r} is a reserved device name on Windows ({value.split('.')[0].upper()}, with any "
+                              f"extension: CON, PRN, AUX, NUL, COM1-9, LPT1-9, in any case), so no file of that name can be written there; "
+                              f"{why}. Fix: choose another name (e.g. {value.split('.')[0]}-run).")
+        if value.endswith("."):
+            raise ParamsError(f"{src}: field `{where}` = {value!r} ends in a dot, which Windows drops ({value.rstrip('.')!r} would be "
+                              f"another name's files); {why}. Fix: remove the trailing dot.")
+        return value
     shown = repr(value) if len(value) <= 60 else f"{value[:40]!r}... ({len(value)} characters)"
     raise ParamsError(f"{src}: field `{where}` = {shown} must be a plain name of at most {NAME_MAX} characters "
                       f"(letters, digits, . _ -, starting with a letter or digit): {why}.")

@@ -20,9 +20,10 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir',
            'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
            'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
-           'report_params_file', 'check_report_owner', 'ended_early', 'without_examples', 'run_params_file',
-           'notebook_to_html_safe', 'failed_calls', 'collect_summaries', 'index_headline', 'forest_figure',
-           'figure_data_uri', 'write_plan_card', 'released_answers_note', 'build_index', 'validity_page', 'write_card']
+           'report_params_file', 'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples',
+           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'named_factor_run', 'published_runs',
+           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'write_plan_card',
+           'released_answers_note', 'check_model_files', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -417,12 +418,29 @@ def report_params_file(study_dir:str|Path, # reports/<study>/
         return json.loads(m[1]) if m else None
     except (OSError, ValueError, StopIteration, AttributeError): return None
 
+# %% ../nbs/07a_runner.ipynb #c561d10d
+def check_case_twin(path:str|Path,                 # the params file about to run
+                    p:RunParams,                   # its validated params
+                    reports_dir:str|Path|None=None # default: <project>/reports
+                   ):
+    "Refuse (`ParamsError`) a run whose name differs only in case from a published run (`<reports>/<study>/<name>/` or `.html`) or a store file (`<store>/<study>/<name>.jsonl`) of its study."
+    from silverspoon.store import store_root
+    folders = {"report": reports_folder(reports_dir)/p.study, "store": store_root()/p.study}
+    for what, d in folders.items():
+        names = {f.name.removesuffix(".html").removesuffix(".jsonl") for f in d.iterdir() if not f.name.startswith(".")} if d.is_dir() else set()
+        twin = sorted(n for n in names if n != p.run and n.casefold() == p.run.casefold())
+        if twin: raise ParamsError(f"{path}: field `run` = {p.run!r} differs only in case from the {what} of run {twin[0]!r} ({d/twin[0]}"
+                                   f"{'.jsonl' if what == 'store' else '/'}): on a case-insensitive file system (macOS, Windows, a Drive "
+                                   f"mounted in Colab) they are one file. Fix: give {path} another `run:` name (or name it {twin[0]!r} to rerun that run). Nothing was run.")
+
+
 # %% ../nbs/07a_runner.ipynb #8f4c6f5b
 def check_report_owner(path:str|Path,                 # the params file about to run
                        p:RunParams,                   # its validated params
                        reports_dir:str|Path|None=None # default: <project>/reports
                       ):
-    "Refuse (`ParamsError`) to run `path` when `<reports>/<study>/<run>/` was made from another params file: a run never writes over another file's report."
+    "Refuse (`ParamsError`) to run `path` when `<reports>/<study>/<run>/` was made from another params file: a run never writes over another file's report, nor beside a run named like it but for case (`check_case_twin`)."
+    check_case_twin(path, p, reports_dir)   # `GPT4-Replay` beside `gpt4-replay`: one folder on macOS/Windows/Drive
     study_dir = reports_folder(reports_dir)/p.study
     rec = report_params_file(study_dir, p.run)
     if rec is None or (project_root()/rec).resolve() == Path(path).resolve(): return   # an absolute `rec` stays itself
@@ -554,14 +572,33 @@ def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<stu
         if int(df["failed"].sum()) > 0: out.append(dict(table=f.stem, failed=int(df["failed"].sum()), requests=int(df["requests"].sum())))
     return out
 
+# %% ../nbs/07a_runner.ipynb #c820c9d5
+def named_factor_run(run:str # a run name (a report folder or store file stem)
+                    )->bool:
+    "A factor run by its whole name (`card.factor_run_name`): `<run>--reference` or `<run>--<factor>-<level>` with a factor of `card.FACTOR_FIELDS`; any other name with `--` is an ordinary run."
+    from silverspoon.card import FACTOR_SEP, FACTOR_FIELDS
+    base, sep, rest = run.rpartition(FACTOR_SEP)
+    return bool(sep and base) and (rest == "reference" or any(rest.startswith(f + "-") and len(rest) > len(f) + 1 for f in FACTOR_FIELDS))
+
+
+# %% ../nbs/07a_runner.ipynb #b67259e2
+def published_runs(reports_dir:str|Path # a reports folder
+                  )->dict[str,list[str]]:
+    "Study -> every run with a published page `<reports>/<study>/<run>.html` (failure pages and runs being published aside): what the index must link."
+    out = {}
+    for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "models"):
+        runs = sorted(f.name[:-len(".html")] for f in study_dir.glob("*.html") if not f.name.startswith(".") and not f.name.endswith(".failed.html"))
+        if runs: out[study_dir.name] = runs
+    return out
+
+
 # %% ../nbs/07a_runner.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
-    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir` (factor runs, `<run>--<level>`, are on their model's card instead)."
-    from silverspoon.card import is_factor_run
+    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir` (factor runs, `named_factor_run`, are on their model's card instead)."
     out = {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
         frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv"))
-                  if not f.parent.name.startswith(".") and not is_factor_run(f.parent.name)]   # not a run in progress, not a factor run
+                  if not f.parent.name.startswith(".") and not named_factor_run(f.parent.name)]   # not a run in progress, not a factor run
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
@@ -643,6 +680,22 @@ def released_answers_note(reports_dir:str|Path # the reports folder (its letters
             "analyses, printed by no paper. The letters column (p_agentic m-f) comes from our agency classifier (appendix F.2, trained here), "
             f"which disagrees with the authors' own scores{r}: it is our measurement of their letters, not their number.")
 
+# %% ../nbs/07a_runner.ipynb #2d583685
+def check_model_files(reports_dir:str|Path|None=None # the reports folder the index is built in; None = <project>/reports
+                     )->list[Path]:
+    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`; a model with no run: its plan, `card.model_plan`); one `ParamsError` naming the file, field and fix for the first broken one."
+    from silverspoon.card import read_model_file, model_plan, runs_for_model
+    reports_dir, files = reports_folder(reports_dir), sorted((project_root()/"params"/"models").glob("*.yaml"))
+    for f in files:
+        try:
+            name = read_model_file(f)["name"]
+            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): model_plan(f)   # the index writes its plan card
+        except ParamsError as e:
+            raise ParamsError(f"{e} Every `silverspoon run` rebuilds the index, which lists every model file in params/models/: fix the file, "
+                              "or keep drafts outside params/models/ (or pass --no-index to run without the index); nothing was run or written.") from None
+    return files
+
+
 # %% ../nbs/07a_runner.ipynb #87a3a643
 def build_index(reports_dir:str|Path|None=None)->Path:
     "Write `reports/index.html`: per study, a forest plot of the headline metric, one cross-model table, and links to every run's report."
@@ -655,6 +708,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
              "Every test, interval and verdict follows one <a href='inference.html'>inference policy</a>. "
              "In the wide tables, a cell is estimate [95% CI]; <i>n</i> = items the row's metrics rest on, and a cell resting on a different "
              "number says (n=...); each run's report has per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting and provenance.</p>"]
+    check_model_files(reports_dir)   # a broken file in params/models/: one clear error before anything is written
     from silverspoon.card import models_overview, models_overview_html, read_model_file, PLANNED
     ov = models_overview(reports_dir)
     planned = set(ov.model[ov.kind.eq(PLANNED)]) if len(ov) else set()
@@ -668,13 +722,18 @@ def build_index(reports_dir:str|Path|None=None)->Path:
                              f"<div class='scroll'>{models_overview_html(ov)}</div>")
     from silverspoon.parse import gather_instruments
     write_atomic(reports_dir/"validity.html", validity_page(gather_instruments(reports_dir)))
-    for study, df in collect_summaries(reports_dir).items():
-        s = html.escape(study)
-        links = " · ".join(f"<a href='{s}/{html.escape(r)}.html'>{html.escape(r)}</a>"
-                           for r in sorted(df["run"].unique()) if (reports_dir/study/f"{r}.html").exists())
+    summaries, published = collect_summaries(reports_dir), published_runs(reports_dir)
+    for study in sorted(set(summaries) | set(published)):   # every published page is linked: a study of factor runs only included
+        df, s = summaries.get(study, pd.DataFrame({"run": []})), html.escape(study)
+        shown = [r for r in sorted(df["run"].astype(str).unique()) if (reports_dir/study/f"{r}.html").exists()]
+        links = " · ".join(f"<a href='{s}/{html.escape(r)}.html'>{html.escape(r)}</a>" for r in shown)
+        others = " · ".join(f"<a href='{s}/{html.escape(r)}.html'>{html.escape(r)}</a>" for r in published.get(study, []) if r not in shown)
         failed = " · ".join(f"<a href='{s}/{html.escape(f.name)}'>{html.escape(f.name[:-len('.failed.html')])}</a>"
                             for f in sorted((reports_dir/study).glob("*.failed.html")))
-        parts.append(f"<h2>{s}</h2><p>Reports: {links}</p>" + (f"<p class='note'>Last run failed (its row below is the previous good report, if any): {failed}</p>" if failed else ""))
+        parts.append(f"<h2>{s}</h2><p>Reports: {links or 'none in the table'}</p>"
+                     + (f"<p class='note'>Factor runs and other reports not in the table (factor runs are paired deltas on their model's bias card): {others}</p>" if others else "")
+                     + (f"<p class='note'>Last run failed (its row below is the previous good report, if any): {failed}</p>" if failed else ""))
+        if study not in summaries: continue
         if {"metric", "estimate"} <= set(df.columns) and len(df):
             metric = index_headline(study, df)
             definition = metric_definition(metric, study)   # definitions come from the one metric registry

@@ -451,13 +451,23 @@ def _flock(fd:int, block:bool)->bool:
         warnings.warn(f"file locks are not supported here ({e.strerror}): two runs on one store are not kept apart.")
         return True
 
+# %% ../nbs/03_store.ipynb #f31d24d8
+def _lock_value(v,          # one value of a lock-holder record (any JSON value another process wrote)
+                n:int=64    # characters kept
+               )->str:
+    "A lock-holder value as one short plain word for the terminal: text or number only, control, format and separator characters (escape sequences, newlines, bidi) dropped, cut to `n` characters; '?' otherwise."
+    s = "".join(ch for ch in str(v) if ch.isprintable()) if type(v) in (str, int, float) else ""
+    return "?" if not s.strip() else s if len(s) <= n else s[:n] + f"... ({len(s)} characters)"
+
+
 # %% ../nbs/03_store.ipynb #32506dd4
 def _holder(fd:int, tries:int=20)->str:
-    "Who holds the lock, as the holder wrote it into the lock file (retried for up to ~1 s: it writes just after taking the lock)."
+    "Who holds the lock, from the record the holder wrote into the lock file (retried for up to ~1 s: it writes just after taking the lock): pid, host and start time, each a short plain value (`_lock_value`), never the file's raw text."
     for i in range(tries):
         try:
             h = json.loads(os.pread(fd, 1000, 0))
-            return f"pid {h['pid']} on {h['host']}, since {h['since']}"
+            if not isinstance(h, dict) or not {"pid", "host", "since"} <= set(h): raise ValueError("not a lock-holder record")
+            return f"pid {_lock_value(h['pid'], 12)} on {_lock_value(h['host'])}, since {_lock_value(h['since'], 40)}"
         except Exception:
             if i < tries - 1: time.sleep(0.05)
     return "another process"
