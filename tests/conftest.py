@@ -30,7 +30,7 @@ def cli(capsys, monkeypatch):
         return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
     return call
 
-# --- CI lanes (README "Two commands"): `make test` runs `pytest --lane main` on the pinned stack, `make test-colab` runs
+# --- CI lanes (README "Two commands", nbs/guide_ci.md): `make test` runs `pytest --lane main` on the pinned stack, `make test-colab` runs
 # `pytest --lane colab` on Colab's stack. A test runs in the main lane unless marked: `@pytest.mark.colab_lane` (stack-
 # sensitive: torch/transformers/peft/pandas behaviour that differs between the two stacks) runs in the Colab lane only;
 # `@pytest.mark.both_lanes(reason="...")` in both, and says why it is worth running twice. `--lane all` (the default, so

@@ -79,7 +79,7 @@ def test_bases_are_not_runs_and_include_errors_are_clear(tmp_path, root):
     r = run_cli("check", tmp_path/"run.yaml"); assert r.returncode == 0 and "(normative, replay:Yi6B)" in r.stdout, r.stderr
 
 def test_relative_paths_mean_the_shell_folder_and_one_run_updates_the_index(tmp_path, root):
-    "The README's `export SILVERSPOON_DATA=../shared/data` is relative to where the command starts (the kernels run in nbs/); "
+    "The docs' (nbs/guide_running.md) `export SILVERSPOON_DATA=../shared/data` is relative to where the command starts (the kernels run in nbs/); "
     "a model added as one file that includes a base runs, and one `run` puts it in the index."
     work = tmp_path/"work"; (work/"params"/"normative").mkdir(parents=True)
     shutil.copy(root/"params"/"normative"/"_base-replay.yaml", work/"params"/"normative")

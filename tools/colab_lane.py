@@ -2,15 +2,18 @@
 """The Colab lane of CI (`make test-colab`), standard library only so it runs before anything is installed.
 
     python tools/colab_lane.py venv .venv-colab                                    # a venv on Colab's Python (3.13)
-    python tools/colab_lane.py install README.md --python .venv-colab/bin/python   # the README Colab cell's pip lines
+    python tools/colab_lane.py install nbs/index.ipynb --python .venv-colab/bin/python   # the Colab install cell's pip lines
     python tools/colab_lane.py check-pins requirements-colab.txt                   # Colab's versions did not move
-    python tools/colab_lane.py pip-check README.md --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
+    python tools/colab_lane.py pip-check nbs/index.ipynb --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
     python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt --python .venv-colab/bin/python
     python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
     python tools/colab_lane.py nbtest-skip --python .venv-colab/bin/python            # nbdev_test skips what the runs execute
 
-The README's Colab section is the single source of what a Colab user installs: `install` reads its `!pip install`
-lines and runs exactly those, so the README cannot drift from what CI tests.
+The Colab section of `nbs/index.ipynb` (the notebook README.md is generated from, `make readme`) is the single source of
+what a Colab user installs: its cells are real notebook cells (the preflight cell runs in the notebook tests and in
+tests/test_colab.py), and `install` reads the `!pip install` lines of those cells and runs exactly those, so what the
+README shows cannot drift from what CI tests. A markdown text with a `## Colab` section and ```python blocks is read the
+same way (the tests use one).
 """
 from __future__ import annotations
 import argparse, csv, io, json, math, os, re, shlex, shutil, subprocess, sys
@@ -19,21 +22,45 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Colab"
+INDEX = ROOT/"nbs"/"index.ipynb"
+
+def _cell_source(cell:dict)->str: return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+def notebook_colab_cells(nb_path:Path)->list[str]:
+    """The code cells of a notebook's Colab section (after the markdown cell holding a `## Colab` heading, up to the next
+    markdown `## ` heading), in order, without their `#| ...` directive lines."""
+    try: nb = json.loads(Path(nb_path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e: raise SystemExit(f"{nb_path}: cannot read the notebook ({e}): the Colab lane installs what its '{SECTION}' cells install.")
+    cells, inside, seen = [], False, False
+    for c in nb.get("cells", []):
+        src = _cell_source(c)
+        if c.get("cell_type") == "markdown":
+            heads = re.findall(r"^## .*$", src, flags=re.M)
+            if any(h.strip() == SECTION for h in heads): inside = seen = True
+            elif heads: inside = False
+        elif c.get("cell_type") == "code" and inside:
+            body = "\n".join(l for l in src.splitlines() if not l.lstrip().startswith("#|")).strip("\n")
+            if body: cells.append(body + "\n")
+    if not seen: raise SystemExit(f"{nb_path} has no markdown cell with a '{SECTION}' heading: the Colab lane installs what that section's cells install.")
+    return cells
+
+def _is_notebook(source)->bool: return isinstance(source, Path) or (isinstance(source, str) and source.endswith(".ipynb") and "\n" not in source)
 
 def colab_section(readme:str)->str:
-    "The text of the README's `## Colab` section (up to the next `## ` heading)."
+    "The text of a markdown text's `## Colab` section (up to the next `## ` heading)."
     m = re.search(rf"^{re.escape(SECTION)}\s*$(.*?)(?=^## |\Z)", readme, flags=re.M | re.S)
-    if not m: raise SystemExit(f"README.md has no '{SECTION}' section: the Colab lane installs what that section's cell installs.")
+    if not m: raise SystemExit(f"the markdown text has no '{SECTION}' section: the Colab lane installs what that section's cell installs.")
     return m.group(1)
 
-def colab_cells(readme:str)->list[str]:
-    "The ```python code blocks of the README's Colab section, in order."
+def colab_cells(readme:str|Path)->list[str]:
+    "The code cells of the Colab section: of a notebook (a path: nbs/index.ipynb), or the ```python blocks of a markdown text."
+    if _is_notebook(readme): return notebook_colab_cells(Path(readme))
     return re.findall(r"^```python\n(.*?)^```", colab_section(readme), flags=re.M | re.S)
 
 def preflight_cell(readme:str)->str:
     "The Colab section's preflight cell: the python block whose first line is a `# preflight` comment."
     cells = [c for c in colab_cells(readme) if c.lstrip().lower().startswith("# preflight")]
-    if len(cells) != 1: raise SystemExit(f"README.md '{SECTION}': expected one ```python block starting with '# preflight', found {len(cells)}.")
+    if len(cells) != 1: raise SystemExit(f"'{SECTION}': expected one ```python block starting with '# preflight', found {len(cells)}.")
     return cells[0]
 
 PIP = re.compile(r"^[!%](?:pip|python3? -m pip) install\s+(.*)$")
@@ -54,9 +81,9 @@ def pip_installs(readme:str)->list[list[str]]:
                 args = shlex.split(m.group(1))
                 out.append([str(ROOT) if clone_dir and a.rstrip("/") == clone_dir else a for a in args])
             elif not line.startswith("!silverspoon "):
-                raise SystemExit(f"README.md '{SECTION}': the Colab lane cannot mirror the line {line!r}. "
-                                 "Install with `!pip install ...` lines only (fix the README or tools/colab_lane.py).")
-    if not out: raise SystemExit(f"README.md '{SECTION}': no `!pip install` line found.")
+                raise SystemExit(f"'{SECTION}': the Colab lane cannot mirror the line {line!r}. "
+                                 "Install with `!pip install ...` lines only (fix the Colab cells of nbs/index.ipynb or tools/colab_lane.py).")
+    if not out: raise SystemExit(f"'{SECTION}': no `!pip install` line found.")
     return out
 
 # Colab's Python (googlecolab/backend-info's pip-freeze of 2026-08-19, "Upgrade to Python 3.13": 3.13.15). The lane's
@@ -220,17 +247,21 @@ def nbtest_skip_re(notebooks:list[str])->str:
     "The `nbdev_test --skip_file_re` that skips `notebooks` (exact file names) and what nbdev skips by default."
     return f"{NBDEV_SKIP_RE}|^(?:{'|'.join(re.escape(n) for n in sorted(notebooks))})$"
 
+def _source(path:str)->str|Path:
+    "A notebook stays a path (its cells are read); a markdown file is read as text."
+    return Path(path) if path.endswith(".ipynb") else Path(path).read_text(encoding="utf-8")
+
 def main(argv=None)->int:
     ap = argparse.ArgumentParser(prog="colab_lane.py", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     v = sub.add_parser("venv", help=f"make VENV with Colab's Python {COLAB_PYTHON[0]}.{COLAB_PYTHON[1]} (COLAB_PYTHON, PATH, pyenv), else FALLBACK with a warning")
     v.add_argument("venv"); v.add_argument("--fallback", default="python3", help="the interpreter used when no Colab Python is found")
     v.add_argument("--strict", action="store_true", help="no fallback: stop when no Colab Python is found (CI)")
-    i = sub.add_parser("install", help="run the README Colab cell's pip install lines"); i.add_argument("readme")
+    i = sub.add_parser("install", help="run the Colab install cell's pip install lines (nbs/index.ipynb)"); i.add_argument("readme")
     i.add_argument("--python", default=sys.executable, help="the venv's python")
-    sub.add_parser("print", help="print the README Colab cell's pip install lines").add_argument("readme")
+    sub.add_parser("print", help="print the Colab install cell's pip install lines (nbs/index.ipynb)").add_argument("readme")
     sub.add_parser("check-pins", help="installed versions equal the pins").add_argument("requirements")
-    pc = sub.add_parser("pip-check", help="`pip check`, allowing only the dependencies the README's cell skips with --no-deps")
+    pc = sub.add_parser("pip-check", help="`pip check`, allowing only the dependencies the Colab cell skips with --no-deps")
     pc.add_argument("readme"); pc.add_argument("--python", default=sys.executable, help="the venv's python")
     c = sub.add_parser("check-provenance", help="every run's provenance.json records the pinned versions")
     c.add_argument("reports"); c.add_argument("requirements")
@@ -244,18 +275,18 @@ def main(argv=None)->int:
         print(make_venv(Path(args.venv), fallback=args.fallback, strict=args.strict), flush=True)
         return 0
     if args.cmd in ("install", "print"):
-        for a in pip_installs(Path(args.readme).read_text(encoding="utf-8")):
+        for a in pip_installs(_source(args.readme)):
             cmd = [args.python, "-m", "pip", "install", *a] if args.cmd == "install" else ["pip", "install", *a]
             print("+", shlex.join(cmd), flush=True)
             if args.cmd == "install": subprocess.run(cmd, check=True)
         return 0
     if args.cmd == "pip-check":
         r = subprocess.run([args.python, "-m", "pip", "check"], capture_output=True, text=True)
-        skipped = no_deps_packages(Path(args.readme).read_text(encoding="utf-8"))
+        skipped = no_deps_packages(_source(args.readme))
         bad = pip_check_problems(r.stdout + r.stderr, skipped)
         for b in bad: print(b, file=sys.stderr)
         if r.returncode and not bad and not r.stdout.strip(): print(r.stderr, file=sys.stderr); return r.returncode
-        if not bad: print(f"pip check: clean (allowed: the missing dependencies of {', '.join(sorted(skipped))}, installed with --no-deps by the README's Colab cell)")
+        if not bad: print(f"pip check: clean (allowed: the missing dependencies of {', '.join(sorted(skipped))}, installed with --no-deps by the Colab install cell)")
         return 1 if bad else 0
     if args.cmd == "nbtest-skip":
         names = run_notebooks(args.python)
@@ -266,7 +297,7 @@ def main(argv=None)->int:
         want = pins(Path(args.requirements).read_text(encoding="utf-8"))
         have = {norm(d.metadata["Name"]): d.version for d in metadata.distributions()}
         bad = moved_pins(want, have)
-        for b in bad: print(f"{args.requirements}: {b} (did the README's Colab cell replace a package Colab ships?)", file=sys.stderr)
+        for b in bad: print(f"{args.requirements}: {b} (did the Colab install cell of nbs/index.ipynb replace a package Colab ships?)", file=sys.stderr)
         if not bad: print(f"{len(want)} pins of {args.requirements} installed as pinned")
         return 1 if bad else 0
     if args.cmd == "check-provenance":
