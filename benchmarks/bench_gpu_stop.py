@@ -4,7 +4,7 @@ Every STOP progression (450) is asked as a real chat, turn by turn (5 sentences 
 64 new tokens each), once on the whole card and once acting as a smaller one (`--card-gb`, a ballast tensor holds the
 rest), so the `auto` estimate and out-of-memory halving meet the long prompts of the last turns. Prints requests/s,
 the auto estimate, the size learned after an out-of-memory (None: none happened), peak memory and failed requests.
-This is how the STOP figures of the README's "GPU and Colab" section were measured.
+This is how the STOP figures of `nbs/guide_benchmarks.md` (the docs' "Benchmarks and GPU figures" page) were measured.
 
     python benchmarks/bench_gpu_stop.py --tokenizer PATH            # Llama-3-8B shape, bf16: ~6 min on an H100
     python benchmarks/bench_gpu_stop.py --tiny                      # the same code on CPU, 3 progressions, seconds
