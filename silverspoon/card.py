@@ -14,18 +14,19 @@ from .store import store_root
 from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_UNITS', 'PAPER_SCALE',
-           'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED', 'FACTOR_SKIP',
-           'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline', 'min_detectable_effect',
-           'verdict_words', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row', 'instrument_validity',
-           'released_values', 'is_factor_run', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power',
-           'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
-           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
-           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
-           'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas',
-           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
-           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html', 'scale_plan', 'plan_table', 'plan_text']
+__all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'STUDY_UNITS',
+           'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED',
+           'FACTOR_SKIP', 'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
+           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row',
+           'instrument_validity', 'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model',
+           'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
+           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
+           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
+           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
+           'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas', 'factor_runs', 'why_undefined',
+           'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
+           'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan',
+           'plan_table', 'plan_text']
 
 # %% ../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -138,14 +139,11 @@ def chat_template_of(run_dir:str|Path # a published run folder
     return "; ".join(f"{k}: {one(t)}" for k, t in arms.items())   # a run of several models (downstream's base and adapter): one each
 
 # %% ../nbs/07b_card.ipynb #56220490
-def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>*.jsonl`
+def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>.jsonl`
              study:str, run:str)->dict:
-    "Generations, completion tokens and generation seconds recorded in a run's store files (instrument caches excluded)."
-    recs = []
-    for f in sorted(Path(store_dir, study).glob(f"{run}*.jsonl")):
-        if f.name.endswith(".instruments.jsonl"): continue
-        if f.stem != run and not f.stem.startswith(run + "."): continue
-        recs += [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    "Generations, completion tokens and generation seconds recorded in the run's store file, `<store>/<study>/<run>.jsonl` (`store.store_for`) and no other: not its instrument cache, not a run merely named like it (`<run>.x`)."
+    f = Path(store_dir, study, f"{run}.jsonl")
+    recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()] if f.is_file() else []
     tok = sum(int(r.get("completion_tokens") or 0) for r in recs)
     sec = sum(float(r.get("seconds") or 0) for r in recs)
     return dict(generations=len(recs), completion_tokens=tok, generation_seconds=round(sec, 1))
@@ -222,15 +220,41 @@ def is_factor_run(run:str # a run name (a report folder or store file stem)
     "A factor run (`<run>--reference`, `<run>--quantization-4bit`, ...), never a model's own run of a study."
     return FACTOR_SEP in run
 
-# %% ../nbs/07b_card.ipynb #fb659310
-def runs_for_model(name:str, reports_dir:str|Path)->dict[str,Path]:
-    "Study -> published run folder for model `name` (exact run name first, else the first `name-*` folder with a summary; factor runs never)."
-    if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
+# %% ../nbs/07b_card.ipynb #6583bab0
+PAPER_SCALE_SUFFIX = "-paper"   # `scale_plan`'s runs: <run>-paper, the paper's full item set in its own report folder and store file
+
+def _declared_runs(name:str, models_dir:str|Path|None=None)->dict[str, list[str]]:
+    "Study -> the runs that the model file(s) named `name` declare (`studies.<study>.run`); a model file that does not read is skipped."
+    from silverspoon.card import read_model_file
     out = {}
+    for f in sorted(Path(models_dir or project_root()/"params"/"models").glob("*.yaml")):
+        try: m = read_model_file(f)
+        except Exception: continue   # a malformed draft: `silverspoon check` names it; it declares nothing here
+        if m["name"] != name: continue
+        for study, over in m["studies"].items():
+            if (over or {}).get("run"): out.setdefault(study, []).append(str(over["run"]))
+    return out
+
+def model_run_names(name:str,                       # the model's name (its model file's `name:`)
+                    study:str,                      # a study folder under reports/
+                    models_dir:str|Path|None=None,  # None = <project>/params/models
+                    declared:dict|None=None         # `_declared_runs(name, models_dir)` when already read
+                   )->list[str]:
+    "The run names that are model `name`'s own run of `study`, preferred first: the run its model file declares for the study, `name`, then each one's `<run>-paper`. Exactly these: a run merely named like the model is not its run."
+    base = list(dict.fromkeys([*(_declared_runs(name, models_dir) if declared is None else declared).get(study, []), name]))
+    return base + [r + PAPER_SCALE_SUFFIX for r in base]
+
+# %% ../nbs/07b_card.ipynb #fb659310
+def runs_for_model(name:str,                       # the model's name, e.g. smollm2-135m
+                   reports_dir:str|Path,           # a reports folder
+                   models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
+                  )->dict[str,Path]:
+    "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv (never a factor run, never a run merely named like it)."
+    if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
+    declared, out = _declared_runs(name, models_dir), {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
-        exact = study_dir/name
-        cands = [exact] if (exact/"summary.csv").exists() else sorted(p for p in study_dir.glob(f"{name}-*") if not is_factor_run(p.name) and (p/"summary.csv").exists())
-        if cands: out[study_dir.name] = cands[0]
+        got = next((study_dir/r for r in model_run_names(name, study_dir.name, declared=declared) if (study_dir/r/"summary.csv").exists()), None)
+        if got is not None: out[study_dir.name] = got
     return out
 
 # %% ../nbs/07b_card.ipynb #5533568f
@@ -976,14 +1000,17 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
     return out
 
 # %% ../nbs/07b_card.ipynb #12653a17
-def factor_runs(name:str,                 # the model's name, e.g. smollm2-135m
-                reports_dir:str|Path)->pd.DataFrame:
-    "The published factor runs of a model: one row per run (study, base run, factor, level, folder), each study's reference first."
-    rows = []
+def factor_runs(name:str,                       # the model's name, e.g. smollm2-135m
+                reports_dir:str|Path,
+                models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
+               )->pd.DataFrame:
+    "The published factor runs of a model: one row per run (study, base run, factor, level, folder), each study's reference first. A base run is the model's name or the run its model file declares for the study (`model_run_names`), never a run merely named like it."
+    rows, declared = [], _declared_runs(name, models_dir)
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models") if Path(reports_dir).is_dir() else []:
+        bases = [*declared.get(study_dir.name, []), name]   # the runs `factor_plan` varies (a paper-scale run has no factor runs)
         for ref in sorted(study_dir.glob(f"*{FACTOR_SEP}reference")):
             base = ref.name.removesuffix(f"{FACTOR_SEP}reference")
-            if base != name and not base.startswith(name + "-"): continue
+            if base not in bases: continue
             rows.append(dict(study=study_dir.name, base_run=base, factor="reference", level="reference", run=ref.name, run_dir=ref))
             for d in sorted(study_dir.glob(f"{base}{FACTOR_SEP}*")):
                 rest = d.name[len(base) + len(FACTOR_SEP):]
@@ -1157,7 +1184,7 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
     from silverspoon.core import read_params_mapping
     root = Path(root or project_root()); rates = gpu_rates(root/"benchmarks"/"results")
     rows = []
-    for study, run_dir in runs_for_model(reference, root/"reports").items():
+    for study, run_dir in runs_for_model(reference, root/"reports", root/"params"/"models").items():
         base = root/"params"/study/"_base-local.yaml"
         if not base.exists(): continue
         gen = run_cost(root/"store", study, run_dir.name)["generations"]
@@ -1206,7 +1233,7 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
     claimed, rows = set(), []
     for f in sorted(models_dir.glob("*.yaml")):
         name = read_model_file(f)["name"]
-        runs = runs_for_model(name, reports_dir)
+        runs = runs_for_model(name, reports_dir, models_dir)
         if not runs: rows.append(dict(model=name, kind=PLANNED, study=None, headline=None, run=None, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)); continue
         card, _ = card_rows(runs, reports_dir, deltas=published_deltas(name, reports_dir))   # the model's card: one BH family
         for study, run_dir in runs.items():
@@ -1230,17 +1257,18 @@ def _cell(card:pd.DataFrame, h:Headline)->dict:
 def card_owner(run_dir:str|Path,                  # a run folder (published, or about to be: <reports>/<study>/.<run>.partial-*/<run>)
                models_dir:str|Path|None=None      # None = <project>/params/models
               )->tuple[str|None, Path]:
-    "(the model file name whose card shows this run, or None; the reports folder): the longest model name the run is named after whose card would pick it (`runs_for_model`)."
+    "(the model file name whose card shows this run, or None; the reports folder): the model whose own runs of the study (`model_run_names`) include this one and whose card would pick it (`runs_for_model`)."
     run_dir = Path(run_dir); parent = run_dir.parent
     if parent.name.startswith("."): parent = parent.parent   # a run being published
     study, reports_dir = parent.name, parent.parent
-    if is_factor_run(run_dir.name) or run_dir.name.endswith("-replay"): return None, reports_dir
+    if is_factor_run(run_dir.name): return None, reports_dir
     names = []
     for f in sorted(Path(models_dir or project_root()/"params"/"models").glob("*.yaml")):
         try: names.append(read_model_file(f)["name"])
         except Exception: continue
-    for n in sorted((n for n in names if run_dir.name == n or run_dir.name.startswith(n + "-")), key=len, reverse=True):
-        shown = runs_for_model(n, reports_dir).get(study) if reports_dir.is_dir() else None
+    for n in dict.fromkeys(names):
+        if run_dir.name not in model_run_names(n, study, models_dir): continue
+        shown = runs_for_model(n, reports_dir, models_dir).get(study) if reports_dir.is_dir() else None
         if shown is None or shown.name == run_dir.name: return n, reports_dir
     return None, reports_dir
 
@@ -1250,7 +1278,7 @@ def run_verdicts(study:str,                       # the run's study
                 )->pd.DataFrame:
     "The card rows of `study` for this run, adjusted as the card adjusts them: over its model's card family (every contrast headline of the model's runs, this one in its study's place, and its published factor deltas) when a model file owns it, else over this run's own headlines."
     owner, reports_dir = card_owner(run_dir, models_dir)
-    runs = {**(runs_for_model(owner, reports_dir) if owner and reports_dir.is_dir() else {}), study: Path(run_dir)}
+    runs = {**(runs_for_model(owner, reports_dir, models_dir) if owner and reports_dir.is_dir() else {}), study: Path(run_dir)}
     heads = HEADLINES if owner else [h for h in HEADLINES if h.study == study]
     card, _ = card_rows(runs, reports_dir, heads, published_deltas(owner, reports_dir) if owner else None)
     return card[card.study.eq(study)].assign(owner=owner or "")

@@ -1,0 +1,82 @@
+"""Red-team round 3 (issue 31), the bias card's findings 7 (runs matched by name prefix; a user's `*-replay` run taken for
+the authors' released answers), 11 (the served model on the card) and 15 (cost at concurrency > 1), each replayed in a
+copy of the committed reports and store files, with the committed files' hashes compared before and after."""
+import hashlib, json, shutil
+from pathlib import Path
+import numpy as np, pandas as pd
+import pytest
+from silverspoon.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
+                              released_values, headline_sd, paper_effect, HEADLINES)
+
+
+def _hashes(*paths)->dict:
+    "sha256 of every file under each path: what the card must leave unchanged."
+    out = {}
+    for p in paths:
+        for f in sorted([p] if p.is_file() else p.rglob("*")):
+            if f.is_file(): out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    assert out, paths
+    return out
+
+
+def _copy_run(root, to, study, run, as_name=None):
+    "Copy a committed run folder (and its store file, where there is one) into the reports/store folders `to`."
+    shutil.copytree(root/"reports"/study/run, to/"reports"/study/(as_name or run))
+    src = root/"store"/study/f"{run}.jsonl"
+    if src.exists():
+        (to/"store"/study).mkdir(parents=True, exist_ok=True); shutil.copy(src, to/"store"/study/f"{as_name or run}.jsonl")
+
+
+@pytest.fixture
+def committed(root):
+    "The committed files these attacks read: they must be byte-identical after every test."
+    paths = [root/"reports"/"normative"/"gpt4-replay", root/"reports"/"normative"/"smollm2-135m", root/"store"/"normative"/"smollm2-135m.jsonl",
+             root/"params"/"models"]
+    before = _hashes(*paths)
+    yield
+    assert _hashes(*paths) == before
+
+
+# --- 7: a model's runs are the runs its model file names, never a folder that starts with its name ---------------------
+
+def test_a_model_named_like_a_prefix_of_a_replay_gets_none_of_its_numbers(root, tmp_path, committed):
+    "A model file `gpt4` next to the committed `gpt4-replay`: its card is empty (no run yet), not the released GPT-4's numbers."
+    _copy_run(root, tmp_path, "normative", "gpt4-replay")
+    models = tmp_path/"models"; models.mkdir()
+    (models/"gpt4.yaml").write_text("name: gpt4\nmodel: {backend: hf, id: some/model}\n")
+    reports = tmp_path/"reports"
+    assert runs_for_model("gpt4", reports, models) == {}
+    card = bias_card("gpt4", reports, tmp_path/"store")
+    assert card.verdict.eq("no run for this model").all() and "run" not in card, card
+    assert card_owner(reports/"normative"/"gpt4-replay", models) == (None, reports)   # its report's verdict block is its own
+    ov = models_overview(reports, models).set_index(["model", "kind"])
+    assert ("gpt4", "planned (not run)") in ov.index and ("gpt4", "released answers") in ov.index
+    assert ov.loc[("gpt4", "released answers"), "run"] == "gpt4-replay" and pd.isna(ov.loc[("gpt4", "planned (not run)"), "run"])
+
+
+def test_a_run_named_like_the_model_adds_nothing_to_its_card(root, tmp_path, committed):
+    "Runs `smollm2-135m.x` and `smollm2-135m-evil` (their store files full of records) beside smollm2-135m's: its card's run and cost are its own."
+    for name in (None, "smollm2-135m.x", "smollm2-135m-evil"): _copy_run(root, tmp_path, "normative", "smollm2-135m", name)
+    reports, store = tmp_path/"reports", tmp_path/"store"
+    own = sum(1 for l in (root/"store"/"normative"/"smollm2-135m.jsonl").read_text().splitlines() if l.strip())
+    card = bias_card("smollm2-135m", reports, store)
+    norm = card[card.study.eq("normative")]
+    assert norm.run.eq("smollm2-135m").all() and norm.generations.eq(own).all(), norm[["run", "generations"]]
+    assert run_cost(store, "normative", "smollm2-135m")["generations"] == own
+    for name in ("smollm2-135m.x", "smollm2-135m-evil"):
+        assert card_owner(reports/"normative"/name) == (None, reports)   # its verdict block is its own family, not the model's
+    shutil.rmtree(reports/"normative"/"smollm2-135m")                     # even with the model's own run gone, a look-alike is not it
+    assert "normative" not in runs_for_model("smollm2-135m", reports)
+    assert card_owner(reports/"normative"/"smollm2-135m-evil") == (None, reports)
+
+
+def test_the_committed_cards_still_find_their_runs(root):
+    "The exact rule keeps what the committed cards show: smollm2-135m's declared letters and downstream runs and its factor runs."
+    runs = {s: d.name for s, d in runs_for_model("smollm2-135m", root/"reports").items()}
+    assert runs == {"downstream": "smollm2-135m-stop-lora", "letters": "smollm2-135m-cbg", "narratives": "smollm2-135m", "normative": "smollm2-135m",
+                    "professions": "smollm2-135m", "stop": "smollm2-135m", "stop_scale": "smollm2-135m"}
+    published = pd.read_csv(root/"reports"/"models"/"smollm2-135m"/"factor_deltas.csv")
+    assert set(factor_runs("smollm2-135m", root/"reports").run) - {r for r in factor_runs("smollm2-135m", root/"reports").run if r.endswith("--reference")} \
+        == set(published.run)
+    assert card_owner(root/"reports"/"letters"/"smollm2-135m-cbg")[0] == "smollm2-135m"
+    assert card_owner(root/"reports"/"stop"/"smollm2-135m-stop-lora-heldout")[0] is None
