@@ -18,15 +18,15 @@ __all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTO
            'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED',
            'FACTOR_SKIP', 'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
            'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row',
-           'instrument_validity', 'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model',
-           'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
-           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
-           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
-           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
-           'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas', 'factor_runs', 'why_undefined',
-           'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
-           'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan',
-           'plan_table', 'plan_text']
+           'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run', 'model_run_names',
+           'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
+           'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd',
+           'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card',
+           'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
+           'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas',
+           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
+           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
+           'models_overview_html', 'scale_plan', 'plan_table', 'plan_text']
 
 # %% ../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -200,12 +200,22 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
                                               if pd.notna(g["validity"]) else "not measured"))
     return {**got[0], "instruments": "\n".join(line(g) for g in got)}
 
+# %% ../nbs/07b_card.ipynb #d8c44392
+def is_released_run(run_dir:str|Path # a published run folder
+                   )->bool:
+    "True when the run scored the authors' released answers: its provenance.json records `params.model.backend` 'replay' (its name does not count)."
+    f = Path(run_dir)/"provenance.json"
+    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+    except (OSError, ValueError): return False
+    model = (prov.get("params") or {}).get("model") if isinstance(prov, dict) else None
+    return isinstance(model, dict) and model.get("backend") == "replay"
+
 # %% ../nbs/07b_card.ipynb #b2027fd0
 def released_values(h:Headline, reports_dir:str|Path)->str:
-    "The headline in every replay run of its study (the authors' released answers), as 'run estimate' pairs."
+    "The headline in every run of its study that scored the authors' released answers (`is_released_run`), as 'run estimate' pairs."
     out = []
-    for d in sorted(Path(reports_dir, h.study).glob("*-replay")):
-        if not (d/"summary.csv").exists(): continue
+    for d in sorted(Path(reports_dir, h.study).glob("*")):
+        if is_factor_run(d.name) or not (d/"summary.csv").exists() or not is_released_run(d): continue
         try: r = headline_row(h, d)
         except KeyError: continue
         out.append(f"{d.name.removesuffix('-replay')} {r['estimate']:.3g}")
@@ -429,7 +439,8 @@ def paper_effect(h:Headline,                         # a card headline
                     source=f"a performance level (ideal {h.no_bias:g}), not a bias contrast: no effect to detect" + (f" (paper: {source})" if value is not None else ""))
     if value is None:
         rel = []
-        for d in sorted(Path(reports_dir, h.study).glob("*-replay")):
+        for d in sorted(Path(reports_dir, h.study).glob("*")):
+            if is_factor_run(d.name) or not is_released_run(d): continue
             try: rel.append((d.name, float(headline_row(h, d)["estimate"])))
             except (KeyError, FileNotFoundError): continue
         rel = [(r, v) for r, v in rel if np.isfinite(v)]
@@ -467,11 +478,11 @@ def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
 def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
                 reports_dir:str|Path|None=None,    # None = <project>/reports
                 n_boot:int=100, seed:int=0)->dict:
-    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the replay runs' items.csv), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
+    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
     from silverspoon.studies import get_study
     reports_dir = Path(reports_dir or project_root()/"reports")
     dirs = sorted(d for d in Path(reports_dir, h.study).glob("*") if d.is_dir() and (d/"items.csv").exists() and not is_factor_run(d.name))
-    rel, own = [d for d in dirs if d.name.endswith("-replay")], [d for d in dirs if not d.name.endswith("-replay")]
+    rel, own = [d for d in dirs if is_released_run(d)], [d for d in dirs if not is_released_run(d)]
     def sds(runs):
         out = []
         for d in runs:
@@ -1220,7 +1231,9 @@ def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no 
             + ("" if est is None or est.empty else _estimate_html(est)))
 
 # %% ../nbs/07b_card.ipynb #9b33b6a5
-def _model_key(run:str)->str: return run.removesuffix("-replay")
+def _model_key(run:str, released:bool=True)->str:
+    "The index's model name of a run outside every model file: a released run's name without `-replay`, any other run's name as it is."
+    return run.removesuffix("-replay") if released else run
 
 # %% ../nbs/07b_card.ipynb #0dbfd021
 PLANNED = "planned (not run)"   # the index's `kind` of a model file none of whose runs is in reports/: its card is the plan
@@ -1243,7 +1256,8 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
         for d in sorted(Path(reports_dir, study).glob("*")) if Path(reports_dir, study).is_dir() else []:
             if (study, d.name) in claimed or is_factor_run(d.name) or not (d/"summary.csv").exists(): continue
             card, _ = card_rows({study: d}, reports_dir, [x for x in HEADLINES if x.study == study])   # its own headlines: its own family
-            rows.append(dict(model=_model_key(d.name), kind="released answers" if d.name.endswith("-replay") else "run", **_cell(card, h)))
+            rel = is_released_run(d)   # from its provenance (the replay backend), never from its name
+            rows.append(dict(model=_model_key(d.name, rel), kind="released answers" if rel else "run", **_cell(card, h)))
     return pd.DataFrame(rows)
 
 # %% ../nbs/07b_card.ipynb #bb6d8482

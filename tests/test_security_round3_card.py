@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np, pandas as pd
 import pytest
 from silverspoon.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
-                              released_values, headline_sd, paper_effect, HEADLINES)
+                              released_values, headline_sd, paper_effect, is_released_run, HEADLINES)
 
 
 def _hashes(*paths)->dict:
@@ -80,3 +80,23 @@ def test_the_committed_cards_still_find_their_runs(root):
         == set(published.run)
     assert card_owner(root/"reports"/"letters"/"smollm2-135m-cbg")[0] == "smollm2-135m"
     assert card_owner(root/"reports"/"stop"/"smollm2-135m-stop-lora-heldout")[0] is None
+
+
+# --- 7: a user's run named `*-replay` is not the authors' released answers ---------------------------------------------
+
+def test_a_user_run_named_replay_is_not_released_answers(root, tmp_path, committed):
+    "A SmolLM2 run published as `mine-replay`: the index lists it as a run, and the card's released column, SD source and stand-in ignore it."
+    _copy_run(root, tmp_path, "normative", "gpt4-replay")
+    _copy_run(root, tmp_path, "normative", "smollm2-135m", "mine-replay")
+    reports = tmp_path/"reports"
+    assert is_released_run(reports/"normative"/"gpt4-replay") and not is_released_run(reports/"normative"/"mine-replay")
+    models = tmp_path/"models"; models.mkdir()
+    ov = models_overview(reports, models).set_index("run")
+    assert ov.loc["mine-replay", "kind"] == "run" and ov.loc["mine-replay", "model"] == "mine-replay"
+    assert ov.loc["gpt4-replay", "kind"] == "released answers" and ov.loc["gpt4-replay", "model"] == "gpt4"
+    for h in (h for h in HEADLINES if h.study == "normative"):
+        assert released_values(h, reports).startswith("gpt4 ") and "mine" not in released_values(h, reports)
+    h = next(h for h in HEADLINES if h.study == "normative" and h.kind == "contrast")
+    assert headline_sd(h, reports, n_boot=20)["sd_source"].startswith("released answers gpt4-replay ")   # one released run, not two
+    no_paper = next(h for h in HEADLINES if h.study == "normative" and paper_effect(h, reports)["stand_in"])
+    assert "gpt4-replay" in paper_effect(no_paper, reports)["source"] and "of 1 released runs" in paper_effect(no_paper, reports)["source"]
