@@ -17,9 +17,9 @@ from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 __all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'STUDY_UNITS',
            'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED',
            'FACTOR_SKIP', 'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
-           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row',
-           'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run', 'model_run_names',
-           'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
+           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost',
+           'headline_row', 'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run',
+           'model_run_names', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
            'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd',
            'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card',
            'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
@@ -138,6 +138,25 @@ def chat_template_of(run_dir:str|Path # a published run folder
     arms = {k: v["chat_template"] for k, v in (prov.get("engine") or {}).items() if isinstance(v, dict) and isinstance(v.get("chat_template"), dict)}
     return "; ".join(f"{k}: {one(t)}" for k, t in arms.items())   # a run of several models (downstream's base and adapter): one each
 
+# %% ../nbs/07b_card.ipynb #8fdf9941
+def served_model_of(run_dir:str|Path # a published run folder
+                   )->str:
+    "'' when every reply named the model asked for (or the backend records none: local models, replays); else a flag per model: 'served: <name> (asked <model.id>) in n of N replies'."
+    f = Path(run_dir)/"provenance.json"
+    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+    except (OSError, ValueError): return ""
+    eng = prov.get("engine") if isinstance(prov, dict) and isinstance(prov.get("engine"), dict) else {}
+    asked = ((prov.get("params") or {}).get("model") or {}).get("id")
+    def one(e, asked):
+        served = [s for s in e.get("served_models") or [] if isinstance(s, dict)]
+        total = sum(int(s.get("n") or 0) for s in served)
+        other = [s for s in served if s.get("model") != asked]
+        if not other: return "" if asked is not None or not e.get("served_model_mismatch") else f"served: {e['served_model_mismatch']}"
+        return "; ".join(f"served: {s.get('model')} (asked {asked}) in {int(s.get('n') or 0)} of {total} replies" for s in other)
+    if "served_models" in eng: return one(eng, asked)
+    arms = {k: v for k, v in eng.items() if isinstance(v, dict) and "served_models" in v}   # a run of several models (downstream's base and adapter)
+    return "; ".join(f"{k}: {t}" for k, v in arms.items() if (t := one(v, v.get("id"))))
+
 # %% ../nbs/07b_card.ipynb #56220490
 def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>.jsonl`
              study:str, run:str)->dict:
@@ -150,7 +169,7 @@ def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>.jsonl`
 
 # %% ../nbs/07b_card.ipynb #d87ff096
 def headline_row(h:Headline, run_dir:str|Path)->dict:
-    "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), the answer gate and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
+    "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), the answer gate, the model the server said answered where it is not the one asked for (`served_model_of`) and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
     run_dir = Path(run_dir)
     s = pd.read_csv(run_dir/"summary.csv")
     m = s["metric"].eq(h.metric)
@@ -164,10 +183,12 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
     if h.kind == "contrast" and pd.notna(num("null")) and num("null") != h.no_bias:   # the run's test says which null it tested
         null, note = num("null"), f"summary.csv tests null {num('null'):g}, the card declares {h.no_bias:g}"
     gate = answer_gate(run_dir)   # no verdict where the model did not answer: the reason instead
+    served = served_model_of(run_dir)   # the server answered as another model: flagged on every row of the run
+    if served: note = "; ".join(x for x in (note, f"⚠ {served}: these numbers are that model's") if x)
     row = dict(study=h.study, run=run_dir.name, headline=h.metric, what=h.what, kind=h.kind, estimate=num("estimate"), ci_low=num("ci_low"),
                ci_high=num("ci_high"), n=num("n"), null=null, p=num("p") if h.kind == "contrast" else float("nan"),
                test=str(r["test"]) if "test" in r.index and pd.notna(r["test"]) else "", n_units=num("n_units"), note=note,
-               answers=gate["answers"], verdict_allowed=gate["verdict_allowed"], gate=gate["why"], chat_template=chat_template_of(run_dir))
+               answers=gate["answers"], verdict_allowed=gate["verdict_allowed"], gate=gate["why"], chat_template=chat_template_of(run_dir), served=served)
     row.update(instrument_validity(h, run_dir))
     return row
 
@@ -702,7 +723,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
 # %% ../nbs/07b_card.ipynb #0307bb6e
 def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_allowed`, `gate` per study
                 )->str:
-    "The card's opening: per study one line, how many replies were answers (answered / refused / not an answer / unparseable / failed) and whether its headlines get a verdict."
+    "The card's opening: per study one line, how many replies were answers (answered / refused / not an answer / unparseable / failed) whether its headlines get a verdict, its chat template and, flagged, a served model other than the one asked for."
     if "answers" not in card: return ""
     rows = []
     for study, g in card.groupby("study", sort=False):
@@ -711,13 +732,17 @@ def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_a
         r = g.iloc[0]
         ok = bool(r.get("verdict_allowed")) if pd.notna(r.get("verdict_allowed")) else True
         tpl = r.get("chat_template") if isinstance(r.get("chat_template"), str) and r.get("chat_template") else "not applied (released answers or a scripted model)"
+        served = r.get("served") if isinstance(r.get("served"), str) and r.get("served") else ""
+        who = f"<b>⚠ {html.escape(served)}</b>" if served else "as asked (or not recorded: local models, replays)"
         rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{'verdicts given' if ok else html.escape(str(r.get('gate')))}</td>"
-                    f"<td><small>{html.escape(tpl)}</small></td></tr>")
+                    f"<td><small>{html.escape(tpl)}</small></td><td><small>{who}</small></td></tr>")
     return ("<h2>Did the model answer?</h2><p class='note'>Every reply is screened before it is parsed (template tokens, prompt echoes, "
             "the same long text to many items, empty replies, another language: not an answer) and a study's headlines get a verdict only "
             "where enough replies were answers (each study's minimums: its report's 'Did the model answer?'). Chat template: where the "
-            "prompt's template came from (the tokenizer's own, one named in the model file, or the server's) and its sha256.</p>"
-            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th><th>chat template</th></tr>{''.join(rows)}</table>") if rows else ""
+            "prompt's template came from (the tokenizer's own, one named in the model file, or the server's) and its sha256. Model that "
+            "answered: the model each reply named, flagged where a server answered as another model than the one asked for (then the "
+            "study's numbers are that model's).</p>"
+            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th><th>chat template</th><th>model that answered</th></tr>{''.join(rows)}</table>") if rows else ""
 
 # %% ../nbs/07b_card.ipynb #237561be
 def _estimate_html(est:pd.DataFrame)->str:

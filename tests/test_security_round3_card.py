@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np, pandas as pd
 import pytest
 from silverspoon.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
-                              released_values, headline_sd, paper_effect, is_released_run, HEADLINES)
+                              released_values, headline_sd, paper_effect, is_released_run, served_model_of, HEADLINES)
 
 
 def _hashes(*paths)->dict:
@@ -100,3 +100,47 @@ def test_a_user_run_named_replay_is_not_released_answers(root, tmp_path, committ
     assert headline_sd(h, reports, n_boot=20)["sd_source"].startswith("released answers gpt4-replay ")   # one released run, not two
     no_paper = next(h for h in HEADLINES if h.study == "normative" and paper_effect(h, reports)["stand_in"])
     assert "gpt4-replay" in paper_effect(no_paper, reports)["source"] and "of 1 released runs" in paper_effect(no_paper, reports)["source"]
+
+
+# --- 11: the card says when a server answered as another model -----------------------------------------------------------
+
+def _served_provenance(run_dir, other_model:str|None):
+    "Run the openai backend against a FakeChatServer (one reply naming `other_model`) and record its engine stats in the run's provenance as the report does."
+    from silverspoon.core import GenerationParams
+    from silverspoon.backends import GenRequest, user
+    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.testing import FakeChatServer
+    reply = {"id": "x", "object": "chat.completion", "model": other_model, "system_fingerprint": None,
+             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "P1. Fine."}}],
+             "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    with FakeChatServer(script={"scenario 1:": reply} if other_model else {}) as srv:
+        be = OpenAIBackend(srv.model_params())
+        be.generate([GenRequest(item_id=f"s{i}", messages=user(f"scenario {i}: who is wrong?")) for i in range(3)], GenerationParams(max_new_tokens=8))
+    eng = be.engine_stats()
+    prov = json.loads((run_dir/"provenance.json").read_text())
+    prov["params"]["model"] = {**prov["params"]["model"], "backend": "openai", "id": be.model.id}
+    prov["engine"], prov["chat_template"] = {k: v for k, v in eng.items() if k != "chat_template"}, eng["chat_template"]
+    (run_dir/"provenance.json").write_text(json.dumps(prov))
+    return be.model.id
+
+
+def test_a_server_answering_as_another_model_is_flagged_on_the_card(root, tmp_path, committed):
+    _copy_run(root, tmp_path, "normative", "smollm2-135m")
+    run_dir = tmp_path/"reports"/"normative"/"smollm2-135m"
+    asked = _served_provenance(run_dir, "gpt-4o-mini")
+    flag = f"served: gpt-4o-mini (asked {asked}) in 1 of 3 replies"
+    assert served_model_of(run_dir) == flag
+    card = bias_card("smollm2-135m", tmp_path/"reports", tmp_path/"store")
+    norm = card[card.study.eq("normative")]
+    assert norm.served.eq(flag).all() and norm.note.str.contains("⚠ " + flag, regex=False).all(), norm[["served", "note"]]
+    page = card_html(card, "smollm2-135m")
+    assert "<th>model that answered</th>" in page and page.count(f"⚠ {flag}") == 1 + len(norm)   # the answers table, and every row's verdict note
+
+
+def test_a_server_answering_as_the_model_asked_for_is_not_flagged(root, tmp_path):
+    _copy_run(root, tmp_path, "normative", "smollm2-135m")
+    run_dir = tmp_path/"reports"/"normative"/"smollm2-135m"
+    _served_provenance(run_dir, None)
+    assert served_model_of(run_dir) == ""
+    page = card_html(bias_card("smollm2-135m", tmp_path/"reports", tmp_path/"store"), "smollm2-135m")
+    assert "⚠ served" not in page and "as asked" in page
