@@ -158,14 +158,30 @@ def served_model_of(run_dir:str|Path # a published run folder
     return "; ".join(f"{k}: {t}" for k, v in arms.items() if (t := one(v, v.get("id"))))
 
 # %% ../nbs/07b_card.ipynb #56220490
+def _wall_seconds(recs:list[dict] # store records: `created` (ISO time, when the batch was stored) and `seconds` (the request's own)
+                 )->float:
+    "Estimated wall seconds of the generations: per stored batch the gap since the previous one, between its longest and its summed request seconds; the first batch at the others' median wall/summed ratio. NaN without timestamps."
+    import datetime
+    batches = {}
+    for r in recs:
+        try: t = datetime.datetime.fromisoformat(str(r.get("created"))).timestamp()
+        except (TypeError, ValueError): continue
+        batches.setdefault(t, []).append(float(r.get("seconds") or 0))
+    if not batches: return float("nan")
+    ts = sorted(batches); longest = [max(batches[t]) for t in ts]; total = [sum(batches[t]) for t in ts]
+    wall = [total[0]] + [min(total[i], max(longest[i], ts[i] - ts[i - 1])) for i in range(1, len(ts))]
+    ratios = [w/s for w, s in zip(wall[1:], total[1:]) if s > 0]   # the others' wall per summed second (1: one request at a time)
+    if ratios: wall[0] = max(longest[0], total[0]*float(np.median(ratios)))
+    return round(float(sum(wall)), 1)
+
 def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>.jsonl`
              study:str, run:str)->dict:
-    "Generations, completion tokens and generation seconds recorded in the run's store file, `<store>/<study>/<run>.jsonl` (`store.store_for`) and no other: not its instrument cache, not a run merely named like it (`<run>.x`)."
+    "Generations, completion tokens, generation seconds (each request's own, summed) and estimated wall seconds (`_wall_seconds`) recorded in the run's store file, `<store>/<study>/<run>.jsonl` (`store.store_for`) and no other: not its instrument cache, not a run merely named like it (`<run>.x`)."
     f = Path(store_dir, study, f"{run}.jsonl")
     recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()] if f.is_file() else []
     tok = sum(int(r.get("completion_tokens") or 0) for r in recs)
     sec = sum(float(r.get("seconds") or 0) for r in recs)
-    return dict(generations=len(recs), completion_tokens=tok, generation_seconds=round(sec, 1))
+    return dict(generations=len(recs), completion_tokens=tok, generation_seconds=round(sec, 1), wall_seconds=_wall_seconds(recs))
 
 # %% ../nbs/07b_card.ipynb #d87ff096
 def headline_row(h:Headline, run_dir:str|Path)->dict:
@@ -442,7 +458,6 @@ def _paper_values()->dict:
     out["stop", "sensitivity high-low severity"] = (None, "Morabito et al. print no sensitivity by severity in the text held here")
     out["stop", "P"] = (st.PAPER_TEXT["P_min"], f"Morabito et al. abstract: success rates P from {st.PAPER_TEXT['P_min']:.1%} to "
                                                f"{st.PAPER_TEXT['P_max']:.1%} across the paper's models; the lowest")
-    out["stop", "mean sensitivity"] = (None, "Morabito et al. print no mean sensitivity in the text held here")
     out["downstream", "answer rate change, BBQ (adapter - base)"] = (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
         "'by up to 191%', a relative change without the base rate, so no change in points")
     return out
@@ -701,7 +716,8 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, f"<b>{esc(r['headline'])}</b><br><small>{esc(r['what'])}</small>",
                     est, _fmt(r.get("n")), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
                     power, inst, esc(r.get("released") or ""),
-                    f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('generation_seconds'))} s"]) + "</tr>")
+                    f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
+                    f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["study", "headline", "estimate [95% CI]", "n", "test (p, BH-adjusted)", "verdict",
                                              "MDE (80% power); can this n detect the paper's effect?", "instruments (validity)", "released models", "cost"])
     family = card.family.dropna().iloc[0] if "family" in card and card.family.notna().any() else ""
@@ -716,7 +732,9 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             "router or classifier behind the number, its agreement with its reference and where that was measured. Released models: the "
             "same headline from the authors' released answers scored by our instruments (for normative's CKC and STOP's P these reproduce "
             "the papers' numbers; the contrasts and the letters' classifier scores are our measurements of those answers). Cost: "
-            "generations, completion tokens and seconds recorded in the store.</p>"
+            "generations, completion tokens and seconds recorded in the store: the wall time the generations took (estimated from the "
+            "times the store recorded each batch) and, below it, the requests' own seconds summed, which overstates the time where "
+            "requests ran at once (an API at <code>concurrency</code> above 1).</p>"
             f"<table class='card'><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
 

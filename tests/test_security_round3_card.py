@@ -144,3 +144,37 @@ def test_a_server_answering_as_the_model_asked_for_is_not_flagged(root, tmp_path
     assert served_model_of(run_dir) == ""
     page = card_html(bias_card("smollm2-135m", tmp_path/"reports", tmp_path/"store"), "smollm2-135m")
     assert "⚠ served" not in page and "as asked" in page
+
+
+# --- 15: the card's cost at concurrency > 1 is wall time, beside the summed request seconds --------------------------------
+
+def _records(batches):
+    "Store-like records: per batch (stored at `t` seconds, n requests of `sec` seconds each) n records created at t."
+    import datetime
+    t0 = datetime.datetime(2026, 11, 27, 12, 0, tzinfo=datetime.timezone.utc)
+    return "".join(json.dumps(dict(completion_tokens=10, seconds=sec, created=(t0 + datetime.timedelta(seconds=t)).isoformat(timespec="seconds"))) + "\n"
+                   for t, n, sec in batches for _ in range(n))
+
+
+def test_cost_at_concurrency_four_reports_wall_time(root, tmp_path, committed):
+    "180 requests of 8 s at concurrency 4, in batches of 32 (each batch 8 rounds: 64 s), then a next-day resume of 4 one at a time."
+    batches, t = [], 0
+    for n in (32, 32, 32, 32, 32, 20):
+        t += 8*-(-n//4); batches.append((t, n, 8.0))
+    batches.append((t + 86400 + 32, 4, 8.0))   # resumed a day later, one request at a time: the pause is no cost
+    _copy_run(root, tmp_path, "normative", "smollm2-135m")
+    (tmp_path/"store"/"normative"/"smollm2-135m.jsonl").write_text(_records(batches))
+    cost = run_cost(tmp_path/"store", "normative", "smollm2-135m")
+    assert cost["generations"] == 184 and cost["generation_seconds"] == 184*8.0
+    assert cost["wall_seconds"] == 5*64 + 40 + 32          # 392 s, not the 1,472 s of the summed requests nor the day in between
+    card = bias_card("smollm2-135m", tmp_path/"reports", tmp_path/"store")
+    assert card[card.study.eq("normative")].wall_seconds.eq(392).all()
+    page = card_html(card, "smollm2-135m")
+    assert "392 s wall (est.)<br><small>1,472 s summed over requests</small>" in page and "summed, which overstates" in page
+
+
+# --- review clean-up: no paper value is kept for a headline that left the card --------------------------------------------
+
+def test_every_paper_value_belongs_to_a_card_headline():
+    from silverspoon.card import _paper_values
+    assert set(_paper_values()) <= {(h.study, h.metric) for h in HEADLINES}   # ("stop", "mean sensitivity") left the card; so did its entry
