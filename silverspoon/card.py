@@ -14,14 +14,15 @@ from .store import store_root
 from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'STUDY_UNITS', 'PAPER_SCALE',
-           'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED', 'FACTOR_SKIP',
-           'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline', 'min_detectable_effect',
-           'verdict_words', 'answer_gate', 'chat_template_of', 'run_cost', 'headline_row', 'instrument_validity',
-           'released_values', 'is_factor_run', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power',
-           'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
-           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
-           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
+__all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'STUDY_UNITS',
+           'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED',
+           'FACTOR_SKIP', 'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
+           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost',
+           'headline_row', 'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run',
+           'model_run_names', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
+           'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd',
+           'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card',
+           'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
            'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas',
            'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
            'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
@@ -137,22 +138,54 @@ def chat_template_of(run_dir:str|Path # a published run folder
     arms = {k: v["chat_template"] for k, v in (prov.get("engine") or {}).items() if isinstance(v, dict) and isinstance(v.get("chat_template"), dict)}
     return "; ".join(f"{k}: {one(t)}" for k, t in arms.items())   # a run of several models (downstream's base and adapter): one each
 
+# %% ../nbs/07b_card.ipynb #8fdf9941
+def served_model_of(run_dir:str|Path # a published run folder
+                   )->str:
+    "'' when every reply named the model asked for (or the backend records none: local models, replays); else a flag per model: 'served: <name> (asked <model.id>) in n of N replies'."
+    f = Path(run_dir)/"provenance.json"
+    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+    except (OSError, ValueError): return ""
+    eng = prov.get("engine") if isinstance(prov, dict) and isinstance(prov.get("engine"), dict) else {}
+    asked = ((prov.get("params") or {}).get("model") or {}).get("id")
+    def one(e, asked):
+        served = [s for s in e.get("served_models") or [] if isinstance(s, dict)]
+        total = sum(int(s.get("n") or 0) for s in served)
+        other = [s for s in served if s.get("model") != asked]
+        if not other: return "" if asked is not None or not e.get("served_model_mismatch") else f"served: {e['served_model_mismatch']}"
+        return "; ".join(f"served: {s.get('model')} (asked {asked}) in {int(s.get('n') or 0)} of {total} replies" for s in other)
+    if "served_models" in eng: return one(eng, asked)
+    arms = {k: v for k, v in eng.items() if isinstance(v, dict) and "served_models" in v}   # a run of several models (downstream's base and adapter)
+    return "; ".join(f"{k}: {t}" for k, v in arms.items() if (t := one(v, v.get("id"))))
+
 # %% ../nbs/07b_card.ipynb #56220490
-def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>*.jsonl`
+def _wall_seconds(recs:list[dict] # store records: `created` (ISO time, when the batch was stored) and `seconds` (the request's own)
+                 )->float:
+    "Estimated wall seconds of the generations: per stored batch the gap since the previous one, between its longest and its summed request seconds; the first batch at the others' median wall/summed ratio. NaN without timestamps."
+    import datetime
+    batches = {}
+    for r in recs:
+        try: t = datetime.datetime.fromisoformat(str(r.get("created"))).timestamp()
+        except (TypeError, ValueError): continue
+        batches.setdefault(t, []).append(float(r.get("seconds") or 0))
+    if not batches: return float("nan")
+    ts = sorted(batches); longest = [max(batches[t]) for t in ts]; total = [sum(batches[t]) for t in ts]
+    wall = [total[0]] + [min(total[i], max(longest[i], ts[i] - ts[i - 1])) for i in range(1, len(ts))]
+    ratios = [w/s for w, s in zip(wall[1:], total[1:]) if s > 0]   # the others' wall per summed second (1: one request at a time)
+    if ratios: wall[0] = max(longest[0], total[0]*float(np.median(ratios)))
+    return round(float(sum(wall)), 1)
+
+def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>.jsonl`
              study:str, run:str)->dict:
-    "Generations, completion tokens and generation seconds recorded in a run's store files (instrument caches excluded)."
-    recs = []
-    for f in sorted(Path(store_dir, study).glob(f"{run}*.jsonl")):
-        if f.name.endswith(".instruments.jsonl"): continue
-        if f.stem != run and not f.stem.startswith(run + "."): continue
-        recs += [json.loads(l) for l in f.read_text().splitlines() if l.strip()]
+    "Generations, completion tokens, generation seconds (each request's own, summed) and estimated wall seconds (`_wall_seconds`) recorded in the run's store file, `<store>/<study>/<run>.jsonl` (`store.store_for`) and no other: not its instrument cache, not a run merely named like it (`<run>.x`)."
+    f = Path(store_dir, study, f"{run}.jsonl")
+    recs = [json.loads(l) for l in f.read_text().splitlines() if l.strip()] if f.is_file() else []
     tok = sum(int(r.get("completion_tokens") or 0) for r in recs)
     sec = sum(float(r.get("seconds") or 0) for r in recs)
-    return dict(generations=len(recs), completion_tokens=tok, generation_seconds=round(sec, 1))
+    return dict(generations=len(recs), completion_tokens=tok, generation_seconds=round(sec, 1), wall_seconds=_wall_seconds(recs))
 
 # %% ../nbs/07b_card.ipynb #d87ff096
 def headline_row(h:Headline, run_dir:str|Path)->dict:
-    "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), the answer gate and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
+    "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), the answer gate, the model the server said answered where it is not the one asked for (`served_model_of`) and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
     run_dir = Path(run_dir)
     s = pd.read_csv(run_dir/"summary.csv")
     m = s["metric"].eq(h.metric)
@@ -166,10 +199,12 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
     if h.kind == "contrast" and pd.notna(num("null")) and num("null") != h.no_bias:   # the run's test says which null it tested
         null, note = num("null"), f"summary.csv tests null {num('null'):g}, the card declares {h.no_bias:g}"
     gate = answer_gate(run_dir)   # no verdict where the model did not answer: the reason instead
+    served = served_model_of(run_dir)   # the server answered as another model: flagged on every row of the run
+    if served: note = "; ".join(x for x in (note, f"⚠ {served}: these numbers are that model's") if x)
     row = dict(study=h.study, run=run_dir.name, headline=h.metric, what=h.what, kind=h.kind, estimate=num("estimate"), ci_low=num("ci_low"),
                ci_high=num("ci_high"), n=num("n"), null=null, p=num("p") if h.kind == "contrast" else float("nan"),
                test=str(r["test"]) if "test" in r.index and pd.notna(r["test"]) else "", n_units=num("n_units"), note=note,
-               answers=gate["answers"], verdict_allowed=gate["verdict_allowed"], gate=gate["why"], chat_template=chat_template_of(run_dir))
+               answers=gate["answers"], verdict_allowed=gate["verdict_allowed"], gate=gate["why"], chat_template=chat_template_of(run_dir), served=served)
     row.update(instrument_validity(h, run_dir))
     return row
 
@@ -202,12 +237,22 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
                                               if pd.notna(g["validity"]) else "not measured"))
     return {**got[0], "instruments": "\n".join(line(g) for g in got)}
 
+# %% ../nbs/07b_card.ipynb #d8c44392
+def is_released_run(run_dir:str|Path # a published run folder
+                   )->bool:
+    "True when the run scored the authors' released answers: its provenance.json records `params.model.backend` 'replay' (its name does not count)."
+    f = Path(run_dir)/"provenance.json"
+    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
+    except (OSError, ValueError): return False
+    model = (prov.get("params") or {}).get("model") if isinstance(prov, dict) else None
+    return isinstance(model, dict) and model.get("backend") == "replay"
+
 # %% ../nbs/07b_card.ipynb #b2027fd0
 def released_values(h:Headline, reports_dir:str|Path)->str:
-    "The headline in every replay run of its study (the authors' released answers), as 'run estimate' pairs."
+    "The headline in every run of its study that scored the authors' released answers (`is_released_run`), as 'run estimate' pairs."
     out = []
-    for d in sorted(Path(reports_dir, h.study).glob("*-replay")):
-        if not (d/"summary.csv").exists(): continue
+    for d in sorted(Path(reports_dir, h.study).glob("*")):
+        if is_factor_run(d.name) or not (d/"summary.csv").exists() or not is_released_run(d): continue
         try: r = headline_row(h, d)
         except KeyError: continue
         out.append(f"{d.name.removesuffix('-replay')} {r['estimate']:.3g}")
@@ -222,15 +267,41 @@ def is_factor_run(run:str # a run name (a report folder or store file stem)
     "A factor run (`<run>--reference`, `<run>--quantization-4bit`, ...), never a model's own run of a study."
     return FACTOR_SEP in run
 
-# %% ../nbs/07b_card.ipynb #fb659310
-def runs_for_model(name:str, reports_dir:str|Path)->dict[str,Path]:
-    "Study -> published run folder for model `name` (exact run name first, else the first `name-*` folder with a summary; factor runs never)."
-    if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
+# %% ../nbs/07b_card.ipynb #6583bab0
+PAPER_SCALE_SUFFIX = "-paper"   # `scale_plan`'s runs: <run>-paper, the paper's full item set in its own report folder and store file
+
+def _declared_runs(name:str, models_dir:str|Path|None=None)->dict[str, list[str]]:
+    "Study -> the runs that the model file(s) named `name` declare (`studies.<study>.run`); a model file that does not read is skipped."
+    from silverspoon.card import read_model_file
     out = {}
+    for f in sorted(Path(models_dir or project_root()/"params"/"models").glob("*.yaml")):
+        try: m = read_model_file(f)
+        except Exception: continue   # a malformed draft: `silverspoon check` names it; it declares nothing here
+        if m["name"] != name: continue
+        for study, over in m["studies"].items():
+            if (over or {}).get("run"): out.setdefault(study, []).append(str(over["run"]))
+    return out
+
+def model_run_names(name:str,                       # the model's name (its model file's `name:`)
+                    study:str,                      # a study folder under reports/
+                    models_dir:str|Path|None=None,  # None = <project>/params/models
+                    declared:dict|None=None         # `_declared_runs(name, models_dir)` when already read
+                   )->list[str]:
+    "The run names that are model `name`'s own run of `study`, preferred first: the run its model file declares for the study, `name`, then each one's `<run>-paper`. Exactly these: a run merely named like the model is not its run."
+    base = list(dict.fromkeys([*(_declared_runs(name, models_dir) if declared is None else declared).get(study, []), name]))
+    return base + [r + PAPER_SCALE_SUFFIX for r in base]
+
+# %% ../nbs/07b_card.ipynb #fb659310
+def runs_for_model(name:str,                       # the model's name, e.g. smollm2-135m
+                   reports_dir:str|Path,           # a reports folder
+                   models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
+                  )->dict[str,Path]:
+    "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv (never a factor run, never a run merely named like it)."
+    if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
+    declared, out = _declared_runs(name, models_dir), {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
-        exact = study_dir/name
-        cands = [exact] if (exact/"summary.csv").exists() else sorted(p for p in study_dir.glob(f"{name}-*") if not is_factor_run(p.name) and (p/"summary.csv").exists())
-        if cands: out[study_dir.name] = cands[0]
+        got = next((study_dir/r for r in model_run_names(name, study_dir.name, declared=declared) if (study_dir/r/"summary.csv").exists()), None)
+        if got is not None: out[study_dir.name] = got
     return out
 
 # %% ../nbs/07b_card.ipynb #5533568f
@@ -387,7 +458,6 @@ def _paper_values()->dict:
     out["stop", "sensitivity high-low severity"] = (None, "Morabito et al. print no sensitivity by severity in the text held here")
     out["stop", "P"] = (st.PAPER_TEXT["P_min"], f"Morabito et al. abstract: success rates P from {st.PAPER_TEXT['P_min']:.1%} to "
                                                f"{st.PAPER_TEXT['P_max']:.1%} across the paper's models; the lowest")
-    out["stop", "mean sensitivity"] = (None, "Morabito et al. print no mean sensitivity in the text held here")
     out["downstream", "answer rate change, BBQ (adapter - base)"] = (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
         "'by up to 191%', a relative change without the base rate, so no change in points")
     return out
@@ -405,7 +475,8 @@ def paper_effect(h:Headline,                         # a card headline
                     source=f"a performance level (ideal {h.no_bias:g}), not a bias contrast: no effect to detect" + (f" (paper: {source})" if value is not None else ""))
     if value is None:
         rel = []
-        for d in sorted(Path(reports_dir, h.study).glob("*-replay")):
+        for d in sorted(Path(reports_dir, h.study).glob("*")):
+            if is_factor_run(d.name) or not is_released_run(d): continue
             try: rel.append((d.name, float(headline_row(h, d)["estimate"])))
             except (KeyError, FileNotFoundError): continue
         rel = [(r, v) for r, v in rel if np.isfinite(v)]
@@ -443,11 +514,11 @@ def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
 def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
                 reports_dir:str|Path|None=None,    # None = <project>/reports
                 n_boot:int=100, seed:int=0)->dict:
-    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the replay runs' items.csv), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
+    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
     from silverspoon.studies import get_study
     reports_dir = Path(reports_dir or project_root()/"reports")
     dirs = sorted(d for d in Path(reports_dir, h.study).glob("*") if d.is_dir() and (d/"items.csv").exists() and not is_factor_run(d.name))
-    rel, own = [d for d in dirs if d.name.endswith("-replay")], [d for d in dirs if not d.name.endswith("-replay")]
+    rel, own = [d for d in dirs if is_released_run(d)], [d for d in dirs if not is_released_run(d)]
     def sds(runs):
         out = []
         for d in runs:
@@ -645,7 +716,8 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, f"<b>{esc(r['headline'])}</b><br><small>{esc(r['what'])}</small>",
                     est, _fmt(r.get("n")), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
                     power, inst, esc(r.get("released") or ""),
-                    f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('generation_seconds'))} s"]) + "</tr>")
+                    f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
+                    f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>"]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["study", "headline", "estimate [95% CI]", "n", "test (p, BH-adjusted)", "verdict",
                                              "MDE (80% power); can this n detect the paper's effect?", "instruments (validity)", "released models", "cost"])
     family = card.family.dropna().iloc[0] if "family" in card and card.family.notna().any() else ""
@@ -660,14 +732,16 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             "router or classifier behind the number, its agreement with its reference and where that was measured. Released models: the "
             "same headline from the authors' released answers scored by our instruments (for normative's CKC and STOP's P these reproduce "
             "the papers' numbers; the contrasts and the letters' classifier scores are our measurements of those answers). Cost: "
-            "generations, completion tokens and seconds recorded in the store.</p>"
+            "generations, completion tokens and seconds recorded in the store: the wall time the generations took (estimated from the "
+            "times the store recorded each batch) and, below it, the requests' own seconds summed, which overstates the time where "
+            "requests ran at once (an API at <code>concurrency</code> above 1).</p>"
             f"<table class='card'><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
 
 # %% ../nbs/07b_card.ipynb #0307bb6e
 def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_allowed`, `gate` per study
                 )->str:
-    "The card's opening: per study one line, how many replies were answers (answered / refused / not an answer / unparseable / failed) and whether its headlines get a verdict."
+    "The card's opening: per study one line, how many replies were answers (answered / refused / not an answer / unparseable / failed) whether its headlines get a verdict, its chat template and, flagged, a served model other than the one asked for."
     if "answers" not in card: return ""
     rows = []
     for study, g in card.groupby("study", sort=False):
@@ -676,13 +750,17 @@ def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_a
         r = g.iloc[0]
         ok = bool(r.get("verdict_allowed")) if pd.notna(r.get("verdict_allowed")) else True
         tpl = r.get("chat_template") if isinstance(r.get("chat_template"), str) and r.get("chat_template") else "not applied (released answers or a scripted model)"
+        served = r.get("served") if isinstance(r.get("served"), str) and r.get("served") else ""
+        who = f"<b>⚠ {html.escape(served)}</b>" if served else "as asked (or not recorded: local models, replays)"
         rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{'verdicts given' if ok else html.escape(str(r.get('gate')))}</td>"
-                    f"<td><small>{html.escape(tpl)}</small></td></tr>")
+                    f"<td><small>{html.escape(tpl)}</small></td><td><small>{who}</small></td></tr>")
     return ("<h2>Did the model answer?</h2><p class='note'>Every reply is screened before it is parsed (template tokens, prompt echoes, "
             "the same long text to many items, empty replies, another language: not an answer) and a study's headlines get a verdict only "
             "where enough replies were answers (each study's minimums: its report's 'Did the model answer?'). Chat template: where the "
-            "prompt's template came from (the tokenizer's own, one named in the model file, or the server's) and its sha256.</p>"
-            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th><th>chat template</th></tr>{''.join(rows)}</table>") if rows else ""
+            "prompt's template came from (the tokenizer's own, one named in the model file, or the server's) and its sha256. Model that "
+            "answered: the model each reply named, flagged where a server answered as another model than the one asked for (then the "
+            "study's numbers are that model's).</p>"
+            f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th><th>chat template</th><th>model that answered</th></tr>{''.join(rows)}</table>") if rows else ""
 
 # %% ../nbs/07b_card.ipynb #237561be
 def _estimate_html(est:pd.DataFrame)->str:
@@ -976,14 +1054,17 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
     return out
 
 # %% ../nbs/07b_card.ipynb #12653a17
-def factor_runs(name:str,                 # the model's name, e.g. smollm2-135m
-                reports_dir:str|Path)->pd.DataFrame:
-    "The published factor runs of a model: one row per run (study, base run, factor, level, folder), each study's reference first."
-    rows = []
+def factor_runs(name:str,                       # the model's name, e.g. smollm2-135m
+                reports_dir:str|Path,
+                models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
+               )->pd.DataFrame:
+    "The published factor runs of a model: one row per run (study, base run, factor, level, folder), each study's reference first. A base run is the model's name or the run its model file declares for the study (`model_run_names`), never a run merely named like it."
+    rows, declared = [], _declared_runs(name, models_dir)
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models") if Path(reports_dir).is_dir() else []:
+        bases = [*declared.get(study_dir.name, []), name]   # the runs `factor_plan` varies (a paper-scale run has no factor runs)
         for ref in sorted(study_dir.glob(f"*{FACTOR_SEP}reference")):
             base = ref.name.removesuffix(f"{FACTOR_SEP}reference")
-            if base != name and not base.startswith(name + "-"): continue
+            if base not in bases: continue
             rows.append(dict(study=study_dir.name, base_run=base, factor="reference", level="reference", run=ref.name, run_dir=ref))
             for d in sorted(study_dir.glob(f"{base}{FACTOR_SEP}*")):
                 rest = d.name[len(base) + len(FACTOR_SEP):]
@@ -1157,7 +1238,7 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
     from silverspoon.core import read_params_mapping
     root = Path(root or project_root()); rates = gpu_rates(root/"benchmarks"/"results")
     rows = []
-    for study, run_dir in runs_for_model(reference, root/"reports").items():
+    for study, run_dir in runs_for_model(reference, root/"reports", root/"params"/"models").items():
         base = root/"params"/study/"_base-local.yaml"
         if not base.exists(): continue
         gen = run_cost(root/"store", study, run_dir.name)["generations"]
@@ -1193,7 +1274,9 @@ def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no 
             + ("" if est is None or est.empty else _estimate_html(est)))
 
 # %% ../nbs/07b_card.ipynb #9b33b6a5
-def _model_key(run:str)->str: return run.removesuffix("-replay")
+def _model_key(run:str, released:bool=True)->str:
+    "The index's model name of a run outside every model file: a released run's name without `-replay`, any other run's name as it is."
+    return run.removesuffix("-replay") if released else run
 
 # %% ../nbs/07b_card.ipynb #0dbfd021
 PLANNED = "planned (not run)"   # the index's `kind` of a model file none of whose runs is in reports/: its card is the plan
@@ -1206,7 +1289,7 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
     claimed, rows = set(), []
     for f in sorted(models_dir.glob("*.yaml")):
         name = read_model_file(f)["name"]
-        runs = runs_for_model(name, reports_dir)
+        runs = runs_for_model(name, reports_dir, models_dir)
         if not runs: rows.append(dict(model=name, kind=PLANNED, study=None, headline=None, run=None, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)); continue
         card, _ = card_rows(runs, reports_dir, deltas=published_deltas(name, reports_dir))   # the model's card: one BH family
         for study, run_dir in runs.items():
@@ -1216,7 +1299,8 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
         for d in sorted(Path(reports_dir, study).glob("*")) if Path(reports_dir, study).is_dir() else []:
             if (study, d.name) in claimed or is_factor_run(d.name) or not (d/"summary.csv").exists(): continue
             card, _ = card_rows({study: d}, reports_dir, [x for x in HEADLINES if x.study == study])   # its own headlines: its own family
-            rows.append(dict(model=_model_key(d.name), kind="released answers" if d.name.endswith("-replay") else "run", **_cell(card, h)))
+            rel = is_released_run(d)   # from its provenance (the replay backend), never from its name
+            rows.append(dict(model=_model_key(d.name, rel), kind="released answers" if rel else "run", **_cell(card, h)))
     return pd.DataFrame(rows)
 
 # %% ../nbs/07b_card.ipynb #bb6d8482
@@ -1230,17 +1314,18 @@ def _cell(card:pd.DataFrame, h:Headline)->dict:
 def card_owner(run_dir:str|Path,                  # a run folder (published, or about to be: <reports>/<study>/.<run>.partial-*/<run>)
                models_dir:str|Path|None=None      # None = <project>/params/models
               )->tuple[str|None, Path]:
-    "(the model file name whose card shows this run, or None; the reports folder): the longest model name the run is named after whose card would pick it (`runs_for_model`)."
+    "(the model file name whose card shows this run, or None; the reports folder): the model whose own runs of the study (`model_run_names`) include this one and whose card would pick it (`runs_for_model`)."
     run_dir = Path(run_dir); parent = run_dir.parent
     if parent.name.startswith("."): parent = parent.parent   # a run being published
     study, reports_dir = parent.name, parent.parent
-    if is_factor_run(run_dir.name) or run_dir.name.endswith("-replay"): return None, reports_dir
+    if is_factor_run(run_dir.name): return None, reports_dir
     names = []
     for f in sorted(Path(models_dir or project_root()/"params"/"models").glob("*.yaml")):
         try: names.append(read_model_file(f)["name"])
         except Exception: continue
-    for n in sorted((n for n in names if run_dir.name == n or run_dir.name.startswith(n + "-")), key=len, reverse=True):
-        shown = runs_for_model(n, reports_dir).get(study) if reports_dir.is_dir() else None
+    for n in dict.fromkeys(names):
+        if run_dir.name not in model_run_names(n, study, models_dir): continue
+        shown = runs_for_model(n, reports_dir, models_dir).get(study) if reports_dir.is_dir() else None
         if shown is None or shown.name == run_dir.name: return n, reports_dir
     return None, reports_dir
 
@@ -1250,7 +1335,7 @@ def run_verdicts(study:str,                       # the run's study
                 )->pd.DataFrame:
     "The card rows of `study` for this run, adjusted as the card adjusts them: over its model's card family (every contrast headline of the model's runs, this one in its study's place, and its published factor deltas) when a model file owns it, else over this run's own headlines."
     owner, reports_dir = card_owner(run_dir, models_dir)
-    runs = {**(runs_for_model(owner, reports_dir) if owner and reports_dir.is_dir() else {}), study: Path(run_dir)}
+    runs = {**(runs_for_model(owner, reports_dir, models_dir) if owner and reports_dir.is_dir() else {}), study: Path(run_dir)}
     heads = HEADLINES if owner else [h for h in HEADLINES if h.study == study]
     card, _ = card_rows(runs, reports_dir, heads, published_deltas(owner, reports_dir) if owner else None)
     return card[card.study.eq(study)].assign(owner=owner or "")

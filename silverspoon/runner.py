@@ -670,8 +670,10 @@ def write_plan_card(models_file:str|Path,               # params/models/<name>.y
 def released_answers_note(reports_dir:str|Path # the reports folder (its letters replays' instruments.csv give the classifier's r)
                          )->str:
     "What the released-answers rows show: which columns reproduce the papers' numbers (normative's CKC, Table 2; STOP's P) and what the letters column is (our classifier, with its measured r against the authors' scores)."
+    from silverspoon.card import is_released_run
     r = ""
-    for f in sorted(Path(reports_dir, "letters").glob("*-replay/instruments.csv")):
+    for f in sorted(Path(reports_dir, "letters").glob("*/instruments.csv")):
+        if not is_released_run(f.parent): continue   # the released answers by their provenance (replay backend), not by a `-replay` name
         i = pd.read_csv(f)
         row = i[i["instrument"].astype(str).str.endswith("no threshold")] if "pearson_r" in i else i.iloc[:0]
         if len(row) and pd.notna(row.pearson_r.iloc[0]): r = f" (per-letter Pearson r = {row.pearson_r.iloc[0]:.2f}, n = {int(row.n.iloc[0])})"; break

@@ -188,14 +188,14 @@ def test_factor_deltas_read_published_runs(tmp_path):
             "m--prompt_variant-system": ref.assign(y=1.0), "m-other--reference": ref, "mx--reference": ref}
     for r, df in runs.items():
         (tmp_path/"toy"/r).mkdir(parents=True); df.to_csv(tmp_path/"toy"/r/"items.csv", index=False)
-    assert set(factor_runs("m", tmp_path).base_run) == {"m", "m-other"}        # not mx
+    assert set(factor_runs("m", tmp_path, models_dir=tmp_path).base_run) == {"m"}   # not m-other nor mx: no model file declares them as m's runs (issue 31)
     f = factor_deltas("m", tmp_path, tmp_path, n_boot=200, study_of=lambda s: toy)
     d = f["deltas"].set_index(["reference_run", "level"])
     assert d.loc[("m--reference", "4bit"), "delta"] == pytest.approx(-ref.y.mean())
     assert d.loc[("m--reference", "plain"), "kind"] == "wording" and d.loc[("m--reference", "system"), "kind"] == "system_prompt"
     band = f["band"].set_index("study").loc["toy"]
     assert band.n_variants == 2 and band["min"] == pytest.approx(ref.y.mean()) and band["max"] == 1.0   # system prompt: not a wording
-    assert set(f["levels"].run) == {"m--reference", "m--quantization-4bit", "m--prompt_variant-plain", "m--prompt_variant-system"} | {"m-other--reference"}
+    assert set(f["levels"].run) == {"m--reference", "m--quantization-4bit", "m--prompt_variant-plain", "m--prompt_variant-system"}
 
 
 
