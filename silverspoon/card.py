@@ -264,8 +264,9 @@ FACTOR_SEP = "--"   # factor runs: <run>--reference, <run>--quantization-4bit, <
 
 def is_factor_run(run:str # a run name (a report folder or store file stem)
                  )->bool:
-    "A factor run (`<run>--reference`, `<run>--quantization-4bit`, ...), never a model's own run of a study."
-    return FACTOR_SEP in run
+    "A factor run by its whole name (`factor_run_name`): `<run>--reference` or `<run>--<factor>-<level>` with a factor of `FACTOR_FIELDS`; any other name with `--` (`pin--scripted`) is an ordinary run, never a model's own run of a study."
+    base, sep, rest = run.rpartition(FACTOR_SEP)
+    return bool(sep and base) and (rest == "reference" or any(rest.startswith(f + "-") and len(rest) > len(f) + 1 for f in FACTOR_FIELDS))
 
 # %% ../nbs/07b_card.ipynb #6583bab0
 PAPER_SCALE_SUFFIX = "-paper"   # `scale_plan`'s runs: <run>-paper, the paper's full item set in its own report folder and store file

@@ -21,9 +21,9 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
            'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
            'report_params_file', 'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples',
-           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'named_factor_run', 'published_runs',
-           'collect_summaries', 'index_headline', 'forest_figure', 'figure_data_uri', 'write_plan_card',
-           'released_answers_note', 'check_model_files', 'build_index', 'validity_page', 'write_card']
+           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'published_runs', 'collect_summaries',
+           'index_headline', 'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note',
+           'check_model_files', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -572,15 +572,6 @@ def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<stu
         if int(df["failed"].sum()) > 0: out.append(dict(table=f.stem, failed=int(df["failed"].sum()), requests=int(df["requests"].sum())))
     return out
 
-# %% ../nbs/07a_runner.ipynb #c820c9d5
-def named_factor_run(run:str # a run name (a report folder or store file stem)
-                    )->bool:
-    "A factor run by its whole name (`card.factor_run_name`): `<run>--reference` or `<run>--<factor>-<level>` with a factor of `card.FACTOR_FIELDS`; any other name with `--` is an ordinary run."
-    from silverspoon.card import FACTOR_SEP, FACTOR_FIELDS
-    base, sep, rest = run.rpartition(FACTOR_SEP)
-    return bool(sep and base) and (rest == "reference" or any(rest.startswith(f + "-") and len(rest) > len(f) + 1 for f in FACTOR_FIELDS))
-
-
 # %% ../nbs/07a_runner.ipynb #b67259e2
 def published_runs(reports_dir:str|Path # a reports folder
                   )->dict[str,list[str]]:
@@ -594,11 +585,12 @@ def published_runs(reports_dir:str|Path # a reports folder
 
 # %% ../nbs/07a_runner.ipynb #607fe961
 def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
-    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir` (factor runs, `named_factor_run`, are on their model's card instead)."
+    "Per study, the concatenated `summary.csv` rows of all runs under `reports_dir` (factor runs, `card.is_factor_run`, are on their model's card instead)."
+    from silverspoon.card import is_factor_run   # lazily, as the runner's other card imports (card loads scipy)
     out = {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and not p.name.startswith(".")):
         frames = [pd.read_csv(f) for f in sorted(study_dir.glob("*/summary.csv"))
-                  if not f.parent.name.startswith(".") and not named_factor_run(f.parent.name)]   # not a run in progress, not a factor run
+                  if not f.parent.name.startswith(".") and not is_factor_run(f.parent.name)]   # not a run in progress, not a factor run
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
 
