@@ -148,3 +148,26 @@ def test_the_mirror_login_is_not_sent_to_another_server_on_a_redirect(tmp_path, 
     assert to_mirror == [(path, auth), ("/same-server.csv", auth)]      # a redirect within the mirror keeps the login
     assert to_other == [("/elsewhere.csv", None)]                        # another server (port) never gets it
     assert (tmp_path/"x.csv").read_bytes() == BODY
+
+
+# --- timeout_s counts time queued at the server: documented, and how to set concurrency -----------------------------------
+
+class OneAtATime(FakeChatServer):
+    "Generates one request at a time, like `transformers serve`: the others wait in its queue."
+    def __init__(self, **kw): super().__init__(**kw); self._one = threading.Lock()
+    def _handle(self, h):
+        with self._one: return super()._handle(h)
+
+
+def test_timeout_s_counts_time_queued_at_a_one_at_a_time_server():
+    gen = GenerationParams(max_new_tokens=8)
+    with OneAtATime(delay=0.5) as srv:          # each reply takes 0.5 s; the third of three in flight waits 1 s first
+        queued = OpenAIBackend(srv.model_params(concurrency=3, timeout_s=1.2, max_retries=0)).generate(_reqs(3), gen)
+        one = OpenAIBackend(srv.model_params(concurrency=1, timeout_s=1.2, max_retries=0)).generate(_reqs(3), gen)
+    failed = [g.error for g in queued if g.text is None]
+    assert failed and all("model.timeout_s = 1.2 s bounds each attempt as a whole" in e for e in failed), failed
+    assert all(g.text is not None for g in one)          # concurrency 1: nothing queues, every reply within timeout_s
+    nb = json.loads(Path(__file__).parents[1].joinpath("nbs", "02c_openai.ipynb").read_text(encoding="utf-8"))
+    prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").replace("\n", " ")
+    assert "the time the request waits in the server's queue" in prose and "**`concurrency: 1`**" in prose
+    assert "**`timeout_s >= concurrency x (slowest reply)`**" in prose
