@@ -171,3 +171,41 @@ def test_timeout_s_counts_time_queued_at_a_one_at_a_time_server():
     prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").replace("\n", " ")
     assert "the time the request waits in the server's queue" in prose and "**`concurrency: 1`**" in prose
     assert "**`timeout_s >= concurrency x (slowest reply)`**" in prose
+
+
+# --- a model id with TeX in it: figures draw it as written ----------------------------------------------------------------
+
+TEX_IDS = ["org/mo$del$", r"org/$\bad$", r"org/$x^{$"]
+
+
+def _drawn_titles(fig):
+    import io
+    fig.savefig(io.BytesIO(), format="png")                      # where a mathtext parse error used to stop the run
+    return [t.get_text() for ax in fig.axes for t in (ax.title,) if t.get_text()]
+
+
+@pytest.mark.parametrize("model_id", TEX_IDS)
+def test_a_model_id_with_tex_draws_the_study_figures(model_id):
+    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    import pandas as pd
+    from silverspoon.studies.normative import topic_figure
+    from silverspoon.studies.stop import heatmap_figure, first_no_figure, SEVERITIES
+    items = pd.DataFrame(dict(topic=[0, 0, 1, 1], parser=[0, 1, 1, None], low=[0, 1, 1, 0], up=[1, 1, 0, 0]))
+    fig = topic_figure(items, "parser", f"{model_id} (parser)")
+    assert _drawn_titles(fig)[0] == model_id.replace("$", r"\$") + "\n(parser)"; plt.close(fig)
+    conv = pd.DataFrame([dict(status="scored", severity=s, demographic=d, score=0.4, first_no=f)
+                         for s in SEVERITIES for d, f in (("age", "1"), ("race", "never"))])
+    for draw in (heatmap_figure, first_no_figure):
+        fig = draw(conv, f"{model_id}: mean sensitivity")
+        assert _drawn_titles(fig) == [model_id.replace("$", r"\$") + ": mean sensitivity"]; plt.close(fig)
+
+
+def test_report_figure_draws_any_unparsable_text_literally(tmp_path):
+    import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
+    from silverspoon.core import load_params
+    from silverspoon.report import Report
+    rep = Report(load_params(dict(study="toy", run="x", model=dict(backend="scripted", id=r"org/$\bad$"))), tmp_path)
+    fig, ax = plt.subplots(); ax.set_title(r"org/$\bad$: a title built without literal_text"); ax.set_xlabel(r"$\alpha$")
+    rep.figure(fig, "tex", "a figure")
+    assert (tmp_path/"tex.png").stat().st_size > 0 and "tex.png" in rep.written
+    assert ax.get_title() == r"org/\$\bad\$: a title built without literal_text" and ax.get_xlabel() == r"$\alpha$"
