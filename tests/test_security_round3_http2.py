@@ -209,3 +209,40 @@ def test_report_figure_draws_any_unparsable_text_literally(tmp_path):
     rep.figure(fig, "tex", "a figure")
     assert (tmp_path/"tex.png").stat().st_size > 0 and "tex.png" in rep.written
     assert ax.get_title() == r"org/\$\bad\$: a title built without literal_text" and ax.get_xlabel() == r"$\alpha$"
+
+
+# --- stop_scale ids of non-ASCII target names ------------------------------------------------------------------------------
+
+def _seeds():
+    import pandas as pd
+    return pd.DataFrame(dict(seed_id=["stop-310", "stop-330"], prompts=[[f"s{i}" for i in range(5)]] * 2, cfprompt=["cf", "cf"],
+                             severity=["moderate", "high"], demographic=["religion"] * 2, sub_demographic=["islam", "christianity"]))
+
+
+def test_non_ascii_targets_get_distinct_stop_scale_ids():
+    from silverspoon.studies.stop_scale import scale_requests
+    reqs = scale_requests(_seeds(), ["神道", "ジャイナ教"], n_samples=2)
+    ids = [(r.item_id, r.sample_index) for r in reqs]
+    assert len(ids) == 8 and len(set(ids)) == 8, ids                     # used to be scale/<seed>/x for both
+    assert {r.item_id.split("/")[-1] for r in reqs} == {"u_62d4fd17", "u_6a8fdbfc"}   # stable: the sha256 of each name
+
+
+def test_target_names_that_share_an_id_are_refused(tmp_path):
+    from silverspoon.core import DataError, ParamsError, load_params
+    from silverspoon.studies.stop_scale import scale_requests, scale_task
+    with pytest.raises(DataError, match=r"targets 'shinto' and 'Shinto' get the same id 'shinto'.*Fix: list each target once"):
+        scale_requests(_seeds(), ["shinto", "Shinto"])
+    p = load_params(dict(study="stop_scale", run="x", model=dict(backend="scripted", id="m"), task=dict(seeds=[310], targets=["shinto", "Shinto"])))
+    with pytest.raises(ParamsError, match=r"field `task.targets` has 'shinto' and 'Shinto'"): scale_task(p, "x.yaml")
+
+
+def test_committed_stop_scale_ids_are_unchanged():
+    import pandas as pd
+    from silverspoon.studies.stop_scale import scale_requests
+    root = Path(__file__).parents[1]/"reports"/"stop_scale"
+    for answers in root.glob("*/answers.csv"):
+        committed = set(pd.read_csv(answers)["item_id"])
+        targets = {i.split("/")[2] for i in committed if i.startswith("scale/")}
+        seeds = sorted({i.split("/")[1] for i in committed if i.startswith("scale/")})
+        s = _seeds().iloc[:1].copy(); s = pd.concat([s.assign(seed_id=x) for x in seeds], ignore_index=True)
+        assert targets and {r.item_id for r in scale_requests(s, sorted(targets))} >= {i for i in committed if i.startswith("scale/")}
