@@ -246,3 +246,33 @@ def test_committed_stop_scale_ids_are_unchanged():
         seeds = sorted({i.split("/")[1] for i in committed if i.startswith("scale/")})
         s = _seeds().iloc[:1].copy(); s = pd.concat([s.assign(seed_id=x) for x in seeds], ignore_index=True)
         assert targets and {r.item_id for r in scale_requests(s, sorted(targets))} >= {i for i in committed if i.startswith("scale/")}
+
+
+# --- a store outside the project is never published as an absolute path (whole flow) -------------------------------------
+
+SHARED = Path(os.environ.get("SILVERSPOON_DATA") or Path(__file__).parents[2]/"shared"/"data")
+
+
+@pytest.mark.skipif(not (SHARED/"silverspoon").is_dir(), reason="needs the shared data folder (SILVERSPOON_DATA)")
+def test_an_outside_store_is_never_published_as_an_absolute_path(tmp_path, cli, monkeypatch):
+    import yaml
+    store = tmp_path/"elsewhere"/"my-private-store"                      # outside the project, a sibling of params and reports
+    monkeypatch.setenv("SILVERSPOON_STORE", str(store))
+    f = tmp_path/"params"/"outside--scripted.yaml"; f.parent.mkdir()
+    f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"},
+                                 "sample": {"n": 12, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 50}}))
+    reports = tmp_path/"reports"
+    r = cli("run", f, "--reports-dir", reports)                           # run, publish the report folder, the page and the index
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert (store/"normative"/"outside--scripted.jsonl").stat().st_size > 0    # the answers did go to the outside store
+    published = [p for p in reports.rglob("*") if p.is_file()]
+    kinds = {p.suffix for p in published}
+    assert {".html", ".ipynb", ".csv", ".json"} <= kinds and any(p.name == "provenance.json" for p in published), kinds
+    assert (reports/"index.html").is_file() and (reports/"normative"/"outside--scripted.html").is_file()
+    needles = {str(store), str(store.resolve()), str(store.parent), "my-private-store"}
+    for p in published:
+        text = p.read_bytes().decode("utf-8", "replace")
+        leaked = [n for n in needles if n in text]
+        assert not leaked, f"{p.relative_to(reports)} names the store's absolute path: {leaked}"
+    prov = json.loads(next(p for p in published if p.name == "provenance.json").read_text())
+    assert prov["store"]["path"] == "$SILVERSPOON_STORE/normative/outside--scripted.jsonl"
