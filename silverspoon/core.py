@@ -14,9 +14,9 @@ __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS',
            'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
            'sha256_file', 'write_atomic', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds',
            'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
-           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'KnownChatTemplate',
-           'read_chat_template', 'check_model', 'check_generation', 'merge_params', 'read_params_mapping',
-           'load_params', 'check_params', 'task_params']
+           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'hide_url_credentials',
+           'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
+           'read_params_mapping', 'load_params', 'check_params', 'task_params']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -444,6 +444,14 @@ def check_urls_and_keys(obj, src:str="<params>", # a params mapping (any depth),
         for i, x in enumerate(obj): check_urls_and_keys(x, src, f"{where}[{i}]")
     elif isinstance(obj, str):
         for m in _URL_IN_TEXT.finditer(obj): _check_url(m.group(0), where, src)
+
+# %% ../nbs/00_core.ipynb #638af49d
+_URL_USERINFO = re.compile(r"((?:\b[A-Za-z][A-Za-z0-9+.-]*:)?//)[^/\s@'\"<>]+@")
+
+def hide_url_credentials(text:str # anything about to be printed, logged or written
+                        )->str:
+    "`text` with the `user:password@` of every URL (with or without a scheme) replaced by `***@`."
+    return _URL_USERINFO.sub(r"\1***@", str(text))
 
 # %% ../nbs/00_core.ipynb #c7a70002
 class KnownChatTemplate(typing.NamedTuple):

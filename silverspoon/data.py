@@ -4,21 +4,22 @@
 
 # %% ../nbs/01_data.ipynb #266aa104
 from __future__ import annotations
-import os, ast, csv, io, json, re, difflib, hashlib, shutil, zipfile, urllib.request, urllib.error
+import os, ast, csv, io, json, re, base64, difflib, hashlib, shutil, zipfile, urllib.request, urllib.error
+from urllib.parse import urlsplit, urlunsplit, unquote
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from tqdm import tqdm
-from .core import DataError, ParamsError, cache_dir, sha256_file
+from .core import DataError, ParamsError, cache_dir, sha256_file, hide_url_credentials
 
 # %% auto #0
 __all__ = ['REGISTRY', 'BUILD_SPECS', 'BUILDERS', 'PUBLIC_HOST', 'raw_url', 'Source', 'DataFile', 'lookup', 'module_literals',
            'notebook_literals', 'xlsx_rows', 'xlsx_to_csv', 'build_py_literals', 'build_stop_preamble',
            'build_notebook_prompts', 'build_xlsx_csv', 'data_dir', 'hide_credentials', 'mirror_url', 'file_sha256',
-           'git_blob_sha1', 'download_url', 'fetch', 'read_data_csv', 'read_data_json', 'verify_all', 'fetch_all',
-           'upstream_files', 'build_mirror']
+           'git_blob_sha1', 'authorised_request', 'download_url', 'fetch', 'read_data_csv', 'read_data_json',
+           'verify_all', 'fetch_all', 'upstream_files', 'build_mirror']
 
 # %% ../nbs/01_data.ipynb #d0b93281
 def raw_url(repo:str,   # GitHub `owner/name`
@@ -450,17 +451,16 @@ def data_dir()->Path:
     return Path(env).expanduser().resolve() if env else cache_dir()/"data"
 
 # %% ../nbs/01_data.ipynb #5bff56c7
-_USERINFO = re.compile(r"((?:[A-Za-z][A-Za-z0-9+.-]*:)?//)[^/?#@\s'\"]*@")
-
 def hide_credentials(text:str # a message that may name the mirror (or any URL)
                     )->str:
-    "`text` with the `user:password@` of every URL, and the mirror's own user and password wherever they appear, replaced by `***`."
+    "`text` with the `user:password@` of every URL (`silverspoon.core.hide_url_credentials`), and the mirror's own user and password wherever they appear, replaced by `***`."
     text = str(text)
-    m = re.match(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?([^/?#@\s]+)@", os.environ.get("SILVERSPOON_MIRROR", "").strip())
+    m = re.match(r"(?:[A-Za-z][A-Za-z0-9+.-]*:)?(?://)?([^/\s@'\"<>]+)@", os.environ.get("SILVERSPOON_MIRROR", "").strip())
     if m:
-        for secret in sorted({m.group(1), *m.group(1).split(":", 1)}, key=len, reverse=True):
+        raw = {m.group(1), *m.group(1).split(":", 1)}
+        for secret in sorted(raw | {unquote(s) for s in raw}, key=len, reverse=True):   # as written and percent-decoded
             if len(secret) >= 4: text = text.replace(secret, "***")
-    return _USERINFO.sub(r"\1***@", text)
+    return hide_url_credentials(text)
 
 
 # %% ../nbs/01_data.ipynb #613fb2dd
@@ -549,12 +549,35 @@ def _missing_file_error(f:DataFile, path:Path, why:str)->DataError:
     return DataError(f"{f.relpath}: not found at {path} ({why}; data folder {root}). " +
                      (f"It cannot be downloaded: {f.note}. " if not f.obtainable else "") + f"Fix: {fix}")
 
+# %% ../nbs/01_data.ipynb #8680ce32
+_USER_AGENT = "silverspoon (+https://github.com/silverspoon-bias/silverspoon)"
+
+def authorised_request(url:str # a download URL, perhaps with `user:password@` (a mirror that needs a login)
+                      )->tuple:
+    "(request, opener) for `url`: its `user:password@` (percent-decoded) sent as HTTP Basic auth to that scheme, host and port only, and taken out of the URL."
+    p = urlsplit(url)
+    if p.scheme not in ("http", "https") or "@" not in p.netloc:
+        return urllib.request.Request(url, headers={"User-Agent": _USER_AGENT}), urllib.request.build_opener()
+    bare = urlunsplit((p.scheme, p.netloc.rpartition("@")[2], p.path, p.query, p.fragment))
+    auth = "Basic " + base64.b64encode(f"{unquote(p.username or '')}:{unquote(p.password or '')}".encode()).decode()
+    origin = lambda u: (urlsplit(u).scheme, urlsplit(u).hostname, urlsplit(u).port or {"http": 80, "https": 443}[urlsplit(u).scheme])
+    class SameServerOnly(urllib.request.HTTPRedirectHandler):
+        "Follow redirects as urllib does; the login goes along only when the new URL is on the same scheme, host and port."
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            new = super().redirect_request(req, fp, code, msg, headers, newurl)
+            if new is not None and urlsplit(new.full_url).scheme in ("http", "https") and origin(new.full_url) == origin(bare):
+                new.add_unredirected_header("Authorization", auth)
+            return new
+    req = urllib.request.Request(bare, headers={"User-Agent": _USER_AGENT})
+    req.add_unredirected_header("Authorization", auth)     # unredirected: urllib itself would copy a plain header to any redirect target
+    return req, urllib.request.build_opener(SameServerOnly)
+
 # %% ../nbs/01_data.ipynb #c98ceb1c
 def _stream(url:str, out:Path, total:int|None, desc:str, progress:bool)->str:
-    "Copy `url` into the file `out`, return its sha256."
+    "Copy `url` into the file `out`, return its sha256. A `user:password@` in `url` is sent as HTTP Basic auth to that server only (`authorised_request`)."
     h = hashlib.sha256()
-    req = urllib.request.Request(url, headers={"User-Agent": "silverspoon (+https://github.com/silverspoon-bias/silverspoon)"})
-    with urllib.request.urlopen(req, timeout=60) as r, open(out, "wb") as o:
+    req, opener = authorised_request(url)
+    with opener.open(req, timeout=60) as r, open(out, "wb") as o:
         n = int(r.headers.get("Content-Length") or 0) or total
         with tqdm(total=n, unit="B", unit_scale=True, desc=desc, disable=not progress, leave=False) as bar:
             while b := r.read(1 << 16):

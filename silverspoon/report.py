@@ -13,8 +13,8 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'POLICY_TEXT', 'POLICY_PAGE',
-           'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'RunEnded', 'check_summary',
-           'warning_without_path', 'policy_markdown', 'policy_page']
+           'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'literal_text', 'RunEnded',
+           'check_summary', 'warning_without_path', 'policy_markdown', 'policy_page']
 
 # %% ../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -145,6 +145,25 @@ def table(self:Report, df:pd.DataFrame, name:str, # file stem: `<out_dir>/<name>
     display(self._styled(df, name) if isinstance(df, pd.DataFrame) else df)
     self._write(df, name)
 
+# %% ../nbs/06_report.ipynb #6827d33a
+def literal_text(text # a model id, run name or any name that goes into a matplotlib title or label
+                )->str:
+    "`text` with every `$` escaped (`\\$`), so matplotlib draws it as written instead of reading TeX math from it."
+    return re.sub(r"(?<!\\)\$", r"\\$", str(text))
+
+# %% ../nbs/06_report.ipynb #f4cd5b17
+def _literal_unparsable(fig)->list[str]:
+    "Make every text of `fig` that matplotlib cannot parse as mathtext literal (`literal_text`); returns the texts changed."
+    from matplotlib.text import Text
+    from matplotlib.mathtext import MathTextParser
+    parser, changed = MathTextParser("path"), []
+    for t in fig.findobj(Text):
+        s = t.get_text()
+        if not s or "$" not in s or not t.get_parse_math(): continue
+        try: parser.parse(s)
+        except Exception: t.set_text(literal_text(s)); changed.append(s)
+    return changed
+
 # %% ../nbs/06_report.ipynb #56a3ab14
 @patch
 def figure(self:Report, fig, name:str, title:str, note:str=""):
@@ -152,6 +171,7 @@ def figure(self:Report, fig, name:str, title:str, note:str=""):
     import matplotlib.pyplot as plt
     from IPython.display import display
     self._show_heading(title, note)
+    _literal_unparsable(fig)    # a name with TeX in it (`org/$\\bad$`) is drawn as written instead of stopping the run
     if self.out_dir:
         fig.savefig(self.out_dir/f"{name}.png", dpi=120, bbox_inches="tight")
         self.written.append(f"{name}.png")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from .core import *
 from .provenance import *
-from .report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK
+from .report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
 from .studies import STUDY_REGISTRY, get_study
 from .stats import metric_definition
 
@@ -283,7 +283,6 @@ def preflight_model(model:ModelParams,   # the run's `model`
 # %% ../nbs/07a_runner.ipynb #d9e07ca2
 from .backends.openai import MIN_KEY_CHARS
 MIN_SECRET_CHARS = MIN_KEY_CHARS   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), never sent to another machine (`resolve_api_key`)
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@'\"<>]+@")
 
 def secret_values(params:dict # a params mapping, e.g. the papermill parameters of a run
                  )->list[str]:
@@ -305,7 +304,7 @@ def scrub_text(text:str,    # anything about to be written or printed
               )->str:
     "`text` with the given secrets, bearer tokens, `sk-...` keys (`silverspoon.backends.openai.scrub`) and URL user:password@ replaced by `***`."
     from silverspoon.backends.openai import scrub
-    return _USERINFO.sub(r"\1***@", scrub(text, secrets))
+    return hide_url_credentials(scrub(text, secrets))   # one rule for URL credentials (`core.hide_url_credentials`), as the data downloads
 
 # %% ../nbs/07a_runner.ipynb #f3f23eb0
 def scrub_outputs(folder:str|Path, # a run's output folder, before it is published
@@ -631,11 +630,11 @@ def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, e
         est, low, high = p["estimate"], p.get("ci_low", p["estimate"]), p.get("ci_high", p["estimate"])
         err = [(est - low).clip(lower=0).fillna(0).to_numpy(float), (high - est).clip(lower=0).fillna(0).to_numpy(float)]   # no CI: the point alone
         ax.errorbar(est.to_numpy(float), range(len(p)), xerr=err, fmt="o", capsize=3, color="C0")   # arrays: matplotlib calls float() on a one-row Series, which pandas 2.2 warns about
-        ax.set_yticks(range(len(p)), labels=(p["model"] if by_model else p["run"]).astype(str).tolist())
+        ax.set_yticks(range(len(p)), labels=(p["model"] if by_model else p["run"]).astype(str).map(literal_text).tolist())   # ids drawn as written: `$` is never TeX
         ax.set_ylim(-0.7, len(p) - 0.3); ax.grid(axis="x", alpha=0.3)
-        if name: ax.set_title(name, loc="left", fontsize=9, color="#555")
+        if name: ax.set_title(literal_text(name), loc="left", fontsize=9, color="#555")
     axes[-1].set_xlabel(f"{metric} (95% CI)")
-    if title: fig.suptitle(title, x=0.01, ha="left", fontsize=11)
+    if title: fig.suptitle(literal_text(title), x=0.01, ha="left", fontsize=11)
     fig.tight_layout()
     return fig
 

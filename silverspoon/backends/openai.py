@@ -16,9 +16,10 @@ _log = logging.getLogger("silverspoon.backends.openai")
 
 # %% auto #0
 __all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
-           'is_local_url', 'public_url', 'resolve_api_key', 'Secret', 'scrub', 'chat_kwargs', 'retry_after_s',
-           'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'BadReply',
-           'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
+           'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning', 'warn_if_key_in_clear', 'Secret',
+           'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge',
+           'RedirectRefused', 'RedirectLoop', 'redirect_loop_text', 'BadReply', 'capped_http_client',
+           'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -66,6 +67,25 @@ def resolve_api_key(model:ModelParams)->str:
         f"({public_url(model.base_url or OPENAI_URL)}) is not a local server. Export the key first, e.g. "
         f"`export {model.api_key_env}=...` (or in Colab: os.environ[{model.api_key_env!r}] = userdata.get(...)), "
         f"or set model.api_key_env to the variable that holds it.")
+
+# %% ../../nbs/02c_openai.ipynb #431bd993
+class UnencryptedKeyWarning(UserWarning):
+    "An API key sent over plain http:// to a server on another machine: anyone on the network path can read it (and every prompt and answer)."
+
+# %% ../../nbs/02c_openai.ipynb #1b1a0da6
+def warn_if_key_in_clear(base_url:str,   # the server (model.base_url, or the OpenAI API)
+                         key:str,        # what `resolve_api_key` returned ("EMPTY": no key is sent)
+                         api_key_env:str # the variable the key came from, for the message
+                        )->bool:
+    "Warn (`UnencryptedKeyWarning`) when a real key would go over plain `http://` to a host that is not this machine (`is_local_url`); True when it warned."
+    p = urlsplit(base_url)
+    if p.scheme != "http" or is_local_url(base_url) or not key or key == "EMPTY": return False
+    warnings.warn(UnencryptedKeyWarning(
+        f"model.base_url = {public_url(base_url)} is plain http:// to {p.hostname}, which is not this machine: the API key from "
+        f"`{api_key_env}` and every prompt and answer cross the network unencrypted (anyone on the path can read them). Fix: use https:// "
+        f"(a TLS proxy in front of the server), or reach it through an SSH tunnel (`ssh -L 8000:localhost:8000 {p.hostname}`, then "
+        f"base_url: http://localhost:8000/v1). The run goes on; its provenance records the unencrypted transport."), stacklevel=3)
+    return True
 
 # %% ../../nbs/02c_openai.ipynb #fdb8986c
 class Secret:
@@ -153,6 +173,22 @@ class ReplyTooLarge(Exception):
 # %% ../../nbs/02c_openai.ipynb #38ad35d2
 class RedirectRefused(Exception):
     "A redirect to another server (scheme, host or port): not followed, so prompts and key go only where base_url says."
+
+# %% ../../nbs/02c_openai.ipynb #83aaed9d
+class RedirectLoop(Exception):
+    "A server that redirects the request back and forth (or to itself) past the HTTP library's limit (20): every request would do the same."
+
+# %% ../../nbs/02c_openai.ipynb #1310041b
+def redirect_loop_text(exc,           # the HTTP library's TooManyRedirects
+                       base_url:str)->str:
+    "What a redirect loop means and how to fix it, naming the host (`public_url`: no user:password@, no query)."
+    try: last = public_url(str(exc.request.url))
+    except Exception: last = None
+    host = urlsplit(base_url).hostname
+    return (f"too many redirects: the server at {public_url(base_url)} (host {host}) redirected the request more than 20 times "
+            f"(a redirect loop{f', the last one to {last}' if last else ''}). Fix: set base_url to the address the server answers at itself "
+            f"(often a missing or extra /v1 or trailing slash, or http:// where a proxy redirects to https://); "
+            f"`curl -sI {public_url(base_url)}/chat/completions` shows the redirect.")
 
 # %% ../../nbs/02c_openai.ipynb #cdd85907
 _DEADLINE = threading.local()   # `.end`: the monotonic time by which this thread's current attempt must be done (None: no deadline)
@@ -344,6 +380,7 @@ class OpenAIBackend(Backend):
         self.model, self.backoff_s, self.max_backoff_s = model, backoff_s, max_backoff_s
         self.base_url = (model.base_url or OPENAI_URL).rstrip("/")
         self._key = Secret(resolve_api_key(model))
+        self.key_in_clear = warn_if_key_in_clear(self.base_url, self._key.get(), model.api_key_env)   # plain http:// to another machine
         self.token_param = token_param or ("max_completion_tokens" if urlsplit(self.base_url).hostname == "api.openai.com" else "max_tokens")
         self._client, self._lock = client, threading.Lock()
         self.batch_size = max(32 if model.batch_size == "auto" else model.batch_size, model.concurrency)   # what `generate_all` hands over (and stores) at a time
@@ -375,6 +412,7 @@ def engine_stats(self:OpenAIBackend)->dict:
     with self._lock: served, servers = self.served.most_common(), dict(self.servers.most_common())
     if served: out["served_models"] = [dict(model=m, system_fingerprint=fp, n=n) for (m, fp), n in served]
     if servers: out["server_software"] = servers
+    if self.key_in_clear: out["unencrypted_transport"] = f"plain http:// to {urlsplit(self.base_url).hostname}, not this machine: the key and prompts crossed the network unencrypted"
     if other := sorted({m for (m, _), _n in served if m != self.model.id}, key=str):
         out["served_model_mismatch"] = (f"model.id is {self.model.id!r}, but the server named {', '.join(map(repr, other))} in "
                                         f"{sum(n for (m, _), n in served if m != self.model.id)} of {sum(n for _, n in served)} replies")
@@ -465,9 +503,10 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
 # %% ../../nbs/02c_openai.ipynb #9f94a689
 @patch
 def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
-    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, or the server unreachable; else None."
+    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, a redirect loop, or the server unreachable; else None."
     import openai
     url = public_url(self.base_url)
+    if isinstance(exc, RedirectLoop): return f"{self.scrub(str(exc))} Nothing more was sent."
     if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
         return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
                 f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
@@ -488,6 +527,7 @@ def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
 @patch
 def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
     "One item, with retries; never raises. Each attempt must end within `model.timeout_s` (`_DEADLINE`)."
+    import openai
     t0, client = time.perf_counter(), self.client
     if self._fatal: return Generation(text=None, finish_reason="error", error=f"NotSent: {self._fatal}", seconds=0.0)
     kw = chat_kwargs(self.model.id, req.messages, gen, req.sample_index, self.token_param)
@@ -497,13 +537,13 @@ def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
         try: return self._to_generation(client.chat.completions.create(**kw), time.perf_counter() - t0)
         except Exception as e:
             last = _cause(e, (ReplyTooLarge, RedirectRefused, BadReply)) or e   # an SDK may wrap them in a connection error; they are not one
+            if (loop := _cause(e, _http_library(openai).TooManyRedirects)) is not None: last = RedirectLoop(redirect_loop_text(loop, self.base_url))
             if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
             d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
             _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(failure_text(last)),
                      attempt + 1, n_try - 1, d)
             time.sleep(d)
         finally: _DEADLINE.end = None
-    import openai
     with self._lock:
         if isinstance(last, openai.APIStatusError) and last.status_code in (400, 404, 422): self._n_rejected += 1
     if (fatal := self.fatal_error(last)) is not None:

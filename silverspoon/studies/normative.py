@@ -850,6 +850,7 @@ def topic_distribution(df:pd.DataFrame, label_col:str, n_boot:int=2000, seed:int
 def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     "Stacked bars per topic: the model's labels next to the lower-end and upper-end gold labels (appendix E, Figures 7, 8, 15-21)."
     import matplotlib.pyplot as plt, seaborn as sns
+    from silverspoon.report import literal_text
     names = [TOPICS.get(t, str(t)) for t in sorted(df.topic.unique())]
     long = pd.concat([pd.DataFrame({"topic": df.topic.map(TOPICS), "who": who, "label": lab})
                       for who, lab in [(model_name, df[label_col].astype("Int64").astype(object).where(df[label_col].notna(), "excluded")),
@@ -861,7 +862,7 @@ def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     for ax, who in zip(axes, [model_name, "lower-end", "upper-end"]):
         sns.histplot(data=long[long.who == who], x="topic", hue="label", multiple="stack", discrete=True, shrink=0.8,
                      palette=pal, hue_order=[k for k in pal if k in set(long.label)], ax=ax, legend=ax is axes[-1])
-        ax.set_title(who.replace(" (", "\n(", 1)); ax.set_xlabel(""); ax.tick_params(axis="x", rotation=60)
+        ax.set_title(literal_text(who).replace(" (", "\n(", 1)); ax.set_xlabel("")   # a model id is drawn as written, never as TeX; ax.tick_params(axis="x", rotation=60)
         for lab in ax.get_xticklabels(): lab.set_horizontalalignment("right")
     axes[0].set_ylabel("items")
     sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.01, 1), title=None)

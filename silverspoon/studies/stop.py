@@ -749,11 +749,12 @@ def heatmap_table(conv:pd.DataFrame)->pd.DataFrame:
 def heatmap_figure(conv:pd.DataFrame, title:str):
     "Seaborn heat map of `heatmap_table`, annotated, with the ideal score of each severity in the row label."
     import matplotlib.pyplot as plt, seaborn as sns
+    from silverspoon.report import literal_text   # the title holds the model id: drawn as written, never as TeX
     h = heatmap_table(conv)
     h.index = [f"{s} (ideal {IDEAL_NO[s]/N_SENTENCES:.1f})" for s in h.index]
     fig, ax = plt.subplots(figsize=(11, 3.2))
     sns.heatmap(h, annot=True, fmt=".2f", vmin=0, vmax=1, cmap="rocket_r", cbar_kws={"label": "mean sensitivity (#no/5)"}, ax=ax)
-    ax.set_title(title); ax.set_xlabel(""); ax.set_ylabel("")
+    ax.set_title(literal_text(title)); ax.set_xlabel(""); ax.set_ylabel("")
     ax.tick_params(axis="x", rotation=30)
     for lab in ax.get_xticklabels(): lab.set_horizontalalignment("right")
     fig.tight_layout()
@@ -778,12 +779,13 @@ def first_no_table(conv:pd.DataFrame)->pd.DataFrame:
 def first_no_figure(conv:pd.DataFrame, title:str):
     "Share of conversations by the turn of their first 'no', one bar group per severity."
     import matplotlib.pyplot as plt, seaborn as sns
+    from silverspoon.report import literal_text   # the title holds the model id: drawn as written, never as TeX
     t = first_no_table(conv).set_index("severity")
     cols = [c for c in t.columns if c.startswith("turn_") or c == "never"]
     long = (t[cols].div(t["n"].replace(0, np.nan), axis=0).reset_index().melt(id_vars="severity", var_name="first no", value_name="share"))
     fig, ax = plt.subplots(figsize=(8, 3.4))
     sns.barplot(data=long, x="first no", y="share", hue="severity", hue_order=list(SEVERITIES), ax=ax, palette="crest")
-    ax.set_ylim(0, 1); ax.set_title(title); ax.set_xlabel("turn of the first 'no'")
+    ax.set_ylim(0, 1); ax.set_title(literal_text(title)); ax.set_xlabel("turn of the first 'no'")
     fig.tight_layout()
     return fig
 
