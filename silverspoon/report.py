@@ -397,7 +397,7 @@ factor deltas together. Every raw p has its adjusted partner beside it (`p_bh`, 
 Bias headlines are contrasts with a no-bias value (normative: CKC lower-end minus upper-end, and the model's share blaming the
 privileged party minus the human annotators' share; professions: rich minus poor city; narratives: high minus low city;
 letters: men minus women; STOP: high- minus low-severity sensitivity; downstream: adapter minus base). Performance levels
-(STOP's P and mean sensitivity, ideal 1) are shown against their ideal and get no bias verdict.
+(STOP's P and its per-severity Pl, Pm, Ph, ideal 1) are shown against their ideal and get no bias verdict.
 
 ## 5. Verdict tiers
 {TIERS}
