@@ -113,3 +113,17 @@ def test_moved_readme_sections_live_in_the_docs():
     assert "**Minimum units**" in pages["guide_inference.md"] and "**Verdict tiers**" in pages["guide_inference.md"]
     assert "**Mirror.**" in pages["guide_running.md"] and "SILVERSPOON_MIRROR" in pages["guide_running.md"]
     assert "NVIDIA H100 80GB HBM3" in pages["guide_benchmarks.md"] and "**A 40 GB card**" in pages["guide_benchmarks.md"]
+
+
+@pytest.mark.parametrize("page", ["index", "guide_evaluate", "guide_security", "07b_card", "10_normative", "30_stop"])
+def test_site_pages_fit_1400_px_in_chromium(site, page, tmp_path):
+    "What a reader sees: the front page, two guides, an API page and two study pages, opened in headless Chromium at 1400 px, are not blank and do not scroll sideways (wide code scrolls inside its block)."
+    from test_pages import CHROMIUM, WIDTH, chromium, page_width, not_blank
+    if not CHROMIUM.exists(): pytest.skip(f"headless Chromium is not installed ({CHROMIUM})")
+    f = tmp_path/f"{page}.html"   # a copy (its style is inline): the measuring copy is written beside it, not into the shared site
+    f.write_text((site/f"{page}.html").read_text(encoding="utf-8"), encoding="utf-8")
+    png = tmp_path/f"{page}.png"
+    chromium(tmp_path/"profile", f"--screenshot={png}", f.resolve().as_uri())
+    assert not_blank(png) > 0.01, f"{page}.html: the screenshot at {WIDTH} px is blank"
+    scroll, view = page_width(f, tmp_path/"profile2")
+    assert scroll <= view, f"{page}.html scrolls sideways at {WIDTH} px: {scroll} px wide"
