@@ -862,7 +862,7 @@ def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     for ax, who in zip(axes, [model_name, "lower-end", "upper-end"]):
         sns.histplot(data=long[long.who == who], x="topic", hue="label", multiple="stack", discrete=True, shrink=0.8,
                      palette=pal, hue_order=[k for k in pal if k in set(long.label)], ax=ax, legend=ax is axes[-1])
-        ax.set_title(literal_text(who).replace(" (", "\n(", 1)); ax.set_xlabel("")   # a model id is drawn as written, never as TeX; ax.tick_params(axis="x", rotation=60)
+        ax.set_title(literal_text(who).replace(" (", "\n(", 1)); ax.set_xlabel(""); ax.tick_params(axis="x", rotation=60)   # a model id is drawn as written, never as TeX
         for lab in ax.get_xticklabels(): lab.set_horizontalalignment("right")
     axes[0].set_ylabel("items")
     sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.01, 1), title=None)
