@@ -161,11 +161,13 @@ class OneAtATime(FakeChatServer):
 
 def test_timeout_s_counts_time_queued_at_a_one_at_a_time_server():
     gen = GenerationParams(max_new_tokens=8)
-    with OneAtATime(delay=0.5) as srv:          # each reply takes 0.5 s; the third of three in flight waits 1 s first
-        queued = OpenAIBackend(srv.model_params(concurrency=3, timeout_s=1.2, max_retries=0)).generate(_reqs(3), gen)
-        one = OpenAIBackend(srv.model_params(concurrency=1, timeout_s=1.2, max_retries=0)).generate(_reqs(3), gen)
+    # each reply takes 0.4 s; the sixth of six in flight waits 2.0 s first, so it cannot finish within 2 s however fast the
+    # machine; one at a time, every reply has 1.6 s to spare (a slow, shared CI machine only makes the queued side slower)
+    with OneAtATime(delay=0.4) as srv:
+        queued = OpenAIBackend(srv.model_params(concurrency=6, timeout_s=2.0, max_retries=0)).generate(_reqs(6), gen)
+        one = OpenAIBackend(srv.model_params(concurrency=1, timeout_s=2.0, max_retries=0)).generate(_reqs(6), gen)
     failed = [g.error for g in queued if g.text is None]
-    assert failed and all("model.timeout_s = 1.2 s bounds each attempt as a whole" in e for e in failed), failed
+    assert failed and all("model.timeout_s = 2 s bounds each attempt as a whole" in e for e in failed), failed
     assert all(g.text is not None for g in one)          # concurrency 1: nothing queues, every reply within timeout_s
     nb = json.loads(Path(__file__).parents[1].joinpath("nbs", "02c_openai.ipynb").read_text(encoding="utf-8"))
     prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").replace("\n", " ")
