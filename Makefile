@@ -2,7 +2,7 @@
 #   make reports   regenerate every default report + reports/index.html (offline from the committed store)
 #   make test      export/clean checks, notebook tests (nbdev_test) and pytest
 #   make docs      the documentation site in _docs/ (every notebook and nbs/guide_*.md page, not executed); make readme: README.md from nbs/index.ipynb
-#   make test-colab the same notebook tests and pytest, plus every default run, on Google Colab's stack (.venv-colab:
+#   make test-colab the same notebook tests and pytest, plus one default run per code path, on Google Colab's stack (.venv-colab:
 #                   Python 3.13, torch 2.11.0, Colab's pinned packages)
 # Both first build .venv (idempotent: a second call skips what is installed).
 SHELL := /bin/bash
@@ -24,7 +24,7 @@ PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --di
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
 
-.PHONY: install reports test docs readme check-sync nbtest pytest bench clean-venv install-colab test-colab colab-pip-check colab-nbtest colab-pytest colab-reports
+.PHONY: install reports test docs readme check-sync nbtest pytest bench clean-venv install-colab test-colab colab-pip-check colab-nbtest colab-pytest colab-reports colab-reports-all
 
 install: $(STAMP)
 
@@ -104,17 +104,29 @@ $(COLAB_STAMP): requirements-colab.txt nbs/index.ipynb tools/colab_lane.py setti
 colab-pip-check: $(COLAB_STAMP)
 	$(COLAB_BIN)/python tools/colab_lane.py pip-check nbs/index.ipynb --python $(COLAB_BIN)/python
 
-# every notebook but the study notebooks: colab-reports runs each of those top to bottom on this stack (tools/colab_lane.py nbtest-skip)
+# every notebook, as in the main lane (a report run skips the library's examples: these notebook tests execute them)
 colab-nbtest: $(COLAB_STAMP)
-	@set -e; skip=$$($(COLAB_BIN)/python tools/colab_lane.py nbtest-skip --python $(COLAB_BIN)/python); \
-	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2 --skip_file_re "$$skip"
+	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2
 
 # `--lane colab`: the stack-sensitive tests (marked in tests/) and those marked for both lanes
 colab-pytest: $(COLAB_STAMP)
 	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane colab; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-# every default run on Colab's stack, into a temporary folder; the committed store/ is copied, never written
+# one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs) on Colab's stack, into a
+# copy of reports/ (the picked runs' outputs and the model cards removed first), the cards written again there, and every
+# CSV compared with the committed one; the committed store/ is copied, never written. colab-reports-all re-runs all 59.
 colab-reports: $(COLAB_STAMP)
+	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
+	cp -r store "$$tmp/store"; cp -r reports "$$tmp/reports"; \
+	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
+	export $(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH"; \
+	files=$$($(COLAB_BIN)/python tools/colab_lane.py pick-runs "$$tmp/reports" --python $(COLAB_BIN)/python); \
+	$(COLAB_BIN)/silverspoon run --jobs 3 --reports-dir "$$tmp/reports" $$files; \
+	$(COLAB_BIN)/python tools/colab_lane.py cards "$$tmp/reports"; \
+	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python --only "$$tmp/colab-picked-runs.txt"; \
+	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
+
+colab-reports-all: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	cp -r store "$$tmp/store"; \
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \

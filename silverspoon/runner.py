@@ -15,7 +15,7 @@ from .stats import metric_definition
 
 # %% auto #0
 __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
-           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'FACTOR_RUN_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_start',
+           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'EXAMPLES_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_start',
            'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
            'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir',
            'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
@@ -462,30 +462,28 @@ def ended_early(nb_path:str|Path # an executed notebook papermill stopped with a
     return True
 
 # %% ../nbs/07a_runner.ipynb #e38a99de
-FACTOR_RUN_NOTE = ("*Factor run*: this notebook ran the study's definitions and this report, not the library's asserting examples "
-                   "(the study's default run executes those on the same code).")
+EXAMPLES_NOTE = ("*Examples*: this notebook ran the study's definitions and this report, not the library's asserting examples "
+                 "between the definitions: those do not depend on the run, and the tests (`nbdev_test`) execute them on the same code.")
 
 def without_examples(nb # a study notebook (nbformat node); a copy is returned
                     ):
-    "The notebook a factor run executes: without the code cells before `# Report` that neither export (`#| export...`) nor hold the `parameters` tag; `FACTOR_RUN_NOTE` at the end."
+    "The notebook a run executes: without the code cells before `# Report` that neither export (`#| export...`) nor hold the `parameters` tag; `EXAMPLES_NOTE` at the end."
     import copy, nbformat
     idx = report_start(nb)
     keep = lambda c: (c.cell_type != "code" or re.search(r"^#\|\s*export", c.source, re.M) is not None
                       or "parameters" in c.metadata.get("tags", []))
     out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(FACTOR_RUN_NOTE)]
+    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(EXAMPLES_NOTE)]
     return out
 
 # %% ../nbs/07a_runner.ipynb #107bac69
 KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]   # papermill's kernel: its own log shows errors only (no TCP-encryption warning per run); cell output is unaffected
 
 def _notebook_for(p:RunParams, tmp:Path)->Path:
-    "The notebook a run executes: its study's, or for a factor run that notebook `without_examples`, written into the run's temporary folder."
-    from silverspoon.card import is_factor_run
-    src = study_notebook(p.study)
-    if not is_factor_run(p.run): return src
+    "The notebook a run executes: its study's notebook `without_examples`, written into the run's temporary folder."
     import nbformat
-    out = tmp/f"{src.stem}.factor-run.ipynb"
+    src = study_notebook(p.study)
+    out = tmp/f"{src.stem}.run.ipynb"
     nbformat.write(without_examples(nbformat.read(str(src), as_version=4)), str(out))
     return out
 

@@ -326,14 +326,12 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     page = (reports/"models"/"echo.html").read_text()
     assert "<h2>Factors</h2>" in page and "toy n=8" in page
     assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
-    # the default run executes the library's examples; a factor run skips them (runner.without_examples) and says so at its end
-    from silverspoon.runner import FACTOR_RUN_NOTE
+    # every run skips the library's examples (runner.without_examples: nbdev_test runs them) and says so at its end
+    from silverspoon.runner import EXAMPLES_NOTE
     ran = {p.stem: nbformat.read(str(p), as_version=4) for p in (reports/"toy").glob("*.ipynb")}
-    outputs = lambda nb: "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
-    assert "a library example ran" in outputs(ran["echo"]) and FACTOR_RUN_NOTE not in (reports/"toy"/"echo.html").read_text()
-    for run in ("echo--reference", "echo--prompt_variant-yes_first"):
+    for run in ("echo", "echo--reference", "echo--prompt_variant-yes_first"):
         assert "a library example ran" not in "".join(c.source for c in ran[run].cells), run
-        assert ran[run].cells[-1].source == FACTOR_RUN_NOTE and "Factor run" in (reports/"toy"/f"{run}.html").read_text()
+        assert ran[run].cells[-1].source == EXAMPLES_NOTE and "asserting examples" in (reports/"toy"/f"{run}.html").read_text()
     # a fresh clone has no tmp/: the reports' provenance is still checkable (the run files are planned again from the model file)
     shutil.rmtree(t/"tmp")
     check = "import sys; from silverspoon.runner import verify_provenance; bad = {d: verify_provenance(d) for d in sys.argv[1:]}; assert not any(bad.values()), bad"

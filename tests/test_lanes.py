@@ -60,16 +60,34 @@ def test_lanes_of_reads_the_marks(marks, lanes):
         def get_closest_marker(self, name): return getattr(pytest.mark, name) if name in marks else None
     assert lanes_of(Item()) == lanes
 
-def test_colab_nbtest_skips_exactly_the_notebooks_the_default_runs_execute():
-    import importlib.util, sys
+def _lane():
+    import importlib.util
     spec = importlib.util.spec_from_file_location("colab_lane", ROOT/"tools"/"colab_lane.py")
     lane = importlib.util.module_from_spec(spec); spec.loader.exec_module(lane)
+    return lane
+
+def test_colab_reports_picks_one_run_per_study_backend_and_factor(tmp_path):
+    lane = _lane()
+    kinds = [["n/a.yaml", "normative", "gpt4-replay", "replay", ""], ["n/b.yaml", "normative", "alpaca-replay", "replay", ""],
+             ["n/c.yaml", "normative", "smollm2", "hf", ""], ["n/d.yaml", "normative", "smollm2--quantization-8bit", "hf", "quantization"],
+             ["n/e.yaml", "normative", "smollm2--quantization-4bit", "hf", "quantization"], ["n/f.yaml", "normative", "smollm2--reference", "hf", "reference"],
+             ["s/g.yaml", "stop", "gpt4-replay", "replay", ""]]
+    picked = lane.pick_runs(kinds)
+    assert [k[2] for k in picked] == ["alpaca-replay", "smollm2", "smollm2--quantization-4bit", "smollm2--reference", "gpt4-replay"]
+    # the picked runs' outputs and every card leave the reports copy: a run that fails cannot leave the committed files standing in
+    for f in ("normative/alpaca-replay/summary.csv", "normative/gpt4-replay/summary.csv", "models/m/bias_card.csv"):
+        (tmp_path/f).parent.mkdir(parents=True, exist_ok=True); (tmp_path/f).write_text("x")
+    (tmp_path/"normative"/"alpaca-replay.html").write_text("x")
+    lane.clear_outputs(tmp_path, picked)
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == ["normative/gpt4-replay/summary.csv"]
+
+def test_colab_reports_picks_every_study_and_factor_of_the_default_runs():
+    import subprocess, sys, json
+    lane = _lane()
     from silverspoon.cli import default_params_files
-    from silverspoon.studies import get_study
-    run = lane.run_notebooks(sys.executable)
-    assert run == sorted({get_study(f.parent.name).notebook for f in default_params_files()}) and "10_normative.ipynb" in run
-    skip = re.compile(lane.nbtest_skip_re(run))
-    notebooks = sorted(p.name for p in (ROOT/"nbs").glob("*.ipynb"))
-    assert [n for n in notebooks if skip.search(n)] == run                        # the study notebooks, and no other
-    assert skip.search("_scratch.ipynb") and skip.search(".hidden.ipynb")         # nbdev_test's own default skip is kept
-    assert not skip.search("010_normative.ipynb") and not skip.search("10_normative.ipynb.bak")
+    files = [str(f) for f in default_params_files()]
+    r = subprocess.run([sys.executable, "-c", lane.RUN_KINDS, *files], capture_output=True, text=True, cwd=ROOT, check=True)
+    kinds = json.loads(r.stdout)
+    picked = lane.pick_runs(kinds)
+    assert {k[1] for k in picked} == {k[1] for k in kinds} and len(picked) < len(kinds)          # every study, fewer runs
+    assert {(k[1], k[3]) for k in picked} == {(k[1], k[3]) for k in kinds}                        # every backend of every study

@@ -7,7 +7,8 @@
     python tools/colab_lane.py pip-check nbs/index.ipynb --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
     python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt --python .venv-colab/bin/python
     python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
-    python tools/colab_lane.py nbtest-skip --python .venv-colab/bin/python            # nbdev_test skips what the runs execute
+    python tools/colab_lane.py pick-runs REPORTS_COPY --python .venv-colab/bin/python  # one default run per code path
+    python tools/colab_lane.py cards REPORTS_COPY                                    # the model cards, written again
 
 The Colab section of `nbs/index.ipynb` (the notebook README.md is generated from, `make readme`) is the single source of
 what a Colab user installs: its cells are real notebook cells (the preflight cell runs in the notebook tests and in
@@ -226,26 +227,41 @@ def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
     if not e: problems.append(f"{expected_dir}: no CSV files to compare")
     return problems
 
-# The Colab lane's default runs execute every study notebook top to bottom on Colab's stack (papermill runs every cell,
-# the library definitions and their asserting examples included; the study notebooks carry no nbdev test flags), so
-# the lane's nbdev_test skips those notebooks instead of running their examples a second time. The main lane's
-# nbdev_test still runs every notebook, on the notebook's own small defaults.
-RUN_NOTEBOOKS = ("from silverspoon.cli import default_params_files\n"
-                 "from silverspoon.studies import get_study\n"
-                 "print(*sorted({get_study(f.parent.name).notebook for f in default_params_files()}), sep='\\n')")
-NBDEV_SKIP_RE = "^[_.]"   # nbdev_test's own default --skip_file_re, kept
+# `make colab-reports` re-runs one default run per code path, not all 59: a code path is a study with a backend (replay of
+# released answers, a local model read from the store) or with a factor (reference, quantization, prompt_variant). Runs of
+# one path execute the same cells on other data (another replayed model, another level of the factor), so the picked runs
+# execute every path the default runs do, in well under half the time; `make colab-reports-all` re-runs every one. The
+# picked runs go into a copy of reports/ with their own outputs and the model cards removed first (a run or card that
+# fails cannot leave the committed files standing in), the cards are written again there, and every CSV is compared.
+RUN_KINDS = ("import sys, json\n"
+             "from silverspoon.runner import read_params_file\n"
+             "from silverspoon.card import is_factor_run, FACTOR_SEP\n"
+             "out = []\n"
+             "for f in sys.argv[1:]:\n"
+             "    p = read_params_file(f); rest = p.run.rpartition(FACTOR_SEP)[2] if is_factor_run(p.run) else ''\n"
+             "    out.append([f, p.study, p.run, p.model.backend, rest.split('-')[0]])\n"
+             "print(json.dumps(out))")
+PICKED = "colab-picked-runs.txt"   # beside the reports copy: the `<study>/<run>` folders the lane re-ran (check-provenance reads it)
 
-def run_notebooks(python:str)->list[str]:
-    "The nbs/ notebooks the default runs execute (one per study with a default run), asked of the lane's `python`."
-    r = subprocess.run([python, "-c", RUN_NOTEBOOKS], capture_output=True, text=True, cwd=ROOT)
-    if r.returncode: raise SystemExit(f"colab_lane.py nbtest-skip: could not list the default runs' notebooks with {python}:\n{r.stderr}")
-    names = r.stdout.split()
-    if not names: raise SystemExit("colab_lane.py nbtest-skip: no default run found under params/: nothing would run the study notebooks.")
-    return names
+def dry_run_files(python:str, reports:Path)->list[str]:
+    "The params files `silverspoon run --all` would run (its --dry-run, which also writes the model files' planned run files)."
+    cli = Path(python).parent/"silverspoon"
+    r = subprocess.run([str(cli), "run", "--all", "--dry-run", "--reports-dir", str(reports)], capture_output=True, text=True, cwd=ROOT)
+    if r.returncode: raise SystemExit(f"colab_lane.py pick-runs: `silverspoon run --all --dry-run` failed:\n{r.stdout}{r.stderr}")
+    return [line.split()[4] for line in r.stdout.splitlines() if line.startswith("would run ")]
 
-def nbtest_skip_re(notebooks:list[str])->str:
-    "The `nbdev_test --skip_file_re` that skips `notebooks` (exact file names) and what nbdev skips by default."
-    return f"{NBDEV_SKIP_RE}|^(?:{'|'.join(re.escape(n) for n in sorted(notebooks))})$"
+def pick_runs(kinds:list[list[str]])->list[list[str]]:
+    "The first run (by name) of each (study, backend, factor) group of `kinds` ([file, study, run, backend, factor or ''])."
+    first = {}
+    for k in sorted(kinds, key=lambda k: (k[1], k[2])): first.setdefault((k[1], k[3], k[4]), k)
+    return sorted(first.values(), key=lambda k: (k[1], k[2]))
+
+def clear_outputs(reports:Path, picked:list[list[str]])->None:
+    "Remove the picked runs' published files and every model card from the reports copy: only a run or card that succeeds puts them back."
+    for _, study, run, *_ in picked:
+        shutil.rmtree(reports/study/run, ignore_errors=True)
+        for ext in (".html", ".ipynb"): (reports/study/f"{run}{ext}").unlink(missing_ok=True)
+    shutil.rmtree(reports/"models", ignore_errors=True)
 
 def _source(path:str)->str|Path:
     "A notebook stays a path (its cells are read); a markdown file is read as text."
@@ -266,8 +282,10 @@ def main(argv=None)->int:
     c = sub.add_parser("check-provenance", help="every run's provenance.json records the pinned versions")
     c.add_argument("reports"); c.add_argument("requirements")
     c.add_argument("--python", help="the lane's python: every run must also have recorded its Python version")
-    nb = sub.add_parser("nbtest-skip", help="print the nbdev_test --skip_file_re that skips the notebooks the default runs execute")
-    nb.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
+    c.add_argument("--only", help=f"a file of `<study>/<run>` lines (pick-runs' {PICKED}): check only those runs")
+    pr = sub.add_parser("pick-runs", help="print one default run per (study, backend, factor) and clear its outputs in REPORTS (a copy of reports/)")
+    pr.add_argument("reports"); pr.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
+    cd = sub.add_parser("cards", help="write every model file's bias card into REPORTS (with the lane's python)"); cd.add_argument("reports")
     k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
     args = ap.parse_args(argv)
@@ -288,10 +306,25 @@ def main(argv=None)->int:
         if r.returncode and not bad and not r.stdout.strip(): print(r.stderr, file=sys.stderr); return r.returncode
         if not bad: print(f"pip check: clean (allowed: the missing dependencies of {', '.join(sorted(skipped))}, installed with --no-deps by the Colab install cell)")
         return 1 if bad else 0
-    if args.cmd == "nbtest-skip":
-        names = run_notebooks(args.python)
-        print(f"nbdev_test skips {len(names)} notebooks the default runs execute: {', '.join(names)}", file=sys.stderr)
-        print(nbtest_skip_re(names))
+    if args.cmd == "pick-runs":
+        reports = Path(args.reports)
+        files = dry_run_files(args.python, reports)
+        r = subprocess.run([args.python, "-c", RUN_KINDS, *files], capture_output=True, text=True, cwd=ROOT)
+        if r.returncode: raise SystemExit(f"colab_lane.py pick-runs: could not read the params files:\n{r.stderr}")
+        picked = pick_runs(json.loads(r.stdout))
+        if not picked: raise SystemExit("colab_lane.py pick-runs: no default run found: nothing would run on this stack.")
+        clear_outputs(reports, picked)
+        (reports.parent/PICKED).write_text("".join(f"{k[1]}/{k[2]}\n" for k in picked), encoding="utf-8")
+        print(f"the Colab lane re-runs {len(picked)} of {len(files)} default runs, one per (study, backend, factor): "
+              + ", ".join(f"{k[1]}/{k[2]}" for k in picked), file=sys.stderr)
+        print("\n".join(k[0] for k in picked))
+        return 0
+    if args.cmd == "cards":
+        from silverspoon.card import read_model_file, runs_for_model
+        from silverspoon.runner import write_card
+        for f in sorted((ROOT/"params"/"models").glob("*.yaml")):
+            name = read_model_file(f)["name"]
+            if runs_for_model(name, args.reports): print(f"card  ->  {write_card(name, args.reports)}")
         return 0
     if args.cmd == "check-pins":
         want = pins(Path(args.requirements).read_text(encoding="utf-8"))
@@ -302,6 +335,10 @@ def main(argv=None)->int:
         return 1 if bad else 0
     if args.cmd == "check-provenance":
         want, bad, files = pins(Path(args.requirements).read_text(encoding="utf-8")), [], sorted(Path(args.reports).rglob("provenance.json"))
+        if args.only:
+            only = set(Path(args.only).read_text(encoding="utf-8").split())
+            bad += [f"{args.reports}/{r}: re-run but no provenance.json" for r in sorted(only - {f.parent.relative_to(args.reports).as_posix() for f in files})]
+            files = [f for f in files if f.parent.relative_to(args.reports).as_posix() in only]
         py = None
         if args.python:
             r = subprocess.run([args.python, "-c", "import platform; print(platform.python_version())"], capture_output=True, text=True, check=True)
