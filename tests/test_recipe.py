@@ -165,7 +165,7 @@ def test_recipe_builds_registers_and_runs_a_toy_study(tmp_path):
     _sh(BIN/"nbdev_export", cwd=t, env=env)
     _sh(BIN/"nbdev_clean", cwd=t, env=env)
     module = (t/"silverspoon"/"studies"/"toy.py").read_text()
-    assert "STUDY = Study(" in module and "toy" not in (t/"silverspoon"/"studies"/"__init__.py").read_text()   # no registry line
+    assert "STUDY = Study(" in module and "studies.toy" not in (t/"silverspoon"/"studies"/"__init__.py").read_text()   # no registry line
     assert (t/"nbs"/"08_studies.ipynb").read_bytes() == studies_nb                   # the studies notebook untouched
     reg = _sh(sys.executable, "-c", "from silverspoon.studies import STUDY_REGISTRY as R; print(R['toy'], list(R)[-1])", cwd=t, env=env)
     assert reg.stdout.split() == ["silverspoon.studies.toy:STUDY", "toy"]          # discovered, after the studies numbered below 40
