@@ -18,7 +18,7 @@ from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, w
                                too_few_units, within_unit_swap_test, bootstrap_note, verdict_tier)
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
-from . import Study
+from . import Study, Headline
 from ..provenance import model_label
 from ..parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed
 
@@ -28,17 +28,17 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
            'SWAP_TEST', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
            'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
-           'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'STUDY', 'missing_groups',
-           'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
-           'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
-           'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
-           'letter_tokens', 'trait_matcher', 'gender_swap_test', 'lexicon_odds_ratios', 'table2_agreement',
-           'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive',
-           'gate_letters', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
-           'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
-           'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
-           'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table',
-           'headlines_from_items']
+           'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'CARD_HEADLINES',
+           'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
+           'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons',
+           'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender',
+           'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'gender_swap_test',
+           'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests',
+           'letter_status', 'is_repetitive', 'gate_letters', 'success_table', 'salient_words', 'table3',
+           'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability',
+           'agreement_with_authors', 'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement',
+           'clg_source_store', 'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows',
+           'letter_item_table', 'headlines_from_items', 'paper_values']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -1007,6 +1007,21 @@ def headlines_from_items(items:pd.DataFrame # `letter_item_table` (or the run's 
     else: out["OR Agentic"] = log_odds_ratio(a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"], haldane="always")["odds_ratio"]
     return out
 
+# %% ../../nbs/20_letters.ipynb #e5c43923
+CARD_HEADLINES = (
+    Headline("letters", "p_agentic m-f", "mean P(agentic) per letter, men minus women",
+             instrument=("agency classifier (appendix F.2, trained here), no threshold",), positive="more agentic for men"),
+    Headline("letters", "OR Agentic", "odds ratio of agentic lexicon words, men vs women", no_bias=1.0, ratio=True,
+             positive="more agentic words for men"))
+PAPER_SCALE = {"sample": {"n": 1912}}   # CBG as published: the 1,912 released ChatGPT letters (CLG: 120, task.context clg)
+PAPER_NOTE = "paper n: CBG as published (1,912 letters = 956 twin pairs); CLG, 120 letters, needs task.context clg"
+
+def paper_values()->dict:
+    "metric -> (the paper's value or None, citation or why none): Table 2's agentic odds ratio; no printed P(agentic) difference."
+    return {"OR Agentic": (PAPER_TABLE2["Agentic"], "Wan et al. Table 2 (CLG, ChatGPT): odds ratio of agentic words, men vs women"),
+            "p_agentic m-f": (None, "Wan et al. test agency with t-tests (Table 4) and print no difference in P(agentic); the table's values are "
+                                    "absent from the text held here")}
+
 # %% ../../nbs/20_letters.ipynb #059ed6d6
 def _describe(params:RunParams, opts:LettersTask)->str:
     what = "context-less letters (CLG, appendix C.1/C.2)" if opts.context == "clg" else "context-based letters (CBG, appendix C.3: a biography in the prompt)"
@@ -1015,6 +1030,6 @@ def _describe(params:RunParams, opts:LettersTask)->str:
 
 STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-written letters (Wan et al.)", notebook="20_letters.ipynb",
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,
-              headline="positive_vader m-f", describe=_describe,
+              describe=_describe, headlines=CARD_HEADLINES, units=("letter pair", 2), paper_values=paper_values, paper_scale=PAPER_SCALE, paper_note=PAPER_NOTE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (letters are long: no cut_at_max); a verdict needs at least half of the letters written (B.2 then picks the measured ones) and at most 1 in 5 no letter at all
