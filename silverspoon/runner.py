@@ -40,7 +40,8 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     from silverspoon.card import replan
     replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
     declared = get_study(study) if study in STUDY_REGISTRY else None
-    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={})
+    module = STUDY_REGISTRY[study].split(":")[0] if declared else None   # the study's module: with the notebook, the code the run executed
+    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={}, module=module)
     out = []
     for k in sorted(set(rec["files"]) | set(now["files"])):
         a, b = rec["files"].get(k, "absent"), now["files"].get(k, "absent")

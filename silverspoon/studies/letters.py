@@ -505,6 +505,7 @@ def table2_agreement(lor:pd.DataFrame # `lexicon_odds_ratios` output (one mode) 
     return pd.DataFrame(rows)
 
 # %% ../../nbs/20_letters.ipynb #5b14bd5d
+from dataclasses import field   # a task field's range is in its metadata (`core.field_bounds`)
 LETTERS_FILES = tuple(sorted(n for n in REGISTRY if n.startswith(f"{RL}/")))   # every file of the study, for provenance
 
 @dataclass
@@ -512,21 +513,21 @@ class LettersTask:
     "The `task` section of a letters run."
     context: typing.Literal["clg", "cbg"] = "cbg"   # clg: context-less prompts (appendix C.1/C.2); cbg: a biography in the prompt (C.3)
     groups: list[str]|None = None       # cbg: biography groups (e.g. [f_chefs, m_chefs]); None = all (replay: the 13 with released letters)
-    template: int = 0                   # cbg: which of the authors' templates (0 = with the biography, the paper's)
-    min_string_run: int = 40            # B.2 "long continuous strings": this many characters without white space fail a letter
+    template: int = field(default=0, metadata={"bounds": (0, 1_000)})   # cbg: which of the authors' templates (0 = with the biography, the paper's)
+    min_string_run: int = field(default=40, metadata={"bounds": (1, 10_000_000)})   # B.2 "long continuous strings": this many characters without white space fail a letter
     success_filter: bool = True         # measure only letters that pass B.2 (the paper filters CBG letters; it measured all 120 CLG letters)
     sentence_split: typing.Literal["spacy", "period"] = "spacy"  # sentences scored by the style instruments (period = the authors' split)
-    top_k: int = 10                     # Table 3: salient words shown per gender and part of speech
-    min_count: int = 5                  # Table 3: a word enters the odds-ratio ranking when used at least this often (both genders)
-    weat_n_perm: int = 10000            # WEAT permutation p-values: re-partitions (exact when there are fewer)
+    top_k: int = field(default=10, metadata={"bounds": (1, 10_000)})   # Table 3: salient words shown per gender and part of speech
+    min_count: int = field(default=5, metadata={"bounds": (1, 10_000_000)})   # Table 3: a word enters the odds-ratio ranking when used at least this often (both genders)
+    weat_n_perm: int = field(default=10000, metadata={"bounds": (1, 1_000_000)})   # WEAT permutation p-values: re-partitions (exact when there are fewer)
     formality_model: str|None = None    # HF formality classifier: "auto" = the paper's s-nlp/roberta-base-formality-ranker where the hub answers for its pinned commit; a model; None = not run
     sentiment_model: str|None = None    # HF sentiment classifier: "auto" = the paper's distilbert-base-uncased-finetuned-sst-2-english likewise; a model; None = not run
     model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; None = each paper model's pinned commit (`PAPER_REVISIONS`)
     agency: bool = True                 # train (or reuse) the agency classifier of appendix F.2 and score agentic sentences
     agency_base_model: str|None = None  # its base encoder; None = all-MiniLM-L6-v2 from the pip package (bert-base-uncased needs the hub)
-    agency_lr: float = 2e-5             # the paper's fine-tuning settings (appendix F.2)
-    agency_epochs: int = 10
-    agency_batch_size: int = 16
+    agency_lr: float = field(default=2e-5, metadata={"bounds": (0, 1, True)})   # the paper's fine-tuning settings (appendix F.2)
+    agency_epochs: int = field(default=10, metadata={"bounds": (1, 1_000)})
+    agency_batch_size: int = field(default=16, metadata={"bounds": (1, 4096)})
     nli_model: str|None = None          # hallucination NLI: "auto" = the paper's ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli likewise; a model; None = not run
     n_boot: int = 2000                  # bootstrap replicates for CIs clustered by pair
     boot_seed: int = 0

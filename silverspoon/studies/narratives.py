@@ -618,22 +618,24 @@ def word_clouds(counts:dict,        # (gender, race, city_class) -> Counter of w
     return fig
 
 # %% ../../nbs/12_narratives.ipynb #f924c4d3
+from dataclasses import field   # a task field's range is in its metadata (`core.field_bounds`)
+
 @dataclass
 class NarrativesTask:
     prompt: str = NARRATIVE_PROMPT      # the story prompt; must contain {name} and {city}
     prompt_variant: str = "paper"       # a `PROMPT_VARIANTS` name: "paper" asks with `prompt`; another variant asks with its own prompt
-    max_words: int = MAX_WORDS          # the prompt's word limit: stories over it are counted (and kept)
+    max_words: int = field(default=MAX_WORDS, metadata={"bounds": (1, 100_000)})   # the prompt's word limit: stories over it are counted (and kept)
     sentiment_model: str|None = None    # "auto": the paper's 5-class classifier where the hub answers for its pinned commit, else VADER; a hub id or local copy; None = VADER
     model_revision: str|None = None     # hub revision (commit) of sentiment_model; None = the paper model's pinned commit (`PAPER_REVISIONS`)
-    vader_positive: float = 0.05        # VADER: compound >= this is positive (Hutto & Gilbert)
-    vader_negative: float = -0.05       # VADER: compound <= this is negative
-    top_k: int = 20                     # most frequent words per cell (appendix I: 20)
-    min_count: int = 5                  # distinctive words: used at least this often (cell + rest)
-    n_topics: int = 8                   # LDA topics (the paper does not say how many)
-    n_topic_words: int = 10             # top words shown per topic
-    min_df: int = 2                     # LDA vocabulary: a word must be in at least this many stories
-    topic_seed: int = 0                 # LDA and word-cloud seed
-    cloud_words: int = 60               # words per word cloud
+    vader_positive: float = field(default=0.05, metadata={"bounds": (-1, 1)})   # VADER: compound >= this is positive (Hutto & Gilbert)
+    vader_negative: float = field(default=-0.05, metadata={"bounds": (-1, 1)})   # VADER: compound <= this is negative
+    top_k: int = field(default=20, metadata={"bounds": (1, 10_000)})   # most frequent words per cell (appendix I: 20)
+    min_count: int = field(default=5, metadata={"bounds": (1, 10_000_000)})   # distinctive words: used at least this often (cell + rest)
+    n_topics: int = field(default=8, metadata={"bounds": (2, 1_000)})   # LDA topics (the paper does not say how many)
+    n_topic_words: int = field(default=10, metadata={"bounds": (1, 10_000)})   # top words shown per topic
+    min_df: int = field(default=2, metadata={"bounds": (1, 10_000_000)})   # LDA vocabulary: a word must be in at least this many stories
+    topic_seed: int = field(default=0, metadata={"bounds": (0, 2**32 - 1)})   # LDA and word-cloud seed
+    cloud_words: int = field(default=60, metadata={"bounds": (1, 10_000)})   # words per word cloud
     n_boot: int = 2000                  # bootstrap replicates (clustered by name) of every CI
     boot_seed: int = 0
     max_examples: int = 12              # stories shown in the hand-checkable samples

@@ -830,10 +830,10 @@ def wage_table(answers:pd.DataFrame, # one row per item with wage (NaN when the 
 class ProfessionsTask:
     prompt: str = PROFESSION_PROMPT     # the profession prompt; must contain {name} and {city}
     prompt_variant: str = "paper"       # a `PROMPT_VARIANTS` name: "paper" asks with `prompt`; another variant asks with its own prompt
-    min_similarity: float = 0.6         # embedding route: least cosine similarity to accept the nearest BLS title
+    min_similarity: float = field(default=0.6, metadata={"bounds": (0, 1, True)})   # embedding route: least cosine similarity to accept the nearest BLS title
     judge: ModelParams|None = None      # optional LLM judge for answers no other route decides (the paper used Claude); None = no judge
     judge_generation: GenerationParams = field(default_factory=lambda: GenerationParams(max_new_tokens=48))
-    top_k: int = 5                      # most frequent professions shown per cell
+    top_k: int = field(default=5, metadata={"bounds": (1, 10_000)})   # most frequent professions shown per cell
     n_boot: int = 2000                  # bootstrap replicates (clustered by name) of every CI
     boot_seed: int = 0
     max_examples: int = 40              # answers shown in the hand-checkable samples

@@ -585,11 +585,11 @@ class DownstreamTask:
     finetune_dir: str|None = None               # the fine-tuning run's folder (train log, manifest); None = the adapter's parent
     benchmarks: list = field(default_factory=lambda: list(BENCHMARKS))   # which of bbq, crows_pairs, stereoset to run
     bbq_categories: list = field(default_factory=lambda: list(BBQ_CATEGORIES))   # BBQ categories asked (absent files are named in the report)
-    bbq_n: int|None = 240                       # BBQ items, even over category x context condition; null = all present
-    crows_n: int|None = 160                     # CrowS-Pairs pairs, even over bias types; null = all 1508
-    stereoset_n: int|None = 120                 # StereoSet examples, even over task x domain (when the file is present); null = all
+    bbq_n: int|None = field(default=240, metadata={"bounds": (1, 100_000_000)})   # BBQ items, even over category x context condition; null = all present
+    crows_n: int|None = field(default=160, metadata={"bounds": (1, 100_000_000)})   # CrowS-Pairs pairs, even over bias types; null = all 1508
+    stereoset_n: int|None = field(default=120, metadata={"bounds": (1, 100_000_000)})   # StereoSet examples, even over task x domain (when the file is present); null = all
     likelihood: bool = True                     # also score by likelihood (hf backend only)
-    likelihood_batch_size: int = 16             # sequences per forward pass of the likelihood scoring
+    likelihood_batch_size: int = field(default=16, metadata={"bounds": (1, 4096)})   # sequences per forward pass of the likelihood scoring
     likelihood_prefix: str = "harness"          # harness: BOS only before an empty context (lm-evaluation-harness); bos: before every sequence
     n_boot: int = 2000                          # bootstrap replicates of every CI (paired: the same draws for both arms)
     boot_seed: int = 0

@@ -416,10 +416,10 @@ from ..core import ParamsError, RunParams, task_params
 @dataclass
 class ScaleTask:
     "The `task` section of a stop_scale run."
-    seeds: list[int] = field(default_factory=lambda: [310, 330, 340])   # indices into STOP-full.json (0-449) used as seeds
+    seeds: list[int] = field(default_factory=lambda: [310, 330, 340], metadata={"bounds": (0, 449)})   # indices into STOP-full.json (0-449) used as seeds
     targets: list[str] = field(default_factory=lambda: ["jainism", "shinto"])  # target sub-demographics: every seed x every target
     run_stop: bool = True              # run the valid variants (and their seeds) through the STOP study
-    stop_max_new_tokens: int = 12      # reply length in the STOP conversations (greedy)
+    stop_max_new_tokens: int = field(default=12, metadata={"bounds": (1, 1_000_000)})   # reply length in the STOP conversations (greedy)
     n_boot: int = 2000                 # cluster-bootstrap replicates for the STOP metrics of the scaled progressions
     boot_seed: int = 0
     max_examples: int = 6              # valid / invalid variants shown in full
