@@ -474,7 +474,7 @@ def without_examples(nb # a study notebook (nbformat node); a copy is returned
     keep = lambda c: (c.cell_type != "code" or re.search(r"^#\|\s*export", c.source, re.M) is not None
                       or "parameters" in c.metadata.get("tags", []))
     out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(EXAMPLES_NOTE)]
+    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(EXAMPLES_NOTE, id="examples-note")]   # a fixed id: a rerun gives the same notebook
     return out
 
 # %% ../nbs/07a_runner.ipynb #107bac69
