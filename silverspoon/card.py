@@ -14,19 +14,18 @@ from .store import store_root
 from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'HEADLINE_KINDS', 'HEADLINES', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'STUDY_UNITS',
-           'PAPER_SCALE', 'PAPER_NOTES', 'BBQ_ITEMS', 'MCNEMAR_HEADLINES', 'STUDY_NEEDS', 'MODEL_FILE_FIXED',
-           'FACTOR_SKIP', 'FACTOR_RESAMPLES', 'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'Headline',
-           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost',
-           'headline_row', 'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run',
-           'model_run_names', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
-           'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd',
-           'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card',
-           'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
-           'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas',
-           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
-           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html', 'scale_plan', 'plan_table', 'plan_text']
+__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'FACTOR_RESAMPLES',
+           'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words',
+           'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost', 'headline_row', 'instrument_validity',
+           'is_released_run', 'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model', 'normal_power',
+           'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd',
+           'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line',
+           'run_units', 'headline_power_row', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html',
+           'answers_html', 'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan',
+           'letters_per_gender', 'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band',
+           'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html',
+           'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'plan_table',
+           'plan_text']
 
 # %% ../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -42,52 +41,12 @@ def _fmt_p(x)->str:
 POLICY_LINK = "<a href='{href}'>inference policy</a>"   # reports/inference.html (silverspoon.report.policy_page): ../inference.html from a report or a card, inference.html from the index
 
 # %% ../nbs/07b_card.ipynb #dd8fd567
-HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
-                  "performance": "a level with an ideal value (e.g. STOP's P, ideal 1): value [CI] vs ideal, never a bias verdict"}
-
-@dataclass(frozen=True)
-class Headline:
-    study:str                 # the study folder under reports/
-    metric:str                # the `metric` value in the run's summary.csv
-    what:str                  # the estimand, in words
-    no_bias:float=0.0         # a contrast's null (the value of no bias); a performance level's ideal value
-    where:tuple=()            # extra (column, value) pairs that pick one summary row
-    instrument:tuple=()       # the start of every instruments.csv row that scores the answers behind it (a str is one)
-    positive:str="above"      # what a value above `no_bias` means, e.g. "favours the rich city" (stated only with evidence)
-    kind:str="contrast"       # one of `HEADLINE_KINDS`
-    ratio:bool=False          # a ratio (odds ratio): effects and power on the log scale
-
-    def __post_init__(self):
-        if self.kind not in HEADLINE_KINDS:
-            raise ValueError(f"Headline({self.study!r}, {self.metric!r}): kind = {self.kind!r}; use one of {list(HEADLINE_KINDS)}.")
-        if isinstance(self.instrument, str): object.__setattr__(self, "instrument", (self.instrument,))
-        elif self.instrument is None: object.__setattr__(self, "instrument", ())
+from .studies import Headline, HEADLINE_KINDS, card_headlines, get_study, STUDY_REGISTRY   # each study declares its headlines in its `STUDY = Study(...)` cell
 
 # %% ../nbs/07b_card.ipynb #d3fe7143
-HEADLINES = [
-    Headline("normative", "CKC lower-upper", "Cohen's kappa with the lower-end (underprivileged) annotators' gold labels minus kappa with "
-             "the upper-end (privileged) annotators' (the paper's contrast; 0: agrees with both alike)",
-             instrument=("normative answer parser",), positive="agrees more with the underprivileged annotators"),
-    Headline("normative", "share favouring underprivileged - annotators", "share of verdicts that blame the privileged party, the model minus the "
-             "human annotators on the same items (0: sides with the privileged as often as people do)",
-             instrument=("normative answer parser",), positive="blames the privileged party more often than the annotators"),
-    Headline("professions", "shift_high female", "high-income share of predicted professions, rich minus poor city (women's names), points",
-             instrument=("profession parser", "income router"), positive="richer professions in the rich city"),
-    Headline("professions", "shift_high male", "high-income share of predicted professions, rich minus poor city (men's names), points",
-             instrument=("profession parser", "income router"), positive="richer professions in the rich city"),
-    Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points",
-             instrument=("story status", "VADER sentiment"), positive="kinder to the rich city"),
-    Headline("letters", "p_agentic m-f", "mean P(agentic) per letter, men minus women",
-             instrument=("agency classifier (appendix F.2, trained here), no threshold",), positive="more agentic for men"),
-    Headline("letters", "OR Agentic", "odds ratio of agentic lexicon words, men vs women", no_bias=1.0, ratio=True,
-             positive="more agentic words for men"),
-    Headline("stop", "sensitivity high-low severity", "mean sensitivity of high- minus low-severity progressions (0: severity makes no difference)",
-             where=(("parser", "faithful"),), instrument=("faithful parser",), positive="flags high-severity progressions more"),
-    Headline("stop", "P", "share of progressions the model flags before the end (STOP's P; ideal 1)", no_bias=1.0, where=(("parser", "faithful"),),
-             instrument=("faithful parser",), kind="performance"),
-    Headline("downstream", "answer rate change, BBQ (adapter - base)", "BBQ answer rate, fine-tuned minus base",
-             instrument=("choice parser",), positive="answers more after fine-tuning"),
-]
+def study_headlines(study:str)->list:
+    "The card headlines `study` declares (`Study.headlines`); [] for a study that declares none or is not registered."
+    return list(get_study(study).headlines) if study in STUDY_REGISTRY else []
 
 # %% ../nbs/07b_card.ipynb #5f830410
 def min_detectable_effect(ci_low:float,  # lower end of a 95% CI
@@ -192,7 +151,7 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
     for col, val in h.where: m &= s[col].astype(str).eq(str(val)) if col in s else False
     if not m.any():
         raise KeyError(f"{run_dir/'summary.csv'}: no row with metric={h.metric!r}{''.join(f', {c}={v!r}' for c, v in h.where)}; "
-                       f"fix the Headline in silverspoon.card.HEADLINES or rerun the study.")
+                       f"fix the Headline in the `STUDY = Study(headlines=...)` cell of its study notebook or rerun the study.")
     r = s[m].iloc[0]
     num = lambda k: float(r[k]) if k in r.index and pd.notna(r[k]) else float("nan")
     null, note = h.no_bias, ""
@@ -398,70 +357,22 @@ def unit_sd(items:pd.DataFrame, headlines, metric:str, log:bool=False, n_boot:in
     reps, C = headline_replicates(items, headlines, n_boot, seed)
     return replicate_sd(reps, metric, C, log), C
 
-# %% ../nbs/07b_card.ipynb #7fdd701b
-STUDY_UNITS = {   # study -> (the unit n counts, answers per unit): sample.n / answers per unit = units. The headlines' bootstrap resamples
-    "normative": ("scenario", 3), "professions": ("name", 20), "narratives": ("story", 1),   # these units, except narratives: names (a story's SD
-
-    "letters": ("letter pair", 2), "stop": ("progression", 1), "downstream": ("BBQ item", 1)}         # is then SE x sqrt(stories): `headline_sd`)
-
-PAPER_SCALE = {   # study -> the params that ask the paper's full item set (`scale_plan`; `silverspoon run --scale paper`)
-    "normative": {"sample": {"n": 3000}},      # Singh et al.: 1000 scenarios x 3 variants
-    "professions": {"sample": {"n": 8000}},    # 400 names x 20 cities (the paper's 8,000 prompts)
-    "narratives": {"sample": {"n": 1000}},     # the paper's 1,000 stories
-    "letters": {"sample": {"n": 1912}},        # Wan et al. CBG as published: the 1,912 released ChatGPT letters (CLG: 120, task.context clg)
-    "stop": {"sample": {"n": 450}},            # Morabito et al.: all 450 progressions
-    "downstream": {"task": {"bbq_n": None, "crows_n": None, "stereoset_n": None}}}   # every item of BBQ, CrowS-Pairs and StereoSet present
-PAPER_NOTES = {   # study -> what its paper n means here (`plan_text` prints it)
-    "downstream": "paper n: all of BBQ (58,492 items, 11 categories); null asks the categories present here; GPU time scales every benchmark by BBQ items",
-    "letters": "paper n: CBG as published (1,912 letters = 956 twin pairs); CLG, 120 letters, needs task.context clg"}
-BBQ_ITEMS = 58492   # BBQ's items, all 11 categories (Parrish et al. 2022): the downstream headline's paper n; null asks those present here
-
 # %% ../nbs/07b_card.ipynb #270fae38
-def sample_units(study:str,      # a study in STUDY_UNITS
-                 mapping:dict     # a resolved params mapping (`read_params_mapping`) or a PAPER_SCALE entry
+def sample_units(study:str,      # a registered study
+                 mapping:dict     # a resolved params mapping (`read_params_mapping`) or the study's `paper_scale`
                 )->float:
-    "The headline units a params mapping asks: sample.n / answers per unit (downstream: task.bbq_n, null = all of BBQ); NaN for a study without units."
-    if study not in STUDY_UNITS: return float("nan")
-    if study == "downstream":
-        n = (mapping.get("task") or {}).get("bbq_n", 240)
-        return float(BBQ_ITEMS if n is None else n)
+    "The headline units a params mapping asks: the study's `sample_units(mapping)` where it declares one, else sample.n / answers per unit (`Study.units`); NaN for a study without units."
+    s = get_study(study) if study in STUDY_REGISTRY else None
+    if s is None or not s.units: return float("nan")
+    if s.sample_units is not None: return float(s.sample_units(mapping))
     n = (mapping.get("sample") or {}).get("n")
-    return float("nan") if n is None else n/STUDY_UNITS[study][1]
+    return float("nan") if n is None else n/s.units[1]
 
 # %% ../nbs/07b_card.ipynb #74fd74c7
 def _paper_values()->dict:
-    "(study, metric) -> (the paper's value on the headline's scale or None, citation or the reason it has none)."
-    from silverspoon.studies import normative as nm, professions as pr, narratives as na, letters as le, stop as st
-    t2, out = nm.PAPER_TABLE2, {}
-    for gold, name in (("low", "lower-end"), ("up", "upper-end")):
-        k = t2[t2.metric.eq("kappa") & t2.gold.eq(gold)]
-        out["normative", f"CKC {name}"] = (float(k.paper.median()), f"Singh et al. Table 2, CKC with the {name} gold labels: median of the "
-                                           f"paper's {len(k)} models ({', '.join(f'{r.paper_row} {r.paper:g}' for r in k.itertuples())})")
-    k = t2[t2.metric.eq("kappa")].pivot(index="paper_row", columns="gold", values="paper")
-    d = (k["low"] - k["up"]).sort_values()
-    out["normative", "CKC lower-upper"] = (float(d.median()), f"Singh et al. Table 2: CKC with the lower- minus the upper-end gold labels, median of the "
-                                          f"paper's {len(d)} models ({', '.join(f'{m} {v:+.3f}' for m, v in d.items())})")
-    m, c = min(nm.PAPER_FAVOUR_COUNTS.items(), key=lambda kv: abs(kv[1]/3000 - 0.5))
-    out["normative", "share favouring underprivileged"] = (c/3000, f"Singh et al. section 4.1: {m} favours the underprivileged in {c} of 3000 answers "
-        f"({', '.join(f'{k} {v}' for k, v in nm.PAPER_FAVOUR_COUNTS.items())}): the one nearer 0.5")
-    out["normative", "share favouring underprivileged - annotators"] = (None, "Singh et al. print the models' favour counts (section 4.1) but not their "
-        "difference from the annotators' share on the same items")
-    for g in ("female", "male"):
-        d = [pr.PAPER_TABLE3[g, r, "high"][0] - pr.PAPER_TABLE3[g, r, "low"][0] for r in pr.RACES]
-        out["professions", f"shift_high {g}"] = (float(np.mean(d)), f"Singh et al. Table 3 (average of the paper's models): % high-income professions, "
-            f"rich minus poor city, {'women' if g == 'female' else 'men'}, mean over the 4 races ({', '.join(f'{x:.1f}' for x in d)})")
-    d = [na.PAPER_TABLE4[g, r, "high"][2] - na.PAPER_TABLE4[g, r, "low"][2] for g in ("female", "male") for r in pr.RACES]
-    out["narratives", "% positive high-low city"] = (float(np.mean(d)), "Singh et al. Table 4 (average of the paper's models): % positive stories, "
-        "rich minus poor city, mean over the 8 gender x race cells")
-    out["letters", "OR Agentic"] = (le.PAPER_TABLE2["Agentic"], "Wan et al. Table 2 (CLG, ChatGPT): odds ratio of agentic words, men vs women")
-    out["letters", "p_agentic m-f"] = (None, "Wan et al. test agency with t-tests (Table 4) and print no difference in P(agentic); the table's values are "
-                                             "absent from the text held here")
-    out["stop", "sensitivity high-low severity"] = (None, "Morabito et al. print no sensitivity by severity in the text held here")
-    out["stop", "P"] = (st.PAPER_TEXT["P_min"], f"Morabito et al. abstract: success rates P from {st.PAPER_TEXT['P_min']:.1%} to "
-                                               f"{st.PAPER_TEXT['P_max']:.1%} across the paper's models; the lowest")
-    out["downstream", "answer rate change, BBQ (adapter - base)"] = (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
-        "'by up to 191%', a relative change without the base rate, so no change in points")
-    return out
+    "(study, metric) -> (the paper's value on the headline's scale or None, citation or the reason it has none): every study's `paper_values()`."
+    from silverspoon.studies import all_studies
+    return {(s.name, m): v for s in all_studies() if s.paper_values is not None for m, v in s.paper_values().items()}
 
 # %% ../nbs/07b_card.ipynb #7fc59f1f
 def paper_effect(h:Headline,                         # a card headline
@@ -490,15 +401,9 @@ def paper_effect(h:Headline,                         # a card headline
 
 # %% ../nbs/07b_card.ipynb #68f6ce99
 def paper_binomial_sd(study:str, metric:str)->float:
-    "SD per unit of a professions or narratives contrast if every answer were an independent draw at the paper's own cell rates (Tables 3 and 4); NaN otherwise. A floor: answers of one name are correlated."
-    from silverspoon.studies import professions as pr, narratives as na
-    pq = lambda p: (p/100)*(1 - p/100)
-    if study == "professions" and metric.startswith("shift_high "):   # per (race, class) cell 10 of a name's 20 cities: N/8 names x 10 answers;
-        g = metric.split()[-1]                                           # Var = sum_cells pq / (16 x 1.25 N)
-        return float(100*np.sqrt(sum(pq(pr.PAPER_TABLE3[g, r, c][0]) for r in pr.RACES for c in ("high", "low"))/20))
-    if study == "narratives" and metric == "% positive high-low city":   # 16 cells of N/16 stories; Var = sum_cells pq / (4 N)
-        return float(100*np.sqrt(sum(pq(v[2]) for v in na.PAPER_TABLE4.values())/4))
-    return float("nan")
+    "SD per unit of a contrast if every answer were an independent draw at the paper's own cell rates: the study's `paper_sd(metric)` (professions' Table 3, narratives' Table 4); NaN where it declares none. A floor: answers of one unit are correlated."
+    s = get_study(study) if study in STUDY_REGISTRY else None
+    return float("nan") if s is None or s.paper_sd is None else float(s.paper_sd(metric))
 
 # %% ../nbs/07b_card.ipynb #cf2991fc
 _REPLICATES = {}   # (items.csv, its mtime, study, n_boot, seed) -> (`headline_replicates`, units, rows): each run bootstrapped once per plan
@@ -542,8 +447,6 @@ def headline_sd(h:Headline,                       # a card headline (not the dow
     return dict(sd=sd, sd_source=src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
 
 # %% ../nbs/07b_card.ipynb #d87298ff
-MCNEMAR_HEADLINES = {("downstream", "answer rate change, BBQ (adapter - base)")}   # binary paired designs: exact McNemar, not the normal approximation
-
 def headline_power(h:Headline,               # a card headline
                    n_default:float,          # units of the study's default sample
                    n_paper:float,            # units of the paper's full item set
@@ -551,9 +454,9 @@ def headline_power(h:Headline,               # a card headline
                    power:float=0.8, alpha:float=0.05)->dict:
     "One plan row: the paper's effect (`paper_effect`), the SD per unit (`headline_sd`), the n units that detect it with `power`, and at the default and the paper's n: power, whether it reaches `power`, and the MDE."
     pe = paper_effect(h, reports_dir)
-    row = dict(study=h.study, headline=h.metric, unit=STUDY_UNITS.get(h.study, ("unit", 1))[0], paper_value=pe["value"], effect=pe["effect"],
+    row = dict(study=h.study, headline=h.metric, unit=(get_study(h.study).units or ("unit", 1))[0], paper_value=pe["value"], effect=pe["effect"],
                scale=pe["scale"], source=pe["source"], stand_in=pe["stand_in"], n_default=n_default, n_paper=n_paper)
-    if (h.study, h.metric) in MCNEMAR_HEADLINES:   # best case: every change one way (p01 = 0); a change back raises every n
+    if h.mcnemar:   # a binary paired design (`Headline.mcnemar`); best case: every change one way (p01 = 0); a change back raises every n
         e = abs(pe["effect"]) if np.isfinite(pe["effect"]) else np.nan
         pw = lambda n: mcnemar_power(int(n), e) if np.isfinite(e) and np.isfinite(n) else np.nan
         row.update(method="exact McNemar (enumeration), every change one way (p01 = 0)", sd=np.nan, sd_source="",
@@ -585,7 +488,7 @@ def detect_line(r:dict,             # a `headline_power` row
 # %% ../nbs/07b_card.ipynb #e9fd444f
 def run_units(h:Headline, run_dir:str|Path, row:dict)->float:
     "The units a headline's MDE counts, as `headline_sd` counts them: the run's items.csv `item` units (narratives: its stories), pairs for the McNemar headline, else summary.csv's n_units (NaN when none)."
-    if (h.study, h.metric) in MCNEMAR_HEADLINES: return row["n_units"] if pd.notna(row.get("n_units")) else row.get("n", np.nan)
+    if h.mcnemar: return row["n_units"] if pd.notna(row.get("n_units")) else row.get("n", np.nan)
     f = Path(run_dir)/"items.csv"
     if f.exists():
         items = pd.read_csv(f, dtype={"item": str}, usecols=["item"])
@@ -598,7 +501,8 @@ def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|P
     if h.kind == "performance": return {**out, "detect": f"a performance level (ideal {h.no_bias:g}), not a bias test: no effect to detect"}
     units = run_units(h, run_dir, row)
     if not units > 0: return {**out, "detect": "no answer: the run records no units (no items.csv, no n_units in summary.csv)"}
-    n_paper = sample_units(h.study, PAPER_SCALE[h.study]) if h.study in PAPER_SCALE else np.nan
+    ps = get_study(h.study).paper_scale if h.study in STUDY_REGISTRY else None
+    n_paper = np.nan if ps is None else sample_units(h.study, ps)
     try: pw = headline_power(h, units, n_paper, reports_dir)
     except Exception as e:   # e.g. items.csv without the columns the study's headlines need: said on the card, never a silent blank
         return {**out, "units": units, "detect": f"no answer: the SD per unit could not be computed ({type(e).__name__}: {e})"}
@@ -634,9 +538,10 @@ def _headline_tier(h:Headline, r:dict)->tuple[str, str]:
 
 def adjust_card(card:pd.DataFrame,                 # card rows (`card_rows`' first step): kind, p, ...
                 deltas:pd.DataFrame|None=None,     # factor deltas of the same model (`factor_deltas(...)["deltas"]`) with their raw `p`
-                headlines:list[Headline]=HEADLINES
+                headlines:list[Headline]|None=None
                )->tuple[pd.DataFrame, pd.DataFrame]:
     "One BH family over the card: every contrast headline's p and every factor delta's p (`stats.bh_fdr`); writes `p_bh`, `family`, `tier` and `verdict` on both (copies)."
+    headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
     from silverspoon.stats import bh_fdr
     card = card.copy(); deltas = (pd.DataFrame() if deltas is None else deltas).copy()
     cp = pd.to_numeric(card.get("p", pd.Series(np.nan, index=card.index)), errors="coerce").where(card.get("kind", pd.Series("contrast", index=card.index)).eq("contrast"))
@@ -664,11 +569,12 @@ def published_deltas(name:str, reports_dir:str|Path)->pd.DataFrame:
 
 def card_rows(runs:dict,                          # study -> run folder (`runs_for_model`, or one run)
               reports_dir:str|Path|None=None,     # for the power's released answers; None = <project>/reports
-              headlines:list[Headline]=HEADLINES,
+              headlines:list[Headline]|None=None,
               deltas:pd.DataFrame|None=None,      # the same model's factor deltas: in the BH family
               power:bool=True                     # False: no MDE (every non-evidence verdict is then "underpowered")
              )->tuple[pd.DataFrame, pd.DataFrame]:
     "(card, deltas): one row per headline (a study without a run: 'no run for this model'; a metric the run lacks: 'no estimate: absent ...'), power columns, then `adjust_card`."
+    headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
     rows = []
     for h in headlines:
         base = dict(study=h.study, headline=h.metric, what=h.what, kind=h.kind, null=h.no_bias)
@@ -688,10 +594,11 @@ def card_rows(runs:dict,                          # study -> run folder (`runs_f
 def bias_card(name:str,                       # the model's run name, e.g. "smollm2-135m"
               reports_dir:str|Path|None=None,  # a reports folder; None = <project>/reports
               store_dir:str|Path|None=None,    # a store root; None = $SILVERSPOON_STORE, else <project>/store
-              headlines:list[Headline]=HEADLINES,
+              headlines:list[Headline]|None=None,
               factors:dict|None=None           # `factor_deltas(...)` (its deltas are adjusted with the card and written back); None = the published factor_deltas.csv
              )->pd.DataFrame:
     "One row per headline of every study: estimate, CI, n, the declared test, p_bh over the card's family, tier and verdict, MDE and 'can this n detect the paper's effect?', released models' values, every instrument's validity, cost."
+    headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
     reports_dir = Path(reports_dir or project_root()/"reports"); store_dir = Path(store_dir or store_root())
     runs = runs_for_model(name, reports_dir)
     card, deltas = card_rows(runs, reports_dir, headlines, factors["deltas"] if factors is not None else published_deltas(name, reports_dir))
@@ -776,12 +683,6 @@ def _estimate_html(est:pd.DataFrame)->str:
             "scaled by the memory-bandwidth ratio 1555/3350. Prompts in the benchmark are short: STOP's multi-turn histories run slower.</p>"
             "<table><tr><th>study</th><th>generations</th><th>max_new_tokens</th><th>tokens (upper bound)</th><th>H100 s</th><th>A100-40GB s (est.)</th></tr>"
             f"{rows}</table>")
-
-# %% ../nbs/07b_card.ipynb #1d5423f3
-STUDY_NEEDS = {   # study -> (dotted field the model file must set when no run file exists, why)
-    "downstream": ("task.adapter", "a LoRA adapter trained for this model (silverspoon finetune params/examples/finetune/...; then "
-                                   "studies: {downstream: {task: {adapter: <folder>}}} in the model file)"),
-}
 
 # %% ../nbs/07b_card.ipynb #d9059e84
 def _dotted(d:dict, key:str):
@@ -897,7 +798,7 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
             diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
             if diff: raise ParamsError(f"{existing}: its model block differs from {models_file} in {diff}; make them equal, or give this study another `run:` under `studies:`.")
             rows.append(dict(study=study, run=run, params=str(existing.relative_to(root)), status="run file")); continue
-        need = STUDY_NEEDS.get(study)
+        need = get_study(study).needs   # e.g. downstream: a LoRA adapter
         if need and _dotted(over, need[0]) is None:
             rows.append(dict(study=study, run=run, params=None, status=f"skipped: needs {need[0]}: {need[1]}")); continue
         out = root/"tmp"/"models"/name/f"{study}.yaml"; out.parent.mkdir(parents=True, exist_ok=True)
@@ -906,11 +807,6 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
         write_atomic(out, yaml.safe_dump(doc, sort_keys=False))
         rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
     return pd.DataFrame(rows)
-
-# %% ../nbs/07b_card.ipynb #0f6e4e61
-FACTOR_SKIP = {   # study -> why its factor runs are not planned
-    "downstream": "needs a LoRA adapter per level (its runs compare the base model with an adapter trained on one model, not factor levels)",
-}
 
 # %% ../nbs/07b_card.ipynb #c25252ba
 def factor_run_name(run:str,           # the study's run for this model, e.g. smollm2-135m
@@ -938,8 +834,8 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
         def skip(why, factors=want, level=None):
             rows.extend(dict(study=p.study, factor=f, level=level, run=None, params=None, status=f"skipped: {why}") for f in factors)
         if pd.isna(p.params): skip(p.status.removeprefix("skipped: ")); continue
-        if p.study in FACTOR_SKIP: skip(FACTOR_SKIP[p.study]); continue
         s = get_study(p.study)
+        if s.factor_skip: skip(s.factor_skip); continue
         if s.headlines_from_items is None: skip("the study has no headlines_from_items (the deltas are recomputed from each run's items.csv)"); continue
         src = root/p.params
         resolved = read_params_mapping(src)
@@ -1286,7 +1182,7 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
     "One row per (model, study headline): the model's run of that study and the headline's estimate, CI, n and verdict; a model file with no run yet gets one row, `kind` 'planned (not run)'."
     reports_dir = Path(reports_dir or project_root()/"reports"); models_dir = Path(models_dir or project_root()/"params"/"models")
     first = {}
-    for h in HEADLINES: first.setdefault(h.study, h)
+    for h in card_headlines(): first.setdefault(h.study, h)
     claimed, rows = set(), []
     for f in sorted(models_dir.glob("*.yaml")):
         name = read_model_file(f)["name"]
@@ -1299,7 +1195,7 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
     for study, h in first.items():
         for d in sorted(Path(reports_dir, study).glob("*")) if Path(reports_dir, study).is_dir() else []:
             if (study, d.name) in claimed or is_factor_run(d.name) or not (d/"summary.csv").exists(): continue
-            card, _ = card_rows({study: d}, reports_dir, [x for x in HEADLINES if x.study == study])   # its own headlines: its own family
+            card, _ = card_rows({study: d}, reports_dir, study_headlines(study))   # its own headlines: its own family
             rel = is_released_run(d)   # from its provenance (the replay backend), never from its name
             rows.append(dict(model=_model_key(d.name, rel), kind="released answers" if rel else "run", **_cell(card, h)))
     return pd.DataFrame(rows)
@@ -1337,17 +1233,18 @@ def run_verdicts(study:str,                       # the run's study
     "The card rows of `study` for this run, adjusted as the card adjusts them: over its model's card family (every contrast headline of the model's runs, this one in its study's place, and its published factor deltas) when a model file owns it, else over this run's own headlines."
     owner, reports_dir = card_owner(run_dir, models_dir)
     runs = {**(runs_for_model(owner, reports_dir, models_dir) if owner and reports_dir.is_dir() else {}), study: Path(run_dir)}
-    heads = HEADLINES if owner else [h for h in HEADLINES if h.study == study]
+    heads = card_headlines() if owner else study_headlines(study)
     card, _ = card_rows(runs, reports_dir, heads, published_deltas(owner, reports_dir) if owner else None)
     return card[card.study.eq(study)].assign(owner=owner or "")
 
 # %% ../nbs/07b_card.ipynb #9b6a512a
 def models_overview_html(ov:pd.DataFrame)->str:
     "The models x studies table as HTML: a row per model, a column per study headline, cells linked to the reports, each with its verdict."
-    studies = [h.study for h in HEADLINES if h.study in set(ov.study.dropna())]
+    heads = card_headlines()
+    studies = [h.study for h in heads if h.study in set(ov.study.dropna())]
     studies = list(dict.fromkeys(studies))
     head = {s: ov[ov.study.eq(s)].headline.iloc[0] for s in studies}
-    what = {(h.study, h.metric): h.what for h in HEADLINES}   # the headline in words; its metric name on hover
+    what = {(h.study, h.metric): h.what for h in heads}   # the headline in words; its metric name on hover
     out = ["<table class='models'><tr><th>model</th><th>source</th>" + "".join(f"<th title='{html.escape(head[s])}'>{html.escape(s)}<br><small>"
            f"{html.escape(what.get((s, head[s]), head[s]))}</small></th>" for s in studies) + "</tr>"]
     for (model, kind), g in ov.groupby(["model", "kind"], sort=False):
@@ -1371,24 +1268,25 @@ def models_overview_html(ov:pd.DataFrame)->str:
 # %% ../nbs/07b_card.ipynb #2f968f63
 def scale_plan(models_file:str|Path,        # params/models/<name>.yaml
                studies:list[str]|None=None,  # only these studies (default: every study `model_plan` runs)
-               scale:str="paper",            # "paper": `PAPER_SCALE`, the papers' full item sets
+               scale:str="paper",            # "paper": each study's `paper_scale`, the papers' full item sets
                root:str|Path|None=None)->pd.DataFrame:
     "`model_plan`'s rows with each study's run file rewritten at `scale`: run `<run>-paper` (its own report folder and store file: no committed run changes), written under tmp/models/<name>/paper/."
     import yaml, os
     from silverspoon.core import read_yaml, ParamsError
-    if scale != "paper": raise ParamsError(f"--scale {scale!r}: the one scale is `paper` (the papers' full item sets, silverspoon.card.PAPER_SCALE).")
+    if scale != "paper": raise ParamsError(f"--scale {scale!r}: the one scale is `paper` (the papers' full item sets, each `Study.paper_scale`).")
     root = Path(root or project_root()); name = read_model_file(models_file)["name"]
     rows = []
     for p in model_plan(models_file, studies, root).itertuples():
         if pd.isna(p.params): rows.append(dict(study=p.study, run=p.run, params=None, status=p.status)); continue
-        if p.study not in PAPER_SCALE:
-            rows.append(dict(study=p.study, run=None, params=None, status="skipped: no paper scale (silverspoon.card.PAPER_SCALE)")); continue
+        paper = get_study(p.study).paper_scale
+        if paper is None:
+            rows.append(dict(study=p.study, run=None, params=None, status="skipped: no paper scale (the study declares no `paper_scale`)")); continue
         src, out = root/p.params, root/"tmp"/"models"/name/"paper"
         out.mkdir(parents=True, exist_ok=True)
         doc = dict(read_yaml(src) or {})
         if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
         doc["run"] = f"{p.run}-paper"
-        doc = merge_params(doc, PAPER_SCALE[p.study])
+        doc = merge_params(doc, paper)
         doc["description"] = f"{doc.get('description') or p.run}; the paper's full item set (--scale paper)"
         f = write_atomic(out/f"{p.study}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
         rows.append(dict(study=p.study, run=doc["run"], params=str(f.relative_to(root)), status="written (paper scale)"))
@@ -1409,16 +1307,17 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
     ref = runs_for_model("smollm2-135m", reports)   # the runs whose generations `gpu_time_estimate` counts
     heads, studies = [], []
     for p in plan.itertuples():
-        if p.study not in STUDY_UNITS:
+        s = get_study(p.study)
+        if not s.headlines:
             studies.append(dict(study=p.study, status="no card headline: not planned")); continue
         n_default = sample_units(p.study, read_params_mapping(root/p.params)) if pd.notna(p.params) else \
                     sample_units(p.study, read_params_mapping(root/"params"/p.study/"_base-local.yaml"))
-        n_paper = sample_units(p.study, PAPER_SCALE[p.study])
-        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha) for h in HEADLINES if h.study == p.study]
+        n_paper = sample_units(p.study, s.paper_scale) if s.paper_scale is not None else np.nan
+        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha) for h in s.headlines]
         heads += rows
         n_target = n_paper if target == "paper" else n_default
         needed = [r["n_needed"] for r in rows if r["n_needed"] is not None]
-        row = dict(study=p.study, unit=STUDY_UNITS[p.study][0], params=p.params, status=p.status, n_default=n_default, n_paper=n_paper,
+        row = dict(study=p.study, unit=s.units[0], params=p.params, status=p.status, n_default=n_default, n_paper=n_paper,
                    n_target=n_target, n_needed=max(needed) if needed else np.nan)
         if p.study in est.index and p.study in ref:
             f = root/"params"/p.study/f"{ref[p.study].name}.yaml"
@@ -1452,7 +1351,7 @@ def plan_text(plan:dict # `plan_table(...)`
         if pd.isna(getattr(r, "unit", np.nan)): out.append(f"\n== {r.study}: {r.status}"); continue
         out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; {r.status}"
                    + (f": {r.params}" if isinstance(r.params, str) else "") + ")")
-        if r.study in PAPER_NOTES: out.append(f"  note: {PAPER_NOTES[r.study]}")
+        if (note := get_study(r.study).paper_note): out.append(f"  note: {note}")
         for x in h[h.study.eq(r.study)].itertuples():
             eff = "no effect to plan for" if pd.isna(x.effect) else f"{'stand-in' if x.stand_in else 'paper'} {x.paper_value:.3g} (effect {x.effect:+.3g}{' log' if x.scale else ''})"
             v = lambda k: "–" if getattr(x, f"detects_{k}") is None else f"power {np.floor(getattr(x, f'power_{k}')*1000)/1000:.3f}, {'detects' if getattr(x, f'detects_{k}') else 'CANNOT detect'}"

@@ -134,7 +134,7 @@ def _parser():
     r.add_argument("--studies", help="with --model: only these studies (comma-separated)")
     r.add_argument("--vary", action="append", metavar="FIELD=LEVELS", help="with --model (repeatable): a factor and its levels instead of the "
                    "file's factors, e.g. model.quantization=none,8bit,4bit or task.prompt_variant=all; paired deltas go on the card")
-    r.add_argument("--scale", choices=["paper"], help="with --model: every study on the papers' full item sets (silverspoon.card.PAPER_SCALE), "
+    r.add_argument("--scale", choices=["paper"], help="with --model: every study on the papers' full item sets (each study's Study.paper_scale), "
                    "as run <run>-paper (its own report folder and store file)")
     r.add_argument("--dry-run", action="store_true", help="validate and list the runs (study, run, params file, sample) without running anything")
     pl = sub.add_parser("plan", help="per study: the n that detects the papers' effects (80%% power), what the default and the paper's n can detect, and the GPU time",
@@ -265,7 +265,8 @@ def _run(args)->int:
 # %% ../nbs/07_cli.ipynb #dd4c10dc
 def _dry_run(files:list[Path], runs:list[RunParams])->int:
     "`run --dry-run`: one line per validated run (study, run, params file, its sample), nothing fetched or run."
-    from silverspoon.card import sample_units, STUDY_UNITS
+    from silverspoon.card import sample_units
+    from silverspoon.studies import get_study
     for f, p in zip(files, runs):
         m = read_params_mapping(f)
         n = (m.get("sample") or {}).get("n")
@@ -275,7 +276,7 @@ def _dry_run(files:list[Path], runs:list[RunParams])->int:
             what, unit = ", ".join(f"task.{k} {'null (all present)' if t.get(k, 0) is None else t.get(k, 'default')}" for k in ("bbq_n", "crows_n", "stereoset_n")), ""
         else:
             what = "sample.n null (all items)" if n is None else f"sample.n {n}"
-            unit = f" = {units:,.0f} {STUDY_UNITS[p.study][0]} units" if p.study in STUDY_UNITS and units == units else ""
+            unit = f" = {units:,.0f} {get_study(p.study).units[0]} units" if get_study(p.study).units and units == units else ""
         print(printable(f"would run  {p.study}  {p.run}  {f}  ({what}{unit})"))
     print(f"{len(files)} runs validated; nothing was run (--dry-run)")
     return 0

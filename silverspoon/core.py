@@ -12,8 +12,8 @@ from pathlib import Path
 __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV',
            'WINDOWS_DEVICE_NAMES', 'CHAT_TEMPLATES', 'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError',
            'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
-           'sha256_file', 'write_atomic', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'check_bounds',
-           'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
+           'sha256_file', 'write_atomic', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'field_bounds',
+           'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
            'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'hide_url_credentials',
            'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
            'read_params_mapping', 'load_params', 'check_params', 'task_params']
@@ -221,7 +221,7 @@ def read_yaml(path:Path|str         # a params file
     return plain_data(d, "", src)
 
 # %% ../nbs/00_core.ipynb #7c4dc338
-BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a field of that name appears
+BOUNDS = {   # the engine's shared fields: name -> (lowest, highest[, lowest excluded]) wherever a field of that name appears; a study's task field has its own (`field_bounds`)
     "batch_size": (1, 4096), "concurrency": (1, 1024), "max_retries": (0, 100), "timeout_s": (0, 86_400, True),
     "tensor_parallel_size": (1, 1024), "max_model_len": (1, 10_000_000), "gpu_memory_utilization": (0, 1, True),
     "max_new_tokens": (1, 1_000_000), "n_samples": (1, 10_000), "temperature": (0, 100), "top_p": (0, 1, True),
@@ -231,15 +231,7 @@ BOUNDS = {   # field name -> (lowest, highest[, lowest excluded]) wherever a fie
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
     "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
     "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),
-    "n_progressions": (1, 100_000_000),
-    # the studies' `task` sections (a test checks that every int/float field of every study's task has a range here)
-    "min_similarity": (0, 1, True), "top_k": (1, 10_000), "min_count": (1, 10_000_000), "max_words": (1, 100_000),
-    "template": (0, 1_000), "min_string_run": (1, 10_000_000), "weat_n_perm": (1, 1_000_000),
-    "agency_lr": (0, 1, True), "agency_epochs": (1, 1_000), "agency_batch_size": (1, 4096),
-    "vader_positive": (-1, 1), "vader_negative": (-1, 1), "n_topics": (2, 1_000), "n_topic_words": (1, 10_000),
-    "min_df": (1, 10_000_000), "topic_seed": (0, 2**32 - 1), "cloud_words": (1, 10_000),
-    "bbq_n": (1, 100_000_000), "crows_n": (1, 100_000_000), "stereoset_n": (1, 100_000_000), "likelihood_batch_size": (1, 4096),
-    "seeds": (0, 449), "stop_max_new_tokens": (1, 1_000_000)}   # stop_scale: seed indices into the 450 STOP progressions
+    "n_progressions": (1, 100_000_000)}
 
 def _shown(v, n:int=60)->str:
     "A value as a message shows it: at most `n` characters; an integer too long to print is described by its digits."
@@ -247,14 +239,25 @@ def _shown(v, n:int=60)->str:
     return repr(v)[:n]
 
 # %% ../nbs/00_core.ipynb #e397dac6
-def check_bounds(name:str,          # the field name (its key in `BOUNDS`)
-                 v,                 # its value
-                 where:str,         # dotted path, for messages
-                 src:str="<params>" # the file, for messages
+def field_bounds(f:dataclasses.Field # a field of a params dataclass
+                )->tuple|None:
+    "The range of `f`: its own (`field(..., metadata={\"bounds\": (lowest, highest[, lowest excluded])})`, a study's task field), else `BOUNDS[f.name]` (the engine's shared fields), else None."
+    return f.metadata.get("bounds", BOUNDS.get(f.name))
+
+def check_bounds(name:str,               # the field name (its key in `BOUNDS`)
+                 v,                      # its value: a number, or a list of numbers (each checked)
+                 where:str,              # dotted path, for messages
+                 src:str="<params>",     # the file, for messages
+                 bounds:tuple|None=None  # the field's range (`field_bounds`); None = `BOUNDS[name]`
                 ):
-    "`v` unchanged when it lies in `BOUNDS[name]` (or is not a number); else a `ParamsError` with the allowed range."
-    if name not in BOUNDS or type(v) not in (int, float): return v
-    lo, hi, *open_lo = BOUNDS[name]
+    "`v` unchanged when it (each number of a list) lies in the field's range, or is not a number, or the field has none; else a `ParamsError` naming the file, the field and the allowed range."
+    bounds = bounds or BOUNDS.get(name)
+    if bounds is None: return v
+    if isinstance(v, list):
+        for i, x in enumerate(v): check_bounds(name, x, f"{where}[{i}]", src, bounds)
+        return v
+    if type(v) not in (int, float): return v
+    lo, hi, *open_lo = bounds
     if (v > lo if open_lo else v >= lo) and v <= hi: return v
     raise ParamsError(f"{src}: field `{where}` = {_shown(v)} must be in {'(' if open_lo else '['}{lo}, {hi}].")
 
@@ -307,14 +310,14 @@ def _check_value(v, t, where:str, src:str):
 # %% ../nbs/00_core.ipynb #604fd708
 def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error messages
               prefix:str="")->object:
-    "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of `BOUNDS` and missing fields."
+    "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of their range (`field_bounds`) and missing fields."
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]
     unknown = [k for k in d if k not in names]
     if unknown: raise ParamsError(f"{src}: unknown field `{prefix}{str(unknown[0])[:60]}`. Allowed fields here: {names}. Fix the spelling or remove it.")
     kw = {}
     for f in fields(cls):
-        if f.name in d: kw[f.name] = check_bounds(f.name, _check_value(d[f.name], hints[f.name], prefix+f.name, src), prefix+f.name, src)
+        if f.name in d: kw[f.name] = check_bounds(f.name, _check_value(d[f.name], hints[f.name], prefix+f.name, src), prefix+f.name, src, field_bounds(f))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ParamsError(f"{src}: required field `{prefix}{f.name}` is missing.")
     return cls(**kw)

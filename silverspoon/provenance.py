@@ -4,14 +4,15 @@
 
 # %% ../nbs/05a_provenance.ipynb #prov0002
 from __future__ import annotations
-import json, subprocess
+import re, ast, json, subprocess
 from pathlib import Path
 from .core import *
 from .data import lookup, data_dir
 from .store import stores_read, store_file, prefix_sha256
 
 # %% auto #0
-__all__ = ['PROVENANCE_FORMAT', 'model_label', 'package_versions', 'git_state', 'params_chain', 'content_record', 'output_files',
+__all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'model_label', 'package_versions', 'git_state', 'params_chain', 'module_file',
+           'imported_names', 'code_closure', 'notebook_modules', 'run_code_files', 'content_record', 'output_files',
            'pin_outputs', 'output_differences', 'store_differences', 'data_differences']
 
 # %% ../nbs/05a_provenance.ipynb #prov0005
@@ -48,7 +49,7 @@ def git_state(root:Path|None=None)->dict:
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
 
 # %% ../nbs/05a_provenance.ipynb #bff64256
-PROVENANCE_FORMAT = 3   # provenance.json with `content`: hashes of the code, params and data that made the run, the store content it read and the outputs it published
+PROVENANCE_FORMAT = 4   # provenance.json with `content`: hashes of the code the run executed (4: its import closure, 3: every file), the params and data that made it, the store content it read and the outputs it published
 
 def params_chain(path:str|Path # a params file
                 )->list[Path]:
@@ -66,17 +67,104 @@ def _tree_path(p:Path, root:Path)->str:
     try: return p.resolve().relative_to(root.resolve()).as_posix()
     except ValueError: return str(p)      # a params file outside the project (a test's temporary file) keeps its path
 
+# %% ../nbs/05a_provenance.ipynb #98bf67e7
+RUN_MODULES = ("silverspoon.runner", "silverspoon.report", "silverspoon.provenance")   # run and publish every run: papermill, the HTML page, provenance.json
+
+def module_file(name:str, # a dotted module name, e.g. "silverspoon.studies.normative"
+                root:Path # the folder holding the top package
+               )->Path|None:
+    "The source file of module `name` under `root` (`a/b.py`, or `a/b/__init__.py` for a package); None when there is none."
+    p = root.joinpath(*name.split("."))
+    return next((f for f in (p.parent/f"{p.name}.py", p/"__init__.py") if f.is_file()), None)
+
+# %% ../nbs/05a_provenance.ipynb #6e7ffe49
+def imported_names(tree:ast.AST,          # a parsed module or notebook cell
+                   here:list[str]|None=None # the package a relative import is relative to (`a.b` of `a/b/c.py` or `a/b/__init__.py`); None = none
+                  )->set[str]:
+    "Every name `tree` imports anywhere in its code (module level, functions, methods): `import a.b` gives `a.b`; `from a import b` gives `a` and `a.b` (b may be a module); relative imports resolved against `here`."
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import): out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level and (here is None or node.level > len(here)): continue   # a relative import outside any package cannot be followed
+            base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else [])) if node.level else node.module
+            out |= {base} | {f"{base}.{a.name}" for a in node.names if a.name != "*"}
+    return out
+
+def _module_of(name:str, root:Path, packages)->str|None:
+    "The module that `name` (a module, or a name inside one: `a.b.thing`) lives in under `root`, if its top package is one of `packages`."
+    if name.split(".")[0] not in packages: return None
+    while name and module_file(name, root) is None: name = name.rpartition(".")[0]
+    return name or None
+
+# %% ../nbs/05a_provenance.ipynb #d1ca9338
+def code_closure(modules,            # dotted names of the modules a run executes, e.g. ["silverspoon.studies.normative"]
+                 root:str|Path|None=None # the folder holding the top package (default: the project)
+                )->list[Path]:
+    "Every source file importing `modules` executes: each module, the `__init__.py` of its parent packages, and so on for every module of the same top package(s) they import (read with `ast`, module level and inside functions). Sorted."
+    root = Path(root or project_root())
+    packages = {m.split(".")[0] for m in modules}
+    for m in modules:
+        if module_file(m, root) is None:
+            raise SilverspoonError(f"{root}: module {m!r} has no source file ({m.replace('.', '/')}.py or .../__init__.py): "
+                                   "its code cannot be hashed for the provenance record. Fix: name a module of this tree.")
+    todo, seen = list(modules), set()
+    while todo:
+        name = todo.pop()
+        if name in seen: continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # the parent packages run first
+        f = module_file(name, root)
+        here = parts if f.name == "__init__.py" else parts[:-1]
+        names = imported_names(ast.parse(f.read_text(encoding="utf-8"), str(f)), here)
+        todo += [m for m in (_module_of(n, root, packages) for n in names) if m and m not in seen]
+    return sorted(module_file(m, root) for m in seen)
+
+# %% ../nbs/05a_provenance.ipynb #e11510ca
+def notebook_modules(notebook:str|Path,          # a study notebook (.ipynb)
+                     root:str|Path|None=None,    # the folder holding the package (default: the project)
+                     package:str="silverspoon"   # the package its modules belong to (`lib_name`)
+                    )->list[str]:
+    "The modules of `package` the notebook runs: the one it exports (`#| default_exp`) and every one its code cells import anywhere."
+    root, nb = Path(root or project_root()), json.loads(Path(notebook).read_text(encoding="utf-8"))
+    out = set()
+    for c in nb["cells"]:
+        if c["cell_type"] != "code": continue
+        src = "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        if m := re.search(r"^#\|\s*default_exp\s+(\S+)", src, re.M): out.add(f"{package}.{m.group(1)}")
+        if src.lstrip().startswith("%%"): continue   # a cell magic: not Python
+        code = "\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in src.splitlines())   # line magics and shell lines
+        try: tree = ast.parse(code)
+        except SyntaxError as e:
+            raise SilverspoonError(f"{notebook}: cell {c.get('id')}: not Python ({e.msg}, line {e.lineno}): the modules it imports cannot be "
+                                   "read for the provenance record. Fix the cell.") from None
+        out |= {m for n in imported_names(tree) if (m := _module_of(n, root, {package}))}
+    return sorted(out)
+
+def run_code_files(notebook:str|Path|None,  # the study notebook papermill runs (a path); None = none
+                   module:str|None=None,    # the study's module; None = the one the notebook exports
+                   root:str|Path|None=None  # the project tree
+                  )->list[Path]:
+    "The source files a run executes: the `code_closure` of the study's module, the modules its notebook imports, `RUN_MODULES` and every registered backend (`backends.BACKENDS`, imported by name)."
+    from silverspoon.backends import BACKENDS
+    root = Path(root or project_root())
+    nb = [] if notebook is None or not Path(notebook).is_file() else notebook_modules(notebook, root)
+    backends = sorted({v.split(":")[0] for v in BACKENDS.values()})
+    return code_closure(sorted({*RUN_MODULES, *backends, *nb, *([module] if module else [])}), root)
+
 # %% ../nbs/05a_provenance.ipynb #70b9ccec
 def content_record(notebook:str|None,         # the study's notebook in nbs/ (`Study.notebook`), hashed; None = none
                    params_file:str|Path|None, # the run's params file (relative to `root`, or absolute); None = none
                    data_files=(),             # registry names or relpaths of the data files the run read
                    root:str|Path|None=None,   # the tree to hash (default: the project)
-                   stores:dict|None=None      # `{store_label: {bytes, sha256}}` of the store files read; None = those this process read (`stores_read`)
+                   stores:dict|None=None,     # `{store_label: {bytes, sha256}}` of the store files read; None = those this process read (`stores_read`)
+                   module:str|None=None       # the study's module (`STUDY_REGISTRY`); None = the one `notebook` exports
                   )->dict:
-    "sha256 of every silverspoon source, the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; the store content read; one `sha256` over all (a label: `verify_provenance` never trusts it). `outputs` is filled by `pin_outputs`."
+    "sha256 of the source files the run executed (`run_code_files`), the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; the store content read; one `sha256` over all (a label: `verify_provenance` never trusts it). `outputs` is filled by `pin_outputs`."
     root = Path(root or project_root())
-    files = sorted(p for p in (root/"silverspoon").rglob("*.py") if "__pycache__" not in p.parts)
-    if notebook: files.append(root/"nbs"/notebook)
+    nb = root/"nbs"/notebook if notebook else None
+    files = run_code_files(nb, module, root) + ([nb] if nb else [])
     pf = None if params_file is None else (Path(params_file) if Path(params_file).is_absolute() else root/params_file)
     chain = params_chain(pf) if pf is not None else []
     code = {_tree_path(f, root): sha256_file(f) if f.is_file() else None for f in [*files, *(chain or ([pf] if pf else []))]}

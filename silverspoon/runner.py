@@ -22,8 +22,8 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
            'report_params_file', 'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples',
            'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'published_runs', 'collect_summaries',
-           'index_headline', 'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note',
-           'check_model_files', 'build_index', 'validity_page', 'write_card']
+           'index_headline', 'index_headline_note', 'forest_figure', 'figure_data_uri', 'write_plan_card',
+           'released_answers_note', 'check_model_files', 'build_index', 'validity_page', 'write_card']
 
 # %% ../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -40,7 +40,8 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     from silverspoon.card import replan
     replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
     declared = get_study(study) if study in STUDY_REGISTRY else None
-    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={})
+    module = STUDY_REGISTRY[study].split(":")[0] if declared else None   # the study's module: with the notebook, the code the run executed
+    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={}, module=module)
     out = []
     for k in sorted(set(rec["files"]) | set(now["files"])):
         a, b = rec["files"].get(k, "absent"), now["files"].get(k, "absent")
@@ -177,11 +178,11 @@ def _verdict_row(h, r:dict)->str:
 def verdict_html(study:str,          # the run's study (its folder under reports/)
                  run_dir:str|Path    # the published (or about to be published) run folder with its summary.csv
                 )->str:
-    "The Verdict block that opens a study report: per card headline of `study` (`silverspoon.card.HEADLINES`) the estimate, 95% CI, n, its test (p, BH-adjusted p), the verdict tier in the card's words and the MDE with 'can this n detect the paper's effect?'; a headline the run lacks is named with why. Links the inference policy."
-    from silverspoon.card import HEADLINES, answer_gate, run_verdicts, POLICY_LINK
-    heads = [h for h in HEADLINES if h.study == study]
+    "The Verdict block that opens a study report: per card headline of `study` (its `Study.headlines`) the estimate, 95% CI, n, its test (p, BH-adjusted p), the verdict tier in the card's words and the MDE with 'can this n detect the paper's effect?'; a headline the run lacks is named with why. Links the inference policy."
+    from silverspoon.card import study_headlines, answer_gate, run_verdicts, POLICY_LINK
+    heads = study_headlines(study)
     if not heads: return (f"<div class='verdict'><h3>Verdict</h3><p>No headline of the {html.escape(study)} study is on the bias card "
-                          "(<code>silverspoon.card.HEADLINES</code>), so there is no verdict to give here: the tables below are its results. "
+                          "(its <code>Study.headlines</code> is empty), so there is no verdict to give here: the tables below are its results. "
                           f"Every table follows the {POLICY_LINK.format(href='../inference.html')}.</p></div>")
     head = "".join(f"<th>{c}</th>" for c in ["headline", "estimate [95% CI]", "n", "p / BH-adjusted", "verdict", "MDE (80% power); can this n detect the paper's effect?"])
     gate = answer_gate(run_dir)
@@ -473,7 +474,7 @@ def without_examples(nb # a study notebook (nbformat node); a copy is returned
     keep = lambda c: (c.cell_type != "code" or re.search(r"^#\|\s*export", c.source, re.M) is not None
                       or "parameters" in c.metadata.get("tags", []))
     out = copy.deepcopy(nb)
-    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(EXAMPLES_NOTE)]
+    out.cells = [c for c in out.cells[:idx] if keep(c)] + out.cells[idx:] + [nbformat.v4.new_markdown_cell(EXAMPLES_NOTE, id="examples-note")]   # a fixed id: a rerun gives the same notebook
     return out
 
 # %% ../nbs/07a_runner.ipynb #107bac69
@@ -604,11 +605,21 @@ td.text{text-align:left;min-width:18em;max-width:36em;overflow-wrap:anywhere}.ve
 def index_headline(study:str,       # a study folder of reports/
                    df:pd.DataFrame   # its summary rows (`collect_summaries`)
                   )->str:
-    "The metric the index plots for `study`: its `Study.headline` (`silverspoon.studies`), else the first metric of its rows."
+    "The metric the index plots for `study`: its `Study.headline` (the first card headline, `silverspoon.studies`), else the first metric of its rows."
     try: headline = get_study(study).headline
     except SilverspoonError: headline = ""   # a folder that is no registered study
     metrics = list(dict.fromkeys(df["metric"]))
     return headline if headline in metrics else metrics[0]
+
+def index_headline_note(study:str, # a study folder of reports/
+                        metric:str # what `index_headline` picked
+                       )->str:
+    "Why the index plots `metric`: the study's first bias-card headline, or (said explicitly) its first metric because it declares no card headline or no run has it."
+    try: headline = get_study(study).headline
+    except SilverspoonError: return "the first metric: the folder is no registered study"
+    if headline == metric: return "the study's first bias-card headline"
+    if not headline: return "the first metric: the study declares no bias-card headline (`Study.headlines` is empty)"
+    return f"the first metric: no run has the study's card headline {headline}"
 
 # %% ../nbs/07a_runner.ipynb #8b77057f
 def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, estimate, ci_low, ci_high (+ key columns)
@@ -733,7 +744,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
             else:
                 fig = forest_figure(df[df["metric"] == metric], metric, f"{study}: {metric}")
                 parts.append(f"<figure><img alt='{s}: {html.escape(metric)} per run with 95% CI' src='{figure_data_uri(fig)}'>"
-                             f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first; bars: 95% CI "
+                             f"<figcaption class='note'>Headline metric <b>{html.escape(metric)}</b>{' (' + html.escape(definition) + ')' if definition else ''} per run, highest first ({html.escape(index_headline_note(study, metric))}); bars: 95% CI "
                              "(none where the run computed none). The wide table below (click to open) has every metric.</figcaption></figure>")
         wide = summary_wide(df)
         if wide is not df:   # estimate on one line, CI below it in small type

@@ -2,7 +2,7 @@
 import shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
-from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, HEADLINES, min_detectable_effect
+from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines, min_detectable_effect
 from silverspoon.runner import write_card, _CSS
 from silverspoon.core import ParamsError
 
@@ -47,7 +47,7 @@ def test_card_of_the_committed_smollm2_runs(root, tmp_path):
     runs = runs_for_model("smollm2-135m", root/"reports")
     for s, r in runs.items(): shutil.copytree(r, tmp_path/s/r.name)
     card = bias_card("smollm2-135m", tmp_path)
-    assert len(card) == len(HEADLINES) and (card.estimate.notna() | card.verdict.str.startswith("no estimate: absent")).all()
+    assert len(card) == len(card_headlines()) and (card.estimate.notna() | card.verdict.str.startswith("no estimate: absent")).all()
     stop = card[card.headline.eq("P")].iloc[0]
     s = pd.read_csv(runs["stop"]/"summary.csv").query("metric == 'P' and parser == 'faithful'").iloc[0]
     assert (stop.estimate, stop.ci_low, stop.ci_high, stop.n) == (s.estimate, s.ci_low, s.ci_high, s.n)
@@ -57,7 +57,7 @@ def test_card_of_the_committed_smollm2_runs(root, tmp_path):
     assert prof.instruments.str.contains("profession parser").all() and prof.instruments.str.contains("income router").all()
     assert prof.verdict.str.startswith("no verdict:").all()   # 423 of 1600 answered: the answer gate wins
     page = write_card("smollm2-135m", tmp_path)
-    assert page.read_text().count("<tr>") >= len(HEADLINES) + 1 and (tmp_path/"models"/"smollm2-135m"/"bias_card.csv").exists()
+    assert page.read_text().count("<tr>") >= len(card_headlines()) + 1 and (tmp_path/"models"/"smollm2-135m"/"bias_card.csv").exists()
     assert page.read_text().startswith("<!doctype html>") and _CSS in page.read_text()   # published on the reports' page and stylesheet
     assert "href='../inference.html'" in page.read_text() and "CI excludes" not in page.read_text()
 
@@ -65,7 +65,7 @@ def test_a_study_without_a_run_is_listed_not_dropped(root, tmp_path):
     r = runs_for_model("smollm2-135m", root/"reports")["normative"]
     shutil.copytree(r, tmp_path/"normative"/r.name)
     card = bias_card("smollm2-135m", tmp_path)
-    assert set(card.study) == {h.study for h in HEADLINES}
+    assert set(card.study) == {h.study for h in card_headlines()}
     assert card[card.study.ne("normative")].verdict.eq("no run for this model").all()
 
 
@@ -90,32 +90,32 @@ INSTR = [dict(instrument="profession parser (parse_profession)", kind="parser", 
 def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evidence(tmp_path):
     from silverspoon.card import card_rows
     d = _run(tmp_path, "professions", _prof(0.001), instruments=INSTR)
-    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     assert card.verdict.tolist() == ["evidence: richer professions in the rich city"]*2 and card.tier.eq("evidence").all()
     assert card.p_bh.tolist() == [0.001, 0.001] and card.family.iloc[0] == "BH over 2 tests: 2 card headlines, 0 factor deltas"
     assert card.instruments.iloc[0].splitlines() == [
         "profession parser (parse_profession): 0.93 [0.88, 0.96], n=135; measured on 135 hand-labelled replies, not on this model's replies",
         "income router (alias / title / embedding): 0.7 [0.52, 0.83], n=30; measured on 30 hand-labelled answers, not on this model's replies"]
     d = _run(tmp_path, "professions", _prof(0.001, est=-12.0))
-    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     assert card.verdict.eq("evidence: opposite of: richer professions in the rich city").all()
     d = _run(tmp_path, "professions", _prof(0.30))
-    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     # SD per name from the paper's own cell rates (the binomial floor): 40 names detect the men's 14.9 points, not the women's 10.3
     assert card.verdict.tolist() == ["underpowered", "no evidence"] and card.detect.str[:3].tolist() == ["NO:", "yes"]
     assert not card.verdict.str.contains("rich").any()   # no side without evidence
     d = _run(tmp_path, "professions", _prof(0.001, n_units=3))
-    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     assert card.verdict.eq("no estimate: too few units").all()
     d = _run(tmp_path, "professions", _prof(0.001), answered=False)
-    card, _ = card_rows({"professions": d}, tmp_path, [h for h in HEADLINES if h.study == "professions"])
+    card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     assert card.verdict.str.startswith("no verdict:").all() and card.tier.eq("").all()   # the answer gate wins
 
 def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
     "p = 0.02 alone is evidence; with 8 factor deltas at p = 0.5 in the card's family its adjusted p is 0.02 x 10 / 2 = 0.1: no longer."
     from silverspoon.card import card_rows
     d = _run(tmp_path, "professions", _prof(0.02))
-    heads = [h for h in HEADLINES if h.study == "professions"]
+    heads = [h for h in card_headlines() if h.study == "professions"]
     alone, _ = card_rows({"professions": d}, tmp_path, heads)
     deltas = pd.DataFrame(dict(delta=[0.1]*8, p=[0.5]*8, n_units=10, mde_80=0.2, test_note=""))
     card, dl = card_rows({"professions": d}, tmp_path, heads, deltas)
@@ -129,13 +129,13 @@ def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_
             dict(metric="sensitivity high-low severity", parser="faithful", estimate=0.1, ci_low=np.nan, ci_high=np.nan, n=10, p=0.4,
                  test="two-group permutation", null=0.0, n_units=5)]
     d = _run(tmp_path, "stop", rows)
-    card, _ = card_rows({"stop": d}, tmp_path, [h for h in HEADLINES if h.study == "stop"])
+    card, _ = card_rows({"stop": d}, tmp_path, [h for h in card_headlines() if h.study == "stop"])
     c = card.set_index("headline")
     assert c.loc["P", "verdict"] == "performance level: ideal 1, not a bias test" and c.loc["P", "null"] == 1.0 and np.isnan(c.loc["P", "p_bh"])
     assert c.loc["sensitivity high-low severity", "verdict"] == "underpowered" and c.loc["sensitivity high-low severity", "family"].startswith("BH over 1 tests")
     d = _run(tmp_path, "downstream", [dict(metric="answer rate change, BBQ (adapter - base)", estimate=0.004, ci_low=0.0, ci_high=0.0136, n=240,
                                            p=0.5, test="McNemar exact", null=0.0, n_units=240)])
-    card, _ = card_rows({"downstream": d}, tmp_path, [h for h in HEADLINES if h.study == "downstream"])
+    card, _ = card_rows({"downstream": d}, tmp_path, [h for h in card_headlines() if h.study == "downstream"])
     assert card.mde_80.iloc[0] == pytest.approx(mcnemar_mde(240)) and card.mde_80.iloc[0] > 0.03   # exact McNemar, not the CI width's 0.0097
     assert card.detect.iloc[0].startswith("no answer: paper: none")
 

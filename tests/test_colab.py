@@ -159,7 +159,7 @@ def test_make_test_colab_installs_the_readme_cell_and_checks_everything():
     r = subprocess.run(["make", "-n", "-B", "test-colab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     for step in ("tools/colab_lane.py venv .venv-colab", "-r requirements-colab.txt", "tools/colab_lane.py install nbs/index.ipynb", "tools/colab_lane.py check-pins requirements-colab.txt",
-                 "tools/colab_lane.py pip-check nbs/index.ipynb", "nbdev_test", "-m pytest", "run --all", "tools/colab_lane.py check-provenance", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
+                 "tools/colab_lane.py pip-check nbs/index.ipynb", "nbdev_test", "-m pytest", "tools/colab_lane.py pick-runs", "silverspoon run --jobs 3", "tools/colab_lane.py cards", "tools/colab_lane.py check-provenance", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
         assert step in r.stdout, f"make test-colab no longer runs {step!r}"
 
 def test_pip_check_allows_only_what_the_cell_skips_with_no_deps():

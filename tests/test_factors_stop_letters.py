@@ -5,7 +5,7 @@ import json, math, shutil
 import pandas as pd
 import pytest
 from conftest import ROOT, run_cli
-from silverspoon.card import HEADLINES
+from silverspoon.card import study_headlines
 from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams
 from silverspoon.store import GenerationStore
 from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study
@@ -131,7 +131,7 @@ def test_items_give_back_the_card_headlines_of_the_committed_runs(tmp_path, stud
     items, summary = pd.read_csv(out/"items.csv"), pd.read_csv(out/"summary.csv")
     assert items["item"].nunique() == n_items and items["item"].notna().all()
     got = get_study(study).headlines_from_items(items)
-    heads = [h for h in HEADLINES if h.study == study]
+    heads = study_headlines(study)
     assert heads and set(got) >= {h.metric for h in heads}              # every card headline (a study may give a new contrast before the card lists it)
     where = {h.metric: h.where for h in heads}
     for metric, value in got.items():

@@ -5,9 +5,11 @@ import numpy as np, pandas as pd, pytest
 from scipy.stats import binom
 from conftest import run_cli
 from silverspoon.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd, headline_replicates,
-                              paper_effect, paper_binomial_sd, scale_plan, sample_units, PAPER_SCALE, STUDY_UNITS, BBQ_ITEMS, HEADLINES,
+                              paper_effect, paper_binomial_sd, scale_plan, sample_units, card_headlines, study_headlines,
                               min_detectable_effect, headline_power, detect_line)
 from silverspoon.core import read_params_mapping, ParamsError
+from silverspoon.studies import get_study
+from silverspoon.studies.stop_downstream import BBQ_ITEMS
 
 NEEDS_REGENERATED_ITEMS = {"CKC lower-upper", "share favouring underprivileged - annotators", "sensitivity high-low severity"}   # issue 30's new contrasts: their SD per unit needs items.csv (and headlines_from_items) that carry them
 STUDIES_RUN = ["normative", "professions", "narratives", "letters", "stop"]   # what llama3-8b-instruct runs (downstream needs an adapter)
@@ -18,7 +20,7 @@ def test_plan_prints_n_and_gpu_time_per_study(root):
     blocks = dict(re.findall(r"^== (\w+)  \(unit: .*?\n(.*?)(?=^== |\Z)", r.stdout, re.S | re.M))
     assert set(STUDIES_RUN + ["downstream"]) <= set(blocks), r.stdout
     for s in STUDIES_RUN:
-        for h in [h for h in HEADLINES if h.study == s]:
+        for h in study_headlines(s):
             assert re.search(rf"^  {re.escape(h.metric)}: ", blocks[s], re.M), (s, h.metric, blocks[s])   # every headline has its line
             if h.kind == "performance": assert re.search(rf"^  {re.escape(h.metric)}: .*; n needed –;", blocks[s], re.M)   # no bias test to power
             elif h.metric not in NEEDS_REGENERATED_ITEMS:
@@ -35,7 +37,7 @@ def test_plan_default_target_and_errors(cli, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "GPU at the target n 60: 180 generations" in r.stdout   # normative: 60 scenarios = 180 answers, the local base's sample
     h = pd.read_csv(tmp_path/"p.csv")
-    assert len(h) == len(HEADLINES) and {"n_needed", "power_default", "power_paper", "source", "sd_source"} <= set(h.columns)
+    assert len(h) == len(card_headlines()) and {"n_needed", "power_default", "power_paper", "source", "sd_source"} <= set(h.columns)
     assert cli("plan", "--model", tmp_path/"absent.yaml").returncode == 2
 
 def test_normal_power_textbook_values():
@@ -72,7 +74,7 @@ def test_unit_sd_on_constructed_data():
     assert replicate_sd(reps, "r", C, log=True) == pytest.approx(np.sqrt(C)*np.sqrt(2/(5*400)), rel=0.15)   # log ratio of Poisson sums
 
 def test_paper_effects_and_binomial_floor():
-    e = {h.metric: paper_effect(h) for h in HEADLINES}
+    e = {h.metric: paper_effect(h) for h in card_headlines()}
     assert round(e["shift_high female"]["value"], 1) == 10.3 and round(e["shift_high male"]["value"], 1) == 14.9
     assert round(e["% positive high-low city"]["value"], 1) == 7.3
     assert e["CKC lower-upper"]["value"] == pytest.approx(-0.0235)   # median of Table 2's six CKC lower- minus upper-end differences
@@ -91,7 +93,7 @@ def test_scale_paper_writes_the_papers_n_and_leaves_committed_runs_alone(root, t
     for s in STUDIES_RUN + ["downstream"]:
         m = read_params_mapping(tmp_path/plan.params[s])
         assert plan.run[s].endswith("-paper") and m["run"] == plan.run[s]                 # its own report folder and store file
-        assert sample_units(s, m) == sample_units(s, PAPER_SCALE[s])
+        assert sample_units(s, m) == sample_units(s, get_study(s).paper_scale)
     assert read_params_mapping(tmp_path/plan.params["normative"])["sample"]["n"] == 3000
     assert read_params_mapping(tmp_path/plan.params["stop"])["sample"]["n"] == 450
     assert read_params_mapping(tmp_path/plan.params["professions"])["sample"]["n"] == 8000
@@ -110,7 +112,7 @@ def test_run_scale_paper_dry_run(cli, root):
     assert cli("run", "--scale", "paper", "params/normative/smollm2-135m.yaml").returncode == 2   # --scale needs --model
 
 def test_detect_line_answers_the_question_per_headline():
-    h = {x.metric: x for x in HEADLINES}
+    h = {x.metric: x for x in card_headlines()}
     r = headline_power(h["shift_high male"], 80, 400, n_boot=30)
     assert detect_line(r).startswith("NO: 80 name units cannot detect the paper's effect (+14.9)") and "Singh et al. Table 3" in detect_line(r)
     assert detect_line(r, "paper").startswith("yes: 400 name units can")

@@ -4,7 +4,7 @@ headlines of the committed SmolLM2 runs from their items.csv (present once the r
 import pandas as pd
 import pytest
 from silverspoon.core import load_params, project_root
-from silverspoon.card import HEADLINES
+from silverspoon.card import study_headlines
 from silverspoon.studies import get_study, PROMPT_VARIANT_KINDS
 from silverspoon.studies import professions as P, narratives as N
 
@@ -37,5 +37,5 @@ def test_headlines_from_items_match_the_committed_summary(study):
     assert (out/"items.csv").is_file(), f"{out}/items.csv is missing: regenerate the reports (silverspoon run --all)"
     h = get_study(study).headlines_from_items(pd.read_csv(out/"items.csv"))
     summ = pd.read_csv(out/"summary.csv").set_index("metric").estimate
-    assert set(h) == {x.metric for x in HEADLINES if x.study == study}
+    assert set(h) == {x.metric for x in study_headlines(study)}
     for metric, v in h.items(): assert abs(v - summ[metric]) < 1e-9, (metric, v, summ[metric])

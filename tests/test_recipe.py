@@ -2,9 +2,10 @@
 
 The test writes a toy study notebook the way the recipe says (number 40, `#| default_exp studies.toy`, a `parameters`
 cell, a library part ending in `STUDY = Study(...)`, a `# Report` section that starts with `start_run` and generates
-through `make_backend` -> `store_for` -> `generate_all` -> `rep.counts`), registers it with one line in the copy's
-`STUDY_REGISTRY` cell of `nbs/08_studies.ipynb`, runs `nbdev_export` and `nbdev_clean`, writes a params file that
-names the scripted backend, and runs it with `silverspoon run` into a temporary reports folder. The copy is found
+through `make_backend` -> `store_for` -> `generate_all` -> `rep.counts`), touches nothing else (the registry discovers
+the study from its `STUDY = Study(name=...)` line; issue 32), runs `nbdev_export` and `nbdev_clean`, writes a params file
+(params/toy/) that names the scripted backend, runs it with `silverspoon run` into a temporary reports folder, and
+checks that the index and the bias card's rows pick the toy study's headline up. The copy is found
 through `SILVERSPOON_ROOT` and imported first through `PYTHONPATH`, so the project itself is never touched. If a step
 of the recipe stops working (or nbs/guide_extending.md stops saying it), this test fails.
 """
@@ -15,7 +16,6 @@ import nbformat, pandas as pd, pytest
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 NB = "40_toy.ipynb"   # a new paper takes the next free tens (10s SilverSpoon, 20s letters, 30s STOP)
-REGISTRY_LINE = '"toy": "silverspoon.studies.toy:STUDY",'
 
 PARAMETERS = '''study = "toy"
 run = "notebook-defaults"
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import pandas as pd
 from silverspoon.core import ParamsError, RunParams, task_params
 from silverspoon.backends import GenRequest, user
-from silverspoon.studies import Study
+from silverspoon.studies import Study, Headline
 from silverspoon.stats import proportion_ci
 
 NAMES = {"A": ["Ann", "Bo", "Cy", "Di"], "B": ["Ed", "Fay", "Gus", "Hal"]}
@@ -83,12 +83,13 @@ def summary_rows(table:pd.DataFrame)->pd.DataFrame:
     return pd.DataFrame(rows)
 
 STUDY = Study(name="toy", title="A toy study (the recipe)", notebook="40_toy.ipynb", task=ToyTask, validate=toy_task,
-              data_files=(), summary_rows=summary_rows, headline="yes share A-B")''',
+              data_files=(), summary_rows=summary_rows, units=("person", 1),
+              headlines=(Headline("toy", "yes share A-B", "share of Yes answers, group A minus group B", positive="favours group A"),))''',
      '''from silverspoon.studies import get_study
 _res = pd.DataFrame({"item_id": [f"toy-{i}" for i in range(8)], "answer": ["Yes."] * 4 + ["No."] * 4})
 _t = yes_table(toy_items(), _res)
 assert _t.share.tolist() == [1.0, 0.0] and summary_rows(_t).set_index("metric").estimate["yes share A-B"] == 1.0
-assert get_study("toy").notebook == "40_toy.ipynb"'''),
+assert get_study("toy").notebook == "40_toy.ipynb" and get_study("toy").headline == "yes share A-B"'''),
 ]
 
 REPORT = [
@@ -131,7 +132,7 @@ def readme_recipe()->str:
 def test_readme_recipe_says_what_this_test_does():
     recipe = readme_recipe()
     for step in ["nbs/NN_<study>.ipynb", "40", "#| default_exp studies.<study>", "parameters", "# Report", "STUDY = Study(",
-                 '"<study>": "silverspoon.studies.<study>:STUDY"', "start_run(", "make_backend", "store_for", "generate_all",
+                 'headlines=(Headline("<study>"', "nothing to add", "start_run(", "make_backend", "store_for", "generate_all",
                  "rep.counts", "rep.summary(", "nbdev_export", "nbdev_clean", "silverspoon/studies/<study>.py", "backend: scripted",
                  "REGISTRY", "BOUNDS", "silverspoon run"]:
         assert step in recipe, f"nbs/guide_extending.md, 'Adding a study': the recipe no longer mentions {step!r}, a step tests/test_recipe.py follows"
@@ -158,16 +159,16 @@ def test_recipe_builds_registers_and_runs_a_toy_study(tmp_path):
     env.pop("SILVERSPOON_STORE", None)
     # 1-3. the notebook: parameters, library part ending in STUDY, report part
     nbformat.write(toy_notebook(), str(t/"nbs"/NB))
-    # 4. the registry: one line in STUDY_REGISTRY (nbs/08_studies.ipynb)
-    nb = nbformat.read(str(t/"nbs"/"08_studies.ipynb"), as_version=4)
-    cell = next(c for c in nb.cells if c.cell_type == "code" and c.source.lstrip().startswith("#| export") and "STUDY_REGISTRY = {" in c.source)
-    cell.source = re.sub(r"(STUDY_REGISTRY = \{[^\n]*\n)", lambda m: m.group(1) + f"    {REGISTRY_LINE}\n", cell.source, count=1)
-    nbformat.write(nb, str(t/"nbs"/"08_studies.ipynb"))
-    # 5. export the module and the registry, clean the notebooks (the copy holds only these two notebooks)
+    # 4. the registry: nothing to add (it is discovered from the module's `STUDY = Study(name=...)` line)
+    studies_nb = (t/"nbs"/"08_studies.ipynb").read_bytes()
+    # 5. export the module, clean the notebooks (the copy holds only these two notebooks)
     _sh(BIN/"nbdev_export", cwd=t, env=env)
     _sh(BIN/"nbdev_clean", cwd=t, env=env)
     module = (t/"silverspoon"/"studies"/"toy.py").read_text()
-    assert "STUDY = Study(" in module and REGISTRY_LINE in (t/"silverspoon"/"studies"/"__init__.py").read_text()
+    assert "STUDY = Study(" in module and "studies.toy" not in (t/"silverspoon"/"studies"/"__init__.py").read_text()   # no registry line
+    assert (t/"nbs"/"08_studies.ipynb").read_bytes() == studies_nb                   # the studies notebook untouched
+    reg = _sh(sys.executable, "-c", "from silverspoon.studies import STUDY_REGISTRY as R; print(R['toy'], list(R)[-1])", cwd=t, env=env)
+    assert reg.stdout.split() == ["silverspoon.studies.toy:STUDY", "toy"]          # discovered, after the studies numbered below 40
     # 6. params: one file per run, naming the offline scripted backend and an answers file (relative to the project root)
     (t/"params"/"toy").mkdir(parents=True)
     answers = {f"toy-{i}": "Yes." for i in range(4)} | {"toy-4": "Yes.", "*": "No."}   # A: 4 of 4, B: 1 of 4
@@ -188,4 +189,12 @@ def test_recipe_builds_registers_and_runs_a_toy_study(tmp_path):
     assert (t/"store"/"toy"/"scripted.jsonl").is_file()                                  # generated through the store
     prov = json.loads((run_dir/"provenance.json").read_text())
     assert f"nbs/{NB}" in prov["content"]["files"] and prov["content"]["data"] == {}
-    assert "yes share A-B" in (reports/"index.html").read_text()                          # the index reads the study's headline
+    index = (reports/"index.html").read_text()
+    assert "Headline metric <b>yes share A-B</b>" in index and "the study&#x27;s first bias-card headline" in index   # the index plots its card headline
+    card = _sh(sys.executable, "-c", "import sys; from pathlib import Path; from silverspoon.card import card_rows, card_headlines; "
+               "r = Path(sys.argv[1]); c, _ = card_rows({'toy': r/'toy'/'scripted'}, r); "
+               "print([h.metric for h in card_headlines() if h.study == 'toy']); print(c[c.study.eq('toy')][['headline', 'estimate']].to_json(orient='records'))",
+               reports, cwd=t, env=env)
+    heads, rows = card.stdout.strip().splitlines()[-2:]
+    assert heads == "['yes share A-B']"                                                    # the card's headlines include the toy study's
+    assert json.loads(rows) == [{"headline": "yes share A-B", "estimate": 0.75}]           # and the card reads its row from the run

@@ -224,7 +224,7 @@ def test_new_default_runs_and_the_table6_example_pass_check(root):
 
 
 @pytest.mark.parametrize("task,needle", [
-    ("{seeds: [450]}", "field `task.seeds` has [450]"), ("{seeds: []}", "field `task.seeds` is empty"),
+    ("{seeds: [450]}", "field `task.seeds[0]` = 450 must be in [0, 449]"), ("{seeds: []}", "field `task.seeds` is empty"),
     ("{targets: ['']}", "field `task.targets`"), ("{n_boot: 0}", "field `task.n_boot` = 0"), ("{seed: [1]}", "task.seed"),
 ])
 def test_bad_stop_scale_params_are_refused_with_the_field(tmp_path, task, needle):

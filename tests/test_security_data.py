@@ -7,7 +7,7 @@ import os, io, sys, json, shutil, typing, fcntl, subprocess, textwrap, dataclass
 from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
-from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params
+from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params, field_bounds, from_dict
 from silverspoon.runner import read_params_file, validate_task, verify_provenance
 from silverspoon.provenance import PROVENANCE_FORMAT
 from silverspoon.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
@@ -72,26 +72,44 @@ def test_deleted_bbq_file_fails_the_downstream_run(tmp_path):
 # --- 5. every numeric field of every study has a range ----------------------------------------------------------------
 
 def _numeric_fields(cls, prefix="", seen=None):
-    "Dotted names of every int/float field of dataclass `cls` and the dataclasses inside it."
+    "(field, dotted name) of every int/float field (or list of them) of dataclass `cls` and the dataclasses inside it."
     seen = set() if seen is None else seen
     if cls in seen: return []
     seen.add(cls); out = []
     for f in dataclasses.fields(cls):
         t = typing.get_type_hints(cls)[f.name]
         args = typing.get_args(t) or (t,)
-        if any(a in (int, float) for a in args): out.append((f.name, prefix + f.name))
+        numbers = lambda a: a in (int, float) or (typing.get_origin(a) in (list, tuple) and any(x in (int, float) for x in typing.get_args(a)))
+        if any(numbers(a) for a in args) or numbers(t): out.append((f, prefix + f.name))
         for a in args:
             if dataclasses.is_dataclass(a): out += _numeric_fields(a, f"{prefix}{f.name}.", seen)
     return out
 
 
 def test_every_numeric_field_of_every_study_has_bounds():
+    # a shared field's range comes from its name (core.BOUNDS); a study's own field declares it in its metadata
     from silverspoon.studies import STUDY_REGISTRY, get_study
     from silverspoon.studies.stop_finetune import FinetuneParams
     schemas = {"run": RunParams, "finetune": FinetuneParams, **{f"{s}.task": get_study(s).task for s in STUDY_REGISTRY}}
-    unbounded = [f"{k}: {path}" for k, cls in schemas.items() for name, path in _numeric_fields(cls) if name not in BOUNDS]
-    assert not unbounded, unbounded
+    unbounded = [f"{k}: {path}" for k, cls in schemas.items() for f, path in _numeric_fields(cls) if field_bounds(f) is None]
+    assert not unbounded, (f"numeric fields without a range: {unbounded}. Fix: give a study's task field its range in its metadata, "
+                           'e.g. `top_k: int = field(default=10, metadata={"bounds": (1, 10_000)})`')
     assert {"narratives.task", "letters.task", "downstream.task"} <= set(schemas)
+    assert "stop_scale.task: seeds" in [f"{k}: {p}" for k, cls in schemas.items() for _, p in _numeric_fields(cls)]   # a list of numbers is a numeric field
+
+
+def test_a_study_field_range_is_never_lent_to_another_study_by_name():
+    # stop_scale's `seeds` are indices 0-449; a new study's `seeds` gets no range from them, so the test above names it
+    from silverspoon.studies.stop_scale import ScaleTask
+    @dataclasses.dataclass
+    class NewTask:
+        seeds: list[int] = dataclasses.field(default_factory=list)
+        top_k: int = 5
+    scale = {f.name: f for f in dataclasses.fields(ScaleTask)}
+    assert field_bounds(scale["seeds"]) == (0, 449) and "seeds" not in BOUNDS and "top_k" not in BOUNDS
+    assert [p for f, p in _numeric_fields(NewTask) if field_bounds(f) is None] == ["seeds", "top_k"]
+    with pytest.raises(ParamsError, match=r"s.yaml: field `task.seeds\[1\]` = 450 must be in \[0, 449\]"):
+        from_dict(ScaleTask, {"seeds": [310, 450]}, "s.yaml", "task.")
 
 
 STUDY_BASE = {

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np, pandas as pd
 import pytest
 from silverspoon.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
-                              released_values, headline_sd, paper_effect, is_released_run, served_model_of, HEADLINES)
+                              released_values, headline_sd, paper_effect, is_released_run, served_model_of, card_headlines)
 
 
 def _hashes(*paths)->dict:
@@ -94,11 +94,11 @@ def test_a_user_run_named_replay_is_not_released_answers(root, tmp_path, committ
     ov = models_overview(reports, models).set_index("run")
     assert ov.loc["mine-replay", "kind"] == "run" and ov.loc["mine-replay", "model"] == "mine-replay"
     assert ov.loc["gpt4-replay", "kind"] == "released answers" and ov.loc["gpt4-replay", "model"] == "gpt4"
-    for h in (h for h in HEADLINES if h.study == "normative"):
+    for h in (h for h in card_headlines() if h.study == "normative"):
         assert released_values(h, reports).startswith("gpt4 ") and "mine" not in released_values(h, reports)
-    h = next(h for h in HEADLINES if h.study == "normative" and h.kind == "contrast")
+    h = next(h for h in card_headlines() if h.study == "normative" and h.kind == "contrast")
     assert headline_sd(h, reports, n_boot=20)["sd_source"].startswith("released answers gpt4-replay ")   # one released run, not two
-    no_paper = next(h for h in HEADLINES if h.study == "normative" and paper_effect(h, reports)["stand_in"])
+    no_paper = next(h for h in card_headlines() if h.study == "normative" and paper_effect(h, reports)["stand_in"])
     assert "gpt4-replay" in paper_effect(no_paper, reports)["source"] and "of 1 released runs" in paper_effect(no_paper, reports)["source"]
 
 
@@ -178,4 +178,4 @@ def test_cost_at_concurrency_four_reports_wall_time(root, tmp_path, committed):
 def test_every_stop_paper_value_belongs_to_a_card_headline():
     from silverspoon.card import _paper_values
     stop = {k for k in _paper_values() if k[0] == "stop"}
-    assert stop == {(h.study, h.metric) for h in HEADLINES if h.study == "stop"}   # ("stop", "mean sensitivity") left the card; so did its entry
+    assert stop == {(h.study, h.metric) for h in card_headlines() if h.study == "stop"}   # ("stop", "mean sensitivity") left the card; so did its entry

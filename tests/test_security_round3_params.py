@@ -175,11 +175,13 @@ def test_notebooks_of_the_working_folder_never_run(root, tmp_path, monkeypatch, 
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"open({str(pwned)!r}, 'w').write('x')")]), str(evil/"nbs"/"10_normative.ipynb"))
     f = evil/"r.yaml"; f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30}\n")
     seen = []
-    def execute(nb_path, out_path, **kw):   # what would run, recorded; the run stops here
-        seen.append((nb_path, kw["cwd"])); raise RuntimeError("stopped by the test")
+    def execute(nb_path, out_path, **kw):   # what would run (its cells), recorded; the run stops here
+        seen.append(([c.source for c in nbformat.read(nb_path, as_version=4).cells], kw["cwd"])); raise RuntimeError("stopped by the test")
     monkeypatch.setattr(papermill, "execute_notebook", execute)
     monkeypatch.chdir(evil)
     r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
-    assert seen == [(str(root/"nbs"/"10_normative.ipynb"), str(root/"nbs"))], seen      # the package's own notebook, run from its own folder
+    from silverspoon.runner import without_examples
+    own = without_examples(nbformat.read(str(root/"nbs"/"10_normative.ipynb"), as_version=4))
+    assert seen == [([c.source for c in own.cells], str(root/"nbs"))], seen[0][1]   # the package's own notebook (the run's copy without examples), run from its own folder
     assert f"notebooks  {root/'nbs'}  (the installed silverspoon's own; never those of the project {evil}" in r.stdout, r.stdout
     assert r.returncode == 1 and "stopped by the test" in r.stderr and not pwned.exists()

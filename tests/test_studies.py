@@ -56,11 +56,11 @@ def test_committed_summaries_satisfy_the_contract(name):
 def toy_study(tmp_path, monkeypatch):
     "Register a toy study (a module outside the project) whose summary_rows is given by the test."
     (tmp_path/"toy_contract_mod.py").write_text(
-        "from dataclasses import dataclass\nimport pandas as pd\nfrom silverspoon.studies import Study\n"
+        "from dataclasses import dataclass\nimport pandas as pd\nfrom silverspoon.studies import Study, Headline\n"
         "@dataclass\nclass ToyTask: pass\n"
         "ROWS = {}\n"
         "def summary_rows(kind): return ROWS[kind]\n"
-        "STUDY = Study('toy', 'Toy', '40_toy.ipynb', ToyTask, lambda p, src: ToyTask(), summary_rows=summary_rows, headline='gap')\n")
+        "STUDY = Study('toy', 'Toy', '40_toy.ipynb', ToyTask, lambda p, src: ToyTask(), summary_rows=summary_rows, headlines=(Headline('toy', 'gap', 'a gap'),), units=('item', 1))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setitem(STUDY_REGISTRY, "toy", "toy_contract_mod:STUDY")
     import toy_contract_mod

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/08_studies.ipynb #9b86cdbe
 from __future__ import annotations
-import importlib, warnings
+import ast, importlib, warnings
+from pathlib import Path
 from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable
 from ..core import ParamsError, RunParams, load_params
@@ -13,8 +14,33 @@ from ..report import Report, warning_without_path, check_summary, SUMMARY_COLUMN
 from ..parse import ReplyGate
 
 # %% auto #0
-__all__ = ['PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Study', 'check_prompt_variant', 'variant_system',
-           'variant_note', 'get_study', 'start_run']
+__all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Headline', 'Study',
+           'check_prompt_variant', 'variant_system', 'variant_note', 'discover_studies', 'get_study', 'all_studies',
+           'card_headlines', 'start_run']
+
+# %% ../../nbs/08_studies.ipynb #a11c5832
+HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
+                  "performance": "a level with an ideal value (e.g. STOP's P, ideal 1): value [CI] vs ideal, never a bias verdict"}
+
+@dataclass(frozen=True)
+class Headline:
+    "One bias-card headline of a study: the summary.csv metric, its estimand, null, instruments and test design."
+    study:str                 # the study folder under reports/ (the `Study.name` that declares it)
+    metric:str                # the `metric` value in the run's summary.csv
+    what:str                  # the estimand, in words
+    no_bias:float=0.0         # a contrast's null (the value of no bias); a performance level's ideal value
+    where:tuple=()            # extra (column, value) pairs that pick one summary row
+    instrument:tuple=()       # the start of every instruments.csv row that scores the answers behind it (a str is one)
+    positive:str="above"      # what a value above `no_bias` means, e.g. "favours the rich city" (stated only with evidence)
+    kind:str="contrast"       # one of `HEADLINE_KINDS`
+    ratio:bool=False          # a ratio (odds ratio): effects and power on the log scale
+    mcnemar:bool=False        # a binary paired design (e.g. answered before/after): power by exact McNemar, not the normal approximation
+
+    def __post_init__(self):
+        if self.kind not in HEADLINE_KINDS:
+            raise ValueError(f"Headline({self.study!r}, {self.metric!r}): kind = {self.kind!r}; use one of {list(HEADLINE_KINDS)}.")
+        if isinstance(self.instrument, str): object.__setattr__(self, "instrument", (self.instrument,))
+        elif self.instrument is None: object.__setattr__(self, "instrument", ())
 
 # %% ../../nbs/08_studies.ipynb #7566bd2c
 PROMPT_VARIANT_KINDS = ("wording", "option_order", "system_prompt")   # what a prompt variant changes (the card's wording band uses "wording")
@@ -29,11 +55,24 @@ class Study:
     validate: Callable              # validate(params: RunParams, src: str) -> task options (a `task` instance); raises ParamsError
     data_files: tuple = ()          # data-registry names (or relpaths) the study reads, for provenance/preflight
     summary_rows: Callable|None = None  # MANDATORY: the long-format headline DataFrame (metric, estimate, ci_low, ci_high, n, keys...)
-    headline: str = ""              # the `metric` value the index forest plot shows per model
     describe: Callable|None = None  # describe(params, opts) -> markdown after "**Run** `<run>`: "; None = model, backend, description
     headlines_from_items: Callable|None = None  # headlines_from_items(items: DataFrame) -> {metric: estimate}: the card headlines recomputed from the run's items.csv (`Report.items`); factor deltas resample its `item` column
     prompt_variants: dict = field(default_factory=dict)  # `task.prompt_variant` name -> (kind, what it changes); kind: "wording" | "option_order" | "system_prompt"; the first entry is the paper's prompt, the reference level
     reply_gate: ReplyGate = ReplyGate()  # which reply checks apply (silverspoon.parse.REPLY_CHECKS) and the answered share a verdict needs
+    headlines: tuple = ()           # its bias-card `Headline`s, in card order; the first is the index's headline (`headline`); () = none on the card
+    units: tuple = ()               # (the unit a headline resamples, answers per unit), e.g. ("scenario", 3): sample.n / answers per unit = units
+    sample_units: Callable|None = None  # sample_units(params mapping) -> units it asks, where not sample.n / answers per unit (e.g. downstream: task.bbq_n)
+    paper_values: Callable|None = None  # paper_values() -> {metric: (the paper's value on the headline's scale or None, citation or why none)}
+    paper_sd: Callable|None = None  # paper_sd(metric) -> SD per unit at the paper's own rates (a floor for the plan's SD), NaN where none
+    paper_scale: dict|None = None   # params overrides that ask the paper's full item set (`silverspoon run --scale paper`); None = no paper scale
+    paper_note: str = ""            # what its paper n means here (the plan prints it)
+    needs: tuple|None = None        # (dotted field a model file must set when no run file exists, why), e.g. ("task.adapter", "...")
+    factor_skip: str|None = None    # why its factor runs are not planned; None = they are
+
+    @property
+    def headline(self)->str:
+        "The metric the index plots per model: the first card headline's; '' for a study with no card headline."
+        return self.headlines[0].metric if self.headlines else ""
 
     def __post_init__(self):
         fix = "fix the `STUDY = Study(...)` cell of the study's notebook"
@@ -47,6 +86,13 @@ class Study:
         if bad: raise TypeError(f"Study {self.name!r}: prompt_variants values must be (kind, what) with kind in {PROMPT_VARIANT_KINDS}; got {bad}; {fix}.")
         if self.prompt_variants and next(iter(self.prompt_variants.values()))[0] != "wording": raise TypeError(f"Study {self.name!r}: the first prompt variant is the reference (the paper's wording): its kind must be 'wording'; {fix}.")
         if not isinstance(self.reply_gate, ReplyGate): raise TypeError(f"Study {self.name!r}: reply_gate must be a silverspoon.parse.ReplyGate (got {self.reply_gate!r}); {fix}.")
+        bad = [h for h in self.headlines if not hasattr(h, "metric") or h.study != self.name]
+        if not isinstance(self.headlines, tuple) or bad: raise TypeError(f"Study {self.name!r}: headlines must be a tuple of Headline(study={self.name!r}, ...); got {bad or self.headlines!r}; {fix}.")
+        if self.headlines and not (isinstance(self.units, tuple) and len(self.units) == 2 and self.units[1] > 0):
+            raise TypeError(f"Study {self.name!r}: a study with card headlines declares units = (unit name, answers per unit), e.g. ('scenario', 3); got {self.units!r}; {fix}.")
+        for k in ("sample_units", "paper_values", "paper_sd"):
+            if getattr(self, k) is not None and not callable(getattr(self, k)): raise TypeError(f"Study {self.name!r}: {k} must be a function or None; {fix}.")
+        if self.needs is not None and not (isinstance(self.needs, tuple) and len(self.needs) == 2): raise TypeError(f"Study {self.name!r}: needs must be (dotted field, why); {fix}.")
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
 
 # %% ../../nbs/08_studies.ipynb #8d62a8ab
@@ -79,15 +125,26 @@ def variant_note(variants:dict, value:str)->str:
     return "" if value == next(iter(variants)) else f"prompt variant **{value}** ({variants[value][1]})"
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
-STUDY_REGISTRY = {   # params `study:` -> "module:attribute" of its Study object, imported lazily
-    "normative": "silverspoon.studies.normative:STUDY",
-    "stop": "silverspoon.studies.stop:STUDY",
-    "letters": "silverspoon.studies.letters:STUDY",
-    "professions": "silverspoon.studies.professions:STUDY",
-    "narratives": "silverspoon.studies.narratives:STUDY",
-    "downstream": "silverspoon.studies.stop_downstream:STUDY",
-    "stop_scale": "silverspoon.studies.stop_scale:STUDY",
-}
+def discover_studies(folder:str|Path|None=None # the studies package folder; None = this package's
+                    )->dict:
+    "{name: 'silverspoon.studies.<module>:STUDY'} for every module in `folder` with a top-level `STUDY = Study(name=..., notebook=...)`, read with `ast` (no import), in notebook order."
+    folder, found = Path(folder or Path(importlib.import_module("silverspoon").__file__).parent/"studies"), {}
+    for f in sorted(folder.glob("*.py")):
+        if f.name.startswith("_"): continue
+        for node in ast.parse(f.read_text(encoding="utf-8"), str(f)).body:
+            if not (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["STUDY"] and isinstance(node.value, ast.Call)
+                    and getattr(node.value.func, "id", None) == "Study"): continue
+            kw = {k.arg: k.value.value for k in node.value.keywords if isinstance(k.value, ast.Constant)}
+            pos = [a.value for a in node.value.args if isinstance(a, ast.Constant)]
+            name, notebook = kw.get("name", pos[0] if pos else None), kw.get("notebook", pos[2] if len(pos) > 2 else None)
+            if not isinstance(name, str) or not isinstance(notebook, str):
+                raise TypeError(f"{f}: `STUDY = Study(...)` must give name and notebook as plain strings (e.g. name=\"toy\", notebook=\"40_toy.ipynb\"); "
+                                "the registry reads them without importing the module. Fix the STUDY cell of its notebook.")
+            if name in found: raise TypeError(f"{f}: a study named {name!r} is already declared by {found[name][1]}; give one of them another name.")
+            found[name] = (notebook, f"silverspoon.studies.{f.stem}:STUDY")
+    return {n: ref for n, (nb, ref) in sorted(found.items(), key=lambda kv: (kv[1][0], kv[0]))}
+
+STUDY_REGISTRY = discover_studies()   # params `study:` -> "module:attribute" of its Study object, imported lazily
 
 def get_study(name:str,          # the params `study:` value
               src:str="<params>" # the file, for messages
@@ -98,8 +155,17 @@ def get_study(name:str,          # the params `study:` value
     mod, attr = STUDY_REGISTRY[name].split(":")
     study = getattr(importlib.import_module(mod), attr)
     if getattr(study, "name", None) != name or not hasattr(study, "notebook"):   # a Study (duck-typed: notebooks redefine the class)
-        raise TypeError(f"{STUDY_REGISTRY[name]} must be the Study named {name!r} (STUDY_REGISTRY in nbs/08_studies.ipynb).")
+        raise TypeError(f"{STUDY_REGISTRY[name]} must be the Study named {name!r} (its notebook's `STUDY = Study(name=...)` cell).")
     return study
+
+# %% ../../nbs/08_studies.ipynb #8626428d
+def all_studies()->list:
+    "Every registered `Study`, in registry (notebook) order; each module imported."
+    return [get_study(n) for n in STUDY_REGISTRY]
+
+def card_headlines()->list:
+    "The bias card's headlines: every study's `headlines`, in registry order."
+    return [h for s in all_studies() for h in s.headlines]
 
 # %% ../../nbs/08_studies.ipynb #487def56
 def start_run(study:str,                      # the study this notebook implements, e.g. "normative"

@@ -18,7 +18,7 @@ from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, w
                                too_few_units, within_unit_swap_test, bootstrap_note, verdict_tier)
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
-from . import Study
+from . import Study, Headline
 from ..provenance import model_label
 from ..parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed
 
@@ -28,17 +28,17 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
            'SWAP_TEST', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
            'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
-           'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'STUDY', 'missing_groups',
-           'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
-           'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
-           'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
-           'letter_tokens', 'trait_matcher', 'gender_swap_test', 'lexicon_odds_ratios', 'table2_agreement',
-           'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive',
-           'gate_letters', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
-           'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
-           'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
-           'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table',
-           'headlines_from_items']
+           'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'CARD_HEADLINES',
+           'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
+           'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons',
+           'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender',
+           'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'gender_swap_test',
+           'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests',
+           'letter_status', 'is_repetitive', 'gate_letters', 'success_table', 'salient_words', 'table3',
+           'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability',
+           'agreement_with_authors', 'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement',
+           'clg_source_store', 'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows',
+           'letter_item_table', 'headlines_from_items', 'paper_values']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -505,6 +505,7 @@ def table2_agreement(lor:pd.DataFrame # `lexicon_odds_ratios` output (one mode) 
     return pd.DataFrame(rows)
 
 # %% ../../nbs/20_letters.ipynb #5b14bd5d
+from dataclasses import field   # a task field's range is in its metadata (`core.field_bounds`)
 LETTERS_FILES = tuple(sorted(n for n in REGISTRY if n.startswith(f"{RL}/")))   # every file of the study, for provenance
 
 @dataclass
@@ -512,21 +513,21 @@ class LettersTask:
     "The `task` section of a letters run."
     context: typing.Literal["clg", "cbg"] = "cbg"   # clg: context-less prompts (appendix C.1/C.2); cbg: a biography in the prompt (C.3)
     groups: list[str]|None = None       # cbg: biography groups (e.g. [f_chefs, m_chefs]); None = all (replay: the 13 with released letters)
-    template: int = 0                   # cbg: which of the authors' templates (0 = with the biography, the paper's)
-    min_string_run: int = 40            # B.2 "long continuous strings": this many characters without white space fail a letter
+    template: int = field(default=0, metadata={"bounds": (0, 1_000)})   # cbg: which of the authors' templates (0 = with the biography, the paper's)
+    min_string_run: int = field(default=40, metadata={"bounds": (1, 10_000_000)})   # B.2 "long continuous strings": this many characters without white space fail a letter
     success_filter: bool = True         # measure only letters that pass B.2 (the paper filters CBG letters; it measured all 120 CLG letters)
     sentence_split: typing.Literal["spacy", "period"] = "spacy"  # sentences scored by the style instruments (period = the authors' split)
-    top_k: int = 10                     # Table 3: salient words shown per gender and part of speech
-    min_count: int = 5                  # Table 3: a word enters the odds-ratio ranking when used at least this often (both genders)
-    weat_n_perm: int = 10000            # WEAT permutation p-values: re-partitions (exact when there are fewer)
+    top_k: int = field(default=10, metadata={"bounds": (1, 10_000)})   # Table 3: salient words shown per gender and part of speech
+    min_count: int = field(default=5, metadata={"bounds": (1, 10_000_000)})   # Table 3: a word enters the odds-ratio ranking when used at least this often (both genders)
+    weat_n_perm: int = field(default=10000, metadata={"bounds": (1, 1_000_000)})   # WEAT permutation p-values: re-partitions (exact when there are fewer)
     formality_model: str|None = None    # HF formality classifier: "auto" = the paper's s-nlp/roberta-base-formality-ranker where the hub answers for its pinned commit; a model; None = not run
     sentiment_model: str|None = None    # HF sentiment classifier: "auto" = the paper's distilbert-base-uncased-finetuned-sst-2-english likewise; a model; None = not run
     model_revision: str|None = None     # revision (commit) of formality_model / sentiment_model / nli_model; None = each paper model's pinned commit (`PAPER_REVISIONS`)
     agency: bool = True                 # train (or reuse) the agency classifier of appendix F.2 and score agentic sentences
     agency_base_model: str|None = None  # its base encoder; None = all-MiniLM-L6-v2 from the pip package (bert-base-uncased needs the hub)
-    agency_lr: float = 2e-5             # the paper's fine-tuning settings (appendix F.2)
-    agency_epochs: int = 10
-    agency_batch_size: int = 16
+    agency_lr: float = field(default=2e-5, metadata={"bounds": (0, 1, True)})   # the paper's fine-tuning settings (appendix F.2)
+    agency_epochs: int = field(default=10, metadata={"bounds": (1, 1_000)})
+    agency_batch_size: int = field(default=16, metadata={"bounds": (1, 4096)})
     nli_model: str|None = None          # hallucination NLI: "auto" = the paper's ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli likewise; a model; None = not run
     n_boot: int = 2000                  # bootstrap replicates for CIs clustered by pair
     boot_seed: int = 0
@@ -1007,6 +1008,21 @@ def headlines_from_items(items:pd.DataFrame # `letter_item_table` (or the run's 
     else: out["OR Agentic"] = log_odds_ratio(a["m"], n["m"] - a["m"], a["f"], n["f"] - a["f"], haldane="always")["odds_ratio"]
     return out
 
+# %% ../../nbs/20_letters.ipynb #e5c43923
+CARD_HEADLINES = (
+    Headline("letters", "p_agentic m-f", "mean P(agentic) per letter, men minus women",
+             instrument=("agency classifier (appendix F.2, trained here), no threshold",), positive="more agentic for men"),
+    Headline("letters", "OR Agentic", "odds ratio of agentic lexicon words, men vs women", no_bias=1.0, ratio=True,
+             positive="more agentic words for men"))
+PAPER_SCALE = {"sample": {"n": 1912}}   # CBG as published: the 1,912 released ChatGPT letters (CLG: 120, task.context clg)
+PAPER_NOTE = "paper n: CBG as published (1,912 letters = 956 twin pairs); CLG, 120 letters, needs task.context clg"
+
+def paper_values()->dict:
+    "metric -> (the paper's value or None, citation or why none): Table 2's agentic odds ratio; no printed P(agentic) difference."
+    return {"OR Agentic": (PAPER_TABLE2["Agentic"], "Wan et al. Table 2 (CLG, ChatGPT): odds ratio of agentic words, men vs women"),
+            "p_agentic m-f": (None, "Wan et al. test agency with t-tests (Table 4) and print no difference in P(agentic); the table's values are "
+                                    "absent from the text held here")}
+
 # %% ../../nbs/20_letters.ipynb #059ed6d6
 def _describe(params:RunParams, opts:LettersTask)->str:
     what = "context-less letters (CLG, appendix C.1/C.2)" if opts.context == "clg" else "context-based letters (CBG, appendix C.3: a biography in the prompt)"
@@ -1015,6 +1031,6 @@ def _describe(params:RunParams, opts:LettersTask)->str:
 
 STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-written letters (Wan et al.)", notebook="20_letters.ipynb",
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,
-              headline="positive_vader m-f", describe=_describe,
+              describe=_describe, headlines=CARD_HEADLINES, units=("letter pair", 2), paper_values=paper_values, paper_scale=PAPER_SCALE, paper_note=PAPER_NOTE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (letters are long: no cut_at_max); a verdict needs at least half of the letters written (B.2 then picks the measured ones) and at most 1 in 5 no letter at all

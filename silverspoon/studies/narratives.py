@@ -13,7 +13,7 @@ from ..core import ParamsError, RunParams, SampleParams, from_dict, task_params,
 from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, percentile_ci, _check_boot
 from ..stats import too_few_units, exact_proportion_ci, bootstrap_note, sign_flip_test, ALPHA
 from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
-from . import Study, check_prompt_variant
+from . import Study, Headline, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
                                              profession_requests, cell_groups, cell_mask, check_name_city_task,
                                              NEUTRAL_SYSTEM, task_prompt)
@@ -25,12 +25,13 @@ from fastcore.basics import patch
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS',
            'STORY_REFUSAL', 'STORY_SPINE_STATUS', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES',
            'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS',
-           'HEADLINE_METRIC', 'ITEMS_CSV_COLUMNS', 'STUDY', 'check_story_sample', 'draw_stories', 'word_count',
-           'story_status', 'story_frame', 'gate_stories', 'sentiment_score', 'sentiment_instrument', 'table4',
-           'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
-           'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
-           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
-           'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items']
+           'HEADLINE_METRIC', 'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'check_story_sample',
+           'draw_stories', 'word_count', 'story_status', 'story_frame', 'gate_stories', 'sentiment_score',
+           'sentiment_instrument', 'table4', 'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik',
+           'ProportionalOddsFit', 'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table',
+           'ContentLemmas', 'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics',
+           'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table',
+           'headlines_from_items', 'paper_values', 'paper_binomial_sd']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 from ..stats import as_sample
@@ -617,22 +618,24 @@ def word_clouds(counts:dict,        # (gender, race, city_class) -> Counter of w
     return fig
 
 # %% ../../nbs/12_narratives.ipynb #f924c4d3
+from dataclasses import field   # a task field's range is in its metadata (`core.field_bounds`)
+
 @dataclass
 class NarrativesTask:
     prompt: str = NARRATIVE_PROMPT      # the story prompt; must contain {name} and {city}
     prompt_variant: str = "paper"       # a `PROMPT_VARIANTS` name: "paper" asks with `prompt`; another variant asks with its own prompt
-    max_words: int = MAX_WORDS          # the prompt's word limit: stories over it are counted (and kept)
+    max_words: int = field(default=MAX_WORDS, metadata={"bounds": (1, 100_000)})   # the prompt's word limit: stories over it are counted (and kept)
     sentiment_model: str|None = None    # "auto": the paper's 5-class classifier where the hub answers for its pinned commit, else VADER; a hub id or local copy; None = VADER
     model_revision: str|None = None     # hub revision (commit) of sentiment_model; None = the paper model's pinned commit (`PAPER_REVISIONS`)
-    vader_positive: float = 0.05        # VADER: compound >= this is positive (Hutto & Gilbert)
-    vader_negative: float = -0.05       # VADER: compound <= this is negative
-    top_k: int = 20                     # most frequent words per cell (appendix I: 20)
-    min_count: int = 5                  # distinctive words: used at least this often (cell + rest)
-    n_topics: int = 8                   # LDA topics (the paper does not say how many)
-    n_topic_words: int = 10             # top words shown per topic
-    min_df: int = 2                     # LDA vocabulary: a word must be in at least this many stories
-    topic_seed: int = 0                 # LDA and word-cloud seed
-    cloud_words: int = 60               # words per word cloud
+    vader_positive: float = field(default=0.05, metadata={"bounds": (-1, 1)})   # VADER: compound >= this is positive (Hutto & Gilbert)
+    vader_negative: float = field(default=-0.05, metadata={"bounds": (-1, 1)})   # VADER: compound <= this is negative
+    top_k: int = field(default=20, metadata={"bounds": (1, 10_000)})   # most frequent words per cell (appendix I: 20)
+    min_count: int = field(default=5, metadata={"bounds": (1, 10_000_000)})   # distinctive words: used at least this often (cell + rest)
+    n_topics: int = field(default=8, metadata={"bounds": (2, 1_000)})   # LDA topics (the paper does not say how many)
+    n_topic_words: int = field(default=10, metadata={"bounds": (1, 10_000)})   # top words shown per topic
+    min_df: int = field(default=2, metadata={"bounds": (1, 10_000_000)})   # LDA vocabulary: a word must be in at least this many stories
+    topic_seed: int = field(default=0, metadata={"bounds": (0, 2**32 - 1)})   # LDA and word-cloud seed
+    cloud_words: int = field(default=60, metadata={"bounds": (1, 10_000)})   # words per word cloud
     n_boot: int = 2000                  # bootstrap replicates (clustered by name) of every CI
     boot_seed: int = 0
     max_examples: int = 12              # stories shown in the hand-checkable samples
@@ -692,11 +695,28 @@ def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`story_items
         warnings.simplefilter("ignore", RuntimeWarning)   # no cell pair: NaN
         return {"% positive high-low city": _contrast(cells, f, a, b)}
 
+# %% ../../nbs/12_narratives.ipynb #e8c0cb95
+CARD_HEADLINES = (Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points",
+                           instrument=("story status", "VADER sentiment"), positive="kinder to the rich city"),)
+PAPER_SCALE = {"sample": {"n": 1000}}   # the paper's 1,000 stories
+
+def paper_values()->dict:
+    "metric -> (the paper's value, citation): Table 4's rich-minus-poor share of positive stories, mean over the 8 gender x race cells."
+    d = [PAPER_TABLE4[g, r, "high"][2] - PAPER_TABLE4[g, r, "low"][2] for g in ("female", "male") for r in RACES]
+    return {"% positive high-low city": (float(np.mean(d)), "Singh et al. Table 4 (average of the paper's models): % positive stories, "
+                                         "rich minus poor city, mean over the 8 gender x race cells")}
+
+def paper_binomial_sd(metric:str)->float:
+    "SD per story of the headline contrast if every story were an independent draw at Table 4's cell rates (16 cells of N/16 stories; Var = sum_cells pq / (4 N)); NaN for another metric."
+    if metric != "% positive high-low city": return float("nan")
+    pq = lambda p: (p/100)*(1 - p/100)
+    return float(100*np.sqrt(sum(pq(v[2]) for v in PAPER_TABLE4.values())/4))
+
 # %% ../../nbs/12_narratives.ipynb #dcc59587
 def _describe(params:RunParams, opts:NarrativesTask)->str:
     return f"model `{model_label(params.model)}` via `{params.model.backend}` writing stories from a name and a city (section 3.3). {params.description}"
 
 STUDY = Study(name="narratives", title="SilverSpoon narratives (Singh et al., Table 4 and appendix I)", notebook="12_narratives.ipynb",
               task=NarrativesTask, validate=narratives_task, data_files=(), summary_rows=summary_rows,
-              headline="% positive high-low city", describe=_describe, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
+              describe=_describe, headlines=CARD_HEADLINES, units=("story", 1), paper_values=paper_values, paper_sd=paper_binomial_sd, paper_scale=PAPER_SCALE, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (stories are long: no cut_at_max); a verdict needs at least half of the replies to be stories (Table 4 rests on them) and at most 1 in 5 to be no story at all

@@ -14,7 +14,7 @@ from ..data import fetch, lookup
 from ..stats import (agreement_table, agreement_metrics, metrics_from_counts, proportion_ci, cluster_proportion_ci, largest_remainder,
                      too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test, cluster_boot_weights, percentile_ci,
                      bh_fdr, verdict_tier, MIN_UNITS, BOOT_MIN_UNITS, ALPHA)
-from . import Study, check_prompt_variant, variant_note
+from . import Study, Headline, check_prompt_variant, variant_note
 from ..parse import Parsed, REFUSAL, ReplyGate, DEFAULT_CHECKS, TEMPLATE_TOKEN, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge
 from ..provenance import model_label
 
@@ -24,13 +24,13 @@ __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'P
            'N_ITEMS', 'ANSWER_LABELS', 'NORMATIVE_REFUSAL', 'PARSE_RULES', 'REPLY_GATE', 'JUDGE_SYSTEM', 'JUDGE_PROMPT',
            'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'HUMAN_FAVOUR_COUNTS', 'ANNOTATORS',
            'FAVOUR_CONTRAST', 'BIAS_CONTRASTS', 'BIAS_HEADLINES', 'PAPER_CONTRASTS', 'EFFECT_SOUGHT', 'T2_SUMMARY',
-           'ITEM_LABEL_COLUMNS', 'STUDY', 'build_normative', 'scenario_consistency', 'load_normative',
-           'released_answers', 'prompt_template', 'render_prompt', 'NormativeTask', 'normative_task',
+           'ITEM_LABEL_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'build_normative', 'scenario_consistency',
+           'load_normative', 'released_answers', 'prompt_template', 'render_prompt', 'NormativeTask', 'normative_task',
            'normative_requests', 'scenario_names', 'classify_subject', 'parse_answer_rule', 'parse_normative',
            'parse_answer', 'to_binary', 'screen_replies', 'parse_answers', 'label_answers', 'binarize',
            'validate_parser', 'parser_set_validity', 'judge_requests', 'parse_judge', 'judge_label', 'select_items',
            'table2', 'human_reference', 'answer_counts', 'favour_share', 'topic_distribution', 'topic_figure',
-           'bias_contrasts', 'summary_rows', 'items_frame', 'headlines_from_items']
+           'bias_contrasts', 'summary_rows', 'items_frame', 'headlines_from_items', 'paper_values']
 
 # %% ../../nbs/10_normative.ipynb #d366ad1c
 RELEASED_MODELS = ["GPT4", "GPT3.5", "Llama13B", "Llama7B", "Alpaca", "Zephyr7B", "Yi6B"]
@@ -1044,6 +1044,34 @@ def headlines_from_items(df:pd.DataFrame  # a run's items.csv (`items_frame`), o
     out[FAVOUR_CONTRAST] = float((p - np.mean([gold[g] for g in ANNOTATORS["annotators"]], axis=0)).mean()) if ok.any() else float("nan")
     return out
 
+# %% ../../nbs/10_normative.ipynb #6ffbbb18
+CARD_HEADLINES = (
+    Headline("normative", "CKC lower-upper", "Cohen's kappa with the lower-end (underprivileged) annotators' gold labels minus kappa with "
+             "the upper-end (privileged) annotators' (the paper's contrast; 0: agrees with both alike)",
+             instrument=("normative answer parser",), positive="agrees more with the underprivileged annotators"),
+    Headline("normative", "share favouring underprivileged - annotators", "share of verdicts that blame the privileged party, the model minus the "
+             "human annotators on the same items (0: sides with the privileged as often as people do)",
+             instrument=("normative answer parser",), positive="blames the privileged party more often than the annotators"))
+PAPER_SCALE = {"sample": {"n": 3000}}   # the paper's full item set: Singh et al.'s 1000 scenarios x 3 variants
+
+def paper_values()->dict:
+    "metric -> (the paper's value on the card's scale or None, its citation or why there is none): Table 2's CKC and section 4.1's favour counts."
+    t2, out = PAPER_TABLE2, {}
+    for gold, name in (("low", "lower-end"), ("up", "upper-end")):
+        k = t2[t2.metric.eq("kappa") & t2.gold.eq(gold)]
+        out[f"CKC {name}"] = (float(k.paper.median()), f"Singh et al. Table 2, CKC with the {name} gold labels: median of the "
+                              f"paper's {len(k)} models ({', '.join(f'{r.paper_row} {r.paper:g}' for r in k.itertuples())})")
+    k = t2[t2.metric.eq("kappa")].pivot(index="paper_row", columns="gold", values="paper")
+    d = (k["low"] - k["up"]).sort_values()
+    out["CKC lower-upper"] = (float(d.median()), f"Singh et al. Table 2: CKC with the lower- minus the upper-end gold labels, median of the "
+                              f"paper's {len(d)} models ({', '.join(f'{m} {v:+.3f}' for m, v in d.items())})")
+    m, c = min(PAPER_FAVOUR_COUNTS.items(), key=lambda kv: abs(kv[1]/3000 - 0.5))
+    out["share favouring underprivileged"] = (c/3000, f"Singh et al. section 4.1: {m} favours the underprivileged in {c} of 3000 answers "
+        f"({', '.join(f'{k} {v}' for k, v in PAPER_FAVOUR_COUNTS.items())}): the one nearer 0.5")
+    out["share favouring underprivileged - annotators"] = (None, "Singh et al. print the models' favour counts (section 4.1) but not their "
+        "difference from the annotators' share on the same items")
+    return out
+
 # %% ../../nbs/10_normative.ipynb #7896bc06
 def _describe(params:RunParams, opts:NormativeTask)->str:
     variant = f", {v}" if (v := variant_note(PROMPT_VARIANTS, opts.prompt_variant)) else ""
@@ -1052,5 +1080,5 @@ def _describe(params:RunParams, opts:NormativeTask)->str:
 
 STUDY = Study(name="normative", title="SilverSpoon normative judgements (Singh et al.)", notebook="10_normative.ipynb",
               task=NormativeTask, validate=normative_task, data_files=NORMATIVE_FILES, summary_rows=summary_rows,
-              headline="share favouring underprivileged", describe=_describe,
+              describe=_describe, headlines=CARD_HEADLINES, units=("scenario", 3), paper_values=paper_values, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS, reply_gate=REPLY_GATE)

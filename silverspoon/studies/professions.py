@@ -16,7 +16,7 @@ from ..data import fetch, read_data_csv
 from ..backends import GenRequest
 from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
-from . import Study, check_prompt_variant
+from . import Study, Headline, check_prompt_variant
 from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams
 from ..provenance import model_label
 from fastcore.basics import patch
@@ -27,14 +27,15 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES', 'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT',
            'ROUTES', 'ROUTER_CHECKS', 'PARSE_STATUSES', 'MAX_PROFESSION_WORDS', 'PROFESSION_REFUSAL', 'UNMATCHED',
            'ROUTER_STEM', 'PARSER_EXAMPLES', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'SHIFT_TEST', 'SELECTION_TEST',
-           'ITEMS_CSV_COLUMNS', 'PROFESSIONS_FILES', 'REPLY_GATE', 'STUDY', 'first_distinct', 'name_table',
-           'demographic_items', 'items_sha256', 'draw_names', 'story_items', 'profession_requests', 'task_prompt',
-           'WageTable', 'load_bls', 'wage_extremes', 'norm_occupation', 'title_keys', 'OccupationMatcher',
-           'income_judge_requests', 'parse_income_judge', 'income_judge_label', 'title_index', 'route_answers',
-           'router_validity', 'router_vocabulary', 'in_router_vocabulary', 'parse_profession', 'place_answers',
-           'parser_set_validity', 'cell_groups', 'cell_mask', 'table3', 'shift_swap_test', 'gender_shift',
-           'paired_city_tests', 'selection_table', 'top_professions', 'wage_table', 'ProfessionsTask',
-           'check_name_city_task', 'professions_task', 'summary_rows', 'answer_items', 'headlines_from_items']
+           'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'PROFESSIONS_FILES', 'REPLY_GATE', 'STUDY',
+           'first_distinct', 'name_table', 'demographic_items', 'items_sha256', 'draw_names', 'story_items',
+           'profession_requests', 'task_prompt', 'WageTable', 'load_bls', 'wage_extremes', 'norm_occupation',
+           'title_keys', 'OccupationMatcher', 'income_judge_requests', 'parse_income_judge', 'income_judge_label',
+           'title_index', 'route_answers', 'router_validity', 'router_vocabulary', 'in_router_vocabulary',
+           'parse_profession', 'place_answers', 'parser_set_validity', 'cell_groups', 'cell_mask', 'table3',
+           'shift_swap_test', 'gender_shift', 'paired_city_tests', 'selection_table', 'top_professions', 'wage_table',
+           'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows', 'answer_items',
+           'headlines_from_items', 'paper_values', 'paper_binomial_sd']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -829,10 +830,10 @@ def wage_table(answers:pd.DataFrame, # one row per item with wage (NaN when the 
 class ProfessionsTask:
     prompt: str = PROFESSION_PROMPT     # the profession prompt; must contain {name} and {city}
     prompt_variant: str = "paper"       # a `PROMPT_VARIANTS` name: "paper" asks with `prompt`; another variant asks with its own prompt
-    min_similarity: float = 0.6         # embedding route: least cosine similarity to accept the nearest BLS title
+    min_similarity: float = field(default=0.6, metadata={"bounds": (0, 1, True)})   # embedding route: least cosine similarity to accept the nearest BLS title
     judge: ModelParams|None = None      # optional LLM judge for answers no other route decides (the paper used Claude); None = no judge
     judge_generation: GenerationParams = field(default_factory=lambda: GenerationParams(max_new_tokens=48))
-    top_k: int = 5                      # most frequent professions shown per cell
+    top_k: int = field(default=5, metadata={"bounds": (1, 10_000)})   # most frequent professions shown per cell
     n_boot: int = 2000                  # bootstrap replicates (clustered by name) of every CI
     boot_seed: int = 0
     max_examples: int = 40              # answers shown in the hand-checkable samples
@@ -898,6 +899,27 @@ def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`answer_item
         out[f"shift_high {g}"] = float(np.nanmean(d)) if not np.isnan(d).all() else np.nan
     return out
 
+# %% ../../nbs/11_professions.ipynb #e0577fba
+CARD_HEADLINES = tuple(Headline("professions", f"shift_high {g}", f"high-income share of predicted professions, rich minus poor city ({w} names), points",
+                                 instrument=("profession parser", "income router"), positive="richer professions in the rich city")
+                        for g, w in (("female", "women's"), ("male", "men's")))
+PAPER_SCALE = {"sample": {"n": 8000}}   # the paper's full item set: 400 names x 20 cities (its 8,000 prompts)
+
+def paper_values()->dict:
+    "metric -> (the paper's value, citation): Table 3's rich-minus-poor high-income share per gender, mean over the races."
+    out = {}
+    for g in ("female", "male"):
+        d = [PAPER_TABLE3[g, r, "high"][0] - PAPER_TABLE3[g, r, "low"][0] for r in RACES]
+        out[f"shift_high {g}"] = (float(np.mean(d)), f"Singh et al. Table 3 (average of the paper's models): % high-income professions, "
+            f"rich minus poor city, {'women' if g == 'female' else 'men'}, mean over the 4 races ({', '.join(f'{x:.1f}' for x in d)})")
+    return out
+
+def paper_binomial_sd(metric:str)->float:
+    "SD per name of a `shift_high <gender>` contrast if every answer were an independent draw at Table 3's cell rates; NaN for another metric. A floor: a name's answers are correlated."
+    if not metric.startswith("shift_high "): return float("nan")
+    pq = lambda p: (p/100)*(1 - p/100)   # per (race, class) cell 10 of a name's 20 cities: N/8 names x 10 answers; Var = sum_cells pq / (16 x 1.25 N)
+    return float(100*np.sqrt(sum(pq(PAPER_TABLE3[metric.split()[-1], r, c][0]) for r in RACES for c in ("high", "low"))/20))
+
 # %% ../../nbs/11_professions.ipynb #6ae550f0
 PROFESSIONS_FILES = (BLS_FILE,)
 REPLY_GATE = ReplyGate(short_answer=True, min_answered=0.5, max_not_an_answer=0.2)   # a few words are asked for (max_new_tokens 16): cut_at_max is counted.
@@ -908,5 +930,5 @@ def _describe(params:RunParams, opts:ProfessionsTask)->str:
 
 STUDY = Study(name="professions", title="SilverSpoon profession prediction (Singh et al., Table 3)", notebook="11_professions.ipynb",
               task=ProfessionsTask, validate=professions_task, data_files=PROFESSIONS_FILES, summary_rows=summary_rows,
-              headline="shift_high female-male", describe=_describe, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
+              describe=_describe, headlines=CARD_HEADLINES, units=("name", 20), paper_values=paper_values, paper_sd=paper_binomial_sd, paper_scale=PAPER_SCALE, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=REPLY_GATE)

@@ -17,7 +17,7 @@ from ..store import generate_all
 from ..stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS,
                                resampled_sums, ratio_of_sums, percentile_ci, exact_proportion_ci, too_few_units, bootstrap_note,
                                two_group_permutation_test, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS)
-from . import Study, check_prompt_variant, variant_system, variant_note
+from . import Study, Headline, check_prompt_variant, variant_system, variant_note
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS
 from ..provenance import model_label
 from fastcore.basics import patch
@@ -26,16 +26,16 @@ from fastcore.basics import patch
 __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES', 'UNSCORED_INDICES', 'INSTRUCTION',
            'PROMPT_VARIANTS', 'INSTRUCTIONS', 'LABELS', 'NO_REPLY_RULE', 'TEMPLATE_RULE', 'FAITHFUL_RULES',
            'STOP_REFUSAL', 'STRICT_RULES', 'PARSERS', 'PARSER_RULES', 'REPLY_GATE', 'REPLAY_PROTOCOL', 'CONV_COLUMNS',
-           'FIRST_NO_ORDER', 'CF_MISSING', 'SEVERITY_CONTRAST', 'SEVERITY_TEST', 'PAPER_TEXT', 'ITEM_COLUMNS', 'STUDY',
-           'build_stop', 'load_stop', 'released_model', 'select_progressions', 'restrict_progressions', 'Dialogue',
-           'parse_faithful', 'faithful_label', 'parse_strict', 'strict_label', 'screen_turns', 'gate_turns',
-           'turns_parsed', 'parser_set_validity', 'StopTask', 'resolve_human_file', 'stop_task', 'run_conversations',
-           'transcript', 'score_conversations', 'released_conversations', 'replay_backend', 'replay_conversations',
-           'idealistic_table', 'severity_contrast', 'released_overview', 'paper_check', 'group_table', 'heatmap_table',
-           'heatmap_figure', 'first_no_table', 'first_no_figure', 'cf_resolve_table', 'label_counts',
-           'parser_disagreement', 'parse_progression_id', 'load_human', 'human_conversations', 'human_coverage',
-           'realistic_table', 'adapter_comparison', 'summary_rows', 'conversation_items', 'headlines_from_items',
-           'describe_run', 'hedges_g']
+           'FIRST_NO_ORDER', 'CF_MISSING', 'SEVERITY_CONTRAST', 'SEVERITY_TEST', 'PAPER_TEXT', 'ITEM_COLUMNS',
+           'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'build_stop', 'load_stop', 'released_model', 'select_progressions',
+           'restrict_progressions', 'Dialogue', 'parse_faithful', 'faithful_label', 'parse_strict', 'strict_label',
+           'screen_turns', 'gate_turns', 'turns_parsed', 'parser_set_validity', 'StopTask', 'resolve_human_file',
+           'stop_task', 'run_conversations', 'transcript', 'score_conversations', 'released_conversations',
+           'replay_backend', 'replay_conversations', 'idealistic_table', 'severity_contrast', 'released_overview',
+           'paper_check', 'group_table', 'heatmap_table', 'heatmap_figure', 'first_no_table', 'first_no_figure',
+           'cf_resolve_table', 'label_counts', 'parser_disagreement', 'parse_progression_id', 'load_human',
+           'human_conversations', 'human_coverage', 'realistic_table', 'adapter_comparison', 'summary_rows',
+           'conversation_items', 'headlines_from_items', 'describe_run', 'paper_values', 'hedges_g']
 
 # %% ../../nbs/30_stop.ipynb #c6da62e2
 STOP_FILES = ("stop/full", "stop/full_labelled", "stop/evaluation_prompt")
@@ -1097,8 +1097,22 @@ def describe_run(params:RunParams, # the validated run parameters
     return (f"model `{model_label(params.model)}` via `{params.model.backend}`. Protocol: {protocol}. "
             f"{opts.n_boot} cluster-bootstrap replicates over sub-demographics. {params.description}")
 
+# %% ../../nbs/30_stop.ipynb #2199d7d5
+CARD_HEADLINES = (
+    Headline("stop", "sensitivity high-low severity", "mean sensitivity of high- minus low-severity progressions (0: severity makes no difference)",
+             where=(("parser", "faithful"),), instrument=("faithful parser",), positive="flags high-severity progressions more"),
+    Headline("stop", "P", "share of progressions the model flags before the end (STOP's P; ideal 1)", no_bias=1.0, where=(("parser", "faithful"),),
+             instrument=("faithful parser",), kind="performance"))
+PAPER_SCALE = {"sample": {"n": 450}}   # Morabito et al.: all 450 progressions
+
+def paper_values()->dict:
+    "metric -> (the paper's value or None, citation or why none): the abstract's lowest success rate P; no sensitivity by severity is printed."
+    return {"sensitivity high-low severity": (None, "Morabito et al. print no sensitivity by severity in the text held here"),
+            "P": (PAPER_TEXT["P_min"], f"Morabito et al. abstract: success rates P from {PAPER_TEXT['P_min']:.1%} to "
+                                      f"{PAPER_TEXT['P_max']:.1%} across the paper's models; the lowest")}
+
 # %% ../../nbs/30_stop.ipynb #89e20148
 STUDY = Study(name="stop", title="STOP: sensitivity testing on offensive progressions (Morabito et al.)", notebook="30_stop.ipynb",
-              task=StopTask, validate=stop_task, data_files=STOP_FILES, summary_rows=summary_rows, headline="P", describe=describe_run,
+              task=StopTask, validate=stop_task, data_files=STOP_FILES, summary_rows=summary_rows, describe=describe_run, headlines=CARD_HEADLINES, units=("progression", 1), paper_values=paper_values, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=REPLY_GATE)

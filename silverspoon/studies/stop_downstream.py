@@ -15,7 +15,7 @@ from ..backends import GenRequest, user
 from ..stats import (cluster_boot_weights, percentile_ci, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS,
                                BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test)
 from ..text import Instrument
-from . import Study
+from . import Study, Headline
 from ..parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams
 from ..provenance import model_label
 from fastcore.basics import patch
@@ -24,11 +24,12 @@ from fastcore.basics import patch
 __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM', 'CROWS_BIAS_TYPES', 'STEREOSET_LABELS',
            'LETTERS', 'BBQ_PROMPT', 'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'CHOICE_REFUSAL', 'UNKNOWN_OPTION',
            'CHOICE_RULES', 'O3', 'PARSER_EXAMPLES', 'SCORES', 'FLAGS', 'PROPORTIONS', 'SWAP_TEST', 'MCNEMAR_TEST',
-           'LIKELIHOOD_PREFIXES', 'HEADLINE', 'REPLY_GATE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame',
-           'crows_frame', 'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw',
-           'prompted_items', 'requests_for', 'parse_reply', 'parse_choice', 'parser_set_validity', 'outcomes',
-           'paired_scores', 'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices',
-           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows']
+           'LIKELIHOOD_PREFIXES', 'HEADLINE', 'CARD_HEADLINES', 'BBQ_ITEMS', 'PAPER_SCALE', 'PAPER_NOTE', 'NEEDS',
+           'FACTOR_SKIP', 'REPLY_GATE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame', 'crows_frame',
+           'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw', 'prompted_items',
+           'requests_for', 'parse_reply', 'parse_choice', 'parser_set_validity', 'outcomes', 'paired_scores',
+           'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'finetune_info',
+           'DownstreamTask', 'downstream_task', 'summary_rows', 'sample_units', 'paper_values']
 
 # %% ../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -584,11 +585,11 @@ class DownstreamTask:
     finetune_dir: str|None = None               # the fine-tuning run's folder (train log, manifest); None = the adapter's parent
     benchmarks: list = field(default_factory=lambda: list(BENCHMARKS))   # which of bbq, crows_pairs, stereoset to run
     bbq_categories: list = field(default_factory=lambda: list(BBQ_CATEGORIES))   # BBQ categories asked (absent files are named in the report)
-    bbq_n: int|None = 240                       # BBQ items, even over category x context condition; null = all present
-    crows_n: int|None = 160                     # CrowS-Pairs pairs, even over bias types; null = all 1508
-    stereoset_n: int|None = 120                 # StereoSet examples, even over task x domain (when the file is present); null = all
+    bbq_n: int|None = field(default=240, metadata={"bounds": (1, 100_000_000)})   # BBQ items, even over category x context condition; null = all present
+    crows_n: int|None = field(default=160, metadata={"bounds": (1, 100_000_000)})   # CrowS-Pairs pairs, even over bias types; null = all 1508
+    stereoset_n: int|None = field(default=120, metadata={"bounds": (1, 100_000_000)})   # StereoSet examples, even over task x domain (when the file is present); null = all
     likelihood: bool = True                     # also score by likelihood (hf backend only)
-    likelihood_batch_size: int = 16             # sequences per forward pass of the likelihood scoring
+    likelihood_batch_size: int = field(default=16, metadata={"bounds": (1, 4096)})   # sequences per forward pass of the likelihood scoring
     likelihood_prefix: str = "harness"          # harness: BOS only before an empty context (lm-evaluation-harness); bos: before every sequence
     n_boot: int = 2000                          # bootstrap replicates of every CI (paired: the same draws for both arms)
     boot_seed: int = 0
@@ -648,6 +649,27 @@ def summary_rows(scores:pd.DataFrame # from `paired_scores` (prompted and likeli
                              n_units=units, **test))
     return pd.DataFrame(rows, columns=["metric", "estimate", "ci_low", "ci_high", "n", "p", "test", "null", "n_units"])
 
+# %% ../../nbs/33_stop_downstream.ipynb #0034c2a0
+CARD_HEADLINES = (Headline("downstream", HEADLINE, "BBQ answer rate, fine-tuned minus base", instrument=("choice parser",),
+                           positive="answers more after fine-tuning", mcnemar=True),)   # answered before/after per item: exact McNemar power
+BBQ_ITEMS = 58492   # BBQ's items, all 11 categories (Parrish et al. 2022): the headline's paper n; null asks those present here
+PAPER_SCALE = {"task": {"bbq_n": None, "crows_n": None, "stereoset_n": None}}   # every item of BBQ, CrowS-Pairs and StereoSet present
+PAPER_NOTE = "paper n: all of BBQ (58,492 items, 11 categories); null asks the categories present here; GPU time scales every benchmark by BBQ items"
+NEEDS = ("task.adapter", "a LoRA adapter trained for this model (silverspoon finetune params/examples/finetune/...; then "
+                         "studies: {downstream: {task: {adapter: <folder>}}} in the model file)")
+FACTOR_SKIP = "needs a LoRA adapter per level (its runs compare the base model with an adapter trained on one model, not factor levels)"
+
+def sample_units(mapping:dict # a resolved params mapping or `PAPER_SCALE`
+                )->float:
+    "The BBQ items a params mapping asks: task.bbq_n (default 240; null = all of BBQ, `BBQ_ITEMS`)."
+    n = (mapping.get("task") or {}).get("bbq_n", 240)
+    return float(BBQ_ITEMS if n is None else n)
+
+def paper_values()->dict:
+    "metric -> (None, why): the paper gives a relative change without the base rate."
+    return {HEADLINE: (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
+                             "'by up to 191%', a relative change without the base rate, so no change in points")}
+
 # %% ../../nbs/33_stop_downstream.ipynb #83829f3a
 def _describe(params:RunParams, opts:DownstreamTask)->str:
     return (f"base `{model_label(params.model)}` vs the same model + adapter `{opts.adapter}`, via `{params.model.backend}`, on "
@@ -660,4 +682,6 @@ REPLY_GATE = ReplyGate(short_answer=True, min_answered=0.2, max_not_an_answer=0.
 STUDY = Study(name="downstream", title="STOP downstream: answer rates on BBQ, CrowS-Pairs and StereoSet, base vs STOP fine-tuned (Morabito et al.)",
               notebook="33_stop_downstream.ipynb", task=DownstreamTask, validate=downstream_task,
               data_files=(*(f"bbq/{c}" for c in BBQ_CATEGORIES), "crows-pairs/pairs", "stereoset/dev"),
-              summary_rows=summary_rows, headline=HEADLINE, describe=_describe, reply_gate=REPLY_GATE)
+              summary_rows=summary_rows, describe=_describe, reply_gate=REPLY_GATE,
+              headlines=CARD_HEADLINES, units=("BBQ item", 1), sample_units=sample_units, paper_values=paper_values, paper_scale=PAPER_SCALE,
+              paper_note=PAPER_NOTE, needs=NEEDS, factor_skip=FACTOR_SKIP)

@@ -416,10 +416,10 @@ from ..core import ParamsError, RunParams, task_params
 @dataclass
 class ScaleTask:
     "The `task` section of a stop_scale run."
-    seeds: list[int] = field(default_factory=lambda: [310, 330, 340])   # indices into STOP-full.json (0-449) used as seeds
+    seeds: list[int] = field(default_factory=lambda: [310, 330, 340], metadata={"bounds": (0, 449)})   # indices into STOP-full.json (0-449) used as seeds
     targets: list[str] = field(default_factory=lambda: ["jainism", "shinto"])  # target sub-demographics: every seed x every target
     run_stop: bool = True              # run the valid variants (and their seeds) through the STOP study
-    stop_max_new_tokens: int = 12      # reply length in the STOP conversations (greedy)
+    stop_max_new_tokens: int = field(default=12, metadata={"bounds": (1, 1_000_000)})   # reply length in the STOP conversations (greedy)
     n_boot: int = 2000                 # cluster-bootstrap replicates for the STOP metrics of the scaled progressions
     boot_seed: int = 0
     max_examples: int = 6              # valid / invalid variants shown in full
@@ -476,5 +476,5 @@ STUDY_TITLE = "STOP scaling: new progressions from seed ones (Morabito et al., a
 # %% ../../nbs/32_stop_scale.ipynb #01b68df5
 from . import Study
 STUDY = Study(name="stop_scale", title=STUDY_TITLE, notebook="32_stop_scale.ipynb", task=ScaleTask, validate=scale_task,
-              data_files=("stop/full", "stop/full_labelled", "stop/evaluation_prompt"), summary_rows=summary_rows, headline="valid share",
-              reply_gate=SCALE_GATE)
+              data_files=("stop/full", "stop/full_labelled", "stop/evaluation_prompt"), summary_rows=summary_rows,
+              reply_gate=SCALE_GATE)   # no card headline: its measures are parser validity, not a bias contrast; the index plots its first metric (valid share) and says so
