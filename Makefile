@@ -79,8 +79,8 @@ clean-venv:
 # Python is Colab's 3.13 (`colab_lane.py venv` finds it: COLAB_PYTHON, python3.13 on PATH, pyenv, /usr/bin; with
 # none it falls back to $(PYTHON) with a warning, and under CI=true it stops) and torch is Colab's 2.11.0 from PyPI (the
 # CUDA build 2.11.0+cu130, ~4 GB with its nvidia libraries; it runs on a CPU). What still differs from Colab: see
-# requirements-colab.txt. The default runs go to a temporary reports folder and a temporary copy of the store, and
-# every CSV must equal the committed one byte for byte.
+# requirements-colab.txt. One default run per code path (colab-reports; all of them: colab-reports-all) goes into a
+# temporary copy of reports/ and of the store, and every CSV must equal the committed one byte for byte.
 COLAB_VENV  ?= .venv-colab
 COLAB_BIN   := $(COLAB_VENV)/bin
 COLAB_STAMP := $(COLAB_VENV)/.silverspoon-installed
