@@ -112,26 +112,23 @@ colab-nbtest: $(COLAB_STAMP)
 colab-pytest: $(COLAB_STAMP)
 	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane colab; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-# one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs) on Colab's stack, into a
-# copy of reports/ (the picked runs' outputs and the model cards removed first), the cards written again there, and every
-# CSV compared with the committed one; the committed store/ is copied, never written. colab-reports-all re-runs all 59.
+# one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs; COLAB_PICK=--all: every
+# default run, as colab-reports-all) on Colab's stack, into a copy of reports/ (the picked runs' outputs and the model
+# cards removed first), the cards written again there, and every CSV compared with the committed one; the committed
+# store/ is copied, never written.
+COLAB_PICK ?=
 colab-reports: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	cp -r store "$$tmp/store"; cp -r reports "$$tmp/reports"; \
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
 	export $(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH"; \
-	files=$$($(COLAB_BIN)/python tools/colab_lane.py pick-runs "$$tmp/reports" --python $(COLAB_BIN)/python); \
+	files=$$($(COLAB_BIN)/python tools/colab_lane.py pick-runs "$$tmp/reports" --python $(COLAB_BIN)/python $(COLAB_PICK)); \
 	$(COLAB_BIN)/silverspoon run --jobs 3 --reports-dir "$$tmp/reports" $$files; \
 	$(COLAB_BIN)/python tools/colab_lane.py cards "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python --only "$$tmp/colab-picked-runs.txt"; \
 	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
 
-colab-reports-all: $(COLAB_STAMP)
-	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
-	cp -r store "$$tmp/store"; \
-	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
-	$(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH" $(COLAB_BIN)/silverspoon run --all --jobs 3 --reports-dir "$$tmp/reports"; \
-	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python; \
-	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
+colab-reports-all:
+	$(MAKE) colab-reports COLAB_PICK=--all
 
 test-colab: colab-pip-check colab-nbtest colab-pytest colab-reports

@@ -74,6 +74,7 @@ def test_colab_reports_picks_one_run_per_study_backend_and_factor(tmp_path):
              ["s/g.yaml", "stop", "gpt4-replay", "replay", ""]]
     picked = lane.pick_runs(kinds)
     assert [k[2] for k in picked] == ["alpaca-replay", "smollm2", "smollm2--quantization-4bit", "smollm2--reference", "gpt4-replay"]
+    assert len(lane.pick_runs(kinds, every=True)) == len(kinds)   # make colab-reports-all: every run
     # the picked runs' outputs and every card leave the reports copy: a run that fails cannot leave the committed files standing in
     for f in ("normative/alpaca-replay/summary.csv", "normative/gpt4-replay/summary.csv", "models/m/bias_card.csv"):
         (tmp_path/f).parent.mkdir(parents=True, exist_ok=True); (tmp_path/f).write_text("x")

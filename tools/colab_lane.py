@@ -250,10 +250,10 @@ def dry_run_files(python:str, reports:Path)->list[str]:
     if r.returncode: raise SystemExit(f"colab_lane.py pick-runs: `silverspoon run --all --dry-run` failed:\n{r.stdout}{r.stderr}")
     return [line.split()[4] for line in r.stdout.splitlines() if line.startswith("would run ")]
 
-def pick_runs(kinds:list[list[str]])->list[list[str]]:
-    "The first run (by name) of each (study, backend, factor) group of `kinds` ([file, study, run, backend, factor or ''])."
+def pick_runs(kinds:list[list[str]], every:bool=False)->list[list[str]]:
+    "The first run (by name) of each (study, backend, factor) group of `kinds` ([file, study, run, backend, factor or '']); `every`: all of them."
     first = {}
-    for k in sorted(kinds, key=lambda k: (k[1], k[2])): first.setdefault((k[1], k[3], k[4]), k)
+    for k in sorted(kinds, key=lambda k: (k[1], k[2])): first.setdefault(tuple(k) if every else (k[1], k[3], k[4]), k)
     return sorted(first.values(), key=lambda k: (k[1], k[2]))
 
 def clear_outputs(reports:Path, picked:list[list[str]])->None:
@@ -285,6 +285,7 @@ def main(argv=None)->int:
     c.add_argument("--only", help=f"a file of `<study>/<run>` lines (pick-runs' {PICKED}): check only those runs")
     pr = sub.add_parser("pick-runs", help="print one default run per (study, backend, factor) and clear its outputs in REPORTS (a copy of reports/)")
     pr.add_argument("reports"); pr.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
+    pr.add_argument("--all", action="store_true", help="every default run (make colab-reports-all)")
     cd = sub.add_parser("cards", help="write every model file's bias card into REPORTS (with the lane's python)"); cd.add_argument("reports")
     k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
@@ -311,7 +312,7 @@ def main(argv=None)->int:
         files = dry_run_files(args.python, reports)
         r = subprocess.run([args.python, "-c", RUN_KINDS, *files], capture_output=True, text=True, cwd=ROOT)
         if r.returncode: raise SystemExit(f"colab_lane.py pick-runs: could not read the params files:\n{r.stderr}")
-        picked = pick_runs(json.loads(r.stdout))
+        picked = pick_runs(json.loads(r.stdout), every=args.all)
         if not picked: raise SystemExit("colab_lane.py pick-runs: no default run found: nothing would run on this stack.")
         clear_outputs(reports, picked)
         (reports.parent/PICKED).write_text("".join(f"{k[1]}/{k[2]}\n" for k in picked), encoding="utf-8")
@@ -320,11 +321,10 @@ def main(argv=None)->int:
         print("\n".join(k[0] for k in picked))
         return 0
     if args.cmd == "cards":
-        from silverspoon.card import read_model_file, runs_for_model
+        from types import SimpleNamespace
+        from silverspoon.cli import model_cards   # the cards `silverspoon run --all` writes: every model file with runs
         from silverspoon.runner import write_card
-        for f in sorted((ROOT/"params"/"models").glob("*.yaml")):
-            name = read_model_file(f)["name"]
-            if runs_for_model(name, args.reports): print(f"card  ->  {write_card(name, args.reports)}")
+        for name in model_cards(SimpleNamespace(model=None, all=True, reports_dir=args.reports)): print(f"card  ->  {write_card(name, args.reports)}")
         return 0
     if args.cmd == "check-pins":
         want = pins(Path(args.requirements).read_text(encoding="utf-8"))
