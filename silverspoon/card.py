@@ -4,11 +4,11 @@
 
 # %% ../nbs/07b_card.ipynb #2e311b68
 from __future__ import annotations
-import json, html
+import json, html, functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np, pandas as pd
-from scipy.stats import norm
+from scipy.stats import norm, binom
 from .core import project_root, merge_params, write_atomic
 from .store import store_root
 from .stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
@@ -18,14 +18,14 @@ __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', '
            'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words',
            'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost', 'headline_row', 'instrument_validity',
            'is_released_run', 'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model', 'normal_power',
-           'normal_n', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd',
-           'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line',
-           'run_units', 'headline_power_row', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html',
-           'answers_html', 'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan',
-           'letters_per_gender', 'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band',
-           'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html',
-           'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'plan_table',
-           'plan_text']
+           'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
+           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
+           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
+           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
+           'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas', 'factor_runs', 'why_undefined',
+           'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
+           'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan',
+           'plan_table', 'plan_text']
 
 # %% ../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -283,6 +283,19 @@ def normal_n(effect:float,      # the true effect (value minus no-bias value)
     if effect is None or pd.isna(effect) or effect == 0 or not sd > 0: return None
     return int(np.ceil(((norm.ppf(1 - alpha/2) + norm.ppf(power))*sd/abs(effect))**2))
 
+# %% ../nbs/07b_card.ipynb #349e691a
+@functools.lru_cache(maxsize=64)
+def mcnemar_critical(n:int,           # the most discordant pairs D (0..n)
+                     alpha:float=0.05 # two-sided
+                    )->np.ndarray:
+    "For each D in 0..n, the largest k with F(k; D, 1/2) <= alpha/2 (-1 if none): the exact McNemar test rejects when min(b, D - b) <= k. Cached: it does not depend on the change rates, and a power search asks for the same n again and again (scipy's binomial ppf over D is the slow part)."
+    D = np.arange(n + 1)
+    k = binom.ppf(alpha/2, D, 0.5)                                    # smallest k with F(k; D, 1/2) >= alpha/2 ...
+    k = np.where(binom.cdf(k, D, 0.5) <= alpha/2*(1 + 1e-9), k, k - 1)  # ... the largest with F <= alpha/2
+    k.setflags(write=False)                                           # shared by every caller through the cache
+    return k
+
+
 # %% ../nbs/07b_card.ipynb #a23fbb65
 def mcnemar_power(n:int,            # pairs (units answered under both conditions)
                   p10:float,        # P(a pair changes one way), e.g. base refuses, adapter answers
@@ -290,12 +303,10 @@ def mcnemar_power(n:int,            # pairs (units answered under both condition
                   alpha:float=0.05  # two-sided
                  )->float:
     "Exact power of the two-sided exact McNemar test (binomial test of the b changes among the D discordant pairs, p = 1/2), by enumeration: the sum over D ~ Bin(n, p10 + p01) of P(b in D's rejection region), b ~ Bin(D, p10 / (p10 + p01))."
-    from scipy.stats import binom
     q = p10 + p01
     if n < 1 or not q > 0: return 0.0
     D = np.arange(n + 1)
-    k = binom.ppf(alpha/2, D, 0.5)                                    # smallest k with F(k; D, 1/2) >= alpha/2 ...
-    k = np.where(binom.cdf(k, D, 0.5) <= alpha/2*(1 + 1e-9), k, k - 1)  # ... the largest with F <= alpha/2: reject when min(b, D - b) <= k
+    k = mcnemar_critical(n, alpha)
     pi = p10/q
     reject = np.where(k >= 0, binom.cdf(k, D, pi) + binom.sf(D - k - 1, D, pi), 0.0)
     return float(min(1.0, (binom.pmf(D, n, q)*reject).sum()))
