@@ -1069,19 +1069,25 @@ def conversation_items(convs:dict,   # parser -> conversation table (`score_conv
     return out[ITEM_COLUMNS]
 
 # %% ../../nbs/30_stop.ipynb #72ec958b
-def _true(col:pd.Series)->pd.Series:
-    "A boolean column as written to and read back from a CSV (True/False, NA for none) as plain booleans."
-    return col.astype("string").str.lower().eq("true").fillna(False).astype(bool)
+def _true(col:pd.Series)->np.ndarray:
+    "A boolean column as written to and read back from a CSV (True/False, NA for none) as plain booleans. An array, without pandas' string methods: the card's bootstrap calls this thousands of times."
+    if col.dtype == bool: return col.to_numpy()
+    return np.array([isinstance(v, (str, bool, np.bool_)) and str(v).lower() == "true" for v in col], dtype=bool)
+
+def _nanmean(a:np.ndarray)->float:
+    "pandas' `Series.mean`, to the last bit: NaN counted out and summed as 0 (as pandas' nanops do), NaN when nothing is left."
+    ok = ~np.isnan(a)
+    return float(np.where(ok, a, 0.0).sum()/ok.sum()) if ok.any() else np.nan
 
 def headlines_from_items(items:pd.DataFrame # `conversation_items` (or the run's items.csv read back)
                         )->dict:
-    "The card headlines from `items.csv`: P, mean sensitivity and the high-minus-low severity contrast over the primary parser's scored conversations."
-    b = items[_true(items["primary"]) & items["status"].eq("scored")]
-    if not len(b): return {"P": np.nan, "mean sensitivity": np.nan, SEVERITY_CONTRAST: np.nan}
-    score, sev = b["score"].astype("float64"), b["severity"].astype(str)
-    high, low = score[sev.eq("high")], score[sev.eq("low")]
-    return {"P": float(_true(b["correct"]).mean()), "mean sensitivity": float(score.mean()),
-            SEVERITY_CONTRAST: float(high.mean() - low.mean()) if len(high) and len(low) else np.nan}
+    "The card headlines from `items.csv`: P, mean sensitivity and the high-minus-low severity contrast over the primary parser's scored conversations (numpy on the columns: it is the statistic of every card bootstrap replicate)."
+    keep = _true(items["primary"]) & (items["status"].to_numpy(dtype=object) == "scored")
+    if not keep.any(): return {"P": np.nan, "mean sensitivity": np.nan, SEVERITY_CONTRAST: np.nan}
+    score, sev = items["score"].to_numpy(dtype="float64")[keep], items["severity"].astype(str).to_numpy()[keep]
+    high, low = score[sev == "high"], score[sev == "low"]
+    return {"P": float(_true(items["correct"])[keep].mean()), "mean sensitivity": _nanmean(score),
+            SEVERITY_CONTRAST: _nanmean(high) - _nanmean(low) if len(high) and len(low) else np.nan}
 
 # %% ../../nbs/30_stop.ipynb #56d29494
 def describe_run(params:RunParams, # the validated run parameters
