@@ -82,3 +82,29 @@ def test_lexicon_or_faithful_counts_substrings_exact_does_not():
     assert x.loc["Ability", "or_paper"] == pytest.approx((3 / 4) / (2 / 8))
     assert len(f) == 9 and (f.n_letters_m == 1).all() and f.pvalue_wald.between(0, 1).all()
     assert f.p_bh.isna().all() and f.or_ci_low.isna().all()   # one letter per gender: the letter bootstrap gives no CI and no p
+
+
+def test_agency_level_check_measures_the_gap_and_refuses_junk():
+    "The report's agency-vs-authors section is one library call: the tables, the per-letter data behind them and the fitted threshold."
+    import numpy as np
+    from silverspoon.studies.letters import agency_level_check, agency_level_reading, sentence_shares
+    rng, n = np.random.default_rng(0), 12
+    pl = pd.DataFrame({"gender": ["m", "f"] * (n // 2), "pair_id": np.repeat(range(n // 2), 2)})
+    p_sent, sl = rng.uniform(0.45, 0.8, 4 * n), np.repeat(range(n), 4)
+    pl["agentic"], pl["p_agentic"] = sentence_shares(sl, p_sent > 0.5, n), sentence_shares(sl, p_sent, n)
+    prompts = [f"p{i}" for i in range(n)]
+    authors = pd.Series(np.linspace(0.05, 0.25, n), index=prompts, name="anything")
+    score = lambda texts: [{"label": "agentic" if "led" in t else "communal", "p_positive": 0.9 if "led" in t else 0.1} for t in texts]
+    hist = [{"train_loss": 0.69, "val_accuracy": 0.5}] * 3 + [{"train_loss": 0.5, "val_accuracy": 0.8}]
+    chk = agency_level_check(pl, ["She led the lab. She wrote code"] * n, prompts, authors, sl, p_sent, score, {"history": hist, "best_epoch": 4}, n_boot=200)
+    assert chk["n_pieces"] == 2 * n and np.allclose(chk["per_letter"].agentic_authors_pieces, 0.5)
+    assert chk["per_letter"].per_ac.tolist() == authors.tolist()                 # joined by prompt, whatever the series' name
+    a = chk["agreement"].set_index("measure")
+    assert abs(a.loc["agentic_fitted_threshold", "level_diff"]) < abs(a.loc["agentic", "level_diff"])   # the fitted threshold closes the gap (circularly)
+    d = chk["probabilities"].iloc[0]
+    assert (d.kept_epoch, d.epochs_at_chance_val, d.n_sentences) == (4, 3, 4 * n) and 0.45 <= d.p_min <= d.p_max <= 0.8
+    assert set(chk["split"].statistic) >= {"split share of the gap", "level, pieces"} and "of 4 epochs" in agency_level_reading(chk)
+    with pytest.raises(ValueError, match="must align"):
+        agency_level_check(pl, ["x."] * (n - 1), prompts, authors, sl, p_sent, score, {"history": hist, "best_epoch": 4})
+    with pytest.raises(ValueError, match="no sentence was scored"):
+        agency_level_check(pl, ["x."] * n, prompts, authors, [], [], score, {"history": hist, "best_epoch": 4})

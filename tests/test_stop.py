@@ -506,3 +506,33 @@ def test_a_junk_model_gets_no_verdict(tmp_path, model_id, check):
     assert (items.status == "no answers").all() and items.correct.isna().all()      # no progression is "ideal" (the low ones' 0 no) on junk
     s = pd.read_csv(out/"summary.csv").set_index("metric")
     assert s.loc["P", "n"] == 0 and np.isnan(s.loc["P", "estimate"])
+
+
+# ---------------------------------------------------------------- one call for every backend (issue 32: replay is a backend like any other)
+def test_stop_replies_replay_and_generated_share_one_call(data):
+    "`stop_replies` answers a replay and a generated run through the same call; what differs is the evidence the report reads."
+    from silverspoon.studies.stop import stop_replies, RELEASED, GENERATED, example_conversations, against_released_line
+    items = data[data["index"].isin(SHARED_CF)]
+    mem = lambda params, backend: GenerationStore(None)
+    rel = stop_replies(RunParams(study="stop", run="r", model=ModelParams(backend="replay", id="llama2-7b")), items, StopTask(), mem)
+    assert rel.evidence is RELEASED and rel.released_model == "llama2-7b" and rel.shown_replies is None
+    assert rel.res.answer.tolist() == items["llama2-7b_cf"].tolist() and [a for a, _ in rel.arms] == ["all"]
+    assert rel.convs["faithful"].first_no.eq("unknown").all() and example_conversations(rel.convs["faithful"], rel.evidence) == []
+    gen = stop_replies(RunParams(study="stop", run="g", model=ModelParams(backend="scripted", id="text:Yes.")), items, StopTask(), mem)
+    assert gen.evidence is GENERATED and gen.released_model is None and gen.shown_replies.eq("Yes.").all()
+    assert len(gen.res) == len(items) * 6 and len(gen.screen) == len(gen.res)   # 5 sentences + the counterfactual, every reply screened
+    assert gen.convs["faithful"].n_no.eq(0).all() and len(example_conversations(gen.convs["faithful"], gen.evidence)) == items.severity.nunique()
+    ov = pd.DataFrame({"P_447": [0.6, 0.4]})
+    assert against_released_line(ov, 0.5, 447, True, "llama2-7b").endswith("rank 2 of 10.") and against_released_line(ov, 0.5, 6, False, "llama2-7b") == ""
+
+
+def test_stop_replies_refuses_junk_model_and_compare_base_adds_a_base_arm(data):
+    from silverspoon.studies.stop import stop_replies
+    items = data[data["index"].isin(SHARED_CF)]
+    mem = lambda params, backend: GenerationStore(None)
+    with pytest.raises(ParamsError, match="not a released STOP model"):
+        stop_replies(RunParams(study="stop", run="r", model=ModelParams(backend="replay", id="no-such-model")), items, StopTask(), mem)
+    ab = stop_replies(RunParams(study="stop", run="g", model=ModelParams(backend="scripted", id="text:No.", adapter="adapters/x")), items,
+                      StopTask(compare_base=True), mem)
+    assert [a for a, _ in ab.arms] == ["adapter", "base"] and ab.base[0].adapter is None and len(ab.all_replies) == 2 * len(ab.res)
+    assert len(ab.screen) == len(ab.all_replies)

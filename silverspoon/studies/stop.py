@@ -26,16 +26,18 @@ from fastcore.basics import patch
 __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES', 'UNSCORED_INDICES', 'INSTRUCTION',
            'PROMPT_VARIANTS', 'INSTRUCTIONS', 'LABELS', 'NO_REPLY_RULE', 'TEMPLATE_RULE', 'FAITHFUL_RULES',
            'STOP_REFUSAL', 'STRICT_RULES', 'PARSERS', 'PARSER_RULES', 'REPLY_GATE', 'REPLAY_PROTOCOL', 'CONV_COLUMNS',
-           'FIRST_NO_ORDER', 'CF_MISSING', 'SEVERITY_CONTRAST', 'SEVERITY_TEST', 'PAPER_TEXT', 'ITEM_COLUMNS',
-           'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'build_stop', 'load_stop', 'released_model', 'select_progressions',
-           'restrict_progressions', 'Dialogue', 'parse_faithful', 'faithful_label', 'parse_strict', 'strict_label',
-           'screen_turns', 'gate_turns', 'turns_parsed', 'parser_set_validity', 'StopTask', 'resolve_human_file',
-           'stop_task', 'run_conversations', 'transcript', 'score_conversations', 'released_conversations',
-           'replay_backend', 'replay_conversations', 'idealistic_table', 'severity_contrast', 'released_overview',
-           'paper_check', 'group_table', 'heatmap_table', 'heatmap_figure', 'first_no_table', 'first_no_figure',
-           'cf_resolve_table', 'label_counts', 'parser_disagreement', 'parse_progression_id', 'load_human',
-           'human_conversations', 'human_coverage', 'realistic_table', 'adapter_comparison', 'summary_rows',
-           'conversation_items', 'headlines_from_items', 'describe_run', 'paper_values', 'hedges_g']
+           'FIRST_NO_ORDER', 'GENERATED', 'RELEASED', 'EVIDENCE', 'CF_MISSING', 'SEVERITY_CONTRAST', 'SEVERITY_TEST',
+           'PAPER_TEXT', 'ITEM_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'build_stop', 'load_stop',
+           'released_model', 'select_progressions', 'restrict_progressions', 'Dialogue', 'parse_faithful',
+           'faithful_label', 'parse_strict', 'strict_label', 'screen_turns', 'gate_turns', 'turns_parsed',
+           'parser_set_validity', 'StopTask', 'resolve_human_file', 'stop_task', 'run_conversations', 'transcript',
+           'score_conversations', 'released_conversations', 'replay_backend', 'replay_conversations', 'StopEvidence',
+           'stop_evidence', 'StopReplies', 'stop_replies', 'against_released_line', 'example_conversations',
+           'idealistic_table', 'severity_contrast', 'released_overview', 'paper_check', 'group_table', 'heatmap_table',
+           'heatmap_figure', 'first_no_table', 'first_no_figure', 'cf_resolve_table', 'label_counts',
+           'parser_disagreement', 'parse_progression_id', 'load_human', 'human_conversations', 'human_coverage',
+           'realistic_table', 'adapter_comparison', 'summary_rows', 'conversation_items', 'headlines_from_items',
+           'describe_run', 'paper_values', 'hedges_g']
 
 # %% ../../nbs/30_stop.ipynb #c6da62e2
 STOP_FILES = ("stop/full", "stop/full_labelled", "stop/evaluation_prompt")
@@ -566,6 +568,107 @@ def replay_conversations(backend,               # from `replay_backend`
     replies = gate_turns(replies, screen_turns(replies, prompts=items.counterfactual.tolist()))   # the prompt of a released reply: its counterfactual
     convs = {p: released_conversations(items, m, cf_answers=res.answer, parser=p, cf_labels=replies[f"label_{p}"]) for p in PARSERS}
     return res, convs, replies
+
+# %% ../../nbs/30_stop.ipynb #b01d3f8f
+@dataclass(frozen=True)
+class StopEvidence:
+    "What a run's replies hold; the report reads this instead of asking which backend ran."
+    transcripts:bool        # per-sentence replies exist: transcripts and the turn of the first 'no' can be shown
+    copy_replies:bool       # replies may be copied into the report (the authors' released replies are not)
+    reply_kind:str          # the replies the parsers saw: "all" (sentences and counterfactual) or "counterfactual"
+    unscored_note:str       # what a selected conversation without a score is (the idealistic table's note)
+    other_parser_note:str   # why the other parser's table can (or cannot) differ; "" = the run's own transcripts (the report says how)
+    missing_note:str        # why transcripts and the first 'no' are absent; "" where they are shown
+    released:bool           # the results are one of the 10 released models' (ranked among them on the full data)
+
+GENERATED = StopEvidence(transcripts=True, copy_replies=True, reply_kind="all", unscored_note="failed conversations count as not correct",
+                         other_parser_note="", missing_note="", released=False)
+RELEASED = StopEvidence(transcripts=False, copy_replies=False, reply_kind="counterfactual",
+                        unscored_note="the 3 progressions without released results count as not correct",
+                        other_parser_note="Replay: the released scores were made by the authors' (faithful) rule, so only Pcounter can change here.",
+                        missing_note="the released files give only the number of 'no' answers per progression (no per-sentence replies), "
+                                     "so there are no transcripts and no turn of the first 'no'; the released counterfactual replies are parsed below.",
+                        released=True)
+EVIDENCE = {"replay": RELEASED}   # backend -> what its replies hold; any other backend holds real conversations (GENERATED)
+
+def stop_evidence(model:ModelParams # the run's `model` section
+                 )->StopEvidence:
+    "What the replies of a run with this model hold."
+    return EVIDENCE.get(model.backend, GENERATED)
+
+# %% ../../nbs/30_stop.ipynb #0ed2a017
+@dataclass
+class StopReplies:
+    "Everything a STOP run's answers give the report, whatever the backend."
+    evidence:StopEvidence   # what the replies hold
+    backend:object          # the backend that answered (`make_backend`)
+    store:object            # the generation store it answered through
+    res:pd.DataFrame        # `generate_all` rows (every turn; a replay: the counterfactual rows)
+    convs:dict              # parser -> conversation table (`score_conversations` / `released_conversations`)
+    replies:pd.DataFrame    # the replies with both labels and rules, after the reply gate
+    arms:list               # [(arm, replies)] the gate screens: [("all", replies)], or adapter and base
+    screen:pd.DataFrame     # the reply gate's screen of every arm's replies, in `arms` order
+    base:tuple|None=None    # (base model params, base arm's rows) with `task.compare_base`
+    released_model:str|None=None   # the released model a replay reads
+
+# %% ../../nbs/30_stop.ipynb #35a40ba5
+@patch(as_prop=True)
+def all_replies(self:StopReplies)->pd.DataFrame:
+    "Every arm's replies, one table (what the gate screened)."
+    return pd.concat([r for _, r in self.arms], ignore_index=True)
+
+# %% ../../nbs/30_stop.ipynb #6b0606ec
+@patch(as_prop=True)
+def shown_replies(self:StopReplies)->pd.Series|None:
+    "The reply texts the report may copy: None for released replies (the authors' text is not republished)."
+    return self.all_replies.answer if self.evidence.copy_replies else None
+
+# %% ../../nbs/30_stop.ipynb #422758b5
+def stop_replies(params:RunParams,        # the run's params (model, generation, run)
+                 items:pd.DataFrame,      # the selected progressions (`select_progressions`; with the released columns for a replay)
+                 opts:StopTask,           # the run's task (`stop_task`)
+                 store_factory            # (params, backend) -> a `GenerationStore` (`silverspoon.store.store_for`)
+                )->StopReplies:
+    "The answers of a STOP run through its backend, the same call for every backend; a replay reads the released results."
+    ev = stop_evidence(params.model)
+    if ev.released:   # the released results: one counterfactual reply and a score per progression, no sentence turns to ask
+        backend = replay_backend(items, params.model)
+        store = store_factory(params, backend)
+        res, convs, replies = replay_conversations(backend, items, params.generation, store, params.run)
+        arms, base = [("all", replies)], None
+        screen = screen_turns(replies, prompts=items.counterfactual.tolist())   # the prompt of a released reply: its counterfactual
+        return StopReplies(ev, backend, store, res, convs, replies, arms, screen, base, released_model(params.model.id))
+    backend = make_backend(params.model)
+    store = store_factory(params, backend)
+    res = run_conversations(backend, items, params.generation, store, run=params.run, opts=opts, batch_size=params.model.batch_size)
+    convs = {p: score_conversations(res, items, p) for p in PARSERS}
+    arms, base = [("all", res)], None
+    if opts.compare_base:   # the base arm (the model without its adapter), judged apart by the reply gate
+        base_params = dataclasses.replace(params.model, adapter=None)
+        base_res = run_conversations(make_backend(base_params), items, params.generation, store, run=params.run, opts=opts, batch_size=params.model.batch_size)
+        arms, base = [("adapter", res), ("base", base_res)], (base_params, base_res)
+    screen = pd.concat([screen_turns(r) for _, r in arms], ignore_index=True)
+    return StopReplies(ev, backend, store, res, convs, res, arms, screen, base)
+
+# %% ../../nbs/30_stop.ipynb #35646f63
+def against_released_line(ov:pd.DataFrame,     # `released_overview` (P_447 of the 10 released models)
+                          p_run:float,         # this run's P over its scored progressions (primary parser)
+                          n_scored:int,        # its scored progressions
+                          full:bool,           # the run selected all 450 progressions
+                          released:str|None    # the released model a replay reads (ranked among the 10); None: a generated run
+                         )->str:
+    "The sentence that places this run beside the released models: its rank (a full replay), its P (a generated run) or nothing (a replay subset)."
+    if released is not None:
+        return f" This run ({released}): P = {p_run:.3f} (447), rank {int((ov.P_447 > p_run + 1e-12).sum()) + 1} of 10." if full else ""
+    return f" This run: P = {p_run:.3f} on {n_scored} scored progressions" + ("" if full else " of a subset (not comparable to the full-data numbers above)") + "."
+
+# %% ../../nbs/30_stop.ipynb #dd870abd
+def example_conversations(conv:pd.DataFrame,    # a conversation table (`StopReplies.convs[parser]`)
+                          evidence:StopEvidence # what the replies hold: no transcripts, no examples
+                         )->list[tuple[str, str]]:
+    "(severity, progression_id) of the first conversation of each severity whose transcript the run holds."
+    if not evidence.transcripts: return []
+    return [(sev, ids[0]) for sev in SEVERITIES if (ids := conv[conv.severity == sev].progression_id.tolist())]
 
 # %% ../../nbs/30_stop.ipynb #ea513ed1
 def _prop_row(x:pd.Series,                 # 0/1 (or a score in [0, 1]) per conversation
