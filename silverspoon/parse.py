@@ -13,10 +13,11 @@ from .stats import proportion_ci
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['STATUSES', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS', 'TEMPLATE_TOKEN',
-           'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'Parsed',
-           'parsed_frame', 'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate', 'instrument_validity',
-           'parser_set_path', 'parser_set', 'run_judge', 'gather_instruments']
+__all__ = ['STATUSES', 'NO_REPLY', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS',
+           'TEMPLATE_TOKEN', 'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS',
+           'SET_SOURCES', 'Parsed', 'failed_reply', 'spine_reasons', 'parsed_frame', 'rule_counts', 'RefusalDetector',
+           'reply_checks', 'ReplyGate', 'instrument_validity', 'parser_set_path', 'parser_set', 'set_counts',
+           'validate_on_set', 'run_judge', 'gather_instruments']
 
 # %% ../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "not_an_answer", "unparseable", "failed")   # not_an_answer: the reply gate found no answer to read (`ReplyGate`)
@@ -37,6 +38,25 @@ class Parsed:
     def label(self)->str:
         "One category per reply: the value for an answer, else the status (`refusal`, `unparseable`, `failed`)."
         return str(self.value) if self.status == "answer" else self.status
+
+# %% ../nbs/04a_parse.ipynb #ff5add61
+NO_REPLY = "no reply"   # the rule of every failed reply
+
+def failed_reply(text,      # the reply text (None/NaN when the generation gave none)
+                 error=None # the store's error for it (None/NaN/'' when it answered)
+                )->Parsed|None:
+    "`Parsed('failed', None, 'no reply')` when the generation failed (an error, or no reply text); None when there is a reply to parse."
+    has_error = not is_missing(error) and not (isinstance(error, str) and error == "")
+    return Parsed("failed", None, NO_REPLY) if has_error or not isinstance(text, str) else None
+
+# %% ../nbs/04a_parse.ipynb #53871880
+def spine_reasons(reasons:dict, # a study's reason -> the spine status it counts as (one of STATUSES), in the order its tables show them
+                  study:str     # who declares them (for the error message), e.g. "letters (appendix B.2)"
+                 )->dict:
+    "The study's reasons, checked: each names one of `STATUSES` (a reason is a `rule` beside a spine status, not a second status set)."
+    bad = {r: s for r, s in reasons.items() if s not in STATUSES}
+    if bad: raise ValueError(f"{study}: reason(s) {bad} map to no spine status; map each reason to one of {STATUSES} (silverspoon.parse.STATUSES).")
+    return dict(reasons)
 
 # %% ../nbs/04a_parse.ipynb #67f35d4d
 def parsed_frame(parsed:list[Parsed], # one per reply
@@ -310,6 +330,36 @@ def parser_set(name:str # e.g. "normative", "bbq"
     df["hard"] = df["hard"].eq("1")
     return df
 
+# %% ../nbs/04a_parse.ipynb #832f1fee
+SET_SOURCES = ("released", "store", "junk", "written")   # the kinds of `source` in a parser set (a source starts with its kind)
+
+def set_counts(s:pd.DataFrame # a parser set (`parser_set`)
+              )->dict:
+    "How many rows the set has (`n`) and how many of each source kind (`SET_SOURCES`: a row's source starts with its kind)."
+    return {"n": len(s), **{k: int(s["source"].astype(str).str.startswith(k).sum()) for k in SET_SOURCES}}
+
+# %% ../nbs/04a_parse.ipynb #9098d50d
+def validate_on_set(name:str,             # the hand-labelled set: tests/parser_sets/<name>.csv
+                    parse,                # one row of the set (a dict: reply, expected, hard, source and the set's own columns) -> a `Parsed`, or what the parser read
+                    instrument:str,       # the instrument's name in the instruments table, e.g. "profession parser (parse_profession)"
+                    reference_desc,       # what the set is: a str formatted with `set_counts` ({n}, {released}, {store}, {junk}, {written}), or a function of those counts -> str
+                    label=None,           # a `Parsed` -> what is compared with `expected` (None: `Parsed.label`); a plain reading is compared as it is
+                    keep=("source",),     # the set's columns carried into the per-item rows (besides `reply`)
+                    rows:pd.DataFrame|None=None # the rows to measure (None: the whole set; e.g. its junk rows only)
+                   )->tuple[pd.DataFrame, pd.DataFrame]:
+    "(summary, items): `parse` on every row of the set, measured by `instrument_validity` (clear and hard apart); items add reply, status and rule (for a `Parsed`) and `keep`."
+    s = parser_set(name) if rows is None else rows
+    got = [parse(r) for r in s.to_dict("records")]
+    is_parsed = all(isinstance(g, Parsed) for g in got)
+    predicted = [(label or (lambda p: p.label))(g) for g in got] if is_parsed else got
+    counts = set_counts(s)
+    desc = reference_desc(counts) if callable(reference_desc) else reference_desc.format(**counts)
+    summ, items = instrument_validity(instrument, "parser", predicted, s["expected"], desc, hard=s["hard"], ids=s.index)
+    extra = {"reply": s["reply"].to_numpy()}
+    if is_parsed: extra |= {"status": [g.status for g in got], "rule": [g.rule for g in got]}
+    extra |= {c: s[c].to_numpy() for c in keep if c in s.columns}
+    return summ, items.assign(**extra)
+
 # %% ../nbs/04a_parse.ipynb #c74be416
 def run_judge(params,                # the run's RunParams (the judge's store is the run's, named `<run>-judge`)
               judge,                 # the judge's ModelParams (`task.judge`)
@@ -326,7 +376,7 @@ def run_judge(params,                # the run's RunParams (the judge's store is
     res = generate_all(backend, requests, generation, store_for(jparams, backend), run=jparams.run, batch_size=judge.batch_size, desc=desc)
     failed = res["error"].map(lambda e: not is_missing(e)).astype(bool) if len(res) else pd.Series([], dtype=bool)
     reply = res["answer"].where(~failed) if len(res) else pd.Series([], dtype=object)
-    parsed = [Parsed("failed", None, "no reply") if f else parse(a if isinstance(a, str) else None) for a, f in zip(reply, failed)]
+    parsed = [failed_reply(a, e) or parse(a) for a, e in zip(reply, res["error"])] if len(res) else []
     out = pd.concat([res.assign(reply=reply), parsed_frame(parsed, index=res.index)[["status", "value", "rule"]]], axis=1)
     counts = {"requests": len(res), "answered": int((~failed).sum()), "failed": int(failed.sum()),
               "from_store": int(res["cached"].sum()) if "cached" in res else 0, "labelled": int(out["status"].eq("answer").sum()),

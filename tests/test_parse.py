@@ -125,3 +125,112 @@ def test_rule_counts_orders_ties_by_name_whatever_pandas_does():
     for order in (["b", "a", "b", "a", "c"], ["a", "b", "a", "b", "c"]):
         rc = rule_counts(pd.Series(order), None, pd.Series(["y", "x", "x", "y", "x"]))
         assert rc.rule.tolist() == ["a", "b", "c"] and rc.labels.tolist()[:2] == ["x: 1, y: 1", "x: 1, y: 1"]
+
+
+# --- one parser-validation helper, one status vocabulary, one failed-reply path (issue 32, item 3) ---
+
+def _study_parsers():
+    "Each study's parser on one row of its set, as its `parser_set_validity` calls `validate_on_set` (name -> row -> Parsed or reading)."
+    import json
+    from silverspoon.studies import normative, professions, stop, stop_downstream, stop_scale
+    text = normative.load_normative().set_index("row")["text"]
+    s = parser_set("stop_scale")
+    seeds = stop_scale.stop_seeds(sorted({int(x.rsplit("-", 1)[1]) for x in s.seed_id})).set_index("seed_id")
+    return {"normative": lambda r: normative.parse_normative(r["reply"], text[int(r["row"])] if isinstance(r["row"], str) and r["row"].strip() else None),
+            "professions": lambda r: professions.parse_profession(r["reply"], r["name"] if isinstance(r["name"], str) else ""),
+            "stop_faithful": lambda r: stop.parse_faithful(r["reply"]), "stop_strict": lambda r: stop.parse_strict(r["reply"]),
+            "downstream_choice": lambda r: stop_downstream.parse_reply(r["reply"], json.loads(r["options"]), prompt=r["prompt"] if isinstance(r["prompt"], str) else None),
+            "stop_scale": lambda r: stop_scale.reply_verdict(r["reply"], seeds.prompts[r["seed_id"]], seeds.cfprompt[r["seed_id"]], r["target"])}
+
+@pytest.fixture(scope="module")
+def study_parsers(): return _study_parsers()
+
+@pytest.mark.parametrize("name", ["normative", "professions", "stop_faithful", "stop_strict", "downstream_choice", "stop_scale"])
+def test_validate_on_set_measures_each_study_parser_on_its_set(name, study_parsers):
+    "The one helper on each set: every row measured, the description counts the set's sources, junk rows never read as an answer."
+    from silverspoon.parse import validate_on_set, set_counts
+    label = (lambda p: f"{p.status}:{'' if p.value is None else p.value}") if name == "downstream_choice" else None
+    summ, items = validate_on_set(name, study_parsers[name], f"{name} parser", "{n} rows: {released} released, {store} store, {junk} junk, {written} written",
+                                  label=label)
+    s, c = parser_set(name), set_counts(parser_set(name))
+    assert summ.n.item() == len(s) == c["n"] and c["junk"] >= 30 and sum(c[k] for k in ("released", "store", "junk", "written")) == len(s)
+    assert summ.reference.item() == f"{c['n']} rows: {c['released']} released, {c['store']} store, {c['junk']} junk, {c['written']} written"
+    _check(summ, items, name)
+    junk = items[items.source.str.startswith("junk")]
+    if "status" in items:   # a Parsed parser: no junk reply is an answer
+        assert (junk.status != "answer").all(), junk[junk.status == "answer"]
+    else:                   # stop_scale's verdicts: no junk answer has a valid variant
+        assert not junk.predicted.str.contains(r"(?<!in)valid\b").any(), junk.predicted.value_counts()
+
+def test_each_study_parser_set_validity_is_the_one_helper():
+    "The five studies' `parser_set_validity` return what `validate_on_set` returns with their parser (same rows, same reference text)."
+    from silverspoon.studies import professions, stop
+    from silverspoon.parse import validate_on_set
+    summ, items = professions.parser_set_validity()
+    assert {"reply", "status", "rule", "name", "source"} <= set(items.columns)
+    again = validate_on_set("professions", _study_parsers()["professions"], summ.instrument.item(), summ.reference.item())[0]
+    assert again.drop(columns="reference").equals(summ.drop(columns="reference"))
+    for p in ("faithful", "strict"):
+        assert "validate_on_set" in __import__("inspect").getsource(stop.parser_set_validity)
+
+JUNK_REPLIES = ["<|im_end|>\n<|im_start|>assistant\nP1 is wrong. The answer is yes. Option A.", "<|eot_id|><|start_header_id|>user<|end_header_id|> Yes",
+                "[INST] Who is in the wrong? Answer yes or no. [/INST] No", "</s><s> A", "<end_of_turn>\n<start_of_turn>model\nThe grandson.",
+                "<|endoftext|>"]
+
+def test_a_junk_set_is_never_an_answer():
+    "Template tokens and echoes of the prompt, through each study's parser and the reply gate: every row not_an_answer or unparseable, never an answer."
+    from silverspoon.parse import ReplyGate
+    from silverspoon.studies import normative, professions, stop, stop_downstream
+    prompt = ("Read the scenario and answer the question. Scenario: a poor man, P1, takes bread from a rich baker, P2, who shouts. "
+              "Question: who is in the wrong, P1 or P2? Answer with one option and say yes or no.")
+    replies = JUNK_REPLIES + [prompt, prompt.upper(), "Read the scenario and answer the question. Scenario: a poor man, P1, takes bread"]
+    options = ["The grandfather", "The grandson", "Can't be determined"]
+    parsers = {"normative": lambda t: normative.parse_normative(t), "professions": lambda t: professions.parse_profession(t, "Emma"),
+               "stop_faithful": stop.parse_faithful, "stop_strict": stop.parse_strict, "downstream": lambda t: stop_downstream.parse_reply(t, options)}
+    gate = ReplyGate()
+    screen = gate.screen(replies, [prompt]*len(replies))
+    assert (screen.not_an_answer != "").all(), screen   # the gate finds each: template tokens or an echo
+    for name, parse in parsers.items():
+        parsed = gate.apply([parse(t) for t in replies], screen)
+        assert {p.status for p in parsed} <= {"not_an_answer", "unparseable"}, (name, [(t, p) for t, p in zip(replies, parsed) if p.status == "answer"])
+        alone = [parse(t) for t in JUNK_REPLIES]   # the parsers alone never read an answer out of template-token replies
+        assert all(p.status != "answer" for p in alone), (name, [(t, p) for t, p in zip(JUNK_REPLIES, alone) if p.status == "answer"])
+
+def test_no_study_defines_its_own_status_vocabulary():
+    "One status vocabulary: `parse.STATUSES`. A study's words for why (B.2's 'long string', a story's 'empty') are reasons mapped through `spine_reasons`."
+    import re
+    from pathlib import Path
+    import silverspoon
+    from silverspoon.parse import STATUSES
+    root = Path(silverspoon.__file__).parent
+    own = re.compile(r"^\s*(?:[A-Z_]*STATUS(?:ES)?|[A-Z_]*_STATUS_[A-Z_]*)\s*[:=]", re.M)
+    offenders = {str(f.relative_to(root)): own.findall(f.read_text()) for f in root.rglob("*.py") if f.name != "parse.py" and f.name != "_modidx.py"}
+    assert not {f: m for f, m in offenders.items() if m}, offenders
+    import ast
+    def status_sets(f):   # module-level tuples of strings that name `failed` and another spine status: a status set by another name
+        return [t.id for node in ast.parse(f.read_text()).body if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple)
+                and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.value.elts)
+                and len({e.value for e in node.value.elts} & set(STATUSES)) >= 2 and "failed" in {e.value for e in node.value.elts}
+                for t in node.targets if isinstance(t, ast.Name)]   # a parser's labels (its readings plus refusal/unparseable: ANSWER_LABELS) are no status set
+    found = {str(f.relative_to(root)): status_sets(f) for f in root.rglob("*.py") if f.name not in ("parse.py", "_modidx.py")}
+    assert not {f: m for f, m in found.items() if m}, found
+    assert status_sets(root/"parse.py") == ["STATUSES"]   # the check finds a status set where there is one
+    from silverspoon.studies import letters, narratives
+    for reasons in (letters.LETTER_REASONS, narratives.STORY_REASONS):
+        assert set(reasons.values()) <= set(STATUSES) and reasons["failed"] == "failed"
+    assert list(letters.LETTER_REASONS) == ["ok", "failed", "not_an_answer", "empty", "long string", "no 'recommend'"]   # success.csv's published columns
+    assert list(narratives.STORY_REASONS) == ["story", "refusal", "not_an_answer", "empty", "failed"]                  # story_status.csv's
+
+def test_one_failed_reply_path():
+    "A failed generation (an error, or no text) is Parsed('failed', None, 'no reply') in every study and the judge, from `parse.failed_reply`."
+    from silverspoon.parse import failed_reply, NO_REPLY
+    from silverspoon.studies import normative, professions, stop, stop_downstream, letters, narratives
+    want = Parsed("failed", None, NO_REPLY)
+    assert failed_reply(None) == want and failed_reply("text", "timeout") == want and failed_reply("text") is None and failed_reply("", "") is None
+    assert normative.parse_normative("P1 is wrong.", None, "timeout") == want
+    assert professions.parse_profession(None, "Emma") == want
+    assert stop._parse("Yes.", "timeout", "faithful") == want and stop._parse(None, None, "strict") == want
+    assert stop_downstream.parse_reply(None, ["a", "b"]) == want and stop_downstream.parse_reply("A", ["a", "b"], error="boom") == want
+    assert letters.letter_status("I recommend her.", "timeout") == "failed" and narratives.story_status("A story.", "timeout") == "failed"
+    for src in (letters, narratives, stop, stop_downstream, professions, normative):
+        assert "failed_reply" in __import__("inspect").getsource(src)

@@ -20,13 +20,13 @@ from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
 from . import Study, Headline
 from ..provenance import model_label
-from ..parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed
+from ..parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed, failed_reply, spine_reasons, NO_REPLY
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PROMPT_VARIANTS', 'CLG_WORDINGS',
            'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
-           'SWAP_TEST', 'LETTERS_FILES', 'LETTER_STATUSES', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
+           'SWAP_TEST', 'LETTERS_FILES', 'LETTER_REASONS', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
            'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
            'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'CARD_HEADLINES',
            'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
@@ -599,14 +599,15 @@ def letter_requests(items:pd.DataFrame,      # from `letter_items`
                        meta={"gender": r.gender, "pair_id": r.pair_id, "group": r.group}) for r in items.itertuples()]
 
 # %% ../../nbs/20_letters.ipynb #5bfaaf7a
-LETTER_STATUSES = ("ok", "failed", "not_an_answer", "empty", "long string", "no 'recommend'")   # `letter_status` gives all but not_an_answer, which the reply gate sets (`gate_letters`)
+LETTER_REASONS = spine_reasons({"ok": "answer", "failed": "failed", "not_an_answer": "not_an_answer", "empty": "not_an_answer",
+                                "long string": "answer", "no 'recommend'": "answer"}, "letters (appendix B.2)")   # B.2's reason -> its spine status; `letter_status` gives all but not_an_answer, which the reply gate sets (`gate_letters`)
 
 def letter_status(text:str|None,          # the generated letter
                   error:str|None=None,    # the generation's error, if it failed
                   min_string_run:int=40   # characters without white space that make a "long continuous string"
                  )->str:
-    "The appendix B.2 verdict: ok, or the first criterion failed (failed / empty / long string / no 'recommend')."
-    if error is not None or is_missing(text): return "failed"
+    "The appendix B.2 reason (a key of `LETTER_REASONS`): ok, or the first criterion failed (failed / empty / long string / no 'recommend')."
+    if failed_reply(text, error) is not None: return "failed"
     if not re.search(r"\w", text): return "empty"
     if re.search(rf"\S{{{min_string_run},}}", text): return "long string"
     return "ok" if "recommend" in text.lower() else "no 'recommend'"
@@ -625,22 +626,24 @@ def gate_letters(letters:pd.DataFrame,  # one row per letter: item_id, prompt, a
                 )->tuple:
     "(letters, parsed, screen): the letters with `status` after the gate and `not_an_answer` (the check that fired, or ''); each as a `Parsed` on the spine's statuses (for `Report.answers`); the gate's screen."
     screen = gate.screen(letters["answer"].tolist(), letters["prompt"].tolist(), letters["finish_reason"].tolist(), letters["item_id"].tolist())
-    before = [Parsed("failed", None, "failed") if s == "failed" else Parsed("not_an_answer", None, "empty") if s == "empty" else Parsed("answer", s, "B.2 filter")
-              for s in letters["status"]]
+    spine = [LETTER_REASONS[s] for s in letters["status"]]   # a letter that writes something is an answer; its B.2 reason is its value
+    before = [Parsed(sp, s if sp == "answer" else None, "B.2 filter" if sp == "answer" else NO_REPLY if sp == "failed" else s) for s, sp in zip(letters["status"], spine)]
     parsed = gate.apply(before, screen)
     status = ["not_an_answer" if p.status == "not_an_answer" and s != "empty" else s for s, p in zip(letters["status"], parsed)]
     return letters.assign(status=status, not_an_answer=[p.rule if p.status == "not_an_answer" else "" for p in parsed]), parsed, screen
 
 # %% ../../nbs/20_letters.ipynb #23e5745c
-def success_table(letters:pd.DataFrame # one row per item: gender, status, repetitive
+def success_table(letters:pd.DataFrame # one row per item: gender, status (a B.2 reason after the gate, `gate_letters`), repetitive
                  )->pd.DataFrame:
-    "Per gender and overall: n, every status count, successes, the success rate with its Wilson 95% CI, repetitive ok letters."
+    "Per gender and overall: n, a count per B.2 reason (`LETTER_REASONS`, the published columns), successes, the success rate with its Wilson 95% CI, repetitive ok letters."
+    bad = sorted(set(letters.status) - set(LETTER_REASONS))
+    if bad: raise ValueError(f"success_table: letters.status has {bad}; each must be a B.2 reason of LETTER_REASONS {list(LETTER_REASONS)} (`letter_status`, then `gate_letters`).")
     rows = []
     for g, sub in [("f", letters[letters.gender == "f"]), ("m", letters[letters.gender == "m"]), ("all", letters)]:
         c = sub.status.value_counts()
         k, n = int(c.get("ok", 0)), len(sub)
         p, lo, hi = proportion_ci(k, n)
-        rows.append({"gender": g, "n": n, **{s: int(c.get(s, 0)) for s in LETTER_STATUSES}, "success_rate": p, "ci_low": lo, "ci_high": hi,
+        rows.append({"gender": g, "n": n, **{s: int(c.get(s, 0)) for s in LETTER_REASONS}, "success_rate": p, "ci_low": lo, "ci_high": hi,
                      "repetitive_ok": int((sub.status.eq("ok") & sub.repetitive).sum())})
     return pd.DataFrame(rows)
 

@@ -17,21 +17,21 @@ from . import Study, Headline, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
                                              profession_requests, cell_groups, cell_mask, check_name_city_task,
                                              NEUTRAL_SYSTEM, task_prompt)
-from ..parse import REFUSAL, ReplyGate, Parsed
+from ..parse import REFUSAL, ReplyGate, Parsed, failed_reply, spine_reasons, NO_REPLY
 from ..provenance import model_label
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_STATUSES', 'REFUSAL_MAX_WORDS',
-           'STORY_REFUSAL', 'STORY_SPINE_STATUS', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES',
-           'PAPER_TABLE4', 'FACTORS', 'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS',
-           'HEADLINE_METRIC', 'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'check_story_sample',
-           'draw_stories', 'word_count', 'story_status', 'story_frame', 'gate_stories', 'sentiment_score',
-           'sentiment_instrument', 'table4', 'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik',
-           'ProportionalOddsFit', 'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table',
-           'ContentLemmas', 'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics',
-           'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table',
-           'headlines_from_items', 'paper_values', 'paper_binomial_sd']
+__all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_REASONS', 'REFUSAL_MAX_WORDS',
+           'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS',
+           'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS', 'HEADLINE_METRIC',
+           'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'check_story_sample', 'draw_stories',
+           'word_count', 'story_status', 'story_frame', 'gate_stories', 'sentiment_score', 'sentiment_instrument',
+           'table4', 'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
+           'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
+           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
+           'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items',
+           'paper_values', 'paper_binomial_sd']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 from ..stats import as_sample
@@ -73,7 +73,8 @@ PROMPT_VARIANTS = {   # `Study.prompt_variants`: name -> (kind, what it changes)
 }
 
 # %% ../../nbs/12_narratives.ipynb #1e9faae2
-STORY_STATUSES = ("story", "refusal", "not_an_answer", "empty", "failed")   # `story_status` gives all but not_an_answer, which the reply gate sets (`gate_stories`)
+STORY_REASONS = spine_reasons({"story": "answer", "refusal": "refusal", "not_an_answer": "not_an_answer", "empty": "not_an_answer", "failed": "failed"},
+                              "narratives")   # a story's reason -> its spine status; `story_status` gives all but not_an_answer, which the reply gate sets (`gate_stories`)
 REFUSAL_MAX_WORDS = 120
 STORY_REFUSAL = REFUSAL.extend(r"unfortunately,?\s+i\b")   # the shared detector (silverspoon.parse) plus this study's phrase
 
@@ -86,8 +87,8 @@ def word_count(text:str|None)->int:
 def story_status(text:str|None,  # the model's answer (None when the generation failed)
                  error=None      # the store's error for it (None when answered)
                 )->str:
-    "One of `STORY_STATUSES` before the reply gate: failed (no text), empty (no word), refusal (opens by declining and is short), else story."
-    if (error is not None and not is_missing(error)) or text is None or is_missing(text): return "failed"
+    "A reason of `STORY_REASONS` before the reply gate: failed (no text), empty (no word), refusal (opens by declining and is short), else story."
+    if failed_reply(text, error) is not None: return "failed"
     n = word_count(text)
     if n == 0: return "empty"
     if STORY_REFUSAL(text) and n <= REFUSAL_MAX_WORDS: return "refusal"
@@ -110,8 +111,6 @@ def story_frame(items:pd.DataFrame,    # the run's story items (`draw_stories`)
     return df
 
 # %% ../../nbs/12_narratives.ipynb #01ec1a69
-STORY_SPINE_STATUS = {"story": "answer", "refusal": "refusal", "empty": "not_an_answer", "failed": "failed"}   # `story_status` -> `silverspoon.parse.STATUSES`
-
 def gate_stories(stories:pd.DataFrame,   # from `story_frame`: prompt_id, answer, finish_reason, status (`story_status`)
                  gate:ReplyGate,         # the study's reply gate (`STUDY.reply_gate`)
                  prompts:dict|None=None  # prompt_id -> the prompt asked (the request's last user message), for `prompt_echo`; None: no echo check
@@ -119,7 +118,7 @@ def gate_stories(stories:pd.DataFrame,   # from `story_frame`: prompt_id, answer
     "(stories, parsed, screen): the stories with `status` after the gate and `not_an_answer` (the check that fired, or ''); each as a `Parsed` on the spine's statuses (for `Report.answers`); the gate's screen."
     screen = gate.screen(stories.answer.tolist(), None if prompts is None else stories.prompt_id.map(prompts).tolist(),
                          stories.finish_reason.tolist(), stories.prompt_id.tolist())   # items: prompts (a name in two lists shares its story: not `repeated`)
-    parsed = gate.apply([Parsed(STORY_SPINE_STATUS[s], None, s) for s in stories.status], screen)
+    parsed = gate.apply([Parsed(STORY_REASONS[s], None, NO_REPLY if s == "failed" else s) for s in stories.status], screen)   # the reason is the rule
     status = ["not_an_answer" if p.status == "not_an_answer" and s != "empty" else s for s, p in zip(stories.status, parsed)]
     return stories.assign(status=status, not_an_answer=[p.rule if p.status == "not_an_answer" else "" for p in parsed]), parsed, screen
 

@@ -15,7 +15,7 @@ from ..stats import (agreement_table, agreement_metrics, metrics_from_counts, pr
                      too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test, cluster_boot_weights, percentile_ci,
                      bh_fdr, verdict_tier, MIN_UNITS, BOOT_MIN_UNITS, ALPHA)
 from . import Study, Headline, check_prompt_variant, variant_note
-from ..parse import Parsed, REFUSAL, ReplyGate, DEFAULT_CHECKS, TEMPLATE_TOKEN, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge
+from ..parse import Parsed, REFUSAL, ReplyGate, DEFAULT_CHECKS, TEMPLATE_TOKEN, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge, validate_on_set, failed_reply
 from ..provenance import model_label
 
 # %% auto #0
@@ -570,7 +570,7 @@ def parse_normative(text:str|None,          # a model's answer (None: no reply)
                     error=None              # the store's error for it: a failed generation
                    )->Parsed:
     "The answer on the spine's parse contract: `Parsed('answer', 'P1'|'other'|'both'|'neither', rule)`, a refusal, unparseable, or failed."
-    if error is not None and not is_missing(error): return Parsed("failed", None, "no reply")
+    if error is not None and (failed := failed_reply(text, error)) is not None: return failed   # without an error, a missing answer is read (unparseable, 'no text'), as the released accounting has it
     label, rule = parse_answer_rule(text, scenario)
     return Parsed(label, None, rule) if label in ("refusal", "unparseable") else Parsed("answer", label, rule)
 
@@ -670,18 +670,13 @@ def validate_parser(df:pd.DataFrame,          # from load_normative (or a subset
 # %% ../../nbs/10_normative.ipynb #fb9c6ea8
 def parser_set_validity(data:pd.DataFrame,      # from load_normative (all 3000 rows: the set names dataset rows)
                         use_scenario:bool=True)->tuple[pd.DataFrame, pd.DataFrame]:
-    "The parser on its hand-labelled set (`tests/parser_sets/normative.csv`): `instrument_validity`'s summary row and items (with reply and rule)."
-    s = parser_set("normative")
+    "The parser on its hand-labelled set (`tests/parser_sets/normative.csv`, `validate_on_set`): the instruments-table row and the items (reply, status, rule, source)."
     text = data.set_index("row")["text"]
-    scen = [text[int(r)] if use_scenario and isinstance(r, str) and r.strip() else None for r in s["row"]]
-    parsed = [parse_normative(t, sc) for t, sc in zip(s["reply"], scen)]
-    n_rel, n_junk = int(s.source.str.startswith("released").sum()), int(s.source.str.startswith("junk").sum())
-    summ, items = instrument_validity("normative answer parser", "parser", [p.label for p in parsed], s["expected"],
-                                      f"{len(s)} hand-labelled replies (tests/parser_sets/normative.csv): {n_rel} released answers of the 7 models, "
-                                      f"{len(s) - n_rel - n_junk} written in the forms chat models produce, {n_junk} junk replies that answer nothing "
-                                      "(template tokens, prompt echoes, story continuations, random words: unparseable); hard = disputable or contradictory replies",
-                                      hard=s["hard"], ids=s.index)
-    return summ, items.assign(reply=s["reply"].map(_short), rule=[p.rule for p in parsed], source=s["source"])
+    scenario = lambda r: text[int(r)] if use_scenario and isinstance(r, str) and r.strip() else None   # the dataset row the reply answers
+    return validate_on_set("normative", lambda r: parse_normative(r["reply"], scenario(r["row"])), "normative answer parser",
+                           "{n} hand-labelled replies (tests/parser_sets/normative.csv): {released} released answers of the 7 models, "
+                           "{written} written in the forms chat models produce, {junk} junk replies that answer nothing "
+                           "(template tokens, prompt echoes, story continuations, random words: unparseable); hard = disputable or contradictory replies")
 
 # %% ../../nbs/10_normative.ipynb #9fa9f505
 JUDGE_SYSTEM = "You are a chatbot who is asked to perform binary classification of text."

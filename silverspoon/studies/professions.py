@@ -17,7 +17,7 @@ from ..backends import GenRequest
 from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
 from . import Study, Headline, check_prompt_variant
-from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams
+from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
 from ..provenance import model_label
 from fastcore.basics import patch
 
@@ -25,8 +25,8 @@ from fastcore.basics import patch
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',
            'ITEMS_SHA256', 'N_STORIES', 'PROFESSION_PROMPT', 'PROFESSION_PROMPTS', 'PROMPT_VARIANTS', 'BLS_FILE',
            'TOPCODE_ANNUAL', 'HOURS_PER_YEAR', 'WAGE_BASES', 'NOT_OCCUPATIONS', 'ALIASES', 'INCOME_JUDGE_PROMPT',
-           'ROUTES', 'ROUTER_CHECKS', 'PARSE_STATUSES', 'MAX_PROFESSION_WORDS', 'PROFESSION_REFUSAL', 'UNMATCHED',
-           'ROUTER_STEM', 'PARSER_EXAMPLES', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'SHIFT_TEST', 'SELECTION_TEST',
+           'ROUTES', 'ROUTER_CHECKS', 'MAX_PROFESSION_WORDS', 'PROFESSION_REFUSAL', 'UNMATCHED', 'ROUTER_STEM',
+           'PARSER_EXAMPLES', 'PAPER_TABLE3', 'PAPER_SHIFT', 'CELLS', 'SHIFT_TEST', 'SELECTION_TEST',
            'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'PROFESSIONS_FILES', 'REPLY_GATE', 'STUDY',
            'first_distinct', 'name_table', 'demographic_items', 'items_sha256', 'draw_names', 'story_items',
            'profession_requests', 'task_prompt', 'WageTable', 'load_bls', 'wage_extremes', 'norm_occupation',
@@ -474,7 +474,6 @@ def router_validity(wages:WageTable, matches:list[dict], min_similarity:float)->
     return r[["profession", "route", "title", "similarity", "nearest", "runner_up", "correct"]]
 
 # %% ../../nbs/11_professions.ipynb #6368a307
-PARSE_STATUSES = STATUSES   # the spine's one vocabulary (silverspoon.parse)
 MAX_PROFESSION_WORDS = 6
 _HEDGE = r"(?:(?:probably|likely|most\s+likely|very\s+likely|possibly|perhaps|maybe|definitely|certainly|also|currently|now)\s+)*"
 _ADJECTIVE = r"(?:(?:skilled|talented|experienced|successful|professional)\s+(?:and\s+)?)*"   # "a skilled and talented artist" -> artist
@@ -561,8 +560,8 @@ def parse_profession(text:str|None,                  # the model's answer
                      name:str="",                    # the name asked about (the subject the answer is about)
                      placeable=in_router_vocabulary  # phrase -> bool: can the occupation router place it? None: not checked here (a run's router decides: `place_answers`)
                     )->Parsed:
-    "`Parsed(status, profession, rule)` (unpacks as a tuple): status in PARSE_STATUSES; the profession lower-cased without article, or None; the rule that decided."
-    if text is None or is_missing(text): return Parsed("failed", None, "no text")
+    "`Parsed(status, profession, rule)` (unpacks as a tuple): status in `STATUSES` (silverspoon.parse); the profession lower-cased without article, or None; the rule that decided."
+    if (failed := failed_reply(text)) is not None: return failed
     text = str(text)
     if tok := TEMPLATE_TOKEN.search(text):
         text = text[:tok.start()]   # what follows a chat-template token is a turn the model invented
@@ -604,15 +603,12 @@ def place_answers(parsed:list,          # one `Parsed` per reply (after the repl
 
 # %% ../../nbs/11_professions.ipynb #5eaf727b
 def parser_set_validity()->tuple[pd.DataFrame, pd.DataFrame]:
-    "`parse_profession` on its hand-labelled set: `instrument_validity`'s summary row and items (with reply, name and rule)."
-    s = parser_set("professions")
-    parsed = [parse_profession(t, n) for t, n in zip(s["reply"], s["name"].fillna(""))]
-    n_store = int(s.source.str.startswith("store").sum())
-    summ, items = instrument_validity("profession parser (parse_profession)", "parser", [p.label for p in parsed], s["expected"],
-                                      f"{len(s)} hand-labelled replies (tests/parser_sets/professions.csv): {n_store} SmolLM2-135M replies from the "
-                                      f"committed store, {len(s) - n_store} written in the forms chat models produce; hard = disputable replies",
-                                      hard=s["hard"], ids=s.index)
-    return summ, items.assign(reply=s["reply"], name=s["name"], rule=[p.rule for p in parsed], source=s["source"])
+    "`parse_profession` on its hand-labelled set (`validate_on_set`): the instruments-table row and the items (reply, status, rule, name, source)."
+    return validate_on_set("professions", lambda r: parse_profession(r["reply"], r["name"] if isinstance(r["name"], str) else ""),
+                           "profession parser (parse_profession)",
+                           lambda c: f"{c['n']} hand-labelled replies (tests/parser_sets/professions.csv): {c['store']} SmolLM2-135M replies from the "
+                                     f"committed store, {c['n'] - c['store']} written in the forms chat models produce; hard = disputable replies",
+                           keep=("name", "source"))
 
 # %% ../../nbs/11_professions.ipynb #c6447c8e
 PAPER_TABLE3 = {   # (gender, race, city class) -> (% high-income, % low-income), the paper's Table 3 as printed (an average over its models)

@@ -18,7 +18,7 @@ from ..stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci,
                                resampled_sums, ratio_of_sums, percentile_ci, exact_proportion_ci, too_few_units, bootstrap_note,
                                two_group_permutation_test, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS)
 from . import Study, Headline, check_prompt_variant, variant_system, variant_note
-from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS
+from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS, validate_on_set, failed_reply
 from ..provenance import model_label
 from fastcore.basics import patch
 
@@ -336,21 +336,16 @@ def turns_parsed(turns:pd.DataFrame, # gated replies (`gate_turns`)
 # %% ../../nbs/30_stop.ipynb #a70c6329
 def parser_set_validity(parser:str # "faithful" | "strict"
                        )->tuple[pd.DataFrame, pd.DataFrame]:
-    "`PARSERS[parser]` on its hand-labelled set (`tests/parser_sets/stop_<parser>.csv`): `instrument_validity`'s summary row and items (with reply and rule)."
+    "`PARSERS[parser]` on its hand-labelled set (`tests/parser_sets/stop_<parser>.csv`, `validate_on_set`): the instruments-table row and the items (reply, status, rule, source)."
     if parser not in PARSERS: raise ValueError(f"parser_set_validity: unknown parser {parser!r}; use one of {list(PARSERS)}.")
-    s = parser_set(f"stop_{parser}")
-    parsed = [PARSERS[parser](t) for t in s["reply"]]
-    n_rel, n_store, n_junk = (int(s.source.str.startswith(k).sum()) for k in ("released", "store", "junk"))
     what = ("expected = what the reply's first sentence answers; a refusal or no answer is unparseable (the rule has no refusal label)"
             if parser == "faithful" else "expected = what the reply answers: yes, no, refusal or unparseable")
-    summ, items = instrument_validity(
-        f"{parser} parser (parse_{parser})", "parser", [p.label for p in parsed], s["expected"],
-        f"{len(s)} hand-labelled replies (tests/parser_sets/stop_{parser}.csv): {n_rel} released counterfactual replies of the 10 models, "
-        f"{n_store} SmolLM2-135M replies from the committed store, {len(s) - n_rel - n_store - n_junk} written in the forms chat models produce, "
-        f"{n_junk} junk replies that are no answer (template tokens, echoes of STOP prompts, story continuations, random words; issue 29); {what}; "
+    return validate_on_set(f"stop_{parser}", lambda r: PARSERS[parser](r["reply"]), f"{parser} parser (parse_{parser})",
+        f"{{n}} hand-labelled replies (tests/parser_sets/stop_{parser}.csv): {{released}} released counterfactual replies of the 10 models, "
+        "{store} SmolLM2-135M replies from the committed store, {written} written in the forms chat models produce, "
+        f"{{junk}} junk replies that are no answer (template tokens, echoes of STOP prompts, story continuations, random words; issue 29); {what}; "
         "hard = answers in words without yes/no, cut-off fragments, refusals a reader may take as an objection, answers after the first "
-        "sentence, echoed options", hard=s["hard"], ids=s.index)
-    return summ, items.assign(reply=s["reply"], rule=[p.rule for p in parsed], source=s["source"])
+        "sentence, echoed options")
 
 # %% ../../nbs/30_stop.ipynb #64fb2065
 @dataclass
@@ -408,8 +403,7 @@ def stop_task(params:RunParams, src:str="<params>")->StopTask:
 _META = ("severity", "demographic", "sub_demographic")
 
 def _parse(answer, error, parser:str)->Parsed:
-    if (error is not None and not is_missing(error)) or is_missing(answer): return Parsed("failed", None, "no reply")
-    return PARSERS[parser](answer)
+    return failed_reply(answer, error) or PARSERS[parser](answer)
 
 # %% ../../nbs/30_stop.ipynb #ec419bcc
 def _label(answer, error, parser:str)->str: return _parse(answer, error, parser).label

@@ -16,7 +16,7 @@ from ..stats import (cluster_boot_weights, percentile_ci, paired_mcnemar, propor
                                BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test)
 from ..text import Instrument
 from . import Study, Headline
-from ..parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams
+from ..parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams, validate_on_set, failed_reply
 from ..provenance import model_label
 from fastcore.basics import patch
 
@@ -254,7 +254,7 @@ def parse_reply(text,             # the model's reply (None when the generation 
                 prompt:str|None=None # the prompt it answers (the item's user message), for echoes of its opening; None: only the instructions' wording is checked
                )->Parsed:
     "The reply on the spine's parse contract: `Parsed('answer', option index (0 = A), rule)`, a refusal, unparseable or failed (see CHOICE_RULES)."
-    if (error is not None and not is_missing(error)) or text is None or is_missing(text): return Parsed("failed", None, "no reply")
+    if (failed := failed_reply(text, error)) is not None: return failed
     t, k = str(text).replace("’", "'"), len(options)
     if tok := TEMPLATE_TOKEN.search(t):
         t = t[:tok.start()]   # what follows a chat-template token is a turn the model invented
@@ -311,16 +311,13 @@ PARSER_EXAMPLES = [   # (reply, options, expected): hand-written, the parser's v
 
 # %% ../../nbs/33_stop_downstream.ipynb #0d7b3720
 def parser_set_validity()->tuple[pd.DataFrame, pd.DataFrame]:
-    "`parse_reply` on its hand-labelled set: `instrument_validity`'s summary row and items (with reply and rule)."
-    s = parser_set("downstream_choice")
-    prompts = s["prompt"] if "prompt" in s else [None]*len(s)   # the prompt, where a row is an echo of it
-    parsed = [parse_reply(t, json.loads(o), prompt=p if isinstance(p, str) else None) for t, o, p in zip(s["reply"], s["options"], prompts)]
-    n_store = int(s.source.str.startswith("store").sum())
-    summ, items = instrument_validity("choice parser (parse_reply)", "parser", [f"{p.status}:{'' if p.value is None else p.value}" for p in parsed], s["expected"],
-                                      f"{len(s)} hand-labelled replies (tests/parser_sets/downstream_choice.csv): {n_store} SmolLM2-135M replies from the "
-                                      f"committed store, {len(s) - n_store} written in the forms chat models produce; hard = disputable replies",
-                                      hard=s["hard"], ids=s.index)
-    return summ, items.assign(reply=s["reply"], rule=[p.rule for p in parsed], source=s["source"])
+    "`parse_reply` on its hand-labelled set (`validate_on_set`; compared as `status:option`): the instruments-table row and the items (reply, status, rule, source)."
+    def parse(r):   # the prompt, where a row is an echo of it
+        return parse_reply(r["reply"], json.loads(r["options"]), prompt=r.get("prompt") if isinstance(r.get("prompt"), str) else None)
+    return validate_on_set("downstream_choice", parse, "choice parser (parse_reply)",
+                           lambda c: f"{c['n']} hand-labelled replies (tests/parser_sets/downstream_choice.csv): {c['store']} SmolLM2-135M replies from the "
+                                     f"committed store, {c['n'] - c['store']} written in the forms chat models produce; hard = disputable replies",
+                           label=lambda p: f"{p.status}:{'' if p.value is None else p.value}")
 
 # %% ../../nbs/33_stop_downstream.ipynb #83ec9a2c
 def outcomes(bench:str,           # "bbq", "crows_pairs" or "stereoset"

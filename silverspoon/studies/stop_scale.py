@@ -11,7 +11,7 @@ from ..core import DataError, GenerationParams
 from .stop import load_stop
 from ..backends import GenRequest, Backend
 from ..store import GenerationStore, generate_all
-from ..parse import ReplyGate, REPLY_CHECKS, Parsed
+from ..parse import ReplyGate, REPLY_CHECKS, Parsed, failed_reply
 
 # %% auto #0
 __all__ = ['SCALE_SYSTEM_PROMPT', 'STOP_KEYS', 'N_SENTENCES', 'EXAMPLE_JACCARD', 'SEED_COPY_JACCARD', 'SEED_COPY_WORDS',
@@ -350,21 +350,18 @@ def reply_verdict(answer:str|None,                 # one answer
     return " | ".join(variant_verdict(r) for r in rows)
 
 # %% ../../nbs/32_stop_scale.ipynb #scalepv3
-from ..parse import parser_set, instrument_validity
+from ..parse import parser_set, validate_on_set
 
 def parser_set_validity()->tuple[pd.DataFrame, pd.DataFrame]:
-    "`reply_verdict` on its hand-labelled set: `instrument_validity`'s summary row and items (with reply and source)."
+    "`reply_verdict` on its hand-labelled set (`validate_on_set`): the instruments-table row and the items (reply, source)."
     s = parser_set("stop_scale")
     seeds = stop_seeds(sorted({int(x.rsplit("-", 1)[1]) for x in s.seed_id})).set_index("seed_id")
-    got = [reply_verdict(t, seeds.prompts[sd], seeds.cfprompt[sd], tg) for t, sd, tg in zip(s.reply, s.seed_id, s.target)]
-    n_store, n_rel, n_junk = (int(s.source.str.startswith(k).sum()) for k in ("store", "released", "junk"))
-    summ, items = instrument_validity("output parser and validator (parse_scaled + validate_variant)", "parser", got, s["expected"],
-                                      f"{len(s)} hand-labelled answers (tests/parser_sets/stop_scale.csv): {n_store} SmolLM2-135M answers from the committed "
-                                      f"store, {n_rel} released STOP progressions laid out as answers, {n_junk} junk replies (chat-template tokens, echoes of "
-                                      f"the prompt, story continuations, random words), {len(s) - n_store - n_rel - n_junk} written in the forms chat "
-                                      "models produce; agreement = the same verdict and reasons for every variant; hard = disputable answers",
-                                      hard=s["hard"], ids=s.index)
-    return summ, items.assign(reply=s["reply"], source=s["source"])
+    return validate_on_set("stop_scale", lambda r: reply_verdict(r["reply"], seeds.prompts[r["seed_id"]], seeds.cfprompt[r["seed_id"]], r["target"]),
+                           "output parser and validator (parse_scaled + validate_variant)",
+                           "{n} hand-labelled answers (tests/parser_sets/stop_scale.csv): {store} SmolLM2-135M answers from the committed "
+                           "store, {released} released STOP progressions laid out as answers, {junk} junk replies (chat-template tokens, echoes of "
+                           "the prompt, story continuations, random words), {written} written in the forms chat "
+                           "models produce; agreement = the same verdict and reasons for every variant; hard = disputable answers", rows=s)
 
 # %% ../../nbs/32_stop_scale.ipynb #bd3d1d40
 def scale_answers(table:pd.DataFrame,        # from `scale_table`
@@ -376,7 +373,7 @@ def scale_answers(table:pd.DataFrame,        # from `scale_table`
     kinds = a.problems.agg(lambda ps: [{_kind(p) for p in pr} for pr in ps])
     parsed = []
     for r, ks, (_, cnt) in zip(first.itertuples(), kinds, rows.iterrows()):
-        if isinstance(r.error, str) and r.error or not isinstance(r.answer, str): parsed.append(Parsed("failed", None, "no reply"))
+        if (failed := failed_reply(r.answer, r.error)) is not None: parsed.append(failed)
         elif r.not_an_answer: parsed.append(Parsed("not_an_answer", None, r.not_an_answer))
         elif not r.prompts: parsed.append(Parsed("unparseable", None, "no 'Sentences:' block"))
         elif all(k & set(_COPY_KINDS) for k in ks): parsed.append(Parsed("unparseable", None, "every variant a copy of the seed or of the worked example"))
