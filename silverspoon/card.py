@@ -343,12 +343,12 @@ def mcnemar_mde(n:int,              # pairs
 def headline_replicates(items:pd.DataFrame,  # a run's items.csv: an `item` column (the resampled unit), one row per scored answer
                         headlines,           # items -> {metric: estimate}: the study's `headlines_from_items`
                         n_boot:int=200, seed:int=0)->tuple[pd.DataFrame, int]:
-    "(one row of every headline per bootstrap replicate, units): the `item` units drawn with replacement (`silverspoon.stats._cluster_draws`, seeded)."
-    from silverspoon.stats import _cluster_draws
+    "(one row of every headline per bootstrap replicate, units): the `item` units drawn with replacement (`silverspoon.stats.cluster_bootstrap`, seeded)."
+    from silverspoon.stats import cluster_bootstrap
     groups = list(items.groupby(items["item"].astype(str), sort=True).indices.values())
     C = len(groups)
-    reps = [headlines(items.iloc[np.concatenate([groups[i] for i in row])]) for draws in _cluster_draws(C, n_boot, seed) for row in draws]
-    return pd.DataFrame(reps, dtype=float), C
+    boot = cluster_bootstrap(lambda row: headlines(items.iloc[np.concatenate([groups[i] for i in row])]), C, n_boot, seed, always_draw=True)   # every replicate: the SDs need them
+    return pd.DataFrame({k: b.replicates for k, b in boot.items()}, dtype=float), C
 
 # %% ../nbs/07b_card.ipynb #e38b6102
 def replicate_sd(reps:pd.DataFrame,   # `headline_replicates(...)[0]`
@@ -898,7 +898,7 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                   arm_units=None           # items -> units per arm (`ARM_UNITS`); None = the shared items
                  )->pd.DataFrame:
     "Per headline: both estimates on the shared items, delta = level - reference, its within-unit swap permutation p, MDE, the bootstrap CI where the policy allows it (else `ci_note`), counts of units and undefined replicates, and a tier (BH over these rows)."
-    from silverspoon.stats import (_check_boot, _cluster_draws, percentile_ci, within_unit_swap_test, bootstrap_note, too_few_units,
+    from silverspoon.stats import (_check_boot, cluster_bootstrap, within_unit_swap_test, bootstrap_note, too_few_units,
                                    bh_fdr, verdict_tier)
     _check_boot(n_boot, alpha)
     rk, lk = reference["item"].astype(str), level["item"].astype(str)
@@ -927,26 +927,25 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                 for k, v in out.items(): perm[k].append(v)
             return out
         tests = within_unit_swap_test(stat, C, n_resamples=n_resamples, seed=seed)
-    reps = {k: [] for k in est_r}
-    boot = C >= BOOT_MIN_UNITS and not few   # below it no interval is shown: no replicates drawn
-    if boot:
+    boot = {}
+    if C >= BOOT_MIN_UNITS and not few:   # below it no interval is shown: no replicates drawn
         gr, gl = groups(ref), groups(lvl)
         def draw(g, row):   # the drawn items' rows; an item drawn k times comes back as k units (labelled by draw position)
             cols, sizes, starts = g; s = sizes[row]
             idx = np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())
             return pd.DataFrame({c: (np.repeat(np.arange(len(row)), s) if c == "item" else v[idx]) for c, v in cols.items()})
-        for draws in _cluster_draws(C, n_boot, seed):
-            for row in draws:
-                hr, hl = headlines(draw(gr, row)), headlines(draw(gl, row))
-                for k in reps: reps[k].append(float(hl.get(k, np.nan)) - float(hr.get(k, np.nan)))
+        def delta(row):
+            hr, hl = headlines(draw(gr, row)), headlines(draw(gl, row))
+            return {k: float(hl.get(k, np.nan)) - float(hr.get(k, np.nan)) for k in est_r}
+        boot = cluster_bootstrap(delta, C, n_boot, seed, alpha)   # C >= BOOT_MIN_UNITS: drawn, so every headline is named
     z = norm.ppf(1 - alpha/2) + norm.ppf(0.8)
     rows = []
     for k, e in est_r.items():
         t = tests.get(k, {})
-        r = np.asarray(reps[k], dtype=float); nd = int(np.isfinite(r).sum())
-        lo, hi = percentile_ci(r, alpha)[:2] if boot else (np.nan, np.nan)
-        ci_note = few or bootstrap_note(C, nd, len(r), *np.round([lo, hi], 12))   # rounded: a zero width in float noise (0.25 +- 6e-17) is zero
-        if ci_note: lo, hi = np.nan, np.nan
+        b = boot.get(k)
+        ci_note = few or (b.note if b else bootstrap_note(C, 0, 0))
+        (lo, hi), r = (b.ci if b and not few else (np.nan, np.nan)), (b.replicates if b else np.empty(0))
+        nd = b.n_defined if b else 0
         pv = np.asarray(perm[k], dtype=float); pv = pv[np.isfinite(pv)]
         rows.append(dict(headline=k, reference=float(e), level_estimate=float(est_l.get(k, np.nan)), delta=float(est_l.get(k, np.nan)) - float(e),
                          p=t.get("p", np.nan), test="within-unit swap permutation over items" + (" (exact)" if t.get("exact") else f" ({t.get('n_masks', 0)} seeded draws)" if t else ""),

@@ -15,13 +15,13 @@ __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN
            'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS',
            'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'Metric',
            'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics', 'metrics_from_counts',
-           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'cluster_bootstrap_ci', 'ratio_of_sums',
-           'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
-           'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci',
-           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios',
-           'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test',
-           'two_group_permutation_test', 'bootstrap_note', 'p_value_columns', 'adjusted_name', 'enforce_policy',
-           'verdict_tier']
+           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'ratio_of_sums', 'resampled_sums', 'RatioCI',
+           'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio',
+           'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t',
+           'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios', 'weat', 'too_few_units',
+           'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test', 'two_group_permutation_test',
+           'bootstrap_note', 'BootResult', 'cluster_bootstrap', 'cluster_bootstrap_ci', 'p_value_columns',
+           'adjusted_name', 'enforce_policy', 'verdict_tier']
 
 # %% ../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -293,40 +293,6 @@ def agreement_table(y_true,              # gold labels (0/1), e.g. the human lab
     df = pd.DataFrame(rows)
     df.attrs.update(n_boot=n_boot, seed=seed, alpha=alpha, method="percentile cluster bootstrap")
     return df
-
-# %% ../nbs/04_stats.ipynb #94e1f3f0
-def _as_stats(v, fn)->dict:
-    if isinstance(v, pd.Series): v = v.to_dict()
-    if isinstance(v, dict): return {str(k): float(x) for k, x in v.items()}
-    name = getattr(fn, "__name__", "stat")
-    return {"stat" if name == "<lambda>" else name: float(v)}
-
-# %% ../nbs/04_stats.ipynb #af16e19c
-def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
-                         metric_fn:Callable,    # df -> number, or dict/Series of named numbers
-                         cluster=None,          # column name of `df`, or one id per row; None = iid rows
-                         n_boot:int=2000, seed:int=0, alpha:float=0.05
-                        )->pd.DataFrame:
-    "Percentile cluster-bootstrap CI of any statistic(s) of `df`: columns metric, estimate, ci_low, ci_high, n_items, n_clusters."
-    _check_boot(n_boot, alpha)
-    df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
-    ids = df[cluster] if isinstance(cluster, str) else cluster
-    codes, C = _clusters(ids, len(df))
-    order = np.argsort(codes, kind="stable")
-    sizes = np.bincount(codes, minlength=C); starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    est = _as_stats(metric_fn(df), metric_fn)
-    reps = {k: [] for k in est}
-    for draws in _cluster_draws(C, n_boot, seed):
-        for row in draws:
-            s = sizes[row]
-            idx = order[np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())]
-            r = _as_stats(metric_fn(df.iloc[idx]), metric_fn)
-            for k in est: reps[k].append(r.get(k, np.nan))
-    rows = []
-    for k, e in est.items():
-        lo, hi, _ = percentile_ci(np.asarray(reps[k], dtype=np.float64), alpha)
-        rows.append(dict(metric=k, estimate=e, ci_low=lo, ci_high=hi, n_items=len(df), n_clusters=C))
-    return pd.DataFrame(rows)
 
 # %% ../nbs/04_stats.ipynb #eb956a61
 def ratio_of_sums(a, b)->np.ndarray:
@@ -866,6 +832,109 @@ def bootstrap_note(n_units:int,          # units the bootstrap resampled
     if n_boot - n_defined > MAX_UNDEFINED * n_boot: return f"no interval: {n_boot - n_defined} of {n_boot} bootstrap replicates undefined"
     if np.isfinite(lo) and np.isfinite(hi) and lo == hi: return "no interval: every replicate gave the same value (zero width)"
     return ""
+
+# %% ../nbs/04_stats.ipynb #2930616c
+@dataclass(frozen=True)
+class BootResult:
+    "One statistic's percentile bootstrap: the replicates, the interval over the defined ones, how many were undefined, and the policy's note ('' = the interval may be shown)."
+    replicates: np.ndarray  # one value per replicate drawn (NaN: undefined there); empty when the policy drew none
+    ci_low: float           # percentile bounds over the defined replicates (NaN when none), whatever the note says
+    ci_high: float
+    n_undefined: int        # replicates where the statistic was undefined (NaN): counted, never dropped silently
+    note: str               # `bootstrap_note` (or 'no estimate'): '' when the interval may be shown, else why not
+    n_units: int            # the units the policy counted
+    n_boot: int             # replicates asked for
+    seed: int               # seed of the draws
+    alpha: float            # 1 - the interval's level
+    method: str = "percentile cluster bootstrap"
+    @property
+    def n_defined(self)->int: return len(self.replicates) - self.n_undefined
+    @property
+    def ci(self)->tuple[float, float]:
+        "The interval the policy shows: (ci_low, ci_high), or (NaN, NaN) when `note` says why not."
+        return (float("nan"), float("nan")) if self.note else (self.ci_low, self.ci_high)
+
+
+# %% ../nbs/04_stats.ipynb #5242d8dd
+def _drawn_units(sizes:list[int], n_boot:int, seed:int):
+    "Each replicate's drawn unit indices, one array per stratum (stratum j from `_cluster_draws(C_j, n_boot, seed + j)`)."
+    from itertools import chain
+    return zip(*(chain.from_iterable(_cluster_draws(C, n_boot, seed + j)) for j, C in enumerate(sizes)))
+
+
+# %% ../nbs/04_stats.ipynb #db859fcd
+def cluster_bootstrap(statistic:Callable,      # one replicate's drawn unit indices (one array per stratum) -> number or {name: number}; with `additive`, every replicate's weights (one (n_boot x C) matrix per stratum) -> array or {name: array}
+                      n_units,                 # units resampled: an int, or one int per stratum (each stratum resampled on its own)
+                      n_boot:int=2000,         # replicates
+                      seed:int=0,              # seed of the draws (stratum j: seed + j)
+                      alpha:float=ALPHA,       # 1 - the interval's level
+                      estimate=None,           # the statistic on the sample (number or {name: number}): names the results; a NaN estimate gets no interval ('no estimate', after too few units). None: named by the replicates
+                      additive:bool=False,     # the fast path: call `statistic` once with `cluster_boot_weights` instead of once per replicate
+                      policy_units=None,       # the units `bootstrap_note` counts (int, or {name: int}); None: the smallest stratum
+                      always_draw:bool=False   # draw even below `BOOT_MIN_UNITS` units (replicate SDs; tables that report every interval)
+                     )->BootResult|dict[str, BootResult]:
+    "The percentile bootstrap of a statistic over resampled units: a `BootResult` (a dict of them, by name, when the statistic returns a dict)."
+    _check_boot(n_boot, alpha)
+    strata = np.ndim(n_units) > 0
+    sizes = [int(c) for c in (n_units if strata else [n_units])]
+    units = min(sizes, default=0) if policy_units is None else policy_units
+    units_of = (lambda k: int(units[k])) if isinstance(units, Mapping) else (lambda k: int(units))
+    most = max(units.values(), default=0) if isinstance(units, Mapping) else int(units)
+    draw = always_draw or not bootstrap_note(most, n_boot, n_boot)   # below BOOT_MIN_UNITS no interval can be shown: nothing drawn
+    out = None
+    if draw and additive:
+        W = [cluster_boot_weights(C, n_boot, seed + j) for j, C in enumerate(sizes)]
+        got = statistic(*W) if strata else statistic(W[0])
+        out = {k: np.broadcast_to(np.asarray(v, dtype=float), (n_boot,)) for k, v in got.items()} if isinstance(got, Mapping) else np.broadcast_to(np.asarray(got, dtype=float), (n_boot,))
+    elif draw:
+        got = [statistic(*rows) if strata else statistic(rows[0]) for rows in _drawn_units(sizes, n_boot, seed)]
+        if got and isinstance(got[0], Mapping): out = {k: v.to_numpy() for k, v in pd.DataFrame(got, dtype=float).items()}   # a name missing in a replicate: NaN there
+        else: out = np.asarray(got, dtype=float)
+    scalar = not isinstance(estimate, Mapping) if estimate is not None else not isinstance(out, Mapping)
+    if out is not None and scalar == isinstance(out, Mapping):
+        raise ValueError(f"cluster_bootstrap: `statistic` returned {'a dict' if isinstance(out, Mapping) else 'a number'} but `estimate` is {'a number' if scalar else 'a dict'}; return {{name: value}} for every name of `estimate`, or one number for one.")
+    names = ["stat"] if scalar else list(estimate) if estimate is not None else list(out or {})
+    est = {"stat": estimate} if scalar else (estimate or {})
+    res = {}
+    for k in names:
+        r = np.empty(0) if out is None else np.asarray(out if scalar else out.get(k, np.full(n_boot, np.nan)), dtype=float)
+        lo, hi, n_ok = percentile_ci(r, alpha)
+        e = est.get(k)
+        note = (bootstrap_note(units_of(k), n_boot, n_boot) or ("no estimate" if e is not None and not np.isfinite(e) else "")   # too few units, then no estimate,
+                or bootstrap_note(units_of(k), n_ok, len(r), *np.round([lo, hi], 12)))   # then undefined replicates or zero width (rounded: 0.25 +- 6e-17 is zero)
+        res[k] = BootResult(r, lo, hi, len(r) - n_ok, note, units_of(k), n_boot, seed, alpha,
+                            "percentile cluster bootstrap" + (f" ({len(sizes)} strata)" if strata else ""))
+    return res["stat"] if scalar else res
+
+
+# %% ../nbs/04_stats.ipynb #94e1f3f0
+def _as_stats(v, fn)->dict:
+    if isinstance(v, pd.Series): v = v.to_dict()
+    if isinstance(v, dict): return {str(k): float(x) for k, x in v.items()}
+    name = getattr(fn, "__name__", "stat")
+    return {"stat" if name == "<lambda>" else name: float(v)}
+
+# %% ../nbs/04_stats.ipynb #af16e19c
+def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
+                         metric_fn:Callable,    # df -> number, or dict/Series of named numbers
+                         cluster=None,          # column name of `df`, or one id per row; None = iid rows
+                         n_boot:int=2000, seed:int=0, alpha:float=0.05
+                        )->pd.DataFrame:
+    "Percentile cluster-bootstrap CI of any statistic(s) of `df` (`cluster_bootstrap`, every interval reported): columns metric, estimate, ci_low, ci_high, n_items, n_clusters."
+    _check_boot(n_boot, alpha)
+    df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
+    ids = df[cluster] if isinstance(cluster, str) else cluster
+    codes, C = _clusters(ids, len(df))
+    order = np.argsort(codes, kind="stable")
+    sizes = np.bincount(codes, minlength=C); starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    est = _as_stats(metric_fn(df), metric_fn)
+    def resampled(row):   # the rows of the drawn clusters, a cluster drawn twice twice
+        s = sizes[row]
+        return _as_stats(metric_fn(df.iloc[order[np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())]]), metric_fn)
+    boot = cluster_bootstrap(resampled, C, n_boot, seed, alpha, estimate=est, always_draw=True)
+    return pd.DataFrame([dict(metric=k, estimate=e, ci_low=boot[k].ci_low, ci_high=boot[k].ci_high, n_items=len(df), n_clusters=C) for k, e in est.items()],
+                        columns=["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters"])
+
 
 # %% ../nbs/04_stats.ipynb #4a98c76e
 import re

@@ -174,3 +174,75 @@ def test_weat_exact_and_monte_carlo():
     # under the null (random words) the one-sided p is roughly uniform
     ps = [weat(*(rng.normal(size=(4, 5)) for _ in range(4)))["p_one_sided"] for _ in range(200)]
     assert 0.35 < np.mean(ps) < 0.65 and 0.02 <= np.mean(np.array(ps) <= 0.05) <= 0.11
+
+
+# --- the one bootstrap engine (`cluster_bootstrap`, issue 32 item 3) ---
+from pathlib import Path
+from silverspoon.stats import cluster_bootstrap, cluster_boot_weights, _cluster_draws, BootResult, BOOT_MIN_UNITS, MAX_UNDEFINED
+
+
+def test_engine_loop_and_fast_path_share_the_draws():
+    "A ratio of sums gives the same replicates one replicate at a time (row indices) and all at once (weights); both are `cluster_boot_weights`' stream."
+    rng = np.random.default_rng(0)
+    num, den = rng.integers(0, 5, 60).astype(float), rng.integers(1, 6, 60).astype(float)
+    loop = cluster_bootstrap(lambda row: num[row].sum() / den[row].sum(), 60, n_boot=400, seed=9)
+    fast = cluster_bootstrap(lambda W: (W @ num) / (W @ den), 60, n_boot=400, seed=9, additive=True)
+    np.testing.assert_allclose(loop.replicates, fast.replicates, rtol=1e-12)
+    W = cluster_boot_weights(60, 400, 9)
+    np.testing.assert_array_equal(fast.replicates, (W @ num) / (W @ den))
+    assert isinstance(loop, BootResult) and loop.n_boot == 400 and loop.seed == 9 and loop.note == "" and loop.n_units == 60
+    assert loop.ci_low < num.sum() / den.sum() < loop.ci_high
+
+
+def test_engine_strata_are_seeded_seed_plus_j():
+    "A stratified bootstrap resamples each stratum on its own stream: stratum j is `_cluster_draws(C_j, n_boot, seed + j)`."
+    a, b = np.arange(25.0), np.arange(30.0) * 2
+    res = cluster_bootstrap(lambda ia, ib: a[ia].mean() - b[ib].mean(), (25, 30), n_boot=20, seed=4)
+    da, db = next(_cluster_draws(25, 20, 4)), next(_cluster_draws(30, 20, 5))
+    np.testing.assert_array_equal(res.replicates, a[da].mean(1) - b[db].mean(1))
+    assert res.n_units == 25   # the policy counts the smallest stratum
+
+
+@pytest.mark.parametrize("case", ["all-nan", "one-unit", "zero-variance", "some-undefined", "nan-estimate"])
+def test_engine_junk_and_degenerate_input(case):
+    "Junk in, an honest note out: undefined replicates counted, no interval below BOOT_MIN_UNITS units, none of zero width, none around a NaN estimate."
+    if case == "all-nan":
+        r = cluster_bootstrap(lambda row: np.nan, 40, n_boot=200)
+        assert (r.n_undefined, r.n_defined) == (200, 0) and "200 of 200 bootstrap replicates undefined" in r.note
+        assert np.isnan(r.ci_low) and np.isnan(r.ci).all()
+    elif case == "one-unit":
+        calls = []
+        r = cluster_bootstrap(lambda row: calls.append(row) or 1.0, 1, n_boot=200)
+        assert calls == [] and len(r.replicates) == 0 and r.note == f"no interval: 1 units < {BOOT_MIN_UNITS} for a bootstrap"
+    elif case == "zero-variance":
+        r = cluster_bootstrap(lambda W: W.sum(1) * 0 + 0.25, 40, n_boot=200, additive=True)
+        assert r.note.endswith("(zero width)") and r.n_undefined == 0 and np.isnan(r.ci).all()
+        noisy = cluster_bootstrap(lambda row: 0.25 + (row[0] % 2) * 6e-17, 40, n_boot=200)   # float noise is not a width
+        assert noisy.note.endswith("(zero width)")
+    elif case == "some-undefined":   # 1 in 10 replicates undefined: more than MAX_UNDEFINED, no interval; the count says so
+        r = cluster_bootstrap(lambda row: np.nan if row[0] < 4 else float(row.mean()), 40, n_boot=1000, seed=1)
+        assert r.n_undefined > MAX_UNDEFINED * 1000 and r.note.startswith(f"no interval: {r.n_undefined} of 1000")
+        assert np.isfinite(r.ci_low)   # the raw percentile bounds stay, for callers that report them; `ci` hides them
+    else:
+        r = cluster_bootstrap(lambda row: {"d": 1.0}, 40, n_boot=20, estimate={"d": np.nan})
+        assert r["d"].note == "no estimate"
+
+
+def test_engine_checks_its_arguments():
+    with pytest.raises(ValueError, match="n_boot"): cluster_bootstrap(lambda row: 1.0, 40, n_boot=0)
+    with pytest.raises(ValueError, match="alpha"): cluster_bootstrap(lambda row: 1.0, 40, alpha=1.5)
+    with pytest.raises(ValueError, match="returned a number"): cluster_bootstrap(lambda row: 1.0, 40, n_boot=5, estimate={"a": 1.0})
+
+
+def test_every_bootstrap_goes_through_the_engine():
+    "No module draws bootstrap replicates or takes percentile intervals of its own: `_cluster_draws`, `cluster_boot_weights` and `percentile_ci` are called in stats.py only, and a seeded generator elsewhere is one of the known non-bootstrap uses."
+    pkg = Path(__file__).resolve().parents[1] / "silverspoon"
+    non_bootstrap_rng = {"audit.py": "the audit's sample of answers", "studies/stop_finetune.py": "the validation split"}
+    for f in sorted(pkg.rglob("*.py")):
+        rel = f.relative_to(pkg).as_posix()
+        if rel in ("stats.py", "_modidx.py"): continue
+        src = f.read_text()
+        for name in ("_cluster_draws(", "cluster_boot_weights(", "percentile_ci(", "rng.choice(pids"):
+            assert name not in src, f"{rel} calls {name}: draw replicates with silverspoon.stats.cluster_bootstrap instead (one RNG stream, one policy)"
+        if "default_rng(" in src:
+            assert rel in non_bootstrap_rng, f"{rel} seeds its own generator: a bootstrap must use silverspoon.stats.cluster_bootstrap"

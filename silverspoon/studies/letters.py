@@ -14,7 +14,7 @@ from ..core import DataError, ParamsError, RunParams, ModelParams, SampleParams,
 from ..data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
 from ..backends import GenRequest
 from ..stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t, warning_note,
-                               paired_test, cluster_boot_weights, percentile_ci, MIN_CLUSTERS, ci_on_scale, MIN_UNITS, BOOT_MIN_UNITS, ALPHA,
+                               paired_test, cluster_bootstrap, MIN_CLUSTERS, ci_on_scale, MIN_UNITS, BOOT_MIN_UNITS, ALPHA,
                                too_few_units, within_unit_swap_test, bootstrap_note, verdict_tier)
 from scipy.stats import norm as _norm
 from ..text import Instrument, HFTextClassifier
@@ -451,7 +451,6 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
     idx = {k: np.flatnonzero(g.to_numpy() == k) for k in ("m", "f")}
     n_units = min(len(idx["m"]), len(idx["f"]))
     few = bool(bootstrap_note(n_units, n_boot, n_boot))   # the policy: a percentile bootstrap from BOOT_MIN_UNITS letters a gender on
-    W = None if few else {k: cluster_boot_weights(len(idx[k]), n_boot, seed + j) for j, k in enumerate(("m", "f"))}
     q = _norm.ppf(1 - alpha/2)
     H = {trait: np.array([sum(map(trait_matcher(lexicons[key], mode, STARRED_STEMS[trait]), t)) for t in toks], dtype=np.float64)   # trait words per letter
          for trait, key in TRAITS.items()}
@@ -460,6 +459,15 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
         return {t: float(np.log((h[male].sum() + 0.5) / (Nm - h[male].sum() + 0.5)) - np.log((h[~male].sum() + 0.5) / (Nf - h[~male].sum() + 0.5))) for t, h in H.items()}
     if "pair_id" in letters: sw = gender_swap_test(g.to_numpy(), letters["pair_id"].to_numpy(), log_ors, n_resamples, seed)
     else: sw = {t: dict(p=np.nan, note="no pair_id: no swap test") for t in TRAITS}
+    def boot_log_ors(Wm, Wf):   # every trait's Haldane log OR in each replicate: letters resampled within each gender (stratum m: seed, f: seed + 1)
+        Nm, Nf = Wm @ n_tok[idx["m"]], Wf @ n_tok[idx["f"]]
+        out = {}
+        for t, h in H.items():
+            Am, Af = Wm @ h[idx["m"]], Wf @ h[idx["f"]]
+            out[t] = np.log((Am + 0.5) / (Nm - Am + 0.5)) - np.log((Af + 0.5) / (Nf - Af + 0.5))
+        return out
+    boot = {} if few else cluster_bootstrap(boot_log_ors, (len(idx["m"]), len(idx["f"])), n_boot, seed, alpha, additive=True,
+                                            policy_units=n_units)   # the letter, not the word, is the sampling unit
     rows = []
     for trait, key in TRAITS.items():
         h = H[trait]
@@ -469,12 +477,10 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
         s = log_odds_ratio(am, bm, af, bf, alpha=alpha, haldane="always")   # Wald on words: every word independent (kept for comparison)
         with np.errstate(divide="ignore", invalid="ignore"): or_paper = (am / bm) / (af / bf) if bm and bf and af else np.nan
         lo = hi = se = p = np.nan
-        if not few:   # resample letters within each gender: the letter, not the word, is the sampling unit
-            (Am, Nm), (Af, Nf) = [(W[k] @ h[idx[k]], W[k] @ n_tok[idx[k]]) for k in ("m", "f")]
-            reps = np.log((Am + 0.5) / (Nm - Am + 0.5)) - np.log((Af + 0.5) / (Nf - Af + 0.5))
-            lo, hi, n_ok = percentile_ci(reps, alpha); se = float(reps.std(ddof=1))
-            p = float(2 * _norm.sf(abs(s["log_or"]) / se)) if se > 0 else np.nan
-            if bootstrap_note(n_units, n_ok, n_boot, lo, hi): lo = hi = se = p = np.nan   # e.g. every replicate the same: no zero-width interval
+        if not few:
+            b = boot[trait]; se = float(b.replicates.std(ddof=1))
+            (lo, hi), p = b.ci, (float(2 * _norm.sf(abs(s["log_or"]) / se)) if se > 0 else np.nan)
+            if b.note: se = p = np.nan   # e.g. every replicate the same: no zero-width interval
         rows.append({"trait": trait, "lexicon": key, "mode": mode, "a_m": am, "n_m": n["m"], "a_f": af, "n_f": n["f"],
                      "n_letters_m": len(idx["m"]), "n_letters_f": len(idx["f"]), "or_paper": or_paper,
                      "log_or": s["log_or"], "log_or_se": se, "log_or_ci_low": lo, "log_or_ci_high": hi,

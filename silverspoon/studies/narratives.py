@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from ..core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
-from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, percentile_ci, _check_boot
+from ..stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, _check_boot
 from ..stats import too_few_units, exact_proportion_ci, bootstrap_note, sign_flip_test, ALPHA
 from ..text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from . import Study, Headline, check_prompt_variant
@@ -417,8 +417,9 @@ def _paper_contrasts()->dict:
 
 # %% ../../nbs/12_narratives.ipynb #b64f4ca6
 def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gender, race, city_class, score
-                         n_boot:int, seed:int)->dict:
-    "Every `_contrast_stats` statistic in each name-clustered bootstrap replicate, from per-name cell sums (`resampled_sums`: the draws of `cluster_bootstrap_ci`)."
+                         W:np.ndarray     # replicate weights per name, one row per replicate (`cluster_bootstrap(..., additive=True)`), names in sorted order (`stats._clusters`)
+                        )->dict:
+    "Every `_contrast_stats` statistic in each name-clustered bootstrap replicate (a row of `W`), from per-name cell sums (`resampled_sums`)."
     keys = list(ok.groupby(["gender", "race", "city_class"]).groups)
     cell = list(zip(ok.gender, ok.race, ok.city_class))
     cols = {("n", k): np.array([c == k for c in cell], dtype=float) for k in keys}
@@ -426,14 +427,14 @@ def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gend
         per = ok.score.map({x: fn(pd.Series([x])) for x in ok.score.unique()}).to_numpy(dtype=float)
         if not np.isclose(per.mean(), fn(ok.score)): raise ValueError(f"measure {m!r} is not a mean over stories: the replicates cannot be summed")
         cols.update({(m, k): per * cols[("n", k)] for k in keys})
-    _, reps, _ = resampled_sums(cols, ok.name.to_numpy(), n_boot, seed)
+    _, reps, _ = resampled_sums(cols, _clusters(ok.name.to_numpy(), len(ok))[0], weights=W)   # the codes `cluster_bootstrap` drew for
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any cell of a pair: NaN, as the groupby gives
         for m in _MEASURES:
             cm = {k: ratio_of_sums(reps[(m, k)], reps[("n", k)]) for k in keys}   # each cell's mean in every replicate (NaN: not drawn)
             out[f"{m} (all)"] = np.nanmean(np.column_stack(list(cm.values())), axis=1)
-            for name, (f, a, b) in CONTRASTS.items(): out[f"{m} {name}"] = np.broadcast_to(_contrast(cm, f, a, b), (n_boot,))
+            for name, (f, a, b) in CONTRASTS.items(): out[f"{m} {name}"] = np.broadcast_to(_contrast(cm, f, a, b), (len(W),))
     return out
 
 # %% ../../nbs/12_narratives.ipynb #d59c4e94
@@ -456,15 +457,14 @@ def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, 
     ok = stories[stories.status.eq("story")]
     cols = ["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters", "n_units", "p", "test", "null", "mde", "paper", "note"]
     if not len(ok): return pd.DataFrame(columns=cols)
-    reps, paper, C = _contrast_replicates(ok, n_boot, seed), _paper_contrasts(), ok.name.nunique()
+    paper, C, est = _paper_contrasts(), ok.name.nunique(), _contrast_stats(ok)
+    boot = cluster_bootstrap(lambda W: _contrast_replicates(ok, W), C, n_boot, seed, alpha, estimate=est, additive=True)   # names resampled
     z = norm.ppf(1 - alpha/2) + norm.ppf(0.8)
     rows = []
-    for k, e in _contrast_stats(ok).items():
-        r = np.asarray(reps[k], dtype=float)
-        lo, hi, n_def = percentile_ci(r, alpha)
-        why = bootstrap_note(C, n_def, n_boot, lo, hi) if np.isfinite(e) else "no estimate"
-        row = dict(metric=k, estimate=e, ci_low=np.nan if why else lo, ci_high=np.nan if why else hi, n_items=len(ok), n_clusters=C, n_units=C,
-                   p=np.nan, test="", null=0.0, mde=np.nan if why else z * float(np.nanstd(r, ddof=1)), paper=paper.get(k, np.nan), note=why)
+    for k, e in est.items():
+        b = boot[k]; why = b.note
+        row = dict(metric=k, estimate=e, ci_low=b.ci[0], ci_high=b.ci[1], n_items=len(ok), n_clusters=C, n_units=C,
+                   p=np.nan, test="", null=0.0, mde=np.nan if why else z * float(np.nanstd(b.replicates, ddof=1)), paper=paper.get(k, np.nan), note=why)
         if k.endswith(PAIRED_CONTRAST):
             t = sign_flip_test(_per_name_differences(ok, k.removesuffix(" " + PAIRED_CONTRAST)), seed=seed)
             row.update(n_units=t["n"], p=t["p"], test="sign-flip permutation over names (per-name high- minus low-city difference)" + (", exact" if t["exact"] else ""),

@@ -12,7 +12,7 @@ from ..core import ParamsError, DataError, ModelParams, GenerationParams, Sample
 from ..backends import GenRequest, user
 from ..data import fetch, lookup
 from ..stats import (agreement_table, agreement_metrics, metrics_from_counts, proportion_ci, cluster_proportion_ci, largest_remainder,
-                     too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test, cluster_boot_weights, percentile_ci,
+                     too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test, cluster_bootstrap,
                      bh_fdr, verdict_tier, MIN_UNITS, BOOT_MIN_UNITS, ALPHA)
 from . import Study, Headline, check_prompt_variant, variant_note
 from ..parse import Parsed, REFUSAL, ReplyGate, DEFAULT_CHECKS, TEMPLATE_TOKEN, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge, validate_on_set, failed_reply
@@ -947,18 +947,17 @@ def bias_contrasts(df:pd.DataFrame,            # items: scenario, gold labels lo
             out[f"share favouring underprivileged - {a}"] = float((s @ (sums["y_1"] - h)) / n.sum())
         return out
     tests = within_unit_swap_test(swapped, C, n_resamples=n_resamples, seed=seed)
-    reps = _contrast_stats(sums, n, cluster_boot_weights(C, n_boot, seed))   # every statistic in each replicate (the draws of `agreement_table`)
+    boot = cluster_bootstrap(lambda W: _contrast_stats(sums, n, W), C, n_boot, seed, alpha, estimate={m: float(obs[m]) for m in BIAS_CONTRASTS}, additive=True)   # scenarios resampled (the draws of `agreement_table`)
     from scipy.stats import norm
     z = norm.ppf(1 - alpha / 2) + norm.ppf(0.8)
     informative = {"CKC lower-upper": int((sums["low"] != sums["up"]).any(axis=1).sum())}
     rows = []
     for m, test in BIAS_CONTRASTS.items():
-        est, r, t = float(obs[m]), np.asarray(reps[m], dtype=float), tests[m]
-        lo, hi, k = percentile_ci(r, alpha)
-        why = bootstrap_note(C, k, n_boot, lo, hi) if np.isfinite(est) else "no estimate"
-        sd = float(np.nanstd(r, ddof=1)) if not why and k > 1 else np.nan
+        est, bm, t = float(obs[m]), boot[m], tests[m]
+        (lo, hi), why = bm.ci, bm.note
+        sd = float(np.nanstd(bm.replicates, ddof=1)) if not why and bm.n_defined > 1 else np.nan
         notes = [why, t["note"], f"{informative[m]} of {C} scenarios have differing gold labels (the others cannot move the statistic)" if m in informative else ""]
-        rows.append(dict(metric=m, estimate=est, ci_low=np.nan if why else lo, ci_high=np.nan if why else hi, n_items=int(n.sum()), n_clusters=C,
+        rows.append(dict(metric=m, estimate=est, ci_low=lo, ci_high=hi, n_items=int(n.sum()), n_clusters=C,
                          n_units=C, p=t["p"], test=test, null=0.0, exact=t["exact"], n_masks=t["n_masks"], mde=z * sd,
                          note="; ".join(dict.fromkeys(x for x in notes if x))))
     return pd.DataFrame(rows, columns=cols)

@@ -14,7 +14,7 @@ import pandas as pd
 from ..core import DataError, ParamsError, RunParams, ModelParams, GenerationParams, SampleParams, from_dict, task_params, check_model, check_generation, is_missing
 from ..data import fetch, read_data_csv
 from ..backends import GenRequest
-from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, cluster_boot_weights, percentile_ci, MIN_CLUSTERS
+from ..stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, MIN_CLUSTERS
 from ..text import Instrument, TextEmbedder
 from . import Study, Headline, check_prompt_variant
 from ..parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
@@ -694,7 +694,7 @@ def shift_swap_test(answers:pd.DataFrame, # one row per item: name, gender, race
                 n_masks=t["n_masks"], note=t["note"])
 
 # %% ../../nbs/11_professions.ipynb #0d5f90f7
-from ..stats import ratio_ci
+from ..stats import ratio_ci, cluster_bootstrap
 def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, profession (or None), income_class
                  n_boot:int=2000, seed:int=0,
                  n_resamples:int=9999   # swap patterns of `shift_swap_test`
@@ -702,38 +702,39 @@ def gender_shift(answers:pd.DataFrame, # one row per item: name, gender, race, c
     "Per gender, averaged over races: rich-minus-poor change in % high-income (with `shift_swap_test`'s p) and the TVD of professions, with name-clustered bootstrap CIs where `bootstrap_note` allows, beside the paper."
     a = answers.reset_index(drop=True)
     codes, names = pd.factorize(a.name); C = len(names)
-    W = np.vstack([np.ones(C), cluster_boot_weights(C, n_boot, seed)])          # row 0: the sample itself; then one row per replicate (weights per name)
     high, classified = a.income_class.eq("high").to_numpy(float), a.income_class.notna().to_numpy(float)
     prof, profs = pd.factorize(a.profession)                             # -1: no profession
-    stats = {}
-    for g in GENDERS:
-        sh, tv = [], []
-        for r in RACES:
-            pct, dist = {}, {}
-            for c in CITY_CLASSES:
-                m = cell_mask(a, g, r, c)
-                pct[c] = ratio_ci(high[m], classified[m], codes[m], weights=W).replicates   # one shared W: paired across cells
-                M = np.zeros((C, max(len(profs), 1))); mm = m & (prof >= 0)
-                np.add.at(M, (codes[mm], prof[mm]), 1)
-                D = W @ M
-                with np.errstate(invalid="ignore", divide="ignore"): dist[c] = D / D.sum(axis=1, keepdims=True)
-            sh.append(100*(pct["high"] - pct["low"])); tv.append(50*np.abs(dist["high"] - dist["low"]).sum(axis=1))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)                # a race with no classified answer: NaN, left out of the mean
-            stats[("shift_high", g)], stats[("tvd", g)] = np.nanmean(sh, axis=0), np.nanmean(tv, axis=0)
-    stats[("shift_high", "female-male")] = stats[("shift_high", "female")] - stats[("shift_high", "male")]
+    def shift_stats(W):   # every measure with the names weighted by W: one row per replicate (a row of ones: the sample itself)
+        stats = {}
+        for g in GENDERS:
+            sh, tv = [], []
+            for r in RACES:
+                pct, dist = {}, {}
+                for c in CITY_CLASSES:
+                    m = cell_mask(a, g, r, c)
+                    pct[c] = ratio_ci(high[m], classified[m], codes[m], weights=W).replicates   # one shared W: paired across cells
+                    M = np.zeros((C, max(len(profs), 1))); mm = m & (prof >= 0)
+                    np.add.at(M, (codes[mm], prof[mm]), 1)
+                    D = W @ M
+                    with np.errstate(invalid="ignore", divide="ignore"): dist[c] = D / D.sum(axis=1, keepdims=True)
+                sh.append(100*(pct["high"] - pct["low"])); tv.append(50*np.abs(dist["high"] - dist["low"]).sum(axis=1))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)                # a race with no classified answer: NaN, left out of the mean
+                stats[("shift_high", g)], stats[("tvd", g)] = np.nanmean(sh, axis=0), np.nanmean(tv, axis=0)
+        stats[("shift_high", "female-male")] = stats[("shift_high", "female")] - stats[("shift_high", "male")]
+        return stats
+    estimate = {k: float(v[0]) for k, v in shift_stats(np.ones((1, C))).items()}
     pt = {g: np.mean([PAPER_TABLE3[(g, r, "high")][0] - PAPER_TABLE3[(g, r, "low")][0] for r in RACES]) for g in GENDERS}
     tests = {g: shift_swap_test(a, g, n_resamples, seed) for g in GENDERS}
     named = {("shift_high", g): tests[g]["n_names"] for g in GENDERS}                   # units: names of the gender with a classified answer
     named |= {("tvd", g): int(a.name[a.gender.eq(g) & a.profession.notna()].nunique()) for g in GENDERS}
     named[("shift_high", "female-male")] = min(named[("shift_high", g)] for g in GENDERS)
+    boot = cluster_bootstrap(shift_stats, C, n_boot, seed, 0.05, estimate=estimate, additive=True, policy_units=named)   # names resampled; the policy counts each measure's names
     rows = []
-    for (measure, g), v in stats.items():
-        lo, hi, n_ok = percentile_ci(v[1:], 0.05)
-        why = bootstrap_note(named[(measure, g)], n_ok, n_boot, lo, hi)
-        if why: lo = hi = np.nan
+    for (measure, g), e in estimate.items():
+        b = boot[(measure, g)]; (lo, hi), why = b.ci, b.note
         t = tests.get(g) if measure == "shift_high" else None
-        rows.append(dict(measure=measure, gender=g, estimate=float(v[0]), ci_low=lo, ci_high=hi, ci_note=why, n_items=len(a), n_clusters=C,
+        rows.append(dict(measure=measure, gender=g, estimate=e, ci_low=lo, ci_high=hi, ci_note=why, n_items=len(a), n_clusters=C,
                          n_names=named[(measure, g)], p=t["p"] if t else np.nan, test=t["test"] if t else None, null=0.0 if t else np.nan,
                          test_note=t["note"] if t else None,
                          paper_text=PAPER_SHIFT.get(g, np.nan), published_table3=pt.get(g, np.nan) if measure == "shift_high" else np.nan))
@@ -787,12 +788,8 @@ def selection_table(answers:pd.DataFrame, # one row per item: name, gender, city
         per = ag.pivot_table(index="name", columns="city_class", values="classified", aggfunc="mean").reindex(columns=list(CITY_CLASSES)).dropna()
         d = (100*(per["high"] - per["low"])).to_numpy()
         t = sign_flip_test(d, seed=seed)
-        lo = hi = np.nan; method = "none"
-        if len(d) >= BOOT_MIN_UNITS:   # the mean of per-name differences: each name one unit, so an iid bootstrap over names
-            reps = d[np.random.default_rng(seed).integers(0, len(d), size=(n_boot, len(d)))].mean(axis=1)
-            lo, hi, n_ok = percentile_ci(reps, 0.05)
-            if bootstrap_note(len(d), n_ok, n_boot, lo, hi): lo = hi = np.nan
-            else: method = "name bootstrap"
+        b = cluster_bootstrap(lambda row: d[row].mean(), len(d), n_boot, seed, 0.05)   # the mean of per-name differences: each name one unit
+        (lo, hi), method = b.ci, ("none" if b.note else "name bootstrap")
         rows.append(dict(gender=g, city_class="high-low", measure="rich - poor, points (mean over names)", estimate=t["mean"], ci_low=lo, ci_high=hi,
                          ci_method=method, n_answers=len(ag), n_classified=int(ag.classified.sum()), n_names=len(d), n_up=int((d > 0).sum()),
                          n_down=int((d < 0).sum()), p=t["p"], test=SELECTION_TEST, exact=t["exact"], note=t["note"]))

@@ -15,7 +15,7 @@ from ..data import fetch, lookup, read_data_json
 from ..backends import GenRequest, make_backend
 from ..store import generate_all
 from ..stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS,
-                               resampled_sums, ratio_of_sums, percentile_ci, exact_proportion_ci, too_few_units, bootstrap_note,
+                               resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, exact_proportion_ci, too_few_units, bootstrap_note,
                                two_group_permutation_test, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS)
 from . import Study, Headline, check_prompt_variant, variant_system, variant_note
 from ..parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS, validate_on_set, failed_reply
@@ -695,14 +695,15 @@ CF_MISSING = ("failed", "not asked")   # counterfactual labels that mean "no rep
 # %% ../../nbs/30_stop.ipynb #13bd29e2
 def _macro_replicates(ok:np.ndarray,   # 1.0 where the progression is correct, one per progression
                       sev:np.ndarray,  # its severity (one of `SEVERITIES`)
-                      clusters,        # its sub-demographic (the bootstrap's cluster)
-                      n_boot:int, seed:int)->np.ndarray:
-    "P_macro (mean over the severities present of the share correct) in each cluster-bootstrap replicate, from per-cluster sums (`resampled_sums`: the draws of `cluster_bootstrap_ci`)."
+                      codes:np.ndarray,# its sub-demographic's code 0..C-1 (the bootstrap's cluster, `stats._clusters`)
+                      W:np.ndarray     # replicate weights per cluster, one row per replicate (`cluster_bootstrap(..., additive=True)`)
+                     )->np.ndarray:
+    "P_macro (mean over the severities present of the share correct) in each cluster-bootstrap replicate (a row of `W`), from per-cluster sums (`resampled_sums`)."
     cols = {}
     for s in SEVERITIES:
         m = (sev == s).astype(float)
         cols[("n", s)], cols[("ok", s)] = m, m * ok
-    _, reps, _ = resampled_sums(cols, clusters, n_boot, seed)
+    _, reps, _ = resampled_sums(cols, codes, weights=W)
     share = np.column_stack([ratio_of_sums(reps[("ok", s)], reps[("n", s)]) for s in SEVERITIES])   # NaN: no progression of s drawn
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any progression: NaN, left out of the interval
@@ -731,10 +732,12 @@ def idealistic_table(conv:pd.DataFrame,           # from `score_conversations` /
             v = [x.ok.to_numpy()[x.sev.to_numpy() == s] for s in SEVERITIES]
             return {"P_macro": float(np.mean([a.mean() for a in v if len(a)])) if any(len(a) for a in v) else np.nan}
         C = int(d.c.nunique())
-        why = too_few_units(C) or bootstrap_note(C, n_boot, n_boot) if ci_macro else "not computed (ci_macro=False)"
-        lo, hi, n_ok = (np.nan, np.nan, 0) if why else percentile_ci(_macro_replicates(d.ok.to_numpy(float), d.sev.to_numpy(), d.c, n_boot, seed), 0.05)
-        why = why or bootstrap_note(C, n_ok, n_boot, lo, hi)   # a replicate without any progression is undefined: counted
-        if why: lo = hi = np.nan
+        why = too_few_units(C) if ci_macro else "not computed (ci_macro=False)"
+        if not why:   # a replicate without any progression is undefined: counted
+            codes = _clusters(d.c, len(d))[0]
+            b = cluster_bootstrap(lambda W: _macro_replicates(d.ok.to_numpy(float), d.sev.to_numpy(), codes, W), C, n_boot, seed, 0.05, additive=True)
+            why = b.note
+        lo, hi = (np.nan, np.nan) if why else b.ci
         rows.insert(1, dict(metric="P_macro", severity="all", estimate=macro(d)["P_macro"], ci_low=lo, ci_high=hi, n=len(d), n_clusters=C, n_units=C,
                             ci_method="none" if why else "cluster bootstrap", ci_note=why, n_correct=int(ok.sum()), n_excluded=n_out()))
     # Pcounter: a counterfactual that got no reply (failed generation, not asked) is no answer at all, not a wrong one, so the
@@ -768,13 +771,13 @@ def severity_contrast(conv:pd.DataFrame,     # from `score_conversations` / `rel
     mh, ml = (float(score[m].mean()) if m.any() else np.nan for m in (hi_m, lo_m))
     per = sc.assign(severity=sc.severity.astype(str)).groupby("progression_id").agg(score=("score", "mean"), severity=("severity", "first"))
     t = two_group_permutation_test(per.score[per.severity == "high"], per.score[per.severity == "low"], n_resamples, seed)
-    lo = hi = np.nan
-    tot, reps, C = resampled_sums({"hs": score*hi_m, "h": hi_m, "ls": score*lo_m, "l": lo_m}, sc.sub_demographic.to_numpy(), n_boot, seed)
-    why = too_few_units(C) or bootstrap_note(C, n_boot, n_boot)
-    if not why:
-        lo, hi, n_ok = percentile_ci(ratio_of_sums(reps["hs"], reps["h"]) - ratio_of_sums(reps["ls"], reps["l"]), 0.05)   # NaN: a replicate without one severity
-        why = bootstrap_note(C, n_ok, n_boot, lo, hi)
-        if why: lo = hi = np.nan
+    codes, C = _clusters(sc.sub_demographic.to_numpy(), len(sc))
+    def contrast(W):   # high- minus low-severity mean sensitivity in each replicate; NaN: a replicate without one severity
+        _, reps, _ = resampled_sums({"hs": score*hi_m, "h": hi_m, "ls": score*lo_m, "l": lo_m}, codes, weights=W)
+        return ratio_of_sums(reps["hs"], reps["h"]) - ratio_of_sums(reps["ls"], reps["l"])
+    why = too_few_units(C)
+    if not why: b = cluster_bootstrap(contrast, C, n_boot, seed, 0.05, additive=True); why = b.note
+    lo, hi = (np.nan, np.nan) if why else b.ci
     return pd.DataFrame([dict(metric=SEVERITY_CONTRAST, estimate=mh - ml, ci_low=lo, ci_high=hi, ci_note=why, mean_high=mh, mean_low=ml, ideal=1.0,
                               n=int(hi_m.sum() + lo_m.sum()), n_x=t["n_x"], n_y=t["n_y"], n_units=min(t["n_x"], t["n_y"]), n_clusters=C,
                               p=t["p"], test=SEVERITY_TEST, null=0.0, exact=t["exact"], note=t["note"])])

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from ..core import DataError, ParamsError
+from ..stats import cluster_bootstrap, ALPHA
 from .stop import load_stop, select_progressions, INSTRUCTION, N_SENTENCES, load_human
 
 # %% auto #0
@@ -253,20 +254,14 @@ def _agreement_stats(u:pd.DataFrame)->dict:
 # %% ../../nbs/34_stop_annotate.ipynb #2218e916
 def annotator_agreement(human:pd.DataFrame,   # per-sentence human answers (`read_annotation_sheets`, or a per-sentence human file)
                         n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "measure, estimate, ci_low, ci_high (bootstrap over progressions), n_progressions, n_annotators, n_answers."
+    "measure, estimate, ci_low, ci_high (percentile bootstrap over progressions, `stats.cluster_bootstrap`, where its policy allows), ci_note, n_boot_undefined, n_progressions, n_annotators, n_answers."
     u = _answer_units(human)
     est = _agreement_stats(u)
-    pids = u.progression_id.unique(); rng = np.random.default_rng(seed)
+    pids = u.progression_id.unique()
     by = {p: d for p, d in u.groupby("progression_id")}
-    reps = {m: [] for m in est}
-    for _ in range(n_boot):
-        pick = rng.choice(pids, len(pids), replace=True)
-        b = pd.concat([by[p].assign(progression_id=f"{p}#{i}") for i, p in enumerate(pick)], ignore_index=True)
-        for m, v in _agreement_stats(b).items(): reps[m].append(v)
-    rows = []
-    for m, e in est.items():
-        r = np.asarray(reps[m], float); r = r[~np.isnan(r)]
-        lo, hi = (np.quantile(r, [0.025, 0.975]) if len(r) >= max(10, n_boot // 2) else (np.nan, np.nan))
-        rows.append(dict(measure=m, estimate=e, ci_low=float(lo), ci_high=float(hi), n_progressions=len(pids),
-                         n_annotators=u.annotator.nunique(), n_answers=len(human)))
-    return pd.DataFrame(rows)
+    def resampled(row):   # the statistics on the drawn progressions; one drawn twice counts as two (relabelled by draw position)
+        return _agreement_stats(pd.concat([by[pids[j]].assign(progression_id=f"{pids[j]}#{i}") for i, j in enumerate(row)], ignore_index=True))
+    boot = cluster_bootstrap(resampled, len(pids), n_boot, seed, ALPHA, estimate=est)
+    return pd.DataFrame([dict(measure=m, estimate=e, ci_low=boot[m].ci[0], ci_high=boot[m].ci[1], ci_note=boot[m].note, n_boot_undefined=boot[m].n_undefined,
+                              n_progressions=len(pids), n_annotators=u.annotator.nunique(), n_answers=len(human)) for m, e in est.items()])
+

@@ -12,7 +12,7 @@ import pandas as pd
 from ..core import ParamsError, DataError, SilverspoonError, RunParams, task_params, is_missing, stable_hash, project_root
 from ..data import fetch, lookup, read_data_csv, data_dir, git_blob_sha1
 from ..backends import GenRequest, user
-from ..stats import (cluster_boot_weights, percentile_ci, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS,
+from ..stats import (cluster_bootstrap, _clusters, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS,
                                BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test)
 from ..text import Instrument
 from . import Study, Headline
@@ -419,14 +419,19 @@ def paired_scores(bench:str,              # the benchmark
         if not len(b): continue
         ids = (b[cluster] if cluster else b.item_id).to_numpy()
         cols = lambda d: {**{f: d[f].to_numpy(dtype=float) for f in FLAGS[bench]}, "asked": np.ones(len(d))}
-        (Tb, Rb, C), (Tt, Rt, _) = (resampled_sums(cols(d), ids, n_boot, seed) for d in (b, t))   # same clusters and seed: the same replicates (paired)
+        codes, C = _clusters(ids, len(ids))
+        (Tb, _, _), (Tt, _, _) = (resampled_sums(cols(d), codes, weights=np.ones((1, C))) for d in (b, t))
         eb, et = float(fn(Tb)), float(fn(Tt))
-        rb, rt = fn(Rb), fn(Rt)
+        def arms(W):   # base, adapter, difference and relative change in each replicate: both arms weighted by the same W (paired)
+            rb, rt = (fn(resampled_sums(cols(d), codes, weights=W)[1]) for d in (b, t))
+            return {"base": rb, "adapter": rt, "diff": rt - rb, "rel_change": _ratio(rt, rb) - 1}
+        est = {"base": eb, "adapter": et, "diff": et - eb, "rel_change": et / eb - 1 if eb else np.nan}
+        boot = cluster_bootstrap(arms, C, n_boot, seed, alpha, estimate=est, additive=True)   # clusters resampled, the same W for both arms
         prop = PROPORTIONS.get((bench, name))
         unchanged = name == "answer rate" and bool((b.answered.to_numpy() == t.answered.to_numpy()).all())
         row, notes = dict(benchmark=bench, score=name, subset=subset or "all", ideal=ideal, n_items=len(b), n_clusters=C), []
-        for lab, e, r in (("base", eb, rb), ("adapter", et, rt), ("diff", et - eb, rt - rb), ("rel_change", et / eb - 1 if eb else np.nan, _ratio(rt, rb) - 1)):
-            lo, hi, n_ok = percentile_ci(np.asarray(r, dtype=float), alpha)
+        for lab, e in est.items():
+            lo, hi = boot[lab].ci_low, boot[lab].ci_high
             if math.isnan(e): lo = hi = np.nan
             elif prop and lab in ("base", "adapter") and cluster is None:   # items are the units: the exact interval
                 T = Tb if lab == "base" else Tt
@@ -435,7 +440,7 @@ def paired_scores(bench:str,              # the benchmark
                 _, lo, hi = exact_proportion_ci(C if e else 0, C, alpha); lo, hi = lo * prop[2], hi * prop[2]
             elif unchanged and lab == "diff":   # no item changed: |diff| is at most the share of changed units, 0 of C (exact upper bound)
                 u = exact_proportion_ci(0, C, alpha)[2]; lo, hi = -u, u
-            elif why := bootstrap_note(C, n_ok, len(r) if np.ndim(r) else n_boot, lo, hi):
+            elif why := boot[lab].note:
                 lo = hi = np.nan; notes.append(f"{lab}: {why}")
             row.update({lab: e, f"{lab}_ci_low": lo, f"{lab}_ci_high": hi})
         if name == "answer rate":
