@@ -6,14 +6,13 @@ import json, os, shutil, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 import transformers
-from silverspoon.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS,
-                              paper_revision)
-from silverspoon.studies.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
-from silverspoon.studies.narratives import PAPER_SENTIMENT_MODEL
 import pandas as pd
 from conftest import run_cli, ROOT
+from silverspoon.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, paper_revision,
+                              AUTO, resolve_paper_instrument)
+from silverspoon.studies.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
+from silverspoon.studies.narratives import PAPER_SENTIMENT_MODEL
 from silverspoon import text
-from silverspoon.text import AUTO, resolve_paper_instrument
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -5,13 +5,10 @@ import json
 import pandas as pd
 import pytest
 from conftest import ROOT
-from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams
+from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams, load_params
 from silverspoon.store import GenerationStore
-from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study
-from silverspoon.studies import stop, letters
+from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study, stop, letters, professions as P, narratives as N
 from silverspoon.testing import ScriptedBackend
-from silverspoon.core import load_params
-from silverspoon.studies import professions as P, narratives as N
 
 
 # ----------------------------------------------------------------------------------------------------

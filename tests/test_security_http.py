@@ -2,26 +2,21 @@
 issues 19 and 31): key variables and keys never echoed or stored, deadlines that count queued time, redirects, compression
 bombs, absurd token counts, partial failure, a server answering as another model. Each attack ends in one clear error
 (exit != 0, nothing lost) or a safe outcome. (Backend-level retries and stalls: tests/test_api.py.)"""
-import re, json, hashlib
+import re, json, hashlib, gzip, zlib, warnings, threading
 from pathlib import Path
 import pytest
 import yaml
 from conftest import ROOT, run_cli
 from silverspoon.testing import FakeChatServer
-import gzip, zlib
 from silverspoon.core import GenerationParams, ModelParams, SilverspoonError
 from silverspoon.backends import GenRequest, user
-from silverspoon.backends.openai import OpenAIBackend, is_local_url, resolve_api_key
+from silverspoon.backends.openai import OpenAIBackend, is_local_url, resolve_api_key, UnencryptedKeyWarning
 from silverspoon.store import GenerationStore, generate_all
-import warnings, threading
-from silverspoon.backends.openai import UnencryptedKeyWarning
 
 
 # ----------------------------------------------------------------------------------------------------
 # Through the `silverspoon` command: key variables, deadlines, files never echoed, terminal escapes, a refused key, partial failure (was tests/test_security_keys_http.py)
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 19").hexdigest()[:24]
-
-
 
 
 def _one_clear_error(r, *needles, rc=2):

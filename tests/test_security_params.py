@@ -2,7 +2,7 @@
 report, one run per report folder, model and run files that cannot retarget another run's report, names that become paths
 (Windows, case, NUL bytes, failure pages), drafts, megabytes of free text, a hostile lock-holder record. Each attack ends in one
 clear error (exit != 0, file, field and fix named, nothing written) or a safe outcome."""
-import re, json, base64, hashlib
+import re, json, base64, hashlib, shutil
 from pathlib import Path
 import pytest
 import yaml
@@ -10,7 +10,6 @@ from conftest import run_cli
 from silverspoon.core import ParamsError, load_params
 from silverspoon.runner import read_params_file
 from silverspoon.testing import FakeChatServer
-import shutil
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -31,8 +30,6 @@ def _one_clear_error(r, *needles):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     for n in needles: assert n in r.stderr, r.stderr
-
-
 
 
 # --- 1. params are data, never code ---------------------------------------------------------------------------------
@@ -236,8 +233,6 @@ def test_failed_rerun_keeps_last_good_report(good_run):
 # ----------------------------------------------------------------------------------------------------
 # Model files and copied run files never overwrite another run's report; `check` reads model files (was tests/test_security_round3_params.py)
 KEY = "sk-ant-" + hashlib.sha256(b"silverspoon issue 31").hexdigest()[:32]
-
-
 
 
 def _hashes(*paths)->dict:

@@ -2,20 +2,17 @@
 the store lows): malformed records, concurrent runs, an unwritable store, edited stored answers or published files, a FIFO or an
 overlong line, a cache record of another instrument, an outside store never published as an absolute path. Each attack ends in
 one clear error naming the file, or a safe outcome."""
-import fcntl, json, os, signal, subprocess, sys, textwrap, time, warnings
+import fcntl, json, os, signal, subprocess, sys, textwrap, time, warnings, hashlib
 from collections import Counter
 from pathlib import Path
 import pytest
-from silverspoon.core import GenerationParams, load_params
-from silverspoon.backends import GenRequest, Generation, user
-from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for
-from silverspoon.testing import ScriptedBackend
-from conftest import ROOT
-import hashlib
 import yaml
-from silverspoon.core import stable_hash
+from conftest import ROOT
+from silverspoon.core import GenerationParams, load_params, stable_hash
+from silverspoon.backends import GenRequest, Generation, user
+from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for, MAX_LINE_BYTES
+from silverspoon.testing import ScriptedBackend
 from silverspoon.runner import verify_provenance
-from silverspoon.store import MAX_LINE_BYTES
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -391,7 +388,6 @@ def test_cache_record_of_another_instrument_is_refused(tmp_path):
 # ----------------------------------------------------------------------------------------------------
 # A store outside the project is never published as an absolute path (was tests/test_security_round3_http2.py, lines 264-293)
 # --- a store outside the project is never published as an absolute path (whole flow) -------------------------------------
-
 
 
 @pytest.mark.skipif(not (SHARED/"silverspoon").is_dir(), reason="needs the shared data folder (SILVERSPOON_DATA)")

@@ -1,14 +1,13 @@
 """The reference-letters study: twin linking over all CBG letters, CLG prompts vs the released file, bio gender swap on real bios;
 a replay run through `silverspoon run` with every instrument on tiny models, then a cached rerun; bad params; junk models."""
-import re
+import re, json
 import pandas as pd
 import pytest
+from conftest import run_cli, write_params
 from silverspoon.core import DataError
 from silverspoon.studies.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
                                          swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups,
                                          lexicon_odds_ratios)
-import json
-from conftest import run_cli, write_params
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from conftest import run_cli, ROOT
 from silverspoon.parse import parser_set
 from silverspoon.studies.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, PAPER_ROWS, PAPER_TABLE2, GOLDS, load_normative,
                                            normative_requests, render_prompt, parse_normative, parse_answers, screen_replies,
-                                           answer_counts, binarize, table2, headlines_from_items)
+                                           answer_counts, binarize, table2, headlines_from_items, PROMPT_VARIANTS, PROMPTS,
+                                           SYSTEM_PROMPT, parse_answer)
 from silverspoon.studies import get_study
-from silverspoon.studies.normative import PROMPT_VARIANTS, PROMPTS, SYSTEM_PROMPT, parse_answer
 
 
 # ----------------------------------------------------------------------------------------------------
