@@ -4,6 +4,10 @@ Each registered study: its notebook exists and exports the module the registry n
 registry; its report section starts with `start_run("<name>", ...)` and makes the summary through the study
 (`rep.summary(...)`, which calls `summary_rows`), never by calling `summary_rows` itself; and the committed
 `summary.csv` of every one of its runs satisfies `check_summary`. A study that breaks the contract fails its run.
+
+The invariants every study's committed runs keep are tested here once, parametrised over the registry and the runs (never
+one copy per study): items.csv gives back the card headlines, each headline has its n and an interval or the reason for
+none, and every default params file validates. A new study is checked by registering it and committing its runs.
 """
 import json, re, warnings
 import pandas as pd
