@@ -19,6 +19,58 @@ def run_cli(*args, env=None, timeout=600, cwd=ROOT, **kw):
 @pytest.fixture
 def root(): return ROOT
 
+def write_params(path:Path,          # the params file to write (its name is what error messages show)
+                 study:str,          # the params `study:` value
+                 model:dict,         # the `model:` section
+                 task:dict|None=None,        # the `task:` section
+                 sample:dict|None=None,      # the `sample:` section
+                 generation:dict|None=None,  # the `generation:` section
+                 **top)->Path:               # other top-level fields (`run`, `include`, `description`, ...)
+    "One params file for a test run, written as JSON (valid YAML): every test writes its runs' params the same way."
+    import json
+    sections = {"study": study, **top, "model": model, "generation": generation, "sample": sample, "task": task}
+    path.write_text(json.dumps({k: v for k, v in sections.items() if v is not None}))
+    return path
+
+# --- tiny random models, built once per session (each takes seconds to build; tests only read them)
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory):
+    "`tiny_llama(chat_template=True)`: the folder of a tiny random Llama (silverspoon.testing.build_tiny_llama), built once per kind."
+    from silverspoon.testing import build_tiny_llama
+    built = {}
+    def get(chat_template:bool=True)->Path:
+        if chat_template not in built:
+            built[chat_template] = build_tiny_llama(tmp_path_factory.mktemp("llama")/("llama" if chat_template else "bare"), chat_template=chat_template)
+        return built[chat_template]
+    return get
+
+@pytest.fixture(scope="session")
+def tiny(tiny_llama)->Path:
+    "A tiny random Llama with a ChatML template, shared by every test of the session."
+    return tiny_llama()
+
+@pytest.fixture(scope="session")
+def bare(tiny_llama)->Path:
+    "A tiny random Llama without a chat template (a base model's tokenizer)."
+    return tiny_llama(chat_template=False)
+
+@pytest.fixture(scope="session")
+def tiny_classifier(tmp_path_factory):
+    "`tiny_classifier(name, labels, seed=0)`: the folder `.../<name>` of a tiny random sequence classifier (silverspoon.text.build_tiny_classifier), built once per (name, labels, seed)."
+    from silverspoon.text import build_tiny_classifier
+    built = {}
+    def get(name:str, labels:tuple, seed:int=0)->Path:
+        key = (name, tuple(labels), seed)
+        if key not in built: built[key] = build_tiny_classifier(tmp_path_factory.mktemp(name)/name, key[1], seed=seed)
+        return built[key]
+    return get
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory)->Path:
+    "A tiny random BERT (silverspoon.studies.agency.make_tiny_bert), the agency classifier's base model in tests."
+    from silverspoon.studies.agency import make_tiny_bert
+    return make_tiny_bert(tmp_path_factory.mktemp("bert")/"bert")
+
 @pytest.fixture
 def cli(capsys, monkeypatch):
     "The `silverspoon` command in this process (fast; an uncaught exception fails the test): returns rc, stdout, stderr."

@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 from silverspoon.core import DataError, ModelParams, RunParams
 from silverspoon.studies.stop import load_stop, load_human, released_conversations, realistic_table, human_coverage, stop_task
-from silverspoon.studies.stop_annotate import (write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file,
-                                               krippendorff_alpha, annotation_items)
+from silverspoon.studies.stop_annotate import (write_annotation_sheets, read_annotation_sheets, annotator_agreement,
+                                               write_human_file, krippendorff_alpha, annotation_items)
 
 # The annotators below are SYNTHETIC: answers made up from the ideal answers plus seeded noise. No person answered them.
 SYNTHETIC = ["synthetic-ann1", "synthetic-ann2", "synthetic-ann3"]

@@ -6,8 +6,8 @@ import pytest
 from silverspoon.core import DataError, ParamsError, load_params, GenerationParams
 from silverspoon.parse import Parsed, ReplyGate, instrument_validity, gather_instruments, INSTRUMENT_COLUMNS
 from silverspoon.stats import proportion_ci
-from silverspoon.audit import (write_audit_sheet, collect_audit, read_audit_sheets, audit_validity, audit_sample, read_answers,
-                               merge_instruments, reply_sha256, StaleAudit, AUDIT_INSTRUMENT, NON_ANSWER_LABELS)
+from silverspoon.audit import (write_audit_sheet, collect_audit, audit_validity, merge_instruments, reply_sha256, StaleAudit,
+                               AUDIT_INSTRUMENT, NON_ANSWER_LABELS)
 
 
 def write_answers(run_dir, rows:list[tuple])->pd.DataFrame:

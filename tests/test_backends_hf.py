@@ -6,8 +6,7 @@ import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: transformers generation, bitsandbytes layers and the SmolLM2 GGUF load: torch/transformers behaviour
 from silverspoon.core import ModelParams, GenerationParams, SilverspoonError
 from silverspoon.backends import GenRequest, make_backend, user
-from silverspoon.backends.hf import HFBackend, smollm2, resolve_model_path, package_version, CHATML_TEMPLATE
-from silverspoon.testing import build_tiny_llama
+from silverspoon.backends.hf import HFBackend, smollm2, resolve_model_path, package_version
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -21,8 +20,6 @@ CHATS = [user("Hi"),
 REQS = [GenRequest(f"item-{i}", c) for i, c in enumerate(CHATS)]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory): return build_tiny_llama(tmp_path_factory.mktemp("tiny")/"llama")
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +90,8 @@ def test_failed_batch_is_retried_item_by_item(backend):
     assert backend.learned_batch_size is None          # not an out-of-memory error: no batch size is learned
 
 
-def test_a_tokenizer_without_template_is_refused_and_chatml_by_name_runs(tmp_path):
+def test_a_tokenizer_without_template_is_refused_and_chatml_by_name_runs(bare):
     from silverspoon.core import ParamsError
-    bare = build_tiny_llama(tmp_path/"bare", chat_template=False)
     b = HFBackend(ModelParams(backend="hf", id=str(bare)))
     with pytest.raises(ParamsError, match="has no chat template.*Fix: set `model.chat_template`"): b.identity()
     assert b._tok is None and b._model is None                     # refused at the tokenizer, before the weights

@@ -2,7 +2,7 @@
 import shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
-from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines, min_detectable_effect
+from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
 from silverspoon.runner import write_card, _CSS
 from silverspoon.core import ParamsError
 

@@ -1,16 +1,42 @@
 "Exported cells read like the anchors' (issue 21 item 6): short cells of one definition, and `tools/split_cells.py` that gets there."
-import ast, json, statistics, sys
+import re, statistics, sys
 from pathlib import Path
-import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+import numpy as np
+from conftest import ROOT
 sys.path.insert(0, str(ROOT/"tools"))
 import split_cells as sc
 
-def test_median_exported_cell_is_at_most_12_lines():
-    lengths = sc.exported_lengths(sorted((ROOT/"nbs").glob("*.ipynb")))
-    assert len(lengths) > 100, "no exported cells found: is nbs/ there?"
-    assert statistics.median(lengths) <= 12, f"median exported cell: {statistics.median(lengths)} lines over {len(lengths)} cells"
+def exported_cell_chars(package:Path)->list[int]:
+    "Characters of each exported cell of an nbdev package, read from its modules (nbdev writes `# %% <notebook> <cell id>` above each cell)."
+    out = []
+    for f in sorted(package.rglob("*.py")):
+        if f.name == "_modidx.py": continue
+        parts = re.split(r"^# %% .*$", f.read_text(encoding="utf-8"), flags=re.M)[1:]
+        out += [len(p.strip()) for p in parts if p.strip()]
+    return out
+
+# Exported cells by characters, as a multiple of fastcore's (the anchor, its installed modules): lines alone let a cell of
+# long lines pass. Issue 32 measured 3.6x at the median; the budget holds what the split cells reached and is lowered as
+# the notebooks are split further (the goal: fastcore's own, 1x).
+CHAR_BUDGET = {"median": 3.5, "p90": 3.5}
+
+def test_the_character_measure_sees_long_lines(tmp_path):
+    "Two modules with the same cells by lines: the one whose lines are long measures longer."
+    for name, width in (("short", 10), ("long", 200)):
+        (tmp_path/name).mkdir()
+        (tmp_path/name/"m.py").write_text("".join(f"# %% ../nbs/00.ipynb {i}\n" + ("x = 1 #" + "y"*width + "\n")*4 for i in range(3)))
+    short, long = exported_cell_chars(tmp_path/"short"), exported_cell_chars(tmp_path/"long")
+    assert len(short) == len(long) == 3 and min(long) > 10*max(short)
+
+def test_exported_cells_stay_within_the_character_budget_against_fastcore():
+    import fastcore
+    ours, anchor = exported_cell_chars(ROOT/"silverspoon"), exported_cell_chars(Path(fastcore.__file__).parent)
+    assert len(ours) > 100 and len(anchor) > 100, f"too few exported cells to compare: silverspoon {len(ours)}, fastcore {len(anchor)}"
+    for stat, limit in CHAR_BUDGET.items():
+        f = statistics.median if stat == "median" else (lambda xs: float(np.percentile(xs, 90)))
+        ratio = f(ours)/f(anchor)
+        assert ratio <= limit, (f"exported cells' {stat}: {f(ours):.0f} characters, {ratio:.2f}x fastcore's {f(anchor):.0f} (budget {limit}x): "
+                                "split the longest cells (tools/split_cells.py) or move prose into markdown cells")
 
 SRC = '''#| export
 import contextlib

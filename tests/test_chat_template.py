@@ -6,33 +6,24 @@ from pathlib import Path
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, load_params, CHAT_TEMPLATES
 from silverspoon.backends import GenRequest, user
-from silverspoon.testing import build_tiny_llama
-from conftest import run_cli
+from conftest import ROOT, run_cli, write_params
 
 pytest.importorskip("transformers")
 from silverspoon.backends.hf import HFBackend, _stop_ids, CHATML_TEMPLATE
 
-ROOT = Path(__file__).resolve().parent.parent
 REPLAY = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
 sha = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def bare(tmp_path_factory):
-    "A tiny random Llama whose tokenizer has no chat template (a base model's), ChatML special tokens in its vocabulary."
-    return build_tiny_llama(tmp_path_factory.mktemp("bare")/"llama", chat_template=False)
-
-
-def _params(path:Path, model:str, extra:str="")->Path:
-    path.write_text(f"study: normative\nmodel: {model}\ngeneration: {{max_new_tokens: 8}}\nsample: {{n: 30, stratify_by: topic, seed: 0}}\n"
-                    f"task: {{prompt_style: llama, n_boot: 50}}\n{extra}")
-    return path
+def _params(path:Path, model:dict)->Path:
+    return write_params(path, "normative", model, task={"prompt_style": "llama", "n_boot": 50}, sample={"n": 30, "stratify_by": "topic", "seed": 0},
+                        generation={"max_new_tokens": 8})
 
 
 def test_silverspoon_run_refuses_a_model_without_a_template_before_any_notebook(tmp_path, bare):
     "The command exits 2 with the file, the field and the fix; the replay run named first never started (nothing written)."
     good = tmp_path/"good.yaml"; good.write_text(REPLAY)
-    bad = _params(tmp_path/"base-model.yaml", f"{{backend: hf, id: '{bare}'}}")
+    bad = _params(tmp_path/"base-model.yaml", {"backend": "hf", "id": str(bare)})
     store, reports = tmp_path/"store", tmp_path/"reports"
     r = run_cli("run", good, bad, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(store)})
     assert r.returncode == 2, r.stdout + r.stderr
@@ -47,7 +38,7 @@ def test_run_params_file_refuses_before_papermill(tmp_path, bare, monkeypatch):
     from silverspoon import runner
     def never(*a, **k): raise AssertionError("a notebook was started")
     monkeypatch.setattr(papermill, "execute_notebook", never)
-    f = _params(tmp_path/"base-model.yaml", f"{{backend: vllm, id: '{bare}'}}")
+    f = _params(tmp_path/"base-model.yaml", {"backend": "vllm", "id": str(bare)})
     with pytest.raises(ParamsError, match=r"base-model.yaml: model.id = .*\(backend vllm\): its tokenizer has no chat template"):
         runner.run_params_file(f, tmp_path/"reports")
     assert not (tmp_path/"reports").exists()
@@ -110,7 +101,7 @@ def test_a_template_file_runs_end_to_end_and_its_sha256_is_recorded(root, tmp_pa
     monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
     tpl = tmp_path/"base-chatml.jinja"
     tpl.write_text(CHATML_TEMPLATE.replace("assistant\\n", "assistant\\nAnswer: "))
-    f = _params(tmp_path/"base-model.yaml", f"{{backend: hf, id: '{bare}', chat_template: '{tpl}', batch_size: 16}}")
+    f = _params(tmp_path/"base-model.yaml", {"backend": "hf", "id": str(bare), "chat_template": str(tpl), "batch_size": 16})
     run_params_file(f, tmp_path/"reports")
     out = tmp_path/"reports"/"normative"/"base-model"
     assert (out/"answer_summary.csv").exists() and (out/"ended.txt").exists()

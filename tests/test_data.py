@@ -1,5 +1,5 @@
 "Tests of silverspoon.data: checksums, error messages, downloads (offline, via a local HTTP server) and the normative loader (silverspoon.studies.normative)."
-import dataclasses, functools, hashlib, http.server, os, shutil, threading, zipfile
+import dataclasses, functools, hashlib, http.server, os, threading, zipfile
 from pathlib import Path
 
 import pandas as pd

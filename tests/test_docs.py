@@ -102,19 +102,6 @@ def test_each_study_page_links_its_executed_default_runs(site):
             assert f"blob/main/{f.relative_to(ROOT).as_posix()}" in text, f"{nb}.html does not link {f.relative_to(ROOT)}"
 
 
-def test_moved_readme_sections_live_in_the_docs():
-    "Every section of the README before issue 33 has a home: the index, a docs page or CHANGELOG.md."
-    pages = {p.name: p.read_text(encoding="utf-8") for p in (ROOT/"nbs").glob("guide_*.md")}
-    every = "\n".join(pages.values()) + (ROOT/"CHANGELOG.md").read_text(encoding="utf-8") + docs.readme_text()
-    for heading in ("Reading the executed notebooks", "Why nbdev 2 (not 3)", "Layout", "Adding a model", "STOP: human annotations",
-                    "Evaluate your model", "Throughput", "Colab", "Development", "Adding a study"):
-        assert re.search(rf"^#+ {re.escape(heading)}", every, flags=re.M), f"the README's section {heading!r} has no home"
-    assert "**Params are data, never code.**" in pages["guide_security.md"] and "**Reports show params and answers as text.**" in pages["guide_security.md"]
-    assert "**Minimum units**" in pages["guide_inference.md"] and "**Verdict tiers**" in pages["guide_inference.md"]
-    assert "**Mirror.**" in pages["guide_running.md"] and "SILVERSPOON_MIRROR" in pages["guide_running.md"]
-    assert "NVIDIA H100 80GB HBM3" in pages["guide_benchmarks.md"] and "**A 40 GB card**" in pages["guide_benchmarks.md"]
-
-
 @pytest.mark.parametrize("page", ["index", "guide_evaluate", "guide_security", "07b_card", "10_normative", "30_stop"])
 def test_site_pages_fit_1400_px_in_chromium(site, page, tmp_path):
     "What a reader sees: the front page, two guides, an API page and two study pages, opened in headless Chromium at 1400 px, are not blank and do not scroll sideways (wide code scrolls inside its block)."

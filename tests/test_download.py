@@ -15,8 +15,8 @@ import pytest
 
 from silverspoon import data
 from silverspoon.core import DataError
-from silverspoon.data import (REGISTRY, PUBLIC_HOST, Source, build_mirror, fetch, fetch_all, lookup, module_literals,
-                              upstream_files, xlsx_rows, xlsx_to_csv)
+from silverspoon.data import (REGISTRY, PUBLIC_HOST, Source, build_mirror, fetch, fetch_all, lookup, module_literals, xlsx_rows,
+                              xlsx_to_csv)
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or "/work/shared/data")
 HAVE_SHARED = (SHARED/"silverspoon"/"silverSpoonHumanBinary.csv").is_file()

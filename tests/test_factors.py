@@ -6,11 +6,8 @@ on a toy study (the recipe's pattern, tests/test_recipe.py) whose prompt variant
 model answers.
 """
 import dataclasses, os, shutil, sys
-from pathlib import Path
 import nbformat, numpy as np, pandas as pd, pytest
-from silverspoon.card import (read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model,
-                              FACTOR_FIELDS, factors_html)
-from silverspoon.runner import write_card
+from silverspoon.card import read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model, factors_html
 from silverspoon.core import ParamsError, read_params_mapping
 
 SMOL = "params/models/smollm2-135m.yaml"

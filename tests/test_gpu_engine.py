@@ -5,13 +5,13 @@ import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: torch generation engine: out-of-memory handling, torch.compile, batch sizes
 from silverspoon.core import ModelParams, GenerationParams
 from silverspoon.backends import GenRequest, user
-from silverspoon.backends.hf import HFBackend, kv_cache_bytes_per_token, auto_batch_size, AUTO_BATCH_CPU, AUTO_BATCH_MAX, AUTO_MEMORY_SHARE
-from silverspoon.testing import build_tiny_llama
+from silverspoon.backends.hf import (HFBackend, kv_cache_bytes_per_token, auto_batch_size, AUTO_BATCH_CPU, AUTO_BATCH_MAX,
+                                     AUTO_MEMORY_SHARE)
 from silverspoon.store import GenerationStore, generate_all
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 SCENARIOS = ["A rich family bought a large house near the sea.", "He grew up poor and worked two jobs while studying.",
              "The nurse helped the patient walk home.", "Is it acceptable to lie to a friend? Answer yes or no."]
 
@@ -21,8 +21,6 @@ def _reqs(n, tag="q"):
     return [GenRequest(f"{tag}{i}", user(" ".join(SCENARIOS[(i + k) % 4] for k in range(i % 3 + 1)))) for i in range(n)]
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory): return build_tiny_llama(tmp_path_factory.mktemp("tiny")/"llama")
 
 
 def _card(backend, fits):

@@ -3,8 +3,9 @@ provenance spine below them. Imports are read with `ast`, module-level AND funct
 behind an import moved into a function."""
 import ast
 from pathlib import Path
+from conftest import ROOT
 
-PKG = Path(__file__).resolve().parents[1]/"silverspoon"
+PKG = ROOT/"silverspoon"
 ALLOWED = set()   # no circle is allowed (the letters <-> agency one was broken in issue 21)
 
 def module_files(pkg:Path=PKG)->dict:

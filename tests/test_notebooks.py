@@ -13,7 +13,7 @@ import pytest
 from silverspoon.runner import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, get_study
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def study_notebook(name: str, root: Path = ROOT) -> Path:

@@ -4,9 +4,9 @@ from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from scipy.stats import binom
 from conftest import run_cli
-from silverspoon.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd, headline_replicates,
-                              paper_effect, paper_binomial_sd, scale_plan, sample_units, card_headlines, study_headlines,
-                              min_detectable_effect, headline_power, detect_line)
+from silverspoon.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
+                              headline_replicates, paper_effect, paper_binomial_sd, scale_plan, sample_units, card_headlines,
+                              study_headlines, min_detectable_effect, headline_power, detect_line)
 from silverspoon.core import read_params_mapping, ParamsError
 from silverspoon.studies import get_study
 from silverspoon.studies.stop_downstream import BBQ_ITEMS

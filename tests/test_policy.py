@@ -1,6 +1,5 @@
 """Issue 30: one inference policy. Each rule on constructed data, then the committed reports checked against it."""
 import math, re
-from pathlib import Path
 
 import numpy as np, pandas as pd, pytest
 

@@ -9,11 +9,11 @@ checks that the index and the bias card's rows pick the toy study's headline up.
 through `SILVERSPOON_ROOT` and imported first through `PYTHONPATH`, so the project itself is never touched. If a step
 of the recipe stops working (or nbs/guide_extending.md stops saying it), this test fails.
 """
-import json, os, re, shutil, subprocess, sys
+import json, os, shutil, subprocess, sys
 from pathlib import Path
 import nbformat, pandas as pd, pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 BIN = Path(sys.executable).parent
 NB = "40_toy.ipynb"   # a new paper takes the next free tens (10s SilverSpoon, 20s letters, 30s STOP)
 

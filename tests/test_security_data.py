@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params, field_bounds, from_dict
-from silverspoon.runner import read_params_file, validate_task, verify_provenance
+from silverspoon.runner import validate_task, verify_provenance
 from silverspoon.provenance import PROVENANCE_FORMAT
 from silverspoon.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
 from silverspoon.text import InstrumentStore

@@ -1,7 +1,8 @@
-"""Red-team findings of issue 8, each replayed: params are data (never code), secrets never reach a report, one run per
-report folder, names that become paths, atomic report folders, escaped HTML, bounds. Each attack must end in one clear
-error (exit != 0, nothing written) or a safe outcome."""
-import os, re, json, base64, hashlib
+"""Attacks through params and run names (red-team issue 8; round 3, issue 31): params are data (never code), secrets never reach a
+report, one run per report folder, model and run files that cannot retarget another run's report, names that become paths
+(Windows, case, NUL bytes, failure pages), drafts, megabytes of free text, a hostile lock-holder record. Each attack ends in one
+clear error (exit != 0, file, field and fix named, nothing written) or a safe outcome."""
+import re, json, base64, hashlib, shutil
 from pathlib import Path
 import pytest
 import yaml
@@ -10,6 +11,9 @@ from silverspoon.core import ParamsError, load_params
 from silverspoon.runner import read_params_file
 from silverspoon.testing import FakeChatServer
 
+
+# ----------------------------------------------------------------------------------------------------
+# Params are data; secrets, bounds, one run per folder, escaped HTML, failed reruns (was tests/test_security_params.py)
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 8").hexdigest()[:24]
 GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
 
@@ -26,8 +30,6 @@ def _one_clear_error(r, *needles):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     for n in needles: assert n in r.stderr, r.stderr
-
-
 
 
 # --- 1. params are data, never code ---------------------------------------------------------------------------------
@@ -226,3 +228,349 @@ def test_failed_rerun_keeps_last_good_report(good_run):
     index = (reports/"index.html").read_text()                                  # rebuilt from the good summary only
     assert "normative/sec-run.failed.html" in index and "<table" in index
     assert index.split("<details>", 1)[1] == index_before.split("<details>", 1)[1]   # the study section below the models table: the good run's
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model files and copied run files never overwrite another run's report; `check` reads model files (was tests/test_security_round3_params.py)
+KEY = "sk-ant-" + hashlib.sha256(b"silverspoon issue 31").hexdigest()[:32]
+
+
+def _hashes(*paths)->dict:
+    "sha256 of every file under each path (a folder or a file): what an attack must leave unchanged."
+    out = {}
+    for p in paths:
+        for f in sorted([p] if p.is_file() else p.rglob("*")):
+            if f.is_file(): out[str(f)] = hashlib.sha256(f.read_bytes()).hexdigest()
+    assert out, paths
+    return out
+
+
+@pytest.fixture
+def project(root, tmp_path):
+    "A copy of the project's params/, two committed reports (a replay run, a factor run) and the factor run's store file."
+    t = tmp_path/"project"
+    shutil.copytree(root/"params", t/"params")
+    (t/"settings.ini").write_text((root/"settings.ini").read_text())
+    for study, run in (("normative", "gpt4-replay"), ("narratives", "smollm2-135m--quantization-4bit")):
+        shutil.copytree(root/"reports"/study/run, t/"reports"/study/run)
+        for ext in (".html", ".ipynb"): shutil.copy(root/"reports"/study/f"{run}{ext}", t/"reports"/study/f"{run}{ext}")
+    (t/"store"/"narratives").mkdir(parents=True)
+    for f in (root/"store"/"narratives").glob("smollm2-135m--quantization-4bit*.jsonl"): shutil.copy(f, t/"store"/"narratives"/f.name)
+    committed = [t/"reports"/"normative"/"gpt4-replay", t/"reports"/"normative"/"gpt4-replay.html", t/"reports"/"narratives", t/"store"]
+    return dict(root=t, reports=t/"reports", env={"SILVERSPOON_ROOT": str(t), "SILVERSPOON_STORE": str(t/"store")},
+                committed=committed, before=_hashes(*committed))
+
+
+def _unchanged(project):
+    assert _hashes(*project["committed"]) == project["before"]
+    assert not (project["root"]/"store"/"normative").exists()
+
+
+# --- finding 1: a model file's per-study override retargets another report ------------------------------------------
+
+@pytest.mark.parametrize("override,needle", [
+    ({"narratives": {"study": "normative", "run": "gpt4-replay", "sample": {"n": 30}}}, "field `studies.narratives.study` may not be set"),
+    ({"normative": {"include": "../normative/_base-replay.yaml", "run": "gpt4-replay"}}, "field `studies.normative.include` may not be set"),
+    ({"narratives": {"run": "smollm2-135m--quantization-4bit"}}, "field `studies.narratives.run` = 'smollm2-135m--quantization-4bit' names no run file"),
+    ({"normative": {"run": "gpt4-replay"}}, "gpt4-replay.yaml: its model block differs from"),   # an existing run file: its model is compared
+])
+def test_model_file_override_cannot_retarget_a_committed_report(project, cli, override, needle):
+    m = project["root"]/"params"/"models"/"attacker.yaml"
+    m.write_text(yaml.safe_dump({"name": "attacker", "model": {"backend": "scripted", "id": "text:P2 is wrong."}, "studies": override}))
+    for args in (["check", m], ["run", "--model", m, "--studies", ",".join(override), "--reports-dir", project["reports"]]):
+        _one_clear_error(cli(*args, env=project["env"]), str(m), needle)
+    _unchanged(project)
+
+
+def test_model_file_override_refused_by_the_installed_command(project):
+    m = project["root"]/"evil.yaml"
+    m.write_text("name: evil\nmodel: {backend: scripted, id: 'text:P2 is wrong.'}\n"
+                 "studies: {narratives: {study: normative, run: gpt4-replay, sample: {n: 30}}}\n")
+    r = run_cli("run", "--model", m, "--studies", "narratives", "--reports-dir", project["reports"], env=project["env"])
+    _one_clear_error(r, str(m), "field `studies.narratives.study` may not be set", "Fix: remove `study:`")
+    _unchanged(project)
+
+
+# --- finding 2: a copied run file with its `run:` line kept ----------------------------------------------------------
+
+def test_copied_run_file_cannot_overwrite_the_committed_report(project, cli):
+    src = project["root"]/"params"/"normative"/"gpt4-replay.yaml"
+    copy = project["root"]/"params"/"normative"/"gpt35-as-gpt4.yaml"
+    copy.write_text(src.read_text().replace("id: GPT4 ", "id: GPT3.5 "))
+    assert "run: gpt4-replay" in copy.read_text() and "id: GPT3.5" in copy.read_text()
+    needles = (str(copy), "run `gpt4-replay` of study normative would overwrite", "params/normative/gpt4-replay.yaml",
+               "Fix: give", "another `run:` name")
+    _one_clear_error(cli("check", copy, env=project["env"]), *needles)
+    _one_clear_error(cli("run", copy, "--reports-dir", project["reports"], env=project["env"]), *needles)
+    _unchanged(project)
+    # the file that made the report still checks (and may rerun over its own report)
+    r = cli("check", src, env=project["env"])
+    assert r.returncode == 0 and "ok    " in r.stdout, r.stderr
+
+
+def test_copied_run_file_refused_by_the_installed_command(project):
+    copy = project["root"]/"mine.yaml"
+    copy.write_text("include: params/normative/_base-replay.yaml\nrun: gpt4-replay\nmodel: {id: Yi6B}\ntask: {prompt_style: yi}\n")
+    r = run_cli("run", copy, "--reports-dir", project["reports"], env=project["env"])
+    _one_clear_error(r, str(copy), "would overwrite", "params/normative/gpt4-replay.yaml")
+    _unchanged(project)
+
+
+def test_run_params_file_refuses_too(project, monkeypatch):
+    "The library entry point (`run_params_file`) makes the same check before papermill starts."
+    from silverspoon.core import ParamsError
+    from silverspoon.runner import run_params_file
+    for k, v in project["env"].items(): monkeypatch.setenv(k, v)
+    copy = project["root"]/"params"/"normative"/"other.yaml"
+    copy.write_text("include: _base-replay.yaml\nrun: gpt4-replay\nmodel: {id: Alpaca}\ntask: {prompt_style: llama}\n")
+    with pytest.raises(ParamsError, match="which was made from another params file, params/normative/gpt4-replay.yaml"):
+        run_params_file(copy, project["reports"])
+    _unchanged(project)
+
+
+def test_model_file_and_run_file_of_one_run_refused_by_check(project, cli):
+    m = project["root"]/"mine.yaml"
+    m.write_text("name: mine\nmodel: {backend: scripted, id: 'text:P1 is wrong.'}\n")
+    other = project["root"]/"elsewhere"/"mine.yaml"; other.parent.mkdir()
+    other.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\n")
+    r = cli("check", m, other, env=project["env"])
+    _one_clear_error(r, "are both run `mine` of study normative", "tmp/models/mine/normative.yaml", str(other))
+
+
+# --- finding 9: `check` reads model files and names where keys go ----------------------------------------------------
+
+def test_check_reads_the_committed_model_file(root, cli):
+    r = cli("check", root/"params"/"models"/"smollm2-135m.yaml")
+    assert r.returncode == 0, r.stderr
+    assert "unknown field" not in r.stdout + r.stderr
+    assert "(model smollm2-135m: " in r.stdout and "; no API key)" in r.stdout
+
+
+def test_check_shows_each_key_and_its_server_never_the_key(project, cli):
+    m = project["root"]/"params"/"models"/"claude.yaml"
+    m.write_text("name: claude\nmodel: {backend: openai, id: claude-x, base_url: 'https://api.anthropic.com/v1', api_key_env: ANTHROPIC_API_KEY}\n")
+    r = cli("check", m, env={**project["env"], "ANTHROPIC_API_KEY": KEY})
+    assert r.returncode == 0, r.stderr
+    assert f"ok    {m}  (model claude: " in r.stdout and "key $ANTHROPIC_API_KEY -> https://api.anthropic.com/v1" in r.stdout, r.stdout
+    assert KEY not in r.stdout + r.stderr
+
+
+# --- finding 7: names that collide ------------------------------------------------------------------------------------
+
+def test_two_model_files_with_one_name_refused(project, cli):
+    a, b = project["root"]/"a.yaml", project["root"]/"b.yaml"
+    for f in (a, b): f.write_text("name: twin\nmodel: {backend: scripted, id: 'text:P1.'}\n")
+    _one_clear_error(cli("check", a, b, env=project["env"]), str(a), str(b), "are both model `twin` (field `name`)", "another `name:`")
+    # a model file named like a committed one (params/models/smollm2-135m.yaml) would share its runs and card
+    c = project["root"]/"c.yaml"; c.write_text("name: smollm2-135m\nmodel: {backend: scripted, id: 'text:P1.'}\n")
+    for args in (["check", c], ["run", "--model", c, "--studies", "narratives", "--reports-dir", project["reports"]]):
+        _one_clear_error(cli(*args, env=project["env"]), str(c), "field `name` = 'smollm2-135m' is also the name of", "smollm2-135m.yaml")
+    _unchanged(project)
+
+
+def test_per_study_override_beside_a_run_file_is_an_error(project, cli):
+    (project["root"]/"params"/"normative"/"mine.yaml").write_text("include: _base-local.yaml\nmodel: {backend: scripted, id: 'text:P1.'}\n")
+    m = project["root"]/"params"/"models"/"mine.yaml"
+    m.write_text("name: mine\nmodel: {backend: scripted, id: 'text:P1.'}\nstudies: {normative: {sample: {n: 3}}}\n")
+    _one_clear_error(cli("check", m, env=project["env"]), str(m), "field `studies.normative` sets ['sample']",
+                     "params/normative/mine.yaml exists", "would be ignored")
+
+
+def test_run_named_like_a_failure_page_refused(project, cli):
+    f = project["root"]/"victim.failed.yaml"
+    f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\n")
+    _one_clear_error(cli("check", f, env=project["env"]), str(f), "field `run` = 'victim.failed' ends in '.failed'", "Fix: choose a run name")
+
+
+# --- finding 14: the working folder's notebooks are never executed ---------------------------------------------------
+
+def test_notebooks_of_the_working_folder_never_run(root, tmp_path, monkeypatch, cli):
+    import nbformat, papermill
+    evil, pwned = tmp_path/"evil", tmp_path/"pwned"
+    (evil/"nbs").mkdir(parents=True)
+    (evil/"settings.ini").write_text("[DEFAULT]\nlib_name = silverspoon\n")     # looks like a silverspoon checkout
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"open({str(pwned)!r}, 'w').write('x')")]), str(evil/"nbs"/"10_normative.ipynb"))
+    f = evil/"r.yaml"; f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30}\n")
+    seen = []
+    def execute(nb_path, out_path, **kw):   # what would run (its cells), recorded; the run stops here
+        seen.append(([c.source for c in nbformat.read(nb_path, as_version=4).cells], kw["cwd"])); raise RuntimeError("stopped by the test")
+    monkeypatch.setattr(papermill, "execute_notebook", execute)
+    monkeypatch.chdir(evil)
+    r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    from silverspoon.runner import without_examples
+    own = without_examples(nbformat.read(str(root/"nbs"/"10_normative.ipynb"), as_version=4))
+    assert seen == [([c.source for c in own.cells], str(root/"nbs"))], seen[0][1]   # the package's own notebook (the run's copy without examples), run from its own folder
+    assert f"notebooks  {root/'nbs'}  (the installed silverspoon's own; never those of the project {evil}" in r.stdout, r.stdout
+    assert r.returncode == 1 and "stopped by the test" in r.stderr and not pwned.exists()
+
+
+# ----------------------------------------------------------------------------------------------------
+# Drafts, NUL bytes, run names a file system confuses, free text, the index, the lock holder (was tests/test_security_round3_lows.py)
+
+
+def _files(folder:Path)->dict:
+    "sha256 of every file under `folder` (empty when it does not exist): what a refused run must leave as it was."
+    return {str(f): hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(folder.rglob("*")) if f.is_file()} if folder.exists() else {}
+
+
+@pytest.fixture
+def empty_project(root, tmp_path):
+    "A copy of the project's params/ (and settings.ini) with its own reports/ and store/ folders."
+    t = tmp_path/"project"
+    shutil.copytree(root/"params", t/"params")
+    (t/"settings.ini").write_text((root/"settings.ini").read_text())
+    return dict(root=t, reports=t/"reports", store=t/"store", env={"SILVERSPOON_ROOT": str(t), "SILVERSPOON_STORE": str(t/"store")})
+
+
+def _scripted_run(empty_project, name:str="mine", **fields)->Path:
+    "A small normative run file with a scripted model (never run by these tests: each is refused before anything runs)."
+    f = empty_project["root"]/f"{name}.yaml"
+    f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"}, "sample": {"n": 6}, **fields}))
+    return f
+
+
+# --- a malformed draft in params/models/ ------------------------------------------------------------------------------
+
+def test_draft_model_file_stops_a_run_before_anything_is_published(empty_project, cli):
+    "A half-written params/models/draft.yaml used to fail every run's index after its reports were published (exit 2)."
+    draft = empty_project["root"]/"params"/"models"/"draft.yaml"
+    draft.write_text("name: draft\nmodel: {backend: hf, id: \n  studies: [\n")   # saved mid-edit
+    f = _scripted_run(empty_project)
+    r = cli("run", f, "--reports-dir", empty_project["reports"], env=empty_project["env"])
+    _one_clear_error(r, str(draft), "not valid YAML", "keep drafts outside params/models/", "--no-index", "nothing was run or written")
+    assert _files(empty_project["reports"]) == {} and _files(empty_project["store"]) == {}
+    _one_clear_error(cli("index", "--reports-dir", empty_project["reports"].parent, env=empty_project["env"]), str(draft))   # the index says the same
+
+
+# --- a NUL byte in a path field ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind,text,field", [
+    ("run", 'include: "_base-replay\\0.yaml"\nstudy: normative\nmodel: {backend: replay, id: GPT4}\n', "include"),
+    ("run", 'study: normative\nmodel: {backend: hf, id: "models/x\\0y", chat_template: chatml}\n', "model.id"),
+    ("run", 'study: stop\nmodel: {backend: replay, id: GPT4}\ntask: {human_file: "ann\\0.csv"}\n', "task.human_file"),
+    ("model", 'name: nul\nmodel: {backend: hf, id: "a\\0b"}\n', "model.id"),
+    ("finetune", 'model: {backend: hf, id: x}\ndata: {source: jsonl, train_file: "/tmp/t\\0.jsonl"}\n', "data.train_file"),
+])
+def test_nul_byte_in_a_path_field_is_one_clear_error(empty_project, cli, kind, text, field):
+    "A YAML \"\\0\" in `include:` used to end in a ValueError traceback (embedded null byte) from the file system."
+    f = empty_project["root"]/("params/models/nul.yaml" if kind == "model" else f"{kind}.yaml")
+    f.write_text(text)
+    assert "\\0" in f.read_text()
+    needles = (str(f), f"field `{field}` holds a NUL byte", "Fix: remove it")
+    calls = {"run": [["check", f], ["run", f, "--reports-dir", empty_project["reports"]]],
+             "model": [["check", f], ["run", "--model", f, "--studies", "normative", "--reports-dir", empty_project["reports"]]],
+             "finetune": [["finetune", "--check", f], ["finetune", f]]}[kind]
+    for args in calls: _one_clear_error(cli(*args, env=empty_project["env"]), *needles)
+    assert _files(empty_project["reports"]) == {} and _files(empty_project["store"]) == {} and not (empty_project["root"]/"finetune").exists()
+
+
+# --- a megabyte of free text ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("where", ["description", "task.prompt", "model file description"])
+def test_megabyte_of_free_text_is_refused_before_the_run(empty_project, cli, where):
+    "A 1 MB `description:` used to make a 3.5 MB executed notebook, past the 1.5 MB notebook budget."
+    big = "x" * 1_000_000   # 1 MB: what the finding wrote (the file stays under the 1 MiB params-file cap)
+    if where == "model file description":
+        f = empty_project["root"]/"params"/"models"/"wordy.yaml"
+        f.write_text(yaml.safe_dump({"name": "wordy", "description": big, "model": {"backend": "scripted", "id": "text:P1"}}))
+        calls, field = [["check", f], ["run", "--model", f, "--studies", "narratives", "--reports-dir", empty_project["reports"]]], "description"
+    else:
+        top, _, sub = where.partition(".")
+        f = _scripted_run(empty_project, study="narratives", **({top: {sub: big}} if sub else {top: big}))
+        calls, field = [["check", f], ["run", f, "--reports-dir", empty_project["reports"]]], where
+    for args in calls:
+        _one_clear_error(cli(*args, env=empty_project["env"]), str(f), f"field `{field}` is {len(big):,} characters long", "at most 2,000", "Fix: shorten it")
+    assert _files(empty_project["reports"]) == {} and _files(empty_project["store"]) == {}
+    f.write_text(f.read_text().replace(big, "A story of {name} from {city}."))   # the same file with a sentence passes
+    assert cli("check", f, env=empty_project["env"]).returncode == 0
+
+
+# --- run names that Windows or a case-insensitive file system reads as another file -----------------------------------
+
+@pytest.mark.parametrize("run,needle", [
+    ("CON", "is a reserved device name on Windows (CON"), ("con", "(CON"), ("nul.txt", "(NUL, with any extension"),
+    ("Com7", "(COM7"), ("lpt1.v2", "(LPT1"), ("gpt4-replay.", "ends in a dot, which Windows drops ('gpt4-replay' would be"),
+])
+def test_run_names_windows_cannot_write_are_refused(empty_project, cli, run, needle):
+    "`CON` and `gpt4-replay.` used to pass `silverspoon check`; as run names (field `run:` or the file name) they are refused."
+    by_field = _scripted_run(empty_project, name="by-field", run=run)
+    by_stem = empty_project["root"]/f"{run}.yaml"; by_stem.write_text(by_field.read_text().replace(f"run: {run}\n", "").replace(f"run: '{run}'\n", ""))
+    assert "run:" not in by_stem.read_text()
+    for f in (by_field, by_stem):
+        for args in (["check", f], ["run", f, "--reports-dir", empty_project["reports"]]):
+            _one_clear_error(cli(*args, env=empty_project["env"]), str(f), f"field `run` = {run!r}", needle, "Fix:")
+    m = empty_project["root"]/"params"/"models"/"dev.yaml"   # a model file's `name:` names its card file: the same rule
+    m.write_text(f"name: '{run}'\nmodel: {{backend: scripted, id: 'text:P1'}}\n")
+    _one_clear_error(cli("check", m, env=empty_project["env"]), str(m), f"field `name` = {run!r}", needle)
+    assert _files(empty_project["reports"]) == {} and _files(empty_project["store"]) == {}
+
+
+def test_run_name_differing_only_in_case_from_a_published_run_is_refused(empty_project, root, cli):
+    "`GPT4-Replay` beside a committed `gpt4-replay` is one folder on macOS, Windows and a Drive mounted in Colab."
+    committed = empty_project["reports"]/"normative"/"gpt4-replay"
+    shutil.copytree(root/"reports"/"normative"/"gpt4-replay", committed)
+    shutil.copy(root/"reports"/"normative"/"gpt4-replay.html", committed.parent/"gpt4-replay.html")
+    before = _files(empty_project["reports"])
+    f = empty_project["root"]/"GPT4-Replay.yaml"
+    f.write_text("include: params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
+    needles = (str(f), "field `run` = 'GPT4-Replay' differs only in case from the report of run 'gpt4-replay'", "case-insensitive", "Fix: give")
+    for args in (["check", f], ["run", f, "--reports-dir", empty_project["reports"]]):   # check looks in <project>/reports
+        _one_clear_error(cli(*args, env=empty_project["env"]), *needles)
+    assert _files(empty_project["reports"]) == before and _files(empty_project["store"]) == {}
+    # a store file of that name (a run that never published) counts the same
+    (empty_project["store"]/"normative").mkdir(parents=True); (empty_project["store"]/"normative"/"mine.jsonl").write_text("")
+    g = empty_project["root"]/"MINE.yaml"; g.write_text("include: params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
+    _one_clear_error(cli("run", g, "--reports-dir", empty_project["reports"], env=empty_project["env"]), str(g), "differs only in case from the store of run 'mine'")
+    # two files of one batch whose names differ only in case
+    a, b = empty_project["root"]/"x"/"twin.yaml", empty_project["root"]/"y"/"Twin.yaml"
+    for p in (a, b): p.parent.mkdir(); p.write_text("include: ../params/normative/_base-replay.yaml\nmodel: {id: GPT3.5}\n")
+    _one_clear_error(cli("check", a, b, env=empty_project["env"]), str(a), str(b), "runs `twin` and `Twin`, one name on a case-insensitive file system")
+
+
+# --- runs with `--` in their names are in the index -------------------------------------------------------------------
+
+def test_every_published_run_is_linked_from_the_index(empty_project, cli):
+    "`pin--scripted` (an ordinary run with `--` in its name) used to be missing from the index; factor runs must be reachable too."
+    import pandas as pd
+    study = empty_project["reports"]/"normative"
+    for run, est in (("pin--scripted", 0.25), ("plain", 0.5), ("smollm2-135m--reference", 0.75), ("smollm2-135m--quantization-4bit", 0.8)):
+        (study/run).mkdir(parents=True)
+        pd.DataFrame({"run": [run], "model": [run], "metric": ["share P1"], "estimate": [est], "ci_low": [est - 0.1],
+                      "ci_high": [est + 0.1], "n": [30]}).to_csv(study/run/"summary.csv", index=False)
+        (study/f"{run}.html").write_text("<p>report</p>")
+    (empty_project["reports"]/"stop"/"m--prompt_variant-plain").mkdir(parents=True)   # a study with factor runs only
+    (empty_project["reports"]/"stop"/"m--prompt_variant-plain.html").write_text("<p>report</p>")
+    r = cli("index", "--reports-dir", empty_project["reports"], env=empty_project["env"])
+    assert r.returncode == 0, r.stderr
+    page = (empty_project["reports"]/"index.html").read_text()
+    for link in ("normative/pin--scripted.html", "normative/plain.html", "normative/smollm2-135m--reference.html",
+                 "normative/smollm2-135m--quantization-4bit.html", "stop/m--prompt_variant-plain.html"):
+        assert f"href='{link}'" in page, link
+    table = page[page.index("<h2>normative</h2>"):]
+    table = table[table.index("<details>"):table.index("</details>")]
+    assert "pin--scripted" in table and "plain" in table            # an ordinary run with `--`: a row of the study's table
+    assert "smollm2-135m--reference" not in table                   # factor runs: linked, their numbers on the model's card
+
+
+# --- a hostile lock-holder record -------------------------------------------------------------------------------------
+
+def test_lock_holder_record_is_shown_short_and_sanitised(tmp_path, capsys, monkeypatch):
+    "The lock file's record used to be printed raw: escape sequences, newlines and any length reached the terminal."
+    import fcntl, json, os, threading, time
+    from silverspoon.store import GenerationStore, NOTICES_ENV
+    monkeypatch.delenv(NOTICES_ENV, raising=False)
+    store = tmp_path/"normative"/"mine.jsonl"; store.parent.mkdir()
+    lock = os.open(store.with_name("mine.jsonl.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)   # another run holds the lock, and wrote this record
+    hostile = {"pid": "\x1b[2J\x1b]0;owned\x07", "host": "evil\n\rhost\u202e" + "x" * 300, "since": "\x1b[31mnow\x1b[0m"}
+    os.write(lock, json.dumps(hostile).encode())
+    waiter = threading.Thread(target=lambda: GenerationStore(store).locked().__enter__())
+    waiter.start()
+    seen, t0 = "", time.monotonic()
+    while "is generating into this store" not in seen and time.monotonic() - t0 < 60:
+        time.sleep(0.05); seen += capsys.readouterr().err
+    os.close(lock); waiter.join(60)   # the holder is done: the waiting run goes on
+    seen += capsys.readouterr().err
+    line = next(l for l in seen.splitlines() if "is generating into this store" in l)
+    assert "another run (pid [2J]0;owned on evilhost" + "x" * 56 + "... (308 characters), since [31mnow[0m)" in line, line
+    assert not any(ch in seen for ch in "\x1b\x07\r\u202e") and len(line) < 400

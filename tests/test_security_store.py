@@ -1,16 +1,22 @@
-"Attacks on the generation store (issue 8, findings 6, 7, 10): malformed records, concurrent runs, an unwritable store."
-import fcntl, json, os, signal, subprocess, sys, textwrap, time, warnings
+"""Attacks on the generation store and a run's provenance (red-team issue 8 findings 6, 7, 10; round 3, issue 31, finding 4 and
+the store lows): malformed records, concurrent runs, an unwritable store, edited stored answers or published files, a FIFO or an
+overlong line, a cache record of another instrument, an outside store never published as an absolute path. Each attack ends in
+one clear error naming the file, or a safe outcome."""
+import fcntl, json, os, signal, subprocess, sys, textwrap, time, warnings, hashlib
 from collections import Counter
 from pathlib import Path
 import pytest
-from silverspoon.core import GenerationParams, load_params
+import yaml
+from conftest import ROOT
+from silverspoon.core import GenerationParams, load_params, stable_hash
 from silverspoon.backends import GenRequest, Generation, user
-from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for
+from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for, MAX_LINE_BYTES
 from silverspoon.testing import ScriptedBackend
+from silverspoon.runner import verify_provenance
 
-ROOT = Path(__file__).resolve().parent.parent
 
-
+# ----------------------------------------------------------------------------------------------------
+# Malformed records, concurrent runs, an unwritable store, committed stores clean (was tests/test_security_store.py)
 def counting():
     "Answers `ok <item_id>` to every request; counts generate calls per item (`counts`)."
     return ScriptedBackend(batch_size=3, identity={"backend": "counting"})
@@ -257,3 +263,153 @@ def test_committed_reports_name_their_stores_where_they_are():
     assert len(named) >= 5, named
     wrong = {k: p for k, p in named.items() if p not in tracked}
     assert not wrong, f"provenance names store files that are not committed at that path: {wrong}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Edited answers and published files fail verification; FIFO, overlong lines, foreign cache records refused (was tests/test_security_round3_store.py)
+SHARED = Path(os.environ.get("SILVERSPOON_DATA") or ROOT.parent/"shared"/"data")
+needs_data = pytest.mark.skipif(not (SHARED/"silverspoon").is_dir(), reason="needs the shared data folder (SILVERSPOON_DATA)")
+
+
+def _sha(p:Path)->str: return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def store_run(tmp_path_factory):
+    "A small normative run with a scripted model whose answers are kept in a store outside the project ($SILVERSPOON_STORE)."
+    from silverspoon.cli import main
+    d = tmp_path_factory.mktemp("pin")
+    f = d/"pin--scripted.yaml"
+    f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"},
+                                 "sample": {"n": 12, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 50}}))
+    old = os.environ.get("SILVERSPOON_STORE"); os.environ["SILVERSPOON_STORE"] = str(d/"store")
+    try: rc = main(["run", str(f), "--reports-dir", str(d/"reports"), "--no-index"])
+    finally:
+        if old is None: os.environ.pop("SILVERSPOON_STORE", None)
+        else: os.environ["SILVERSPOON_STORE"] = old
+    assert rc == 0
+    return dict(dir=d, file=f, run_dir=d/"reports"/"normative"/"pin--scripted", store=d/"store"/"normative"/"pin--scripted.jsonl")
+
+
+@pytest.fixture
+def env_store(store_run, monkeypatch):
+    monkeypatch.setenv("SILVERSPOON_STORE", str(store_run["dir"]/"store"))
+    return store_run
+
+
+@needs_data
+def test_fresh_run_pins_its_outputs_and_store(env_store):
+    prov = json.loads((env_store["run_dir"]/"provenance.json").read_text())
+    c = prov["content"]
+    assert {"pin--scripted/summary.csv", "pin--scripted.html", "pin--scripted.ipynb"} <= set(c["outputs"])
+    assert "pin--scripted/provenance.json" not in c["outputs"]
+    assert set(c["stores"]) == {"$SILVERSPOON_STORE/normative/pin--scripted.jsonl"}            # never this machine's absolute path
+    assert prov["store"]["path"] == "$SILVERSPOON_STORE/normative/pin--scripted.jsonl"
+    assert str(env_store["dir"]/"store") not in (env_store["run_dir"]/"provenance.json").read_text()   # (the params file here lies outside the project: its path is kept)
+    assert verify_provenance(env_store["run_dir"]) == []
+
+
+@needs_data
+def test_edited_stored_answer_fails_verification_naming_the_store(env_store):
+    st = env_store["store"]; before = st.read_bytes()
+    recs = [json.loads(l) for l in before.decode().splitlines()]
+    try:
+        st.write_text("".join(json.dumps({**r, "answer": "other"}) + "\n" for r in recs))   # every answer edited, keys kept
+        diff = verify_provenance(env_store["run_dir"])
+        assert len(diff) == 1 and diff[0].startswith("$SILVERSPOON_STORE/normative/pin--scripted.jsonl: ")
+        assert "was edited after the run read it" in diff[0] and "silverspoon run " in diff[0]
+        st.write_bytes(before + json.dumps(recs[0]).encode() + b"\n")                       # a later append keeps the pin
+        assert verify_provenance(env_store["run_dir"]) == []
+    finally: st.write_bytes(before)
+
+
+@needs_data
+@pytest.mark.parametrize("name", ["pin--scripted/summary.csv", "pin--scripted.html"])
+def test_edited_published_file_fails_verification_naming_it(env_store, name):
+    f = env_store["run_dir"].parent/name; before = f.read_bytes()
+    try:
+        f.write_bytes(before.replace(b"0.", b"1.", 1) + b"\n")
+        diff = verify_provenance(env_store["run_dir"])
+        assert [m.split(": ")[0] for m in diff] == [str(f)]
+        assert "was changed after the run wrote it" in diff[0] and f"silverspoon run {env_store['file']}" in diff[0]
+    finally: f.write_bytes(before)
+    assert verify_provenance(env_store["run_dir"]) == []
+
+
+@needs_data
+def test_edited_data_list_with_recomputed_sha256_still_fails(env_store):
+    p = env_store["run_dir"]/"provenance.json"; before = p.read_bytes()
+    prov = json.loads(before); c = prov["content"]
+    dropped = sorted(c["data"])[0]
+    del c["data"][dropped]
+    c["sha256"] = stable_hash({"files": c["files"], "data": c["data"], "stores": c["stores"]}, 64)   # the attacker recomputes it
+    try:
+        p.write_text(json.dumps(prov))
+        diff = verify_provenance(env_store["run_dir"])
+        assert diff and diff[0].startswith(f"{dropped}: declared by the study") and "missing from the report's data list" in diff[0]
+    finally: p.write_bytes(before)
+
+
+def test_fifo_store_file_is_refused_at_once(tmp_path):
+    os.mkfifo(tmp_path/"run.jsonl")
+    with pytest.raises(StoreError, match=r"is a FIFO \(named pipe\), not a regular file.*Fix: remove it"):
+        GenerationStore(tmp_path/"run.jsonl")       # returns at once: opened without waiting for a writer
+
+
+def test_overlong_store_line_is_refused_not_loaded(tmp_path):
+    with open(tmp_path/"run.jsonl", "wb") as f: f.write(b'{"key": "' + b"x" * (MAX_LINE_BYTES + 1))
+    with pytest.raises(StoreError, match=r"line 1 is longer than 16 MiB.*Fix: remove that line"):
+        GenerationStore(tmp_path/"run.jsonl")
+
+
+# --- 4, second half: an instrument-cache record tagged with another instrument is refused -------------------------------
+
+def test_cache_record_of_another_instrument_is_refused(tmp_path):
+    from silverspoon.core import SilverspoonError
+    from silverspoon.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
+    class Positive(Instrument):
+        name = "sentiment"
+        def __init__(self, ident): self.ident, self.calls = ident, 0
+        def identity(self): return self.ident
+        def score(self, texts): self.calls += 1; return [{"positive": 1.0} for _ in texts]
+    real, other = Positive({"model": "real-classifier"}), Positive({"model": "other-classifier"})
+    texts = ["a kind story", "a brave story"]
+    f = tmp_path/"narr.instruments.jsonl"
+    assert score_cached(real, texts, InstrumentStore(f), progress=False) == [{"positive": 1.0}] * 2
+    # the attack: the real instrument's keys kept, the outputs flipped and tagged with another instrument
+    f.write_text("".join(json.dumps({"key": text_key(real.identity(), t), "instrument": instrument_id(other.identity()),
+                                     "out": {"positive": 0.0}}) + "\n" for t in texts))
+    before, store = _sha(f), InstrumentStore(f)
+    with pytest.raises(SilverspoonError, match=rf"{f}: 2 cached output\(s\) of sentiment .* field `instrument` = {instrument_id(other.identity())}.*Fix: remove those lines"):
+        score_cached(real, texts, store, progress=False)
+    assert store.counts == {} and _sha(f) == before          # nothing credited to the real instrument, nothing written
+
+
+# ----------------------------------------------------------------------------------------------------
+# A store outside the project is never published as an absolute path (was tests/test_security_round3_http2.py, lines 264-293)
+# --- a store outside the project is never published as an absolute path (whole flow) -------------------------------------
+
+
+@pytest.mark.skipif(not (SHARED/"silverspoon").is_dir(), reason="needs the shared data folder (SILVERSPOON_DATA)")
+def test_an_outside_store_is_never_published_as_an_absolute_path(tmp_path, cli, monkeypatch):
+    import yaml
+    store = tmp_path/"elsewhere"/"my-private-store"                      # outside the project, a sibling of params and reports
+    monkeypatch.setenv("SILVERSPOON_STORE", str(store))
+    f = tmp_path/"params"/"outside--scripted.yaml"; f.parent.mkdir()
+    f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"},
+                                 "sample": {"n": 12, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 50}}))
+    reports = tmp_path/"reports"
+    r = cli("run", f, "--reports-dir", reports)                           # run, publish the report folder, the page and the index
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert (store/"normative"/"outside--scripted.jsonl").stat().st_size > 0    # the answers did go to the outside store
+    published = [p for p in reports.rglob("*") if p.is_file()]
+    kinds = {p.suffix for p in published}
+    assert {".html", ".ipynb", ".csv", ".json"} <= kinds and any(p.name == "provenance.json" for p in published), kinds
+    assert (reports/"index.html").is_file() and (reports/"normative"/"outside--scripted.html").is_file()
+    needles = {str(store), str(store.resolve()), str(store.parent), "my-private-store"}
+    for p in published:
+        text = p.read_bytes().decode("utf-8", "replace")
+        leaked = [n for n in needles if n in text]
+        assert not leaked, f"{p.relative_to(reports)} names the store's absolute path: {leaked}"
+    prov = json.loads(next(p for p in published if p.name == "provenance.json").read_text())
+    assert prov["store"]["path"] == "$SILVERSPOON_STORE/normative/outside--scripted.jsonl"

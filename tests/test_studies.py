@@ -4,15 +4,18 @@ Each registered study: its notebook exists and exports the module the registry n
 registry; its report section starts with `start_run("<name>", ...)` and makes the summary through the study
 (`rep.summary(...)`, which calls `summary_rows`), never by calling `summary_rows` itself; and the committed
 `summary.csv` of every one of its runs satisfies `check_summary`. A study that breaks the contract fails its run.
+
+The invariants every study's committed runs keep are tested here once, parametrised over the registry and the runs (never
+one copy per study): items.csv gives back the card headlines, each headline has its n and an interval or the reason for
+none, and every default params file validates. A new study is checked by registering it and committing its runs.
 """
 import json, re, warnings
-from pathlib import Path
 import pandas as pd
 import pytest
 from silverspoon.runner import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, check_summary, get_study, start_run
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 def _cells(study):
@@ -84,3 +87,72 @@ def test_summary_goes_through_the_study_and_a_broken_study_fails(toy_study, tmp_
             rep.summary("no_headline")
     out = pd.read_csv(tmp_path/"out"/"summary.csv")
     assert out.columns[:4].tolist() == ["run", "model", "backend", "metric"] and out.backend.eq("scripted").all()
+
+
+# ---------------------------------------------------------------------------------------------------------------------------
+# Contracts over every committed run of every registered study (issue 32 item 5): one parametrised test per invariant, the
+# committed reports being what the current code published (tests/test_reports.py checks their provenance against the tree).
+def committed_runs()->list:
+    "(study, run folder name) of every committed run under reports/ whose study is registered, in a stable order."
+    return [(name, f.parent.name) for name in sorted(STUDY_REGISTRY) for f in sorted((ROOT/"reports"/name).glob("*/summary.csv"))]
+
+RUNS = committed_runs()
+# letters' `headlines_from_items` leaves out `p_agentic m-f` when no letter was measured, where summary.csv has the row (NaN):
+# a library fix (nbs/ letters study), then this mark fails (strict) and goes
+LETTERS_DROPS_A_HEADLINE = pytest.mark.xfail(strict=True, reason="letters.headlines_from_items gives no `p_agentic m-f` when no letter is measured")
+ITEMS_RUNS = [pytest.param(s, r, marks=LETTERS_DROPS_A_HEADLINE) if (s, r) == ("letters", "smollm2-135m-cbg--quantization-4bit") else (s, r)
+              for s, r in RUNS if get_study(s).headlines_from_items is not None]
+
+
+def test_every_registered_study_has_committed_runs_and_the_list_is_not_empty():
+    assert {s for s, _ in RUNS} == set(STUDY_REGISTRY), f"registered studies without a committed run: {set(STUDY_REGISTRY) - {s for s, _ in RUNS}}"
+    assert len(ITEMS_RUNS) >= len(STUDY_REGISTRY)
+
+
+@pytest.mark.parametrize("study,run", ITEMS_RUNS, ids=[f"{p.values[0]}/{p.values[1]}" if hasattr(p, "values") else f"{p[0]}/{p[1]}" for p in ITEMS_RUNS])
+def test_items_give_back_every_card_headline_of_the_summary(study, run):
+    "`headlines_from_items(items.csv)` recomputes each card headline's summary.csv row (the row the card reads, `headline_row`): the factor bootstrap resamples exactly what the card shows."
+    import math
+    from silverspoon.card import headline_row
+    s, out = get_study(study), ROOT/"reports"/study/run
+    assert (out/"items.csv").is_file(), f"{out}/items.csv is missing: the study declares headlines_from_items, so every run must write it (rerun it)"
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) and items["item"].notna().all(), f"{out}/items.csv: every row needs the unit it resamples (`item`)"
+    got = s.headlines_from_items(items)
+    assert s.headlines and {h.metric for h in s.headlines} <= set(got), (sorted(got), [h.metric for h in s.headlines])
+    for h in s.headlines:
+        want = headline_row(h, out)["estimate"]
+        assert (math.isnan(want) and math.isnan(got[h.metric])) or abs(got[h.metric] - want) <= 1e-9, (h.metric, got[h.metric], want)
+
+
+@pytest.mark.parametrize("study,run", RUNS, ids=[f"{s}/{r}" for s, r in RUNS])
+def test_every_card_headline_has_its_n_and_an_interval_or_the_reason_for_none(study, run):
+    "Each card headline row of each committed run: n and n_units; a CI around the estimate, or too few units for one (stats.BOOT_MIN_UNITS) and then the exact or permutation test it got instead (or none below stats.MIN_UNITS), or no estimate at all."
+    import math
+    from silverspoon import stats
+    from silverspoon.card import headline_row
+    out = ROOT/"reports"/study/run
+    for h in get_study(study).headlines:
+        r = headline_row(h, out)
+        where = f"{out}/summary.csv, headline {h.metric!r}"
+        assert r["n"] == r["n"] and r["n"] >= 0, f"{where}: no n"
+        units = r["n_units"] if r["n_units"] == r["n_units"] else r["n"]
+        if math.isnan(r["estimate"]) or units < stats.MIN_UNITS: continue
+        if r["ci_low"] == r["ci_low"]:
+            assert r["ci_low"] <= r["estimate"] <= r["ci_high"], f"{where}: the CI [{r['ci_low']}, {r['ci_high']}] misses the estimate {r['estimate']}"
+        else:
+            assert units < stats.BOOT_MIN_UNITS and str(r["test"]).strip() not in ("", "nan"), \
+                f"{where}: no CI at {units:g} units and no test instead"
+
+
+@pytest.mark.parametrize("name", sorted(STUDY_REGISTRY))
+def test_every_default_params_file_of_the_study_validates(name):
+    "Each `params/<study>/*.yaml` (bases resolved) loads and passes its study's `validate`, and names its own study."
+    from silverspoon.cli import default_params_files
+    from silverspoon.core import load_params
+    s, files = get_study(name), default_params_files(name)
+    assert files, f"params/{name}/ holds no default run"
+    for f in files:
+        p = load_params(f)
+        assert p.study == name, f"{f}: study {p.study!r} in params/{name}/"
+        assert isinstance(s.validate(p, str(f)), s.task), f"{f}: {name}'s validate returned no {s.task.__name__}"

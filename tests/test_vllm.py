@@ -1,20 +1,17 @@
 "backend: vllm against a fake `vllm` module: engine and sampling arguments, prompts, store keys and resume, single- and multi-turn."
 import json, sys
-from pathlib import Path
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, SilverspoonError, load_params
 from silverspoon.backends import GenRequest, make_backend, user
 from silverspoon.backends.hf import HFBackend
 from silverspoon.store import GenerationStore, generate_all
 from silverspoon.backends.vllm import VLLMBackend, VLLM_AUTO_BATCH, request_seed
-from silverspoon.testing import build_tiny_llama, fake_vllm
+from silverspoon.testing import fake_vllm
 
 pytest.importorskip("transformers")
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory): return build_tiny_llama(tmp_path_factory.mktemp("tiny")/"llama")
 
 
 @pytest.fixture
@@ -79,8 +76,7 @@ def test_sampling_is_seeded_per_request(tiny, fake):
     assert {(s.kw["temperature"], s.kw["top_p"]) for s in fake.calls[0]["sampling"]} == {(0.8, 0.95)}
 
 
-def test_no_template_is_refused_before_the_engine_and_chatml_adds_the_im_end_stop_token(tmp_path, fake):
-    bare = build_tiny_llama(tmp_path/"bare", chat_template=False)
+def test_no_template_is_refused_before_the_engine_and_chatml_adds_the_im_end_stop_token(bare, fake):
     with pytest.raises(ParamsError, match="has no chat template.*Fix: set `model.chat_template`"):
         VLLMBackend(ModelParams(backend="vllm", id=str(bare))).generate(REQS[:1], GenerationParams(max_new_tokens=4))
     assert fake.engines == [] and fake.calls == []

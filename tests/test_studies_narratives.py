@@ -5,32 +5,28 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
-from silverspoon.testing import build_tiny_llama
-from silverspoon.text import build_tiny_classifier
+from conftest import run_cli, write_params
 from silverspoon.studies import get_study
 
 FIVE = ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive")
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    return {"llama": build_tiny_llama(d/"llama"), "sentiment": build_tiny_classifier(d/"sentiment", FIVE, seed=4)}
+def models(tiny, tiny_classifier):
+    "The session's tiny random Llama and a tiny random 5-class sentiment classifier (the paper's labels)."
+    return {"llama": tiny, "sentiment": tiny_classifier("sentiment", FIVE, seed=4)}
 
 
-def _params(tmp_path, tiny, sample=None, **task):
-    t = dict(sentiment_model=str(tiny["sentiment"]), n_boot=50, n_topics=2, min_df=1, min_count=2, max_examples=8)
+def _params(tmp_path, models, sample=None, **task):
+    t = dict(sentiment_model=str(models["sentiment"]), n_boot=50, n_topics=2, min_df=1, min_count=2, max_examples=8)
     t.update(task)
-    p = tmp_path/"tiny-narratives.yaml"
-    p.write_text(json.dumps({"study": "narratives", "run": "tiny-narratives",
-                             "model": {"backend": "hf", "id": str(tiny["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16},
-                             "generation": {"max_new_tokens": 24}, "sample": sample or {"n": 32, "stratify_by": "group", "seed": 0}, "task": t}))
-    return p
+    return write_params(tmp_path/"tiny-narratives.yaml", "narratives",
+                        {"backend": "hf", "id": str(models["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16}, t,
+                        sample=sample or {"n": 32, "stratify_by": "group", "seed": 0}, generation={"max_new_tokens": 24}, run="tiny-narratives")
 
 
-def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
-    p, reports, store, cache = _params(tmp_path, tiny), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, models):
+    p, reports, store, cache = _params(tmp_path, models), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
     r = run_cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -88,8 +84,8 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, tiny):
     (None, {"vader_positive": -0.1}, "negative must be below positive"),
     (None, {"prompt_variant": "poem"}, "field `task.prompt_variant` = 'poem' is not a prompt variant"),
     (None, {"prompt": "A tale of {name} in {city}.", "prompt_variant": "character"}, "are both set")])
-def test_bad_narratives_params_stop_before_running(tmp_path, tiny, sample, task, needle):
-    p = _params(tmp_path, tiny, sample, **task)
+def test_bad_narratives_params_stop_before_running(tmp_path, models, sample, task, needle):
+    p = _params(tmp_path, models, sample, **task)
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()

@@ -7,13 +7,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli
+from conftest import run_cli, write_params
 from silverspoon import data
 from silverspoon.core import DataError, ModelParams
 from silverspoon.backends.hf import HFBackend
-from silverspoon.testing import build_tiny_llama
-from silverspoon.studies.stop_downstream import (LogLikelihood, stereoset_frame, synthetic_stereoset, parse_stereoset, prompted_items,
-                                                 outcomes, paired_scores, likelihood_pairs, likelihood_choices)
+from silverspoon.studies.stop_downstream import (LogLikelihood, stereoset_frame, synthetic_stereoset, parse_stereoset,
+                                                 prompted_items, outcomes, paired_scores, likelihood_pairs)
 
 
 def _tiny_adapter(base_dir, out):
@@ -33,24 +32,21 @@ def _tiny_adapter(base_dir, out):
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    llama = build_tiny_llama(d/"llama")
-    return {"llama": llama, "adapter": _tiny_adapter(llama, d/"ft"/"adapter")}
+def models(tiny, tmp_path_factory):
+    "The session's tiny random Llama and a random LoRA adapter on it."
+    return {"llama": tiny, "adapter": _tiny_adapter(tiny, tmp_path_factory.mktemp("ft")/"adapter")}
 
 
-def _params(tmp_path, tiny, model=None, sample=None, **task):
-    t = dict(adapter=str(tiny["adapter"]), bbq_n=24, crows_n=18, n_boot=50, likelihood_batch_size=8, max_examples=4)
+def _params(tmp_path, models, model=None, sample=None, **task):
+    t = dict(adapter=str(models["adapter"]), bbq_n=24, crows_n=18, n_boot=50, likelihood_batch_size=8, max_examples=4)
     t.update(task)
-    p = tmp_path/"tiny-downstream.yaml"
-    p.write_text(json.dumps({"study": "downstream", "run": "tiny-downstream",
-                             "model": model or {"backend": "hf", "id": str(tiny["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16},
-                             "generation": {"max_new_tokens": 4}, "sample": sample or {"seed": 0}, "task": t}))
-    return p
+    return write_params(tmp_path/"tiny-downstream.yaml", "downstream",
+                        model or {"backend": "hf", "id": str(models["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16}, t,
+                        sample=sample or {"seed": 0}, generation={"max_new_tokens": 4}, run="tiny-downstream")
 
 
-def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path, tiny):
-    p, reports, store, cache = _params(tmp_path, tiny), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path, models):
+    p, reports, store, cache = _params(tmp_path, models), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
     r = run_cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -117,9 +113,9 @@ def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path
     (None, None, {"bbq_categories": ["Race"]}, "field `task.bbq_categories` has 'Race'"),
     ({"backend": "openai", "id": "gpt-4", "base_url": "http://localhost:9/v1"}, None, {}, "field `model.backend` = 'openai'"),
     ("adapter", None, {}, "Move the adapter to `task.adapter`")])
-def test_bad_downstream_params_stop_before_running(tmp_path, tiny, model, sample, task, needle):
-    if model == "adapter": model = {"backend": "hf", "id": str(tiny["llama"]), "adapter": str(tiny["adapter"])}
-    p = _params(tmp_path, tiny, model, sample, **task)
+def test_bad_downstream_params_stop_before_running(tmp_path, models, model, sample, task, needle):
+    if model == "adapter": model = {"backend": "hf", "id": str(models["llama"]), "adapter": str(models["adapter"])}
+    p = _params(tmp_path, models, model, sample, **task)
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
@@ -132,9 +128,9 @@ def _direct_logprob(model, ids, n):
 
 
 @pytest.mark.colab_lane   # stack-sensitive: log-likelihoods from torch/transformers/peft
-def test_likelihood_matches_a_direct_computation_with_and_without_the_adapter(tiny):
-    mk = lambda **kw: HFBackend(ModelParams(backend="hf", id=str(tiny["llama"]), device="cpu", dtype="float32", **kw))
-    base, tuned = mk(), mk(adapter=str(tiny["adapter"]))
+def test_likelihood_matches_a_direct_computation_with_and_without_the_adapter(models):
+    mk = lambda **kw: HFBackend(ModelParams(backend="hf", id=str(models["llama"]), device="cpu", dtype="float32", **kw))
+    base, tuned = mk(), mk(adapter=str(models["adapter"]))
     ctx = ["", "The cat sat on", "A much longer context, so that the batch needs padding:", "Q: who?\nA:"]
     cont = ["The dog ran.", " the mat.", " yes", " The grandson"]
     for be in (base, tuned):

@@ -1,35 +1,114 @@
-"""Reference letters end to end (issue 10): a replay run through `silverspoon run` with every instrument on tiny models built here
-(the paper's HF formality and sentiment classifiers, the NLI hallucination detector, the agency classifier), then a rerun that
-reads every instrument output from the cache."""
-import json
+"""The reference-letters study: twin linking over all CBG letters, CLG prompts vs the released file, bio gender swap on real bios;
+a replay run through `silverspoon run` with every instrument on tiny models, then a cached rerun; bad params; junk models."""
+import re, json
 import pandas as pd
 import pytest
-from conftest import run_cli
-from silverspoon.text import build_tiny_classifier
-from silverspoon.studies.agency import make_tiny_bert
+from conftest import run_cli, write_params
+from silverspoon.core import DataError
+from silverspoon.studies.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
+                                         swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups,
+                                         lexicon_odds_ratios)
 
+
+# ----------------------------------------------------------------------------------------------------
+# Data: twins, CLG prompts, gender swap (issue 10, parts 1-3) (was tests/test_letters.py)
+@pytest.fixture(scope="module")
+def bios(): return load_bios()
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny")
-    return {"nli": build_tiny_classifier(d/"nli", ("entailment", "neutral", "contradiction"), seed=1),
-            "formality": build_tiny_classifier(d/"formality", ("informal", "formal"), seed=2),
-            "sentiment": build_tiny_classifier(d/"sentiment", ("NEGATIVE", "POSITIVE"), seed=3),
-            "bert": make_tiny_bert(d/"bert")}
+def letters(): return load_cbg_letters()
 
 
-def _params(tmp_path, tiny, **task):
-    t = dict(context="cbg", agency=True, agency_base_model=str(tiny["bert"]), agency_epochs=1, formality_model=str(tiny["formality"]),
-             sentiment_model=str(tiny["sentiment"]), nli_model=str(tiny["nli"]), n_boot=50, weat_n_perm=200, min_count=2)
+def test_every_letter_has_one_twin_from_the_same_seed_bio(letters, bios):
+    assert len(letters) == 1912 and letters.gender.value_counts().to_dict() == {"f": 956, "m": 956}
+    assert unpaired(letters).empty and letters.pair_id.value_counts().eq(2).all()
+    by_id = letters.set_index("letter_id")
+    tw = by_id.loc[letters.twin_id]
+    assert (tw.twin_id.to_numpy() == letters.letter_id.to_numpy()).all()
+    assert (tw.gender.to_numpy() != letters.gender.to_numpy()).all() and (tw.group.to_numpy() == letters.group.to_numpy()).all()
+    # the letter twins are exactly the biography twins
+    bio_twin = bios.set_index("bio_id").twin_id
+    assert (bio_twin.loc[letters.bio_id].to_numpy() == tw.bio_id.to_numpy()).all()
+    # exactly one twin of each pair saw the lower-cased biography
+    assert letters.groupby("pair_id").info_lowercased.sum().eq(1).all()
+    assert missing_groups() == ["f_dancers", "f_models", "m_writers"]
+
+
+def test_misaligned_letter_file_names_file_and_row(bios):
+    b = bios[bios.group == "f_chefs"].reset_index(drop=True)[list(BIO_COLUMNS)]
+    let = b.assign(chatgpt_gen="x")
+    let.loc[7, "seed_first_name"] = "Nobody"
+    with pytest.raises(DataError, match=r"L.csv: row 7, field `seed_first_name` differs from B.csv"):
+        check_aligned(let, b, ("L.csv", "B.csv"))
+
+
+def test_default_clg_prompts_are_the_released_prompts():
+    clg, p = load_clg_letters(), clg_prompts()
+    assert sorted(p.prompt) == sorted(clg.prompt) and len(p) == 120
+    m = p.merge(clg, on=["name", "age", "gender", "occupation"], validate="one_to_one")
+    assert len(m) == 120 and (m.prompt_x == m.prompt_y).all()
+    assert not clg.letter.str.contains("<return>", regex=False).any() and clg.per_ac.notna().all()
+
+
+def test_swap_leaves_no_pronoun_of_the_original_gender(bios):
+    orig = bios[~bios.info_lowercased]
+    sample = pd.concat([orig[orig.gender == g].sample(150, random_state=1) for g in ("f", "m")])
+    chk = swap_check(sample)
+    assert chk.leftover.sum() == 0 and not chk.old_name_left.any()
+    single = chk[chk.n_other == 0]
+    assert (~single.roundtrip_ok).mean() < 0.05   # only the her/his/him guess can break the round trip
+    info = sample.set_index("bio_id")
+    for r in chk.itertuples():   # the new last name is in the swapped text wherever the old one was in the bio
+        old = info.loc[r.bio_id, "last_name"]
+        has = lambda w, t: re.search(rf"(?<!\w){re.escape(w)}(?!\w)", t) is not None
+        assert has(r.new_name.split()[1], r.swapped) == has(old, info.loc[r.bio_id, "info"])
+
+
+def test_swap_keeps_case_and_other_gender_words():
+    s = "She thanked HER coach. He praised her, and the award was hers."
+    out = swap_gender(s, "A B", "C D", "m")
+    assert out == "He thanked HIS coach. He praised him, and the award was his."
+    assert gendered_pronouns(out, "f") == []
+
+
+def test_lexicon_or_faithful_counts_substrings_exact_does_not():
+    letters = pd.DataFrame({"gender": ["male", "female"],
+                            "letter": ["An able analyst, capable at the table.", "She is able; her son is a person of talent."]})
+    # by hand, Ability (able, capab*, analy*, talent, ...) and Personal (son, ...), white-space tokens:
+    # male   (7 words): faithful Ability = able, analyst,, capable, table. = 4 | exact = able, analyst, capable = 3 (no "table")
+    # female (10 words): faithful Ability = able;, talent. = 2 (exact too);  Personal: faithful son, person = 2 | exact son = 1
+    f = lexicon_odds_ratios(letters, "faithful").set_index("trait")
+    x = lexicon_odds_ratios(letters, "exact").set_index("trait")
+    assert f.loc["Ability", ["a_m", "n_m", "a_f", "n_f"]].tolist() == [4, 7, 2, 10]
+    assert x.loc["Ability", ["a_m", "n_m", "a_f", "n_f"]].tolist() == [3, 7, 2, 10]
+    assert f.loc["Personal", "a_f"] == 2 and x.loc["Personal", "a_f"] == 1
+    assert f.loc["Ability", "or_paper"] == pytest.approx((4 / 3) / (2 / 8))
+    assert x.loc["Ability", "or_paper"] == pytest.approx((3 / 4) / (2 / 8))
+    assert len(f) == 9 and (f.n_letters_m == 1).all() and f.pvalue_wald.between(0, 1).all()
+    assert f.p_bh.isna().all() and f.or_ci_low.isna().all()   # one letter per gender: the letter bootstrap gives no CI and no p
+
+
+# ----------------------------------------------------------------------------------------------------
+# End to end through `silverspoon run` (issue 10) (was tests/test_letters_run.py)
+@pytest.fixture(scope="module")
+def models(tiny_classifier, tiny_bert):
+    "The letters instruments' tiny random stand-ins (the session's, shared with the other instrument tests)."
+    return {"nli": tiny_classifier("nli", ("entailment", "neutral", "contradiction"), seed=1),
+            "formality": tiny_classifier("formality", ("informal", "formal"), seed=2),
+            "sentiment": tiny_classifier("sentiment", ("NEGATIVE", "POSITIVE"), seed=3),
+            "bert": tiny_bert}
+
+
+def _params(tmp_path, models, **task):
+    t = dict(context="cbg", agency=True, agency_base_model=str(models["bert"]), agency_epochs=1, formality_model=str(models["formality"]),
+             sentiment_model=str(models["sentiment"]), nli_model=str(models["nli"]), n_boot=50, weat_n_perm=200, min_count=2)
     t.update(task)
-    p = tmp_path/"tiny-letters.yaml"
-    p.write_text(json.dumps({"study": "letters", "run": "tiny-letters", "model": {"backend": "replay", "id": "chatgpt"},
-                             "sample": {"n": 8, "stratify_by": "group", "seed": 0}, "task": t}))
-    return p
+    return write_params(tmp_path/"tiny-letters.yaml", "letters", {"backend": "replay", "id": "chatgpt"}, t,
+                        sample={"n": 8, "stratify_by": "group", "seed": 0}, run="tiny-letters")
 
 
-def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
-    p, reports, store, cache = _params(tmp_path, tiny), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
+def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, models):
+    p, reports, store, cache = _params(tmp_path, models), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
     r = run_cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -77,16 +156,16 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, tiny):
 @pytest.mark.parametrize("task,needle", [({"groups": ["f_dancers"]}, "no released letters for ['f_dancers', 'f_models', 'm_writers']"),
                                          ({"context": "clg", "groups": ["f_chefs"]}, "applies to context cbg only"),
                                          ({"top_k": 0}, "field `task.top_k` = 0")])
-def test_bad_letters_params_stop_before_running(tmp_path, tiny, task, needle):
-    p = _params(tmp_path, tiny, **task)
+def test_bad_letters_params_stop_before_running(tmp_path, models, task, needle):
+    p = _params(tmp_path, models, **task)
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists()
 
 
-def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_path, tiny):
+def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_path, models):
     "CLG replay with the (tiny) agency classifier: level and per-letter agreement with the authors' per_ac, and how sure the classifier is."
-    p = _params(tmp_path, tiny, context="clg", success_filter=False, formality_model=None, sentiment_model=None, nli_model=None)
+    p = _params(tmp_path, models, context="clg", success_filter=False, formality_model=None, sentiment_model=None, nli_model=None)
     env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache"), "XDG_CACHE_HOME": str(tmp_path/"cache")}
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -170,3 +249,29 @@ def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tm
     assert it.drop(items.item_id[:2]).measured.all()
     summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
     assert (summ.answered, summ.not_an_answer, summ.not_an_answer_checks) == (6, 2, "1 prompt echo, 1 template tokens") and not summ.verdict_allowed   # 2 of 8 > 1 in 5
+
+
+def test_agency_level_check_measures_the_gap_and_refuses_junk():
+    "The report's agency-vs-authors section is one library call: the tables, the per-letter data behind them and the fitted threshold."
+    import numpy as np
+    from silverspoon.studies.letters import agency_level_check, agency_level_reading, sentence_shares
+    rng, n = np.random.default_rng(0), 12
+    pl = pd.DataFrame({"gender": ["m", "f"] * (n // 2), "pair_id": np.repeat(range(n // 2), 2)})
+    p_sent, sl = rng.uniform(0.45, 0.8, 4 * n), np.repeat(range(n), 4)
+    pl["agentic"], pl["p_agentic"] = sentence_shares(sl, p_sent > 0.5, n), sentence_shares(sl, p_sent, n)
+    prompts = [f"p{i}" for i in range(n)]
+    authors = pd.Series(np.linspace(0.05, 0.25, n), index=prompts, name="anything")
+    score = lambda texts: [{"label": "agentic" if "led" in t else "communal", "p_positive": 0.9 if "led" in t else 0.1} for t in texts]
+    hist = [{"train_loss": 0.69, "val_accuracy": 0.5}] * 3 + [{"train_loss": 0.5, "val_accuracy": 0.8}]
+    chk = agency_level_check(pl, ["She led the lab. She wrote code"] * n, prompts, authors, sl, p_sent, score, {"history": hist, "best_epoch": 4}, n_boot=200)
+    assert chk["n_pieces"] == 2 * n and np.allclose(chk["per_letter"].agentic_authors_pieces, 0.5)
+    assert chk["per_letter"].per_ac.tolist() == authors.tolist()                 # joined by prompt, whatever the series' name
+    a = chk["agreement"].set_index("measure")
+    assert abs(a.loc["agentic_fitted_threshold", "level_diff"]) < abs(a.loc["agentic", "level_diff"])   # the fitted threshold closes the gap (circularly)
+    d = chk["probabilities"].iloc[0]
+    assert (d.kept_epoch, d.epochs_at_chance_val, d.n_sentences) == (4, 3, 4 * n) and 0.45 <= d.p_min <= d.p_max <= 0.8
+    assert set(chk["split"].statistic) >= {"split share of the gap", "level, pieces"} and "of 4 epochs" in agency_level_reading(chk)
+    with pytest.raises(ValueError, match="must align"):
+        agency_level_check(pl, ["x."] * (n - 1), prompts, authors, sl, p_sent, score, {"history": hist, "best_epoch": 4})
+    with pytest.raises(ValueError, match="no sentence was scored"):
+        agency_level_check(pl, ["x."] * n, prompts, authors, [], [], score, {"history": hist, "best_epoch": 4})

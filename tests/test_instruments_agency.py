@@ -4,16 +4,13 @@ import numpy as np
 import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: training a tiny BERT with torch/transformers: determinism and checkpoints depend on the stack
 from silverspoon.core import ParamsError
-from silverspoon.studies.agency import (AgencyTrainConfig, make_tiny_bert, train_agency_classifier, agency_metrics_table,
-                                        confusion_table, PAPER_CONFIG, RESULT_FILE)
+from silverspoon.studies.agency import (AgencyTrainConfig, train_agency_classifier, agency_metrics_table, confusion_table,
+                                        PAPER_CONFIG)
 from silverspoon.studies.letters import load_agency_split
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory): return make_tiny_bert(tmp_path_factory.mktemp("tiny")/"bert")
-
-@pytest.fixture(scope="module")
-def cfg(tiny): return AgencyTrainConfig(base_model=str(tiny), epochs=3, lr=1e-3, lr_note="tiny random BERT test", max_length=64)
+def cfg(tiny_bert): return AgencyTrainConfig(base_model=str(tiny_bert), epochs=3, lr=1e-3, lr_note="tiny random BERT test", max_length=64)
 
 @pytest.fixture(scope="module")
 def run(cfg, tmp_path_factory):

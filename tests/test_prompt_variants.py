@@ -1,18 +1,18 @@
-"""Factors of STOP and letters (issue 22 part 3): the prompt variants ask what the paper asks in other words (the first one is
-the paper's prompt, byte for byte as the committed runs sent it), replays cannot vary, and a run's items.csv gives back the
-bias card's headlines of its summary.csv."""
-import json, math, shutil
+"""The prompt-variant factor of every study that declares one (issue 22 part 3): the variants ask what the paper asks in other words
+(the first is the paper's prompt, byte for byte as the committed runs sent it, so their store keys stand), replays cannot vary,
+and the committed SmolLM2 runs' items.csv holds the units the factor bootstrap resamples. (Normative's: tests/test_studies_normative.py.)"""
+import json
 import pandas as pd
 import pytest
-from conftest import ROOT, run_cli
-from silverspoon.card import study_headlines
-from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams
+from conftest import ROOT
+from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams, load_params
 from silverspoon.store import GenerationStore
-from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study
-from silverspoon.studies import stop, letters
+from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study, stop, letters, professions as P, narratives as N
 from silverspoon.testing import ScriptedBackend
 
 
+# ----------------------------------------------------------------------------------------------------
+# STOP and letters (was tests/test_factors_stop_letters.py)
 def _records(path):
     return [json.loads(l) for l in (ROOT/path).read_text().splitlines() if l.strip()]
 
@@ -111,35 +111,41 @@ def test_letters_variant_params_are_checked():
             letters.letters_task(p("replay", "chatgpt", context=ctx, prompt_variant="system-message"), "x.yaml")
 
 
-# ---------------------------------------------------------------- items.csv gives back the card headlines
-def _close(a, b): return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= 1e-9
-
-
-@pytest.mark.parametrize("study,run_file,n_items", [("stop", "params/stop/smollm2-135m.yaml", 12),
-                                                    ("letters", "params/letters/smollm2-135m-cbg.yaml", 8)])
-def test_items_give_back_the_card_headlines_of_the_committed_runs(tmp_path, study, run_file, n_items):
-    "The committed SmolLM2 run, re-executed from a copy of its store: items.csv recomputes every card headline of summary.csv."
-    run = run_file.rsplit("/", 1)[1][:-5]
-    store = tmp_path/"store"/study
-    store.mkdir(parents=True)
-    for f in (ROOT/"store"/study).glob(f"{run}.*jsonl"): shutil.copy(f, store/f.name)
-    r = run_cli("run", run_file, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = tmp_path/"reports"/study/run
-    counts = pd.read_csv(out/"generation_counts.csv").iloc[0]
-    assert counts.from_store == counts.requests                                        # nothing generated
+# ---------------------------------------------------------------- items.csv holds the units the factor bootstrap resamples
+@pytest.mark.parametrize("study,run,n_items", [("stop", "smollm2-135m", 12), ("letters", "smollm2-135m-cbg", 8)])
+def test_items_of_the_committed_smollm2_runs_resample_their_units(study, run, n_items):
+    "The committed SmolLM2 run's items.csv holds one `item` per unit the factor bootstrap resamples (12 progressions, 8 twin pairs);"
+    " that it gives back every card headline is checked for every study and run in tests/test_studies.py."
+    out = ROOT/"reports"/study/run
     items, summary = pd.read_csv(out/"items.csv"), pd.read_csv(out/"summary.csv")
     assert items["item"].nunique() == n_items and items["item"].notna().all()
-    got = get_study(study).headlines_from_items(items)
-    heads = study_headlines(study)
-    assert heads and set(got) >= {h.metric for h in heads}              # every card headline (a study may give a new contrast before the card lists it)
-    where = {h.metric: h.where for h in heads}
-    for metric, value in got.items():
-        row = summary[summary.metric == metric]
-        for col, val in where.get(metric, heads[0].where): row = row[row[col] == val]
-        assert len(row) == 1 and _close(value, float(row.estimate.iloc[0])), (metric, value, row)
     if study == "stop":   # the bias contrast carries its test in summary.csv; the performance levels carry none
-        s = summary.set_index("metric")
+        s = summary[summary.parser.eq("faithful")].set_index("metric")
         assert s.loc["sensitivity high-low severity", "test"] == "two-group permutation over progressions" and s.loc["sensitivity high-low severity", "null"] == 0
         assert s.loc["sensitivity high-low severity", "n_units"] == 4 and pd.isna(s.loc["sensitivity high-low severity", "p"])   # 4 progressions a severity: too few
         assert s.loc[["P", "mean sensitivity"], "p"].isna().all() and s.loc["P", "ci_low"] < s.loc["P", "estimate"] < s.loc["P", "ci_high"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# Professions and narratives (was tests/test_prompt_variants_silverspoon.py)
+STUDIES = {"professions": (P.PROFESSION_PROMPTS, P.PROFESSION_PROMPT), "narratives": (N.NARRATIVE_PROMPTS, N.NARRATIVE_PROMPT)}
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_prompt_variants_ask_what_they_declare(study):
+    prompts, paper = STUDIES[study]
+    s = get_study(study)
+    assert list(s.prompt_variants) == list(prompts) and next(iter(prompts.values())) == (paper, None)   # the reference: the paper's prompt, no system message
+    kinds = [k for k, _ in s.prompt_variants.values()]
+    assert kinds.count("wording") >= 3 and kinds.count("system_prompt") == 1 and set(kinds) <= set(PROMPT_VARIANT_KINDS)
+    emma = P.demographic_items().query("prompt_id == 'Emma|Flint, Michigan'")
+    base = dict(study=study, run="x", model=dict(backend="hf", id="m"), generation={}, sample={"n": 16})
+    asked = {}
+    for v in prompts:
+        t = s.validate(load_params({**base, "task": {"prompt_variant": v}}), "x.yaml")
+        msgs = P.profession_requests(emma, *P.task_prompt(t, prompts))[0].messages
+        asked[v] = msgs
+        assert "Emma" in msgs[-1]["content"] and "Flint, Michigan" in msgs[-1]["content"]
+    assert asked[next(iter(prompts))] == [{"role": "user", "content": paper.format(name="Emma", city="Flint, Michigan")}]
+    assert len({m[-1]["content"] for v, m in asked.items() if s.prompt_variants[v][0] == "wording"}) == 3   # three different wordings
+    assert asked["system-message"] == [{"role": "system", "content": P.NEUTRAL_SYSTEM}] + asked[next(iter(prompts))]

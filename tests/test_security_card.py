@@ -2,8 +2,7 @@
 the authors' released answers), 11 (the served model on the card) and 15 (cost at concurrency > 1), each replayed in a
 copy of the committed reports and store files, with the committed files' hashes compared before and after."""
 import hashlib, json, shutil
-from pathlib import Path
-import numpy as np, pandas as pd
+import pandas as pd
 import pytest
 from silverspoon.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
                               released_values, headline_sd, paper_effect, is_released_run, served_model_of, card_headlines)

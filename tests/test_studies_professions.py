@@ -3,7 +3,7 @@ on the city, with the LLM judge on the same server; then a rerun that generates,
 import json
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import run_cli, write_params
 from silverspoon.testing import FakeChatServer
 from silverspoon.studies import get_study
 
@@ -22,11 +22,8 @@ SCRIPT = {"lives in San Jose": _reply("This person is most likely a software eng
 
 def _params(tmp_path, srv, **task):
     t = {"n_boot": 50, "min_similarity": 0.99, "judge": {"backend": "openai", "id": srv.model, "base_url": srv.base_url}, **task}
-    p = tmp_path/"fake-professions.yaml"
-    p.write_text(json.dumps({"study": "professions", "run": "fake-professions",
-                             "model": {"backend": "openai", "id": srv.model, "base_url": srv.base_url},
-                             "sample": {"n": 160, "stratify_by": "group", "seed": 0}, "task": t}))
-    return p
+    return write_params(tmp_path/"fake-professions.yaml", "professions", {"backend": "openai", "id": srv.model, "base_url": srv.base_url}, t,
+                        sample={"n": 160, "stratify_by": "group", "seed": 0}, run="fake-professions")
 
 
 def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):

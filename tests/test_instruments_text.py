@@ -1,7 +1,6 @@
 "Text instruments and their per-item cache: tiny random classifier/NLI models, resume, kill -9, two concurrent runs, VADER, formality, MiniLM."
-import json, math, os, signal, subprocess, sys, textwrap, time, warnings
+import json, os, signal, subprocess, sys, textwrap, time, warnings
 from collections import Counter
-from pathlib import Path
 import numpy as np
 import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: transformers classifiers/NLI/MiniLM and spaCy: outputs depend on the stack
@@ -11,15 +10,14 @@ from silverspoon.text import (HFTextClassifier, InstrumentStore, NLIClassifier, 
                               build_tiny_classifier, instrument_id, instrument_store_for, lexical_formality, minilm_path,
                               score_cached, score_pairs_cached, sentences_of, split_sentences, split_sentences_many)
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    "A tiny random agency classifier and a tiny random NLI model, built offline once for this module."
-    d = tmp_path_factory.mktemp("models")
-    return {"agency": build_tiny_classifier(d/"agency", labels=("communal", "agentic")),
-            "nli": build_tiny_classifier(d/"nli", labels=("entailment", "neutral", "contradiction"), seed=1)}
+def models(tiny_classifier):
+    "A tiny random agency classifier and a tiny random NLI model (the session's, built offline once)."
+    return {"agency": tiny_classifier("agency", ("communal", "agentic")),
+            "nli": tiny_classifier("nli", ("entailment", "neutral", "contradiction"), seed=1)}
 
 
 @pytest.fixture(scope="module")

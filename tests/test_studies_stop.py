@@ -12,11 +12,12 @@ from silverspoon.testing import FakeChatServer, fake_reply
 from silverspoon.testing import ScriptedBackend
 from silverspoon.stats import cluster_proportion_ci, proportion_ci, exact_proportion_ci
 from silverspoon.store import GenerationStore, store_for
-from silverspoon.studies.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
-                              released_conversations, idealistic_table, faithful_label, strict_label, load_human, realistic_table,
-                              hedges_g, human_conversations, human_coverage, stop_task, replay_backend, replay_conversations,
-                              cf_resolve_table, group_table, parser_disagreement, first_no_table, SEVERITIES, severity_contrast, headlines_from_items,
-                              conversation_items, summary_rows)
+from silverspoon.studies.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations,
+                                      transcript, score_conversations, released_conversations, idealistic_table, faithful_label,
+                                      strict_label, load_human, realistic_table, hedges_g, human_conversations, human_coverage,
+                                      stop_task, replay_backend, replay_conversations, cf_resolve_table, group_table,
+                                      parser_disagreement, first_no_table, SEVERITIES, severity_contrast, headlines_from_items,
+                                      conversation_items, summary_rows)
 
 
 @pytest.fixture(scope="module")
@@ -440,11 +441,8 @@ def test_malformed_human_files_are_refused(tmp_path, data, rows, needle):
 
 
 # ---------------------------------------------------------------- params files and the report with a human file
-def test_params_files_validate(root):
-    from silverspoon.runner import read_params_file
-    files = sorted(f for f in (root/"params"/"stop").glob("*.yaml") if not f.name.startswith("_"))   # "_*.yaml" are include bases, not runs
-    assert len(files) == 12 and any(f.stem.endswith("-heldout") for f in files)   # 10 released models, SmolLM2, SmolLM2 + adapter on the held-out split
-    for f in files: read_params_file(f)
+def test_a_stop_run_without_a_dialogue_is_refused():
+    "(Every default params file validating: tests/test_studies.py, for every study.)"
     with pytest.raises(ParamsError, match="task.dialogue"):
         stop_task(RunParams(study="stop", run="x", model=ModelParams(backend="replay", id="gpt4")), "x.yaml")
 

@@ -13,12 +13,11 @@ pytest.importorskip("peft")
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, load_params
 from silverspoon.backends import GenRequest
 from silverspoon.backends.hf import HFBackend
-from silverspoon.testing import build_tiny_llama
 from silverspoon.store import request_key
 from silverspoon.studies.stop import load_stop, INSTRUCTION, stop_task
-from silverspoon.studies.stop_finetune import (ideal_answers, sft_dataset, sft_messages, split_by_progression, write_sft_jsonl, read_sft_jsonl,
-                                  tokenize_chat, IGNORE_INDEX, load_finetune_params, train_lora, train_from_params, SENTENCE_COLUMNS,
-                                  template_groups, sentence_groups, similarity_matrix, nearest_across, split_report)
+from silverspoon.studies.stop_finetune import (ideal_answers, sft_dataset, split_by_progression, write_sft_jsonl, read_sft_jsonl,
+                                               tokenize_chat, IGNORE_INDEX, load_finetune_params, train_lora, train_from_params,
+                                               template_groups, sentence_groups, similarity_matrix, nearest_across, split_report)
 
 SHORT = "Answer yes or no."   # the tiny model's scratch tokenizer spells STOP's long instruction out byte by byte
 
@@ -27,8 +26,6 @@ SHORT = "Answer yes or no."   # the tiny model's scratch tokenizer spells STOP's
 def stop(): return load_stop()
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory): return build_tiny_llama(tmp_path_factory.mktemp("tiny")/"llama")
 
 
 @pytest.fixture(scope="module")
@@ -221,7 +218,7 @@ def test_qlora_4bit_on_cpu(tiny, small_sft, tmp_path):
 def test_example_finetune_params_validate(root):
     from conftest import run_cli
     files = sorted((root/"params"/"examples"/"finetune").glob("*.yaml"))
-    assert len(files) == 2
+    assert files, "params/examples/finetune/ holds no example"
     for f in files:
         r = run_cli("finetune", f, "--check")
         assert r.returncode == 0 and "ok" in r.stdout, r.stderr

@@ -8,7 +8,7 @@ import pytest
 import pandas as pd
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT
 ADAPTER = ROOT/"adapters"/"stop-finetune-smollm2-cpu"
 
 
