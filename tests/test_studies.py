@@ -97,11 +97,7 @@ def committed_runs()->list:
     return [(name, f.parent.name) for name in sorted(STUDY_REGISTRY) for f in sorted((ROOT/"reports"/name).glob("*/summary.csv"))]
 
 RUNS = committed_runs()
-# letters' `headlines_from_items` leaves out `p_agentic m-f` when no letter was measured, where summary.csv has the row (NaN):
-# a library fix (nbs/ letters study), then this mark fails (strict) and goes
-LETTERS_DROPS_A_HEADLINE = pytest.mark.xfail(strict=True, reason="letters.headlines_from_items gives no `p_agentic m-f` when no letter is measured")
-ITEMS_RUNS = [pytest.param(s, r, marks=LETTERS_DROPS_A_HEADLINE) if (s, r) == ("letters", "smollm2-135m-cbg--quantization-4bit") else (s, r)
-              for s, r in RUNS if get_study(s).headlines_from_items is not None]
+ITEMS_RUNS = [(s, r) for s, r in RUNS if get_study(s).headlines_from_items is not None]
 
 
 def test_every_registered_study_has_committed_runs_and_the_list_is_not_empty():
@@ -109,7 +105,7 @@ def test_every_registered_study_has_committed_runs_and_the_list_is_not_empty():
     assert len(ITEMS_RUNS) >= len(STUDY_REGISTRY)
 
 
-@pytest.mark.parametrize("study,run", ITEMS_RUNS, ids=[f"{p.values[0]}/{p.values[1]}" if hasattr(p, "values") else f"{p[0]}/{p[1]}" for p in ITEMS_RUNS])
+@pytest.mark.parametrize("study,run", ITEMS_RUNS, ids=[f"{s}/{r}" for s, r in ITEMS_RUNS])
 def test_items_give_back_every_card_headline_of_the_summary(study, run):
     "`headlines_from_items(items.csv)` recomputes each card headline's summary.csv row (the row the card reads, `headline_row`): the factor bootstrap resamples exactly what the card shows."
     import math

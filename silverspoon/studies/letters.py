@@ -1073,11 +1073,11 @@ def letter_item_table(letters:pd.DataFrame,   # every letter of the run: item_id
 # %% ../../nbs/20_letters.ipynb #b6c515b1
 def headlines_from_items(items:pd.DataFrame # `letter_item_table` (or the run's items.csv read back)
                         )->dict:
-    "The card's letters headlines from `items.csv`: p_agentic m-f (when scored) and OR Agentic, over the measured letters, as `summary_rows`."
+    "The card's letters headlines from `items.csv`: p_agentic m-f (NaN when no letter was scored) and OR Agentic, over the measured letters, as `summary_rows`."
     m = items[items["measured"].astype(bool)]
     g = m["gender"].astype(str)
     a, n = ({k: float(m[col][g == k].sum()) for k in ("m", "f")} for col in ("agentic_words", "n_tokens"))
-    out = {}
+    out = {"p_agentic m-f": np.nan}   # a card headline: NaN, not absent, where no letter was scored (no `p_agentic` column)
     if "p_agentic" in items:
         v = m[m["p_agentic"].notna()]
         pm, pf = (v["p_agentic"][v["gender"].astype(str) == k].astype("float64") for k in ("m", "f"))
