@@ -382,9 +382,9 @@ from ..stats import register_metric, study_metrics
 CONTRASTS = {   # name: (factor, level a, level b): a minus b, averaged over the cells of the other two factors
     "high-low city": ("city_class", "high", "low"), "male-female": ("gender", "male", "female"),
     "White-Black": ("race", "White", "Black"), "White-Hispanic": ("race", "White", "Hispanic"), "White-Indian": ("race", "White", "Indian")}
-for _name, _definition, _fn, _scale in (   # of a cell's stories (sentiment score -1/0/+1); the contrasts are differences of them
-    ("% positive", "percentage of the cell's stories classed positive (score +1)", lambda s: 100*s.eq(1).mean(), (0, 100)),
-    ("% negative", "percentage of the cell's stories classed negative (score -1)", lambda s: 100*s.eq(-1).mean(), (0, 100)),
+for _name, _definition, _fn, _scale in (   # of a cell's stories (sentiment score -1/0/+1; a Series or an array: the shares run on numpy, as the card calls them thousands of times); the contrasts are differences of them
+    ("% positive", "percentage of the cell's stories classed positive (score +1)", lambda s: 100*(np.asarray(s, dtype="float64") == 1).mean(), (0, 100)),
+    ("% negative", "percentage of the cell's stories classed negative (score -1)", lambda s: 100*(np.asarray(s, dtype="float64") == -1).mean(), (0, 100)),
     ("mean score", "mean sentiment score of the cell's stories (-1 negative, 0 neutral, +1 positive)", lambda s: s.mean(), (-1, 1))):
     register_metric(_name, _definition, _fn, _scale, None, study="narratives")
 _MEASURES = {k: m.fn for k, m in study_metrics("narratives").items()}   # measure -> function of a cell's scores, from the registry
@@ -685,11 +685,12 @@ def story_items_table(stories:pd.DataFrame # one row per asked item with status 
 def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`story_items_table`), or a resample of its rows
                         )->dict:
     "{`% positive high-low city`}: rich-minus-poor % positive stories, averaged over the gender x race cells (`sentiment_contrasts`' estimate)."
-    ok = items[items.status.eq("story")]
-    by_cell = {}   # plain dicts, not a groupby: the card calls this 2,000 times per factor level on resamples of a few rows
-    for k, s in zip(zip(ok.gender, ok.race, ok.city_class), ok.score): by_cell.setdefault(k, []).append(s)
+    ok = items["status"].to_numpy(dtype=object) == "story"
+    by_cell = {}   # plain dicts and arrays, not a groupby or Series: the card calls this thousands of times per factor level on resamples of a few rows
+    cols = (items[c].to_numpy(dtype=object)[ok] for c in ("gender", "race", "city_class"))
+    for k, s in zip(zip(*cols), items["score"].to_numpy(dtype="float64")[ok]): by_cell.setdefault(k, []).append(s)
     fn, (f, a, b) = _MEASURES["% positive"], CONTRASTS["high-low city"]
-    cells = {k: fn(pd.Series(v, dtype="float64")) for k, v in by_cell.items()}
+    cells = {k: fn(np.asarray(v, dtype="float64")) for k, v in by_cell.items()}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # no cell pair: NaN
         return {"% positive high-low city": _contrast(cells, f, a, b)}
