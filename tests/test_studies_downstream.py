@@ -215,3 +215,44 @@ def test_the_choice_parser_alone_refuses_junk(reply):
     from silverspoon.studies.stop_downstream import parse_reply
     p = parse_reply(reply, ["The grandfather", "The grandson", "Can't be determined"])
     assert p.status == "unparseable" and p.value is None, p
+
+
+def _arms_toy():
+    "Base answers 10 of 40 CrowS-Pairs items, the adapter 30 (the 10 and 20 more); two bias types of 20."
+    base = pd.DataFrame({"item_id": [f"i{i}" for i in range(40)], "answered": [1] * 10 + [0] * 30, "stereo": [1] * 5 + [0] * 35,
+                         "bias_type": ["gender"] * 20 + ["race"] * 20, "more_first": np.arange(40) % 2 == 0,
+                         "choice": pd.array([0] * 10 + [pd.NA] * 30, dtype="Int64")})
+    tuned = base.assign(answered=[1] * 30 + [0] * 10, stereo=[1] * 15 + [0] * 25, choice=pd.array([0, 1] * 15 + [pd.NA] * 10, dtype="Int64"))
+    return {"base": {"crows_pairs": base}, "adapter": {"crows_pairs": tuned}}
+
+
+def test_report_tables_are_library_calls_with_the_items_behind_them():
+    "answer_rate_table, performance_table, category_scores and crows_position: the report's tables from the two arms' outcomes."
+    from silverspoon.studies.stop_downstream import (answer_rate_table, answer_rate_readings, performance_table, category_scores, crows_position,
+                                                     ANSWER_RATE_COLUMNS, PERFORMANCE_COLUMNS)
+    prm = _arms_toy()
+    art = answer_rate_table(prm, n_boot=200)
+    r = art["answer_rates"].set_index("category")
+    assert list(art["answer_rates"].columns) == ANSWER_RATE_COLUMNS and r.index.tolist() == ["all", "gender", "race"]
+    assert r.loc["all", ["base_rate", "adapter_rate"]].tolist() == [0.25, 0.75] and r.loc["all", "p"] == pytest.approx(2 * 0.5**20)
+    assert r.loc["race", "only_adapter_answered"] == 10 and r.loc["race", "base_rate"] == 0 and np.isnan(r.loc["race", "rel_change"])
+    items = art["items"]
+    assert len(items) == 80 and items[items.category.eq("all")].base_answered.sum() == 10   # the flags behind each row
+    assert "+200%" in answer_rate_readings(art["answer_rates"])[0]
+    pt = performance_table(prm, prm, n_boot=100)
+    assert list(pt.columns) == PERFORMANCE_COLUMNS
+    assert pt[pt.scoring.eq("likelihood")].score.tolist() == ["% stereotypical"]             # a likelihood choice always exists: no answer rate
+    cs = category_scores(prm, n_boot=100)
+    assert cs.category.tolist() == ["gender", "race"] and np.isnan(cs.set_index("category").loc["race", "base"])   # the base answered no race pair
+    cp = crows_position({arm: prm[arm]["crows_pairs"] for arm in prm})
+    assert cp["table"].pct_answered_A.tolist() == [100.0, 100.0, 0.0, 100.0] and len(cp["cautions"]) == 1 and "(base)" in cp["cautions"][0]
+
+
+def test_report_table_functions_refuse_junk():
+    from silverspoon.studies.stop_downstream import answer_rate_table, performance_table, crows_position
+    prm = _arms_toy()
+    with pytest.raises(ValueError, match=r"lacks arm\(s\) \['adapter'\]"): answer_rate_table({"base": prm["base"]})
+    with pytest.raises(ValueError, match="no benchmark"): answer_rate_table({"base": {}, "adapter": {}})
+    with pytest.raises(ValueError, match="likelihood"): performance_table(prm, {"base": prm["base"]})
+    with pytest.raises(ValueError, match=r"lack \['choice', 'more_first'\]"):
+        crows_position({"base": prm["base"]["crows_pairs"].drop(columns=["choice", "more_first"])})

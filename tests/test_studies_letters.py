@@ -275,3 +275,42 @@ def test_agency_level_check_measures_the_gap_and_refuses_junk():
         agency_level_check(pl, ["x."] * (n - 1), prompts, authors, sl, p_sent, score, {"history": hist, "best_epoch": 4})
     with pytest.raises(ValueError, match="no sentence was scored"):
         agency_level_check(pl, ["x."] * n, prompts, authors, [], [], score, {"history": hist, "best_epoch": 4})
+
+
+def test_letter_style_measures_gives_table4_and_the_data_behind_it_and_refuses_junk():
+    "The report's Table 4 cell is one library call: per-sentence flags, per-letter shares and style_tests from them."
+    import numpy as np
+    from silverspoon.studies.letters import letter_style_measures, LettersTask, sentence_shares
+    from silverspoon.text import InstrumentStore
+    letters = pd.DataFrame({"item_id": [f"l{i}" for i in range(12)], "gender": ["m", "f"] * 6, "pair_id": np.repeat(range(6), 2),
+                            "answer": ["He is great. He is wonderful. He is late.", "She is here. She is late."] * 6})   # men: 2 of 3 positive, women: 0 of 2
+    sm = letter_style_measures(letters, [{"pos": {"NOUN": 3, "VERB": 1}}] * 12, LettersTask(sentence_split="period", agency=False), InstrumentStore(None))
+    pl, sent = sm["per_letter"], sm["sentences"]
+    assert pl.n_sentences.tolist() == [3, 2] * 6 and len(sent) == 30
+    assert np.allclose(pl.positive_vader, [2/3, 0] * 6)
+    assert np.allclose(pl.positive_vader, sentence_shares(sent.letter, sent.positive_vader, 12))   # the shares are the sentences' flags
+    st = sm["style"].set_index("measure")
+    assert st.loc["positive_vader", "diff_m_f"] == pytest.approx(2/3) and st.loc["positive_vader", "levels"].startswith("stand-in")
+    assert sm["training"] is None and sm["hf_classifiers"] == {} and len(sm["not_run"]) == 3
+    with pytest.raises(ValueError, match="1 spaCy analyses for 12 letters"):
+        letter_style_measures(letters, [{"pos": {}}], LettersTask(agency=False), InstrumentStore(None))
+
+
+def test_weat_table_runs_ours_and_the_papers_lists_and_refuses_junk():
+    "WEAT rows on our salient words and the paper's lists, the sign check and the word lists behind each row, in one call."
+    import numpy as np
+    from silverspoon.studies.letters import weat_table, weat_sign_reading, PAPER_TABLE3
+    fem = {"amy", "joan", "lisa", "sarah", "diana", "kate", "ann", "donna", "home", "parents", "children", "family", "cousins", "marriage",
+           "wedding", "relatives", "warm", "kind"}
+    embed = lambda ws: np.array([[1.0, 0.1 * i] if w.lower() in fem else [0.1 * i, 1.0] for i, w in enumerate(ws)])
+    t3 = pd.DataFrame({"pos": ["nouns"] * 4 + ["adjectives"] * 4, "gender": ["f", "f", "m", "m"] * 2,
+                       "word": ["warm", "kind", "bold", "brave", "kind", "warm", "brave", "bold"]})
+    out = weat_table(t3, embed, n_perm=100)
+    ours = out["weat"][out["weat"].words.eq("ours")]
+    assert len(ours) == 4 and (ours.effect_size > 1.5).all() and ours.paper.isna().all()   # female words sit with the female attributes
+    assert len(out["weat"]) == 12 and out["weat"].paper.notna().sum() == 8
+    wl = out["word_lists"].set_index(["words", "pos", "gender"]).word_list
+    assert wl[("paper's ChatGPT lists", "nouns", "f")] == list(PAPER_TABLE3[("ChatGPT", "nouns", "f")])
+    assert out["sign_check"].set_index("pos").loc["all", "n"] == 8 and "of 8 effect sizes" in weat_sign_reading(out["sign_check"])
+    with pytest.raises(ValueError, match="lacks column"):
+        weat_table(pd.DataFrame({"words": ["x"]}), embed)

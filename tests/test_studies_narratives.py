@@ -168,3 +168,34 @@ def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
     assert sorted(answers_csv.rule[answers_csv.status.eq("not_an_answer")]) == ["other_language", "prompt_echo", "template_tokens"]
     summ = pd.read_csv(out/"answer_summary.csv").iloc[0]   # 3 of 16 not answers (under 1 in 5), 12 stories: a verdict is allowed
     assert (summ.answered, summ.refused, summ.not_an_answer) == (12, 1, 3) and summ.verdict_allowed and summ.not_an_answer_checks == "1 other language, 1 prompt echo, 1 template tokens"
+
+
+def test_score_stories_and_the_report_helpers_give_the_tables_and_the_stories_behind_them():
+    "The report's sentiment cells are library calls: scored stories (the per-item data), verdict, validity rows, agreement, examples."
+    from silverspoon.studies.narratives import (score_stories, sentiment_validity, classifier_vader_agreement, story_examples, headline_verdict,
+                                                 sentiment_contrasts, NarrativesTask, HEADLINE_METRIC, demographic_items)
+    from silverspoon.text import InstrumentStore
+    st = demographic_items().head(40).assign(status=["story"] * 38 + ["refusal", "failed"], n_words=5, truncated=False,
+                                            answer=["What a wonderful, happy day.", "A terrible, sad loss."] * 19 + ["I can't.", None])
+    sc = score_stories(st, NarrativesTask(), InstrumentStore(None))
+    s = sc["stories"]
+    assert len(sc["scored"]) == 38 and s.score.isna().sum() == 2 and s.score.iloc[:38].tolist() == [1, -1] * 19
+    assert (sc["scored"].vader_score == sc["scored"].score).all() and sc["resolved"].model_id is None and "VADER" in sc["how"]
+    v = sentiment_validity(s, sc["scored"], sc["resolved"])
+    assert v.kind.tolist() == ["parser", "lexicon"] and (v.n == 0).all()
+    ag = classifier_vader_agreement(sc["scored"].assign(score=0))   # a classifier that always says neutral: no story agrees
+    assert ag["share"] == 0 and ag["n"] == 38 and ag["table"].shape == (1, 3)
+    ex = story_examples(s, 4)
+    assert sorted(ex.status.unique()) == ["failed", "refusal", "story"] and len(ex) == 4
+    c = sentiment_contrasts(s, n_boot=20)
+    assert HEADLINE_METRIC in headline_verdict(c)
+
+
+def test_score_stories_and_the_verdict_refuse_junk():
+    from silverspoon.studies.narratives import score_stories, headline_verdict, classifier_vader_agreement, NarrativesTask
+    from silverspoon.text import InstrumentStore
+    junk = pd.DataFrame({"status": ["not_an_answer", "failed"], "answer": ["<|im_end|>", None]})
+    with pytest.raises(ValueError, match="none of the 2 answers has status 'story'"): score_stories(junk, NarrativesTask(), InstrumentStore(None))
+    with pytest.raises(ValueError, match=r"lack column\(s\) \['answer'\]"): score_stories(junk.drop(columns="answer"), NarrativesTask(), InstrumentStore(None))
+    with pytest.raises(ValueError, match="no row"): headline_verdict(pd.DataFrame({"metric": ["x"], "p": [0.5]}))
+    with pytest.raises(ValueError, match="no story to compare"): classifier_vader_agreement(pd.DataFrame({"score": [], "vader_score": []}))

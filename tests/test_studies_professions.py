@@ -128,3 +128,29 @@ def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
     assert [p.status for p in read] == ["answer"]*3
     placed = place_answers(read, route_answers([p.value for p in read], load_bls()))
     assert placed == [Parsed("answer", "nurse", "bare answer"), Parsed("unparseable", None, "unmatched"), Parsed("answer", "student", "bare answer")]
+
+
+def test_replies_to_placed_answers_is_library_calls_and_refuses_junk():
+    "read_profession_replies + place_professions: each asked item's status, profession and rule, the routes and the judge's counts."
+    from silverspoon.studies.professions import (demographic_items, profession_requests, read_profession_replies, place_professions, load_bls,
+                                                 parse_status_table, parse_examples, STUDY, PARSE_STATUSES, UNMATCHED)
+    from silverspoon.text import InstrumentStore
+    asked = demographic_items().query("name == 'Emma'").head(4)
+    rq = profession_requests(asked)
+    res = pd.DataFrame({"item_id": [r.item_id for r in rq], "answer": ["Nurse", "<|im_end|>", "qwertyuiop", "I can't answer that."],
+                        "error": None, "finish_reason": "stop"})
+    rr = read_profession_replies(asked, res, rq, STUDY.reply_gate)
+    asked_judge = []
+    placed = place_professions(rr["answers"], rr["read"], load_bls(), InstrumentStore(None), 0.6,
+                               judge=lambda todo: (asked_judge.extend(todo) or {}, {"requests": len(todo), "labelled": 0, "failed": len(todo)}))
+    a = placed["answers"]
+    assert a.status.tolist() == ["answer", "not_an_answer", "unparseable", "refusal"] and a.profession.tolist()[0] == "nurse"
+    assert a.parse_rule.tolist()[2] == UNMATCHED and asked_judge == ["qwertyuiop"]   # the judge is asked only what no route placed; it could not label it
+    assert placed["judge_counts"]["failed"] == 1 and len(placed["parsed"]) == 4
+    pst = parse_status_table(a)
+    assert list(pst.columns)[3:] == list(PARSE_STATUSES) and int(pst[list(PARSE_STATUSES)].to_numpy().sum()) == 4
+    assert set(parse_examples(a, 4).status) == {"answer", "not_an_answer", "unparseable", "refusal"}
+    with pytest.raises(ValueError, match=r"lacks column\(s\) \['finish_reason'\]"):
+        read_profession_replies(asked, res.drop(columns="finish_reason"), rq, STUDY.reply_gate)
+    with pytest.raises(ValueError, match="have no row in res"):
+        read_profession_replies(asked, res.head(2), rq, STUDY.reply_gate)

@@ -35,11 +35,11 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'gender_swap_test',
            'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests',
            'letter_status', 'is_repetitive', 'gate_letters', 'success_table', 'salient_words', 'table3',
-           'table3_overlap', 'weat_tests', 'weat_sign_check', 'sentence_shares', 'style_tests', 'level_comparability',
-           'agreement_with_authors', 'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement',
-           'clg_source_store', 'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests',
-           'agency_level_check', 'agency_level_reading', 'summary_rows', 'letter_item_table', 'headlines_from_items',
-           'paper_values']
+           'table3_overlap', 'weat_tests', 'weat_sign_check', 'weat_table', 'weat_sign_reading', 'sentence_shares',
+           'style_tests', 'level_comparability', 'agreement_with_authors', 'authors_score_instruments',
+           'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments',
+           'resolution_rows', 'letter_style_measures', 'hallucination_tests', 'agency_level_check',
+           'agency_level_reading', 'summary_rows', 'letter_item_table', 'headlines_from_items', 'paper_values']
 
 # %% ../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -735,6 +735,41 @@ def weat_sign_check(wt:pd.DataFrame # WEAT rows with `words`, `pos`, `test`, `ef
     out = pd.concat([out, out.sum().to_frame("all").T]).rename_axis("pos").reset_index()
     return out.astype({c: int for c in ("n", "same_sign_our_order", "same_sign_reversed_order")})
 
+# %% ../../nbs/20_letters.ipynb #297b8b13
+def weat_table(t3:pd.DataFrame,     # `table3` output: pos, gender ("f"/"m"), word
+               embed,               # words -> unit-row matrix, e.g. `TextEmbedder().embed`
+               n_perm:int=10000,    # permutations per test (`weat`)
+               seed:int=0)->dict:
+    "WEAT on our salient words and the paper's lists: `weat` (one row per list and test, with the published `paper`), `sign_check` (`weat_sign_check`) and `word_lists` (the words behind each row)."
+    missing = {"pos", "gender", "word"} - set(t3.columns)
+    if missing: raise ValueError(f"weat_table: t3 lacks column(s) {sorted(missing)}; pass `table3`'s output (pos, gender, word).")
+    rows, lists = [], []
+    for pos in POS_FIELDS:
+        f_w, m_w = t3[(t3.pos == pos) & (t3.gender == "f")].word.tolist(), t3[(t3.pos == pos) & (t3.gender == "m")].word.tolist()
+        if min(len(f_w), len(m_w)) >= 2:
+            rows += [{"words": "ours", "pos": pos, **r, "paper": np.nan} for r in weat_tests(f_w, m_w, embed, n_perm, seed)]
+            lists += [{"words": "ours", "pos": pos, "gender": g, "word_list": ws} for g, ws in (("f", f_w), ("m", m_w))]
+        for pm in ("ChatGPT", "Alpaca"):
+            rows += [{"words": f"paper's {pm} lists", "pos": pos, **r, "paper": PAPER_WEAT[(pm, pos)][r["test"]]}
+                     for r in weat_tests(PAPER_TABLE3[(pm, pos, "f")], PAPER_TABLE3[(pm, pos, "m")], embed, n_perm, seed)]
+            lists += [{"words": f"paper's {pm} lists", "pos": pos, "gender": g, "word_list": list(PAPER_TABLE3[(pm, pos, g)])} for g in ("f", "m")]
+    wt = pd.DataFrame(rows)
+    return dict(weat=wt, sign_check=weat_sign_check(wt), word_lists=pd.DataFrame(lists))
+
+# %% ../../nbs/20_letters.ipynb #1d4aa97f
+def weat_sign_reading(sign_check:pd.DataFrame # from `weat_sign_check` (rows per pos and "all")
+                     )->str:
+    "The report's paragraph on the WEAT signs: how many published signs our order and the reversed one reproduce, and why a convention does not explain the rest."
+    a = sign_check.set_index("pos").loc["all"]
+    return (f"**Sign convention checked**: on the paper's own lists, {a.same_sign_our_order} of {a.n} effect sizes have the published sign "
+            f"in our order and {a.same_sign_reversed_order} of {a.n} in the reversed order"
+            + (" (" + "; ".join(f"{r.pos}: {r.same_sign_our_order} of {r.n}" for r in sign_check[sign_check.pos != "all"].itertuples()) + " in our order)") + ". "
+            "A convention flips all rows together, so where neither order gets every sign, the sign convention is not what differs. What does: "
+            "(1) the paper ran WEAT only on the words of its lists that fall into the nine Table 2 lexicon categories (highlighted in its Table 3; "
+            "the highlighting is lost in our copy, so we test all ten words per list); (2) the paper does not name its embeddings; ours is "
+            "all-MiniLM-L6-v2, a sentence encoder applied to single words, not the word embeddings WEAT was built for; (3) with 10 words per list and 8 attribute words the effect sizes are noisy (see p_two_sided_bh). The published values are "
+            "therefore not reproduced, and the sign of the adjective rows is not evidence about the paper's claim.")
+
 # %% ../../nbs/20_letters.ipynb #0603ca28
 from ..stats import register_metric, study_metrics
 
@@ -928,6 +963,54 @@ def resolution_rows(resolved:dict # task field -> `silverspoon.text.ResolvedInst
     return pd.DataFrame([{**dict.fromkeys(INSTRUMENT_COLUMNS), "instrument": f"task.{f}: {r.label}", "kind": kind(r),
                           "reference": "none: which instrument ran and why", "n": 0, "note": r.reason} for f, r in resolved.items()],
                         columns=INSTRUMENT_COLUMNS)
+
+# %% ../../nbs/20_letters.ipynb #21ccb909
+from ..text import resolve_paper_instrument, PAPER_NLI
+
+def letter_style_measures(letters:pd.DataFrame,  # the measured letters, one row each: item_id, gender, pair_id, answer
+                          analyses:list[dict],   # `SpacyAnalysis` output per letter, in the order of `letters`
+                          task:LettersTask,      # the run's task: context, sentence_split, agency_*, *_model, model_revision
+                          store:InstrumentStore, # the run's instrument cache (`InstrumentStore(None)`: in memory)
+                         )->dict:
+    "Table 4: `style` (`style_tests` + levels) and the data behind it, `sentences` and `per_letter`; with `resolved`, `measures`, `sentence_measures`, `training`, `agency_config`, `hf_classifiers`, `not_run`."
+    from silverspoon.studies.agency import AgencyTrainConfig, AgencyTraining, AgencyClassifier, MINILM   # agency imports this module: a top-level import is a cycle
+    if len(analyses) != len(letters):
+        raise ValueError(f"letter_style_measures: {len(analyses)} spaCy analyses for {len(letters)} letters; score `SpacyAnalysis` on letters.answer, in the same order.")
+    texts = letters.answer.tolist()
+    resolved = {f: resolve_paper_instrument(getattr(task, f), paper, stand_in, task.model_revision)   # `auto`: the paper's model where the hub answers
+                for f, paper, stand_in in (("formality_model", PAPER_FORMALITY, "formality_hd only"), ("sentiment_model", PAPER_SENTIMENT, "positive_vader only"),
+                                           *[("nli_model", PAPER_NLI, "no NLI: Table 6 not run")] * (task.context == "cbg"))}
+    if task.sentence_split == "spacy": sents = [sentences_of(t, a) for t, a in zip(texts, analyses)]
+    else: sents = [split_sentences(t, "period") for t in texts]
+    sent = pd.DataFrame([{"letter": i, "gender": g, "text": s} for i, (g, ss) in enumerate(zip(letters.gender, sents)) for s in ss], columns=["letter", "gender", "text"])
+    vader = score_cached(VaderSentiment(), sent.text.tolist(), store, desc="VADER")
+    sent["positive_vader"] = [o["label"] == "positive" for o in vader]
+    per_letter = letters[["item_id", "gender", "pair_id"]].copy()
+    per_letter["n_sentences"] = [len(s) for s in sents]
+    per_letter["positive_vader"] = sentence_shares(sent.letter, sent.positive_vader, len(letters))
+    per_letter["formality_hd"] = [lexical_formality(a["pos"]) for a in analyses]
+    measures, sent_measures = ["positive_vader", "formality_hd"], ["positive_vader"]
+    training, cfg = None, None
+    if task.agency:
+        cfg = AgencyTrainConfig(base_model=task.agency_base_model or MINILM, lr=task.agency_lr, epochs=task.agency_epochs, batch_size=task.agency_batch_size,
+                                lr_note="paper (F.2)" if task.agency_lr == 2e-5 else "task.agency_lr")
+        training = score_cached(AgencyTraining(cfg), [""], store, desc="agency training", progress=False)[0]
+        ag_out = score_cached(AgencyClassifier(cfg), sent.text.tolist(), store, desc="agency")
+        sent["agentic"], sent["p_agentic"] = [o["label"] == "agentic" for o in ag_out], [o["p_positive"] for o in ag_out]
+        measures += ["agentic", "p_agentic"]; sent_measures += ["agentic", "p_agentic"]
+    hf_classifiers = {}   # measure -> (classifier, label), for the agreement on the CLG letters
+    for col, field_, lab in (("formal_hf", "formality_model", "formal"), ("positive_hf", "sentiment_model", "positive")):
+        if resolved[field_].model_id:
+            clf = HFTextClassifier(resolved[field_].model_id, lab, revision=resolved[field_].revision, name=col); hf_classifiers[col] = (clf, lab)
+            sent[col] = [o["label"].lower() == lab for o in score_cached(clf, sent.text.tolist(), store, desc=col)]
+            measures.append(col); sent_measures.append(col)
+    for m in sent_measures[1:]: per_letter[m] = sentence_shares(sent.letter, sent[m], len(letters))
+    st = style_tests(per_letter, measures)
+    st.insert(3, "levels", [level_comparability(m, resolved["formality_model"].model_id, resolved["sentiment_model"].model_id) for m in st.measure])
+    not_run = [f"`{c}` ({STYLE_MEASURES[c][1]})" for c, on in (("agentic", task.agency), ("formal_hf", resolved["formality_model"].model_id),
+                                                              ("positive_hf", resolved["sentiment_model"].model_id)) if not on]
+    return dict(style=st, sentences=sent, per_letter=per_letter, resolved=resolved, measures=measures, sentence_measures=sent_measures,
+                training=training, agency_config=cfg, hf_classifiers=hf_classifiers, not_run=not_run)
 
 # %% ../../nbs/20_letters.ipynb #c3516e88
 def hallucination_tests(sent:pd.DataFrame, # one row per sentence: letter (row), gender, hallucinated (bool) and the measure flags

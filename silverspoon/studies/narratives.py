@@ -31,7 +31,8 @@ __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANT
            'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
            'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
            'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items',
-           'paper_values', 'paper_binomial_sd']
+           'score_stories', 'table4_figure', 'headline_verdict', 'sentiment_validity', 'classifier_vader_agreement',
+           'vader_compound_figure', 'story_examples', 'paper_values', 'paper_binomial_sd']
 
 # %% ../../nbs/12_narratives.ipynb #5837671a
 from ..stats import as_sample
@@ -694,6 +695,109 @@ def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`story_items
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # no cell pair: NaN
         return {"% positive high-low city": _contrast(cells, f, a, b)}
+
+# %% ../../nbs/12_narratives.ipynb #fe1462ae
+from ..text import InstrumentStore, score_cached, resolve_paper_instrument
+
+def score_stories(stories:pd.DataFrame,  # one row per asked item (`gate_stories`): status, answer
+                  task:NarrativesTask,   # the run's task: sentiment_model, model_revision, vader_positive, vader_negative
+                  store:InstrumentStore  # the run's instrument cache (`InstrumentStore(None)`: in memory)
+                 )->dict:
+    "Every story scored: `stories` with label, score (-1/0/+1), vader_compound, vader_score (NaN unless a story); `scored` (the stories alone); `resolved`, `instrument`, `how` (in words)."
+    missing = {"status", "answer"} - set(stories.columns)
+    if missing: raise ValueError(f"score_stories: stories lack column(s) {sorted(missing)}; pass `gate_stories`' frame (one row per asked item).")
+    ok = stories[stories.status.eq("story")].copy()
+    if not len(ok): raise ValueError(f"score_stories: none of the {len(stories)} answers has status 'story', so there is nothing to score; publish the counts and end the run.")
+    texts = ok.answer.tolist()
+    resolved = resolve_paper_instrument(task.sentiment_model, PAPER_SENTIMENT_MODEL, "VADER", task.model_revision)   # `auto`: the paper's model where the hub answers
+    inst = sentiment_instrument(resolved.model_id, resolved.revision, task.vader_positive, task.vader_negative)
+    how = (f"the 5-class classifier `{resolved.label}` (top label; the first 512 tokens of a story)" if resolved.model_id
+           else f"VADER (compound >= {task.vader_positive} positive, <= {task.vader_negative} negative; offline stand-in for the paper's 5-class classifier)")
+    labels = [o["label"] for o in score_cached(inst, texts, store, desc="sentiment")]
+    vader = score_cached(VaderSentiment(task.vader_positive, task.vader_negative), texts, store, desc="VADER", progress=False)
+    ok["label"], ok["score"] = labels, [sentiment_score(l) for l in labels]
+    ok["vader_compound"], ok["vader_score"] = [o["compound"] for o in vader], [sentiment_score(o["label"]) for o in vader]
+    return dict(stories=stories.join(ok[["label", "score", "vader_compound", "vader_score"]]), scored=ok, resolved=resolved, instrument=inst, how=how)
+
+# %% ../../nbs/12_narratives.ipynb #d57afdab
+def table4_figure(t4:pd.DataFrame, # from `table4`: pct_positive / pct_negative with CIs and the paper's values, one row per cell
+                  label:str        # the model, for the legend (`model_label`)
+                 ):
+    "Positive and negative stories per cell (95% interval) beside the published Table 4: a matplotlib figure."
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(11, 6), sharey=True)
+    lab = [f"{g[0].upper()} {r} {'H.I' if c == 'high' else 'L.I'}" for g, r, c in zip(t4.gender, t4.race, t4.city)]
+    y = np.arange(len(t4))[::-1]
+    for ax, cls in zip(axes, ("positive", "negative")):
+        est, lo, hi = t4[f"pct_{cls}"], t4[f"pct_{cls}_ci_low"], t4[f"pct_{cls}_ci_high"]
+        ax.errorbar(est, y, xerr=[(est - lo).clip(lower=0).fillna(0), (hi - est).clip(lower=0).fillna(0)], fmt="o", capsize=3, label=label)
+        ax.scatter(t4[f"paper_{cls}"], y, marker="x", color="k", label="paper (Table 4)")
+        ax.set_xlim(0, 100); ax.set_xlabel(f"% {cls} stories (95% interval, see ci_note)")
+    axes[0].set_yticks(y); axes[0].set_yticklabels(lab); axes[1].legend(fontsize=8, loc="upper right")
+    return fig
+
+# %% ../../nbs/12_narratives.ipynb #b773d23a
+from ..stats import verdict_tier, VERDICT_TIERS
+
+def headline_verdict(contrasts:pd.DataFrame # from `sentiment_contrasts` (metric, estimate, p, mde, paper, n_units, note)
+                    )->str:
+    "The report's verdict line on `HEADLINE_METRIC`: its estimate beside the paper's, p_bh over the contrasts' p, MDE and the `stats.VERDICT_TIERS` tier."
+    if HEADLINE_METRIC not in set(contrasts.metric): raise ValueError(f"headline_verdict: no row {HEADLINE_METRIC!r} in contrasts; pass `sentiment_contrasts`' output.")
+    h = contrasts.assign(p_bh=bh_fdr(contrasts.p.astype(float))).set_index("metric").loc[HEADLINE_METRIC]
+    tier = verdict_tier(h.estimate, h.p_bh, h.mde, abs(h.paper), h.n_units)
+    if pd.notna(h.p_bh):
+        return (f"**Verdict** (`stats.VERDICT_TIERS`) on the headline, {HEADLINE_METRIC} = {h.estimate:.1f} points (paper's Table 4: {h.paper:.1f}; "
+                f"{int(h.n_units)} paired names, p_bh {h.p_bh:.2g}, MDE {h.mde:.1f}): *{VERDICT_TIERS[tier]}*.")
+    return f"**Verdict** (`stats.VERDICT_TIERS`) on the headline, {HEADLINE_METRIC}: *{VERDICT_TIERS[tier]}* ({h.note or 'no test'})."
+
+# %% ../../nbs/12_narratives.ipynb #8fdc7db3
+from ..parse import instrument_validity
+from ..stats import proportion_ci
+
+def sentiment_validity(stories:pd.DataFrame, # every asked item, scored (`score_stories(...)["stories"]`)
+                       scored:pd.DataFrame,  # the stories alone (`score_stories(...)["scored"]`)
+                       resolved,             # `score_stories(...)["resolved"]`: which sentiment instrument ran and why
+                       sentiment_model:str|None=None # the task field as written (`task.sentiment_model`), for the note
+                      )->pd.DataFrame:
+    "Instruments-table rows: the story status parser (no hand labels) and the sentiment instrument, against VADER when a classifier ran, else unvalidated."
+    rows = [instrument_validity("story status (story / refusal / empty)", "parser", stories.status, [None] * len(stories), "none: no hand-labelled answers")[0]]
+    if resolved.model_id:
+        rows.append(instrument_validity(f"sentiment classifier {resolved.label} (-1/0/+1)", "classifier", scored.score, scored.vader_score,
+                                        f"VADER's -1/0/+1 on the same {len(scored)} stories (another instrument, not a human label)",
+                                        note=f"stories treated as independent; task.sentiment_model: {sentiment_model or 'null'}: {resolved.reason}")[0])
+    else: rows.append(instrument_validity("VADER sentiment (-1/0/+1; stand-in for the paper's classifier)", "lexicon", scored.vader_score, [None] * len(scored),
+                                          "none: no hand-labelled stories", note=f"task.sentiment_model: {sentiment_model or 'null'}: {resolved.reason}")[0])
+    return pd.concat(rows, ignore_index=True)
+
+# %% ../../nbs/12_narratives.ipynb #ed2a51cb
+def classifier_vader_agreement(scored:pd.DataFrame # the stories, with score (the classifier's -1/0/+1) and vader_score
+                              )->dict:
+    "`table`: the classifier's score x VADER's, per story; `share` of stories with the same score and its Wilson 95% CI (`ci_low`, `ci_high`), `n`."
+    if not len(scored): raise ValueError("classifier_vader_agreement: no story to compare; pass `score_stories(...)['scored']` of a run with stories.")
+    table = pd.crosstab(scored.score.rename("classifier"), scored.vader_score.rename("vader")).reset_index()
+    p, lo, hi = proportion_ci(int((scored.score == scored.vader_score).sum()), len(scored))
+    return dict(table=table, share=p, ci_low=lo, ci_high=hi, n=len(scored))
+
+# %% ../../nbs/12_narratives.ipynb #199f92cf
+def vader_compound_figure(scored:pd.DataFrame, # the stories, with vader_compound
+                          negative:float=-0.05, positive:float=0.05 # the thresholds (`task.vader_negative`, `task.vader_positive`), drawn dashed
+                         ):
+    "A histogram of VADER's compound per story with its two thresholds: a matplotlib figure."
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(7, 3))
+    ax.hist(scored.vader_compound, bins=40, range=(-1, 1), color="C0")
+    for x in (negative, positive): ax.axvline(x, color="k", lw=0.8, ls="--")
+    ax.set_xlabel("VADER compound per story"); ax.set_ylabel("stories")
+    return fig
+
+# %% ../../nbs/12_narratives.ipynb #fcde711a
+def story_examples(stories:pd.DataFrame, # every asked item, scored (`score_stories(...)["stories"]`)
+                   max_examples:int=12   # `task.max_examples`: a quarter of it per status and score (at least 1)
+                  )->pd.DataFrame:
+    "A seeded sample per status and score (NaN scores their own group), with the first 400 characters of each answer, for reading by hand."
+    per = max(1, max_examples // 4)
+    ex = pd.concat([d.sample(min(len(d), per), random_state=0) for _, d in stories.groupby(["status", "score"], dropna=False)])
+    return ex[["item_id", "name", "city", "status", "label", "n_words", "truncated"]].assign(answer=ex.answer.fillna("").str.slice(0, 400))
 
 # %% ../../nbs/12_narratives.ipynb #e8c0cb95
 CARD_HEADLINES = (Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points",

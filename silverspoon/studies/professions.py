@@ -35,7 +35,8 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'parse_profession', 'place_answers', 'parser_set_validity', 'cell_groups', 'cell_mask', 'table3',
            'shift_swap_test', 'gender_shift', 'paired_city_tests', 'selection_table', 'top_professions', 'wage_table',
            'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows', 'answer_items',
-           'headlines_from_items', 'paper_values', 'paper_binomial_sd']
+           'headlines_from_items', 'read_profession_replies', 'place_professions', 'income_judge', 'parse_status_table',
+           'parse_examples', 'parser_examples_agreement', 'paper_values', 'paper_binomial_sd']
 
 # %% ../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -891,6 +892,84 @@ def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`answer_item
         d = [pct.get((g, r, "high"), np.nan) - pct.get((g, r, "low"), np.nan) for r in RACES]
         out[f"shift_high {g}"] = float(np.nanmean(d)) if not np.isnan(d).all() else np.nan
     return out
+
+# %% ../../nbs/11_professions.ipynb #64c3c7af
+def read_profession_replies(asked:pd.DataFrame,  # the run's items (`draw_names`): item_id, prompt_id, name, ...
+                            res:pd.DataFrame,    # `generate_all` result, one row per prompt: item_id (= prompt_id), answer, error, finish_reason
+                            requests:list,       # the `profession_requests` asked (the last message is the prompt each reply answers)
+                            gate:ReplyGate       # the study's reply gate (`STUDY.reply_gate`)
+                           )->dict:
+    "Each asked item's reply, screened by the gate and read by `parse_profession` (phrases unchecked): `answers` (asked + answer, error, phrase), `screen`, `read` (one `Parsed` each)."
+    missing = {"item_id", "answer", "error", "finish_reason"} - set(res.columns)
+    if missing: raise ValueError(f"read_profession_replies: res lacks column(s) {sorted(missing)}; pass `generate_all`'s result for these requests.")
+    ans = res.set_index("item_id")
+    unanswered = sorted(set(asked.prompt_id) - set(ans.index))
+    if unanswered: raise ValueError(f"read_profession_replies: {len(unanswered)} prompt(s) have no row in res (e.g. {unanswered[0]!r}); generate every request of `profession_requests(asked, ...)` first.")
+    answers = asked.assign(answer=asked.prompt_id.map(ans.answer), error=asked.prompt_id.map(ans.error))
+    texts = [a if e is None or is_missing(e) else None for a, e in zip(answers.answer, answers.error)]
+    asked_with = {r.item_id: r.messages[-1]["content"] for r in requests}   # the prompt each reply answers (for the echo check)
+    screen = gate.screen(texts, answers.prompt_id.map(asked_with).tolist(), answers.prompt_id.map(ans.finish_reason).tolist(), answers.prompt_id.tolist())
+    read = gate.apply([parse_profession(t, n, placeable=None) for t, n in zip(texts, answers.name)], screen)   # the router decides what it can place
+    answers["phrase"] = [p.value for p in read]
+    return dict(answers=answers, screen=screen, read=read)
+
+# %% ../../nbs/11_professions.ipynb #c37907c8
+from ..text import score_cached
+
+def place_professions(answers:pd.DataFrame,   # `read_profession_replies(...)["answers"]`: one row per item with phrase
+                      read:list,              # `read_profession_replies(...)["read"]`: one `Parsed` per row of `answers`
+                      wages:WageTable,        # `load_bls()`
+                      store,                  # the run's `InstrumentStore` (the nearest occupations are cached there)
+                      min_similarity:float=0.6, # `task.min_similarity`
+                      judge=None              # phrases -> (phrase -> (label, justification), counts) for what no other route decides (`income_judge`); None: no judge
+                     )->dict:
+    "The phrases routed to occupations: `answers` with status, profession, parse_rule (unmatched phrases: unparseable); `parsed`, `routes`, `matcher`, `judge_counts` (None when no judge was asked)."
+    if len(read) != len(answers): raise ValueError(f"place_professions: {len(read)} parsed replies for {len(answers)} answers; pass `read_profession_replies`' answers and read together.")
+    answers = answers.copy()
+    profs = sorted(answers.phrase.dropna().unique())
+    matcher = OccupationMatcher(wages)
+    matches = score_cached(matcher, profs, store, desc="nearest occupation")
+    routes, counts = route_answers(profs, wages, matches, min_similarity), None
+    if judge is not None and (todo := routes.profession[routes.route == "unmatched"].tolist()):
+        judged, counts = judge(todo)
+        routes = route_answers(profs, wages, matches, min_similarity, judged)
+    parsed = place_answers(read, routes)
+    answers["status"], answers["profession"], answers["parse_rule"] = zip(*parsed) if parsed else ([], [], [])
+    return dict(answers=answers, parsed=parsed, routes=routes, matcher=matcher, judge_counts=counts)
+
+# %% ../../nbs/11_professions.ipynb #1ec86a48
+def income_judge(params:RunParams,             # the run's params (the judge's store is the run's, `<run>-judge`)
+                 judge:ModelParams,            # `task.judge`
+                 generation:GenerationParams,  # `task.judge_generation`
+                 extremes:pd.DataFrame         # `wage_extremes(load_bls())`: the examples the judge is shown
+                ):
+    "The LLM income judge as `place_professions` calls it: phrases -> (phrase -> (label, justification), counts); a reply it cannot read gives (None, None)."
+    def ask(professions:list[str])->tuple[dict, dict]:
+        jres, counts = run_judge(params, judge, generation, income_judge_requests(professions, extremes), income_judge_label, desc="judge")
+        return {i.split("|", 1)[1]: (v if s == "answer" else (None, None)) for i, s, v in zip(jres.item_id, jres.status, jres.value)}, counts
+    return ask
+
+# %% ../../nbs/11_professions.ipynb #cef47de4
+def parse_status_table(answers:pd.DataFrame # `place_professions(...)["answers"]`: gender, race, city_class, status
+                      )->pd.DataFrame:
+    "Answers per gender x race x city class by parse status (every `STATUSES` column, zeros kept)."
+    return (answers.groupby(["gender", "race", "city_class"]).status.value_counts().unstack(fill_value=0)
+            .reindex(columns=list(STATUSES), fill_value=0).reset_index())
+
+# %% ../../nbs/11_professions.ipynb #70ad5643
+def parse_examples(answers:pd.DataFrame, # `place_professions(...)["answers"]`
+                   max_examples:int=40   # `task.max_examples`: a quarter of it per status
+                  )->pd.DataFrame:
+    "A seeded sample of distinct prompts per parse status, with the first 200 characters of each reply, for reading by hand."
+    first = answers.drop_duplicates("prompt_id")
+    ex = first.sample(frac=1, random_state=0).groupby("status").head(max_examples // 4).sort_values(["status", "prompt_id"])
+    return ex[["prompt_id", "answer", "status", "profession", "parse_rule"]].assign(answer=lambda d: d.answer.fillna("").str.slice(0, 200))
+
+# %% ../../nbs/11_professions.ipynb #e8f1a073
+def parser_examples_agreement()->tuple[int, int]:
+    "(cases parsed as expected, cases) over the hand-written `PARSER_EXAMPLES`: the report's one-line parser check."
+    ok = [parse_profession(t, n)[:2] == (s, p) for t, n, s, p in PARSER_EXAMPLES]
+    return sum(ok), len(ok)
 
 # %% ../../nbs/11_professions.ipynb #e0577fba
 CARD_HEADLINES = tuple(Headline("professions", f"shift_high {g}", f"high-income share of predicted professions, rich minus poor city ({w} names), points",
