@@ -23,7 +23,7 @@ def root(): return ROOT
 def cli(capsys, monkeypatch):
     "The `silverspoon` command in this process (fast; an uncaught exception fails the test): returns rc, stdout, stderr."
     from types import SimpleNamespace
-    from silverspoon.cli import main
+    from silverspoon.site.cli import main
     def call(*args, env=None):
         for k, v in (env or {}).items(): monkeypatch.setenv(k, v)
         rc = main([str(a) for a in args]); out = capsys.readouterr()

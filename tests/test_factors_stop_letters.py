@@ -5,9 +5,9 @@ import json, math, shutil
 import pandas as pd
 import pytest
 from conftest import ROOT, run_cli
-from silverspoon.card import study_headlines
+from silverspoon.site.card import study_headlines
 from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams
-from silverspoon.store import GenerationStore
+from silverspoon.engine.store import GenerationStore
 from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study
 from silverspoon.studies import stop, letters
 from silverspoon.testing import ScriptedBackend

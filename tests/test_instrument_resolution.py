@@ -5,8 +5,8 @@ import json, shutil
 import pandas as pd
 import pytest
 from conftest import run_cli, ROOT
-from silverspoon import text
-from silverspoon.text import (AUTO, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, HFTextClassifier, NLIClassifier, instrument_id,
+from silverspoon.instruments import text
+from silverspoon.instruments.text import (AUTO, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, HFTextClassifier, NLIClassifier, instrument_id,
                               resolve_paper_instrument)
 
 SST = PAPER_CLASSIFIERS["sentiment"][0]

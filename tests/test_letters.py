@@ -3,7 +3,7 @@ import re
 import pandas as pd
 import pytest
 from silverspoon.core import DataError
-from silverspoon.studies.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
+from silverspoon.studies.letters.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
                                          swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups,
                                          lexicon_odds_ratios)
 

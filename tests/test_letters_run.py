@@ -5,8 +5,8 @@ import json
 import pandas as pd
 import pytest
 from conftest import run_cli
-from silverspoon.text import build_tiny_classifier
-from silverspoon.studies.agency import make_tiny_bert
+from silverspoon.instruments.text import build_tiny_classifier
+from silverspoon.studies.letters.agency import make_tiny_bert
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, c
 
 def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path):
     "CLG with success_filter false (the paper measured every CLG letter): two junk letters are counted and left out; the rest are measured."
-    from silverspoon.studies.letters import letter_items, LettersTask
+    from silverspoon.studies.letters.letters import letter_items, LettersTask
     items = letter_items(LettersTask(context="clg"), {"n": 8, "seed": 0})
     answers = {i: f"I am delighted to write this letter for {i}: a capable, hard-working colleague whom I recommend warmly to any employer." for i in items.item_id}
     answers[items.item_id[0]] = "<|im_start|>user\nWrite a letter.<|im_end|>"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 from silverspoon.testing import build_tiny_llama
-from silverspoon.text import build_tiny_classifier
+from silverspoon.instruments.text import build_tiny_classifier
 from silverspoon.studies import get_study
 
 FIVE = ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive")
@@ -99,7 +99,7 @@ def test_the_committed_smollm2_proportional_odds_rows_are_reproducible(root):
     """issue 30 item 8: the SmolLM2 run's 160 stories (every Black story scored +1: separated) give the same proportional-odds
     rows, to 1e-9 relative, in another order of the stories; the Black stories leave the fit and the rows say so."""
     import numpy as np
-    from silverspoon.studies.narratives import sentiment_tests
+    from silverspoon.studies.silverspoon.narratives import sentiment_tests
     items = pd.read_csv(root/"reports"/"narratives"/"smollm2-135m"/"items.csv")
     a = sentiment_tests(items).set_index("term")
     b = sentiment_tests(items.iloc[np.random.default_rng(0).permutation(len(items))]).set_index("term")
@@ -146,8 +146,8 @@ def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, ch
 
 def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
     "12 stories, a refusal and 3 answers that are no story (template tokens, an echo, Spanish): only the 12 are scored, the 3 are counted and shown."
-    from silverspoon.studies.narratives import draw_stories, NARRATIVE_PROMPT
-    from silverspoon.studies.professions import demographic_items, profession_requests
+    from silverspoon.studies.silverspoon.narratives import draw_stories, NARRATIVE_PROMPT
+    from silverspoon.studies.silverspoon.professions import demographic_items, profession_requests
     asked = draw_stories(demographic_items(), {"n": 16, "stratify_by": "group", "seed": 0})
     prompts = {q.item_id: q.messages[-1]["content"] for q in profession_requests(asked, NARRATIVE_PROMPT)}
     ids = list(prompts)

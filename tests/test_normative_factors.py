@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli, ROOT
 from silverspoon.studies import get_study
-from silverspoon.studies.normative import (PROMPT_VARIANTS, PROMPTS, SYSTEM_PROMPT, load_normative, normative_requests, render_prompt,
+from silverspoon.studies.silverspoon.normative import (PROMPT_VARIANTS, PROMPTS, SYSTEM_PROMPT, load_normative, normative_requests, render_prompt,
                                            parse_answer, headlines_from_items)
 
 HEADLINES = ["CKC lower-end", "CKC upper-end", "share favouring underprivileged",   # the card's normative headlines (issue 30: with the two bias contrasts)
@@ -20,7 +20,7 @@ def test_the_study_declares_its_variants_and_headlines():
     kinds = [k for k, _ in PROMPT_VARIANTS.values()]
     assert next(iter(PROMPT_VARIANTS)) == "paper" and kinds.count("wording") >= 3
     assert kinds.count("option_order") == 1 and kinds.count("system_prompt") == 1
-    from silverspoon.card import card_headlines
+    from silverspoon.site.card import card_headlines
     CARD = card_headlines()
     assert set(h.metric for h in CARD if h.study == "normative") <= set(HEADLINES)   # headlines_from_items gives every card headline
 

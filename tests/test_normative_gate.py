@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli, ROOT
-from silverspoon.parse import parser_set
-from silverspoon.studies.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, PAPER_ROWS, PAPER_TABLE2, GOLDS, load_normative,
+from silverspoon.instruments.parse import parser_set
+from silverspoon.studies.silverspoon.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, PAPER_ROWS, PAPER_TABLE2, GOLDS, load_normative,
                                            normative_requests, render_prompt, parse_normative, parse_answers, screen_replies,
                                            answer_counts, binarize, table2, headlines_from_items)
 

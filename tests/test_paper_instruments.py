@@ -5,10 +5,10 @@ import json, os, shutil, subprocess, sys, textwrap
 from pathlib import Path
 import pytest
 import transformers
-from silverspoon.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, build_tiny_classifier,
+from silverspoon.instruments.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, build_tiny_classifier,
                               paper_revision)
-from silverspoon.studies.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
-from silverspoon.studies.narratives import PAPER_SENTIMENT_MODEL, sentiment_instrument, sentiment_score
+from silverspoon.studies.letters.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
+from silverspoon.studies.silverspoon.narratives import PAPER_SENTIMENT_MODEL, sentiment_instrument, sentiment_score
 
 
 def _bytes_to_unicode()->dict:
@@ -80,9 +80,9 @@ def test_every_pinned_revision_is_a_full_sha_with_its_source():
 def test_paper_models_load_from_the_hub_cache_at_their_pinned_commits(hub_cache):
     out = run_offline(hub_cache, """
         import json
-        from silverspoon.text import HFTextClassifier, NLIClassifier, PAPER_NLI
-        from silverspoon.studies.letters import PAPER_FORMALITY, PAPER_SENTIMENT
-        from silverspoon.studies.narratives import PAPER_SENTIMENT_MODEL, sentiment_instrument, sentiment_score
+        from silverspoon.instruments.text import HFTextClassifier, NLIClassifier, PAPER_NLI
+        from silverspoon.studies.letters.letters import PAPER_FORMALITY, PAPER_SENTIMENT
+        from silverspoon.studies.silverspoon.narratives import PAPER_SENTIMENT_MODEL, sentiment_instrument, sentiment_score
         S = ["She is a kind and caring nurse.", "He is a strong leader of the team."]
         res = {}
         for mid, pos in ((PAPER_SENTIMENT, "POSITIVE"), (PAPER_FORMALITY, "formal")):

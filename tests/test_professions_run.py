@@ -118,14 +118,14 @@ def test_a_junk_model_gets_no_professions_verdict(tmp_path, junk, check):
                                    "Once upon a time, Emma lived in Seattle.", "The rain fell softly on the roof.",   # story continuations
                                    "xyzzy", "Banana", "lorem ipsum dolor", "Seattle", "Washington"])                  # random words, places
 def test_the_professions_parser_alone_refuses_junk(reply):
-    from silverspoon.studies.professions import parse_profession
+    from silverspoon.studies.silverspoon.professions import parse_profession
     p = parse_profession(reply, "Emma")
     assert p.status == "unparseable" and p.value is None and p.rule in ("template tokens", "echoes the prompt", "unmatched", "no profession found"), p
 
 
 def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
-    from silverspoon.parse import Parsed
-    from silverspoon.studies.professions import parse_profession, place_answers, route_answers, load_bls, UNMATCHED
+    from silverspoon.instruments.parse import Parsed
+    from silverspoon.studies.silverspoon.professions import parse_profession, place_answers, route_answers, load_bls, UNMATCHED
     assert parse_profession("xyzzy", "Emma") == Parsed("unparseable", None, UNMATCHED) == Parsed("unparseable", None, "unmatched")
     read = [parse_profession(t, "Emma", placeable=None) for t in ("Nurse", "Xyzzy", "Student")]   # a run: syntax first, the router decides
     assert [p.status for p in read] == ["answer"]*3

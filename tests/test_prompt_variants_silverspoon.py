@@ -4,7 +4,7 @@ headlines of the committed SmolLM2 runs from their items.csv (present once the r
 import pandas as pd
 import pytest
 from silverspoon.core import load_params, project_root
-from silverspoon.card import study_headlines
+from silverspoon.site.card import study_headlines
 from silverspoon.studies import get_study, PROMPT_VARIANT_KINDS
 from silverspoon.studies import professions as P, narratives as N
 

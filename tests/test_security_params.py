@@ -7,7 +7,7 @@ import pytest
 import yaml
 from conftest import run_cli
 from silverspoon.core import ParamsError, load_params
-from silverspoon.runner import read_params_file
+from silverspoon.site.runner import read_params_file
 from silverspoon.testing import FakeChatServer
 
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 8").hexdigest()[:24]
@@ -61,7 +61,7 @@ def test_only_plain_data_loads(tmp_path, value, needle):
 def test_only_plain_data_reaches_papermill(tmp_path, monkeypatch):
     # the last check sits right before papermill: a value that is not plain data never reaches the injected cell,
     # even if it got past validation
-    import dataclasses, papermill, silverspoon.runner as runner
+    import dataclasses, papermill, silverspoon.site.runner as runner
     p = load_params({"study": "normative", "run": "r", "model": {"backend": "replay", "id": "GPT4"}})
     monkeypatch.setattr(runner, "read_params_file", lambda path: dataclasses.replace(p, description=_payload(tmp_path/"x").encode()))
     called = []
@@ -142,7 +142,7 @@ def test_batch_size_auto_stays_valid(tmp_path):
 
 
 def test_stop_sample_above_item_count_is_an_error():
-    from silverspoon.studies.stop import load_stop, select_progressions, restrict_progressions
+    from silverspoon.studies.stop.stop import load_stop, select_progressions, restrict_progressions
     df = load_stop()
     with pytest.raises(ParamsError, match=f"sample.n = 500 is more than the {len(df)} progressions"): select_progressions(df, {"n": 500})
     few = restrict_progressions(df, ["stop-000", "stop-001"])

@@ -4,9 +4,9 @@ import os, json, gzip, zlib, hashlib
 from pathlib import Path
 import pytest
 from silverspoon.core import GenerationParams, ModelParams, SilverspoonError
-from silverspoon.backends import GenRequest, user
-from silverspoon.backends.openai import OpenAIBackend, is_local_url, resolve_api_key
-from silverspoon.store import GenerationStore, generate_all
+from silverspoon.engine.backends import GenRequest, user
+from silverspoon.engine.backends.openai import OpenAIBackend, is_local_url, resolve_api_key
+from silverspoon.engine.store import GenerationStore, generate_all
 from silverspoon.testing import FakeChatServer
 
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 31").hexdigest()[:24]

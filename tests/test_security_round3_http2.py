@@ -6,8 +6,8 @@ from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 from pathlib import Path
 import pytest
 from silverspoon.core import GenerationParams, ModelParams, SilverspoonError
-from silverspoon.backends import GenRequest, user
-from silverspoon.backends.openai import OpenAIBackend, UnencryptedKeyWarning
+from silverspoon.engine.backends import GenRequest, user
+from silverspoon.engine.backends.openai import OpenAIBackend, UnencryptedKeyWarning
 from silverspoon.testing import FakeChatServer
 
 SECRET = "sk-test-" + hashlib.sha256(b"silverspoon issue 31 round 4").hexdigest()[:24]
@@ -65,13 +65,13 @@ URL_CASES = ["see http://a:b@h/x and file:///tmp/x", "//u:p@mirror/gh", "https:/
 @pytest.mark.parametrize("text", URL_CASES)
 def test_the_data_downloads_hide_url_credentials_by_the_core_rule(text, monkeypatch):
     from silverspoon.core import hide_url_credentials
-    from silverspoon.data import hide_credentials
+    from silverspoon.engine.data import hide_credentials
     monkeypatch.delenv("SILVERSPOON_MIRROR", raising=False)
     assert hide_credentials(text) == hide_url_credentials(text)
 
 
 def test_a_password_with_a_question_mark_is_hidden(monkeypatch):
-    from silverspoon.data import hide_credentials
+    from silverspoon.engine.data import hide_credentials
     mirror = "https://reader:pa?ss-0123@mirror.example.org/gh"       # the old data rule stopped at `?` and printed the password
     monkeypatch.setenv("SILVERSPOON_MIRROR", mirror)
     out = hide_credentials(f"download from {mirror}/o/r/c/x.csv failed; user reader, password pa?ss-0123")
@@ -114,7 +114,7 @@ BODY = b"id,text\n1,hello\n"
 
 
 def test_a_credentialed_mirror_downloads_with_basic_auth(tmp_path, monkeypatch, capsys):
-    from silverspoon.data import download_url
+    from silverspoon.engine.data import download_url
     path = "/gh/o/r/" + "c" * 40 + "/data/x.csv"
     with _Server(login=f"{USER}:{PASSWORD}", files={path: BODY}) as mirror:
         monkeypatch.setenv("SILVERSPOON_MIRROR", mirror.base.replace("http://", f"http://{USER}:{PASSWORD}@") + "/gh")
@@ -127,7 +127,7 @@ def test_a_credentialed_mirror_downloads_with_basic_auth(tmp_path, monkeypatch, 
 
 def test_a_wrong_mirror_login_fails_without_printing_it(tmp_path, monkeypatch):
     from silverspoon.core import DataError
-    from silverspoon.data import download_url
+    from silverspoon.engine.data import download_url
     with _Server(login=f"{USER}:right-password-0") as mirror:
         monkeypatch.setenv("SILVERSPOON_MIRROR", mirror.base.replace("http://", f"http://{USER}:{PASSWORD}@") + "/gh")
         with pytest.raises(DataError) as e: download_url(PUBLIC, tmp_path/"x.csv", hashlib.sha256(BODY).hexdigest(), progress=False)
@@ -137,7 +137,7 @@ def test_a_wrong_mirror_login_fails_without_printing_it(tmp_path, monkeypatch):
 
 
 def test_the_mirror_login_is_not_sent_to_another_server_on_a_redirect(tmp_path, monkeypatch):
-    from silverspoon.data import download_url
+    from silverspoon.engine.data import download_url
     path = "/gh/o/r/" + "c" * 40 + "/data/x.csv"
     with _Server(files={"/elsewhere.csv": BODY}) as other, \
          _Server(login=f"{USER}:{PASSWORD}", redirect={path: "/same-server.csv", "/same-server.csv": f"{other.base}/elsewhere.csv"}) as mirror:
@@ -190,8 +190,8 @@ def _drawn_titles(fig):
 def test_a_model_id_with_tex_draws_the_study_figures(model_id):
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     import pandas as pd
-    from silverspoon.studies.normative import topic_figure
-    from silverspoon.studies.stop import heatmap_figure, first_no_figure, SEVERITIES
+    from silverspoon.studies.silverspoon.normative import topic_figure
+    from silverspoon.studies.stop.stop import heatmap_figure, first_no_figure, SEVERITIES
     items = pd.DataFrame(dict(topic=[0, 0, 1, 1], parser=[0, 1, 1, None], low=[0, 1, 1, 0], up=[1, 1, 0, 0]))
     fig = topic_figure(items, "parser", f"{model_id} (parser)")
     assert _drawn_titles(fig)[0] == model_id.replace("$", r"\$") + "\n(parser)"; plt.close(fig)
@@ -206,7 +206,7 @@ def test_a_model_id_with_tex_draws_the_study_figures(model_id):
 def test_a_model_id_with_tex_draws_the_index_forest_plot(model_id):
     "The index's forest plot (`runner.forest_figure`) puts run and model names on its axis: drawn as written, never as TeX."
     import pandas as pd
-    from silverspoon.runner import forest_figure, figure_data_uri
+    from silverspoon.site.runner import forest_figure, figure_data_uri
     rows = pd.DataFrame(dict(run=[f"{model_id}-run", "other"], model=[model_id, "other"], metric="m", estimate=[0.2, 0.5], ci_low=[0.1, 0.4], ci_high=[0.3, 0.6]))
     fig = forest_figure(rows, "m", f"normative: {model_id}")
     assert figure_data_uri(fig).startswith("data:image/png;base64,")   # drawing it raised a mathtext error before
@@ -217,7 +217,7 @@ def test_a_model_id_with_tex_draws_the_index_forest_plot(model_id):
 def test_report_figure_draws_any_unparsable_text_literally(tmp_path):
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     from silverspoon.core import load_params
-    from silverspoon.report import Report
+    from silverspoon.studies.report import Report
     rep = Report(load_params(dict(study="toy", run="x", model=dict(backend="scripted", id=r"org/$\bad$"))), tmp_path)
     fig, ax = plt.subplots(); ax.set_title(r"org/$\bad$: a title built without literal_text"); ax.set_xlabel(r"$\alpha$")
     rep.figure(fig, "tex", "a figure")
@@ -234,7 +234,7 @@ def _seeds():
 
 
 def test_non_ascii_targets_get_distinct_stop_scale_ids():
-    from silverspoon.studies.stop_scale import scale_requests
+    from silverspoon.studies.stop.stop_scale import scale_requests
     reqs = scale_requests(_seeds(), ["神道", "ジャイナ教"], n_samples=2)
     ids = [(r.item_id, r.sample_index) for r in reqs]
     assert len(ids) == 8 and len(set(ids)) == 8, ids                     # used to be scale/<seed>/x for both
@@ -243,7 +243,7 @@ def test_non_ascii_targets_get_distinct_stop_scale_ids():
 
 def test_target_names_that_share_an_id_are_refused(tmp_path):
     from silverspoon.core import DataError, ParamsError, load_params
-    from silverspoon.studies.stop_scale import scale_requests, scale_task
+    from silverspoon.studies.stop.stop_scale import scale_requests, scale_task
     with pytest.raises(DataError, match=r"targets 'shinto' and 'Shinto' get the same id 'shinto'.*Fix: list each target once"):
         scale_requests(_seeds(), ["shinto", "Shinto"])
     p = load_params(dict(study="stop_scale", run="x", model=dict(backend="scripted", id="m"), task=dict(seeds=[310], targets=["shinto", "Shinto"])))
@@ -252,7 +252,7 @@ def test_target_names_that_share_an_id_are_refused(tmp_path):
 
 def test_committed_stop_scale_ids_are_unchanged():
     import pandas as pd
-    from silverspoon.studies.stop_scale import scale_requests
+    from silverspoon.studies.stop.stop_scale import scale_requests
     root = Path(__file__).parents[1]/"reports"/"stop_scale"
     for answers in root.glob("*/answers.csv"):
         committed = set(pd.read_csv(answers)["item_id"])

@@ -164,7 +164,7 @@ def test_every_published_run_is_linked_from_the_index(project, cli):
 def test_lock_holder_record_is_shown_short_and_sanitised(tmp_path, capsys, monkeypatch):
     "The lock file's record used to be printed raw: escape sequences, newlines and any length reached the terminal."
     import fcntl, json, os, threading, time
-    from silverspoon.store import GenerationStore, NOTICES_ENV
+    from silverspoon.engine.store import GenerationStore, NOTICES_ENV
     monkeypatch.delenv(NOTICES_ENV, raising=False)
     store = tmp_path/"normative"/"mine.jsonl"; store.parent.mkdir()
     lock = os.open(store.with_name("mine.jsonl.lock"), os.O_RDWR | os.O_CREAT)

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest, yaml
 from conftest import ROOT
 from silverspoon.core import load_params, stable_hash
-from silverspoon.runner import verify_provenance
-from silverspoon.store import GenerationStore, StoreError, MAX_LINE_BYTES
+from silverspoon.site.runner import verify_provenance
+from silverspoon.engine.store import GenerationStore, StoreError, MAX_LINE_BYTES
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or ROOT.parent/"shared"/"data")
 needs_data = pytest.mark.skipif(not (SHARED/"silverspoon").is_dir(), reason="needs the shared data folder (SILVERSPOON_DATA)")
@@ -19,7 +19,7 @@ def _sha(p:Path)->str: return hashlib.sha256(p.read_bytes()).hexdigest()
 @pytest.fixture(scope="module")
 def store_run(tmp_path_factory):
     "A small normative run with a scripted model whose answers are kept in a store outside the project ($SILVERSPOON_STORE)."
-    from silverspoon.cli import main
+    from silverspoon.site.cli import main
     d = tmp_path_factory.mktemp("pin")
     f = d/"pin--scripted.yaml"
     f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"},
@@ -108,7 +108,7 @@ def test_overlong_store_line_is_refused_not_loaded(tmp_path):
 
 def test_cache_record_of_another_instrument_is_refused(tmp_path):
     from silverspoon.core import SilverspoonError
-    from silverspoon.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
+    from silverspoon.instruments.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
     class Positive(Instrument):
         name = "sentiment"
         def __init__(self, ident): self.ident, self.calls = ident, 0

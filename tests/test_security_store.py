@@ -4,8 +4,8 @@ from collections import Counter
 from pathlib import Path
 import pytest
 from silverspoon.core import GenerationParams, load_params
-from silverspoon.backends import GenRequest, Generation, user
-from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for
+from silverspoon.engine.backends import GenRequest, Generation, user
+from silverspoon.engine.store import GenerationStore, StoreError, generate_all, request_key, store_for
 from silverspoon.testing import ScriptedBackend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ def test_committed_stores_are_clean_and_their_keys_unchanged():
 
 def test_committed_instrument_caches_are_clean():
     "Every committed instrument cache passes its own record check (no torn or foreign lines)."
-    from silverspoon.text import InstrumentStore
+    from silverspoon.instruments.text import InstrumentStore
     files = sorted((ROOT/"store").glob("*/*.instruments.jsonl"))
     assert files
     for f in files:
@@ -121,8 +121,8 @@ N_ITEMS, BATCH = 24, 4
 SCRIPT = textwrap.dedent(f'''
     import hashlib, json, sys
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import GenRequest, user
-    from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.engine.backends import GenRequest, user
+    from silverspoon.engine.store import GenerationStore, generate_all
     from silverspoon.testing import ScriptedBackend
 
     store_path, side_path, out_path, gate, tag = sys.argv[1:6]

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsError, RunParams
-from silverspoon.backends.openai import OpenAIBackend
+from silverspoon.engine.backends.openai import OpenAIBackend
 from silverspoon.testing import FakeChatServer, fake_reply
 from silverspoon.testing import ScriptedBackend
 from silverspoon.stats import cluster_proportion_ci, proportion_ci, exact_proportion_ci
-from silverspoon.store import GenerationStore, store_for
-from silverspoon.studies.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
+from silverspoon.engine.store import GenerationStore, store_for
+from silverspoon.studies.stop.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations, transcript, score_conversations,
                               released_conversations, idealistic_table, faithful_label, strict_label, load_human, realistic_table,
                               hedges_g, human_conversations, human_coverage, stop_task, replay_backend, replay_conversations,
                               cf_resolve_table, group_table, parser_disagreement, first_no_table, SEVERITIES, severity_contrast, headlines_from_items,
@@ -63,7 +63,7 @@ def test_parsers_refuse_junk(kind):
 
 
 def test_parser_sets_hold_junk_that_both_parsers_refuse():
-    from silverspoon.studies.stop import parser_set_validity
+    from silverspoon.studies.stop.stop import parser_set_validity
     for p in ("faithful", "strict"):
         summ, items = parser_set_validity(p)
         junk = items[items.source.str.startswith("junk")]
@@ -292,10 +292,10 @@ N_PROG, BATCH = 8, 4
 SCRIPT = textwrap.dedent(f'''
     import sys, json
     from silverspoon.core import GenerationParams
-    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.engine.backends.openai import OpenAIBackend
     from silverspoon.testing import FakeChatServer
-    from silverspoon.store import GenerationStore
-    from silverspoon.studies.stop import load_stop, select_progressions, run_conversations
+    from silverspoon.engine.store import GenerationStore
+    from silverspoon.studies.stop.stop import load_stop, select_progressions, run_conversations
 
     store_path, side_path, out_path, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -441,7 +441,7 @@ def test_malformed_human_files_are_refused(tmp_path, data, rows, needle):
 
 # ---------------------------------------------------------------- params files and the report with a human file
 def test_params_files_validate(root):
-    from silverspoon.runner import read_params_file
+    from silverspoon.site.runner import read_params_file
     files = sorted(f for f in (root/"params"/"stop").glob("*.yaml") if not f.name.startswith("_"))   # "_*.yaml" are include bases, not runs
     assert len(files) == 12 and any(f.stem.endswith("-heldout") for f in files)   # 10 released models, SmolLM2, SmolLM2 + adapter on the held-out split
     for f in files: read_params_file(f)
@@ -451,7 +451,7 @@ def test_params_files_validate(root):
 
 def test_report_with_a_human_file(tmp_path, root, data):
     "The notebook run by papermill on a replay subset with a synthetic human file: realistic performance and the summary rows."
-    from silverspoon.runner import run_params_file
+    from silverspoon.site.runner import run_params_file
     pids = select_progressions(data, {"n": 60, "stratify_by": "severity", "seed": 0}).progression_id   # the run's own selection
     extra = [p for p in data.progression_id if p not in set(pids)][:4]                                 # annotated, not in the run
     rng = np.random.default_rng(0)

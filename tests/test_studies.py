@@ -9,7 +9,7 @@ import json, re, warnings
 from pathlib import Path
 import pandas as pd
 import pytest
-from silverspoon.runner import REPORT_MARKER
+from silverspoon.site.runner import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, check_summary, get_study, start_run
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ def _cells(study):
 
 @pytest.mark.parametrize("name", sorted(STUDY_REGISTRY))
 def test_registered_study_keeps_the_contract(name):
-    from silverspoon.data import lookup
+    from silverspoon.engine.data import lookup
     s = get_study(name)
     nb = ROOT/"nbs"/s.notebook
     assert nb.is_file(), f"STUDY_REGISTRY[{name!r}]: its Study names notebook {s.notebook!r}, which is not in nbs/"
