@@ -8,7 +8,7 @@ import pytest
 from silverspoon.engine import data
 from silverspoon.core import DataError, ParamsError
 from silverspoon.engine.data import REGISTRY, fetch, lookup, verify_all
-from silverspoon.studies import normative as nd     # the normative loader lives with its study
+from silverspoon.studies.silverspoon import normative as nd   # the normative loader lives with its study
 from silverspoon.studies.silverspoon.normative import load_normative, build_normative
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or "/work/shared/data")

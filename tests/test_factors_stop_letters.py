@@ -9,7 +9,7 @@ from silverspoon.site.card import study_headlines
 from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams
 from silverspoon.engine.store import GenerationStore
 from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study
-from silverspoon.studies import stop, letters
+from silverspoon.studies.stop import stop; from silverspoon.studies.letters import letters
 from silverspoon.testing import ScriptedBackend
 
 

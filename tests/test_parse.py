@@ -29,10 +29,10 @@ def test_parser_set_items_are_the_reference():
     assert instrument_validity("x", "parser", got, flipped, "flipped")[0].agreement.item() < 0.5
 
 def test_one_refusal_detector_is_extended_not_copied():
-    from silverspoon.studies import normative
+    from silverspoon.studies.silverspoon import normative
     assert set(REFUSAL.phrases) < set(normative.NORMATIVE_REFUSAL.phrases)
     assert not hasattr(normative, "_REFUSAL")
-    from silverspoon.studies import stop_downstream
+    from silverspoon.studies.stop import stop_downstream
     assert set(REFUSAL.phrases) < set(stop_downstream.CHOICE_REFUSAL.phrases) and not hasattr(stop_downstream, "_REFUSE")
 
 def test_downstream_choice_parser_set():
@@ -51,7 +51,7 @@ def test_parse_choice_issue_20_forms(reply, want):
     assert parse_choice(reply, ["The grandfather", "The grandson", "Can't be determined"]) == want
 
 def test_every_study_extends_the_one_refusal_detector():
-    from silverspoon.studies import professions, narratives, stop
+    from silverspoon.studies.silverspoon import professions, narratives; from silverspoon.studies.stop import stop
     for det in (professions.PROFESSION_REFUSAL, narratives.STORY_REFUSAL, stop.STOP_REFUSAL):
         assert set(REFUSAL.phrases) <= set(det.phrases)
     assert professions.PROFESSION_REFUSAL("Well, I cannot tell from a name.") and not REFUSAL("Well, I cannot tell from a name.")   # found anywhere

@@ -6,7 +6,7 @@ import pytest
 from silverspoon.core import load_params, project_root
 from silverspoon.site.card import study_headlines
 from silverspoon.studies import get_study, PROMPT_VARIANT_KINDS
-from silverspoon.studies import professions as P, narratives as N
+from silverspoon.studies.silverspoon import professions as P, narratives as N
 
 STUDIES = {"professions": (P.PROFESSION_PROMPTS, P.PROFESSION_PROMPT), "narratives": (N.NARRATIVE_PROMPTS, N.NARRATIVE_PROMPT)}
 

@@ -106,7 +106,7 @@ def test_a_new_import_brings_its_module_into_the_record(tmp_path):
     record = lambda: content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", (), t, stores={})["files"]
     assert "silverspoon/studies/stop/stop_downstream.py" not in record()
     nm = t/"silverspoon"/"studies"/"silverspoon"/"normative.py"   # a function-level import the study adds: that module's code now makes the run
-    nm.write_text(nm.read_text() + "\ndef _later():\n    from silverspoon.studies import stop_downstream\n")
+    nm.write_text(nm.read_text() + "\ndef _later():\n    from silverspoon.studies.stop import stop_downstream\n")
     assert "silverspoon/studies/stop/stop_downstream.py" in record()
 
 
