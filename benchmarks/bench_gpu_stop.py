@@ -23,8 +23,8 @@ def main(argv=None):
     a = ap.parse_args(argv)
     import torch
     from silverspoon.core import GenerationParams
-    from silverspoon.store import GenerationStore
-    from silverspoon.studies.stop import load_stop, run_conversations, StopTask
+    from silverspoon.engine.store import GenerationStore
+    from silverspoon.studies.stop.stop import load_stop, run_conversations, StopTask
     ba = B.parse_args(["--tiny"] if a.tiny else [] + (["--tokenizer", a.tokenizer] if a.tokenizer else []))
     device = "cuda" if torch.cuda.is_available() and not a.tiny else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -227,7 +227,7 @@ BOUNDS = {   # the engine's shared fields: name -> (lowest, highest[, lowest exc
     "max_new_tokens": (1, 1_000_000), "n_samples": (1, 10_000), "temperature": (0, 100), "top_p": (0, 1, True),
     "seed": (0, 2**32 - 1), "boot_seed": (0, 2**32 - 1), "split_seed": (0, 2**32 - 1), "n": (1, 100_000_000), "within": (1, 100_000_000),
     "n_boot": (1, 100_000), "max_disagreements_shown": (0, 10_000), "max_examples": (0, 10_000),
-    # fine-tuning (silverspoon.studies.stop_finetune)
+    # fine-tuning (silverspoon.studies.stop.stop_finetune)
     "learning_rate": (0, 10, True), "weight_decay": (0, 10), "warmup_steps": (0, 100_000_000), "epochs": (0, 100_000, True),
     "max_steps": (1, 100_000_000), "grad_accum": (1, 4096), "max_length": (1, 10_000_000), "max_grad_norm": (0, 1e6, True),
     "r": (1, 4096), "alpha": (1, 1_000_000), "dropout": (0, 0.99), "valid_fraction": (0, 0.99), "group_jaccard": (0, 1, True),

@@ -11,8 +11,9 @@ from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Callable, Iterable
 from .core import ModelParams, GenerationParams
-from .backends.base import Backend, GenRequest, Generation
-from .backends.hf import CHATML_TEMPLATE
+from .engine.backends.base import Backend, GenRequest, Generation
+from .engine.backends.hf import CHATML_TEMPLATE
+from .core import ParamsError, project_root, sha256_file
 
 # %% auto #0
 __all__ = ['ScriptedBackend', 'fake_reply', 'FakeChatServer', 'build_tiny_llama', 'FakeVLLM', 'fake_vllm']
@@ -95,7 +96,6 @@ from fastcore.basics import patch
 def from_model(cls:ScriptedBackend, model:ModelParams # `model.backend: scripted`; `model.id` is an answers file or a rule
               )->ScriptedBackend:
     "The scripted backend a params file names: answers from the file `model.id` (JSON/YAML mapping or JSONL), or the rule `ok`, `echo` or `text:<answer>`."
-    from silverspoon.core import ParamsError, project_root, sha256_file
     spec, fix = model.id, "Fix: name a .json/.yaml/.jsonl answers file (relative to the project root) or a rule: ok, echo, text:<answer>."
     batch = model.batch_size if isinstance(model.batch_size, int) else 8
     if spec == "ok": return cls(None, batch_size=batch, identity={"backend": "scripted", "id": spec})

@@ -56,8 +56,8 @@ def bare(tiny_llama)->Path:
 
 @pytest.fixture(scope="session")
 def tiny_classifier(tmp_path_factory):
-    "`tiny_classifier(name, labels, seed=0)`: the folder `.../<name>` of a tiny random sequence classifier (silverspoon.text.build_tiny_classifier), built once per (name, labels, seed)."
-    from silverspoon.text import build_tiny_classifier
+    "`tiny_classifier(name, labels, seed=0)`: the folder `.../<name>` of a tiny random sequence classifier (silverspoon.instruments.text.build_tiny_classifier), built once per (name, labels, seed)."
+    from silverspoon.instruments.text import build_tiny_classifier
     built = {}
     def get(name:str, labels:tuple, seed:int=0)->Path:
         key = (name, tuple(labels), seed)
@@ -67,15 +67,15 @@ def tiny_classifier(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory)->Path:
-    "A tiny random BERT (silverspoon.studies.agency.make_tiny_bert), the agency classifier's base model in tests."
-    from silverspoon.studies.agency import make_tiny_bert
+    "A tiny random BERT (silverspoon.studies.letters.agency.make_tiny_bert), the agency classifier's base model in tests."
+    from silverspoon.studies.letters.agency import make_tiny_bert
     return make_tiny_bert(tmp_path_factory.mktemp("bert")/"bert")
 
 @pytest.fixture
 def cli(capsys, monkeypatch):
     "The `silverspoon` command in this process (fast; an uncaught exception fails the test): returns rc, stdout, stderr."
     from types import SimpleNamespace
-    from silverspoon.cli import main
+    from silverspoon.site.cli import main
     def call(*args, env=None):
         for k, v in (env or {}).items(): monkeypatch.setenv(k, v)
         rc = main([str(a) for a in args]); out = capsys.readouterr()

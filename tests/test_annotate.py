@@ -4,8 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from silverspoon.core import DataError, ModelParams, RunParams
-from silverspoon.studies.stop import load_stop, load_human, released_conversations, realistic_table, human_coverage, stop_task
-from silverspoon.studies.stop_annotate import (write_annotation_sheets, read_annotation_sheets, annotator_agreement,
+from silverspoon.studies.stop.stop import load_stop, load_human, released_conversations, realistic_table, human_coverage, stop_task
+from silverspoon.studies.stop.stop_annotate import (write_annotation_sheets, read_annotation_sheets, annotator_agreement,
                                                write_human_file, krippendorff_alpha, annotation_items)
 
 # The annotators below are SYNTHETIC: answers made up from the ideal answers plus seeded noise. No person answered them.
@@ -114,7 +114,7 @@ def test_krippendorff_alpha_reference_values():
 
 
 def test_cli_sheet_then_collect(tmp_path, data):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "silverspoon.cli", "annotate", *map(str, a)], capture_output=True, text=True)
+    run = lambda *a: subprocess.run([sys.executable, "-m", "silverspoon.site.cli", "annotate", *map(str, a)], capture_output=True, text=True)
     r = run("sheet", tmp_path, "--n", 6, "--annotators", *SYNTHETIC[:2]); assert r.returncode == 0, r.stderr
     key = pd.read_csv(tmp_path/"key.csv", dtype=str)
     for k, a in enumerate(SYNTHETIC[:2]):

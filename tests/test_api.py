@@ -4,8 +4,8 @@ from collections import Counter
 import pytest
 
 from silverspoon.core import SilverspoonError, GenerationParams
-from silverspoon.backends import GenRequest
-from silverspoon.backends.openai import OpenAIBackend, resolve_api_key
+from silverspoon.engine.backends import GenRequest
+from silverspoon.engine.backends.openai import OpenAIBackend, resolve_api_key
 from silverspoon.testing import FakeChatServer, fake_reply
 
 def _prompt(i): return f"item {i:02d}: who is wrong?"
@@ -103,7 +103,7 @@ def test_missing_key():
 
 def test_through_generate_all(tmp_path, monkeypatch):
     "Through the store: failed items are recorded, a rerun asks only for them, cached answers are not re-requested."
-    store_mod = pytest.importorskip("silverspoon.store")
+    store_mod = pytest.importorskip("silverspoon.engine.store")
     key = "sk-store-" + secrets.token_hex(12)
     monkeypatch.setenv("SILVERSPOON_TEST_API_KEY", key)
     path, gen, reqs = tmp_path/"run.jsonl", GenerationParams(max_new_tokens=16), _reqs(12)
@@ -126,7 +126,7 @@ def test_through_generate_all(tmp_path, monkeypatch):
 def test_null_content_is_a_failure_not_an_empty_answer():
     "A response without content (content filter, reasoning budget spent) is recorded as failed, so it is counted and retried."
     from types import SimpleNamespace as NS
-    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.engine.backends.openai import OpenAIBackend
     from silverspoon.core import ModelParams
     be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://127.0.0.1:9/v1"))
     resp = NS(choices=[NS(message=NS(content=None, refusal=None), finish_reason="length")], usage=None, model="m", system_fingerprint=None)
@@ -140,7 +140,7 @@ def test_null_content_is_a_failure_not_an_empty_answer():
 def test_reply_byte_cap_stops_a_server_ignoring_max_tokens():
     "A 256 MB reply (with or without Content-Length) is cut at the cap: a recorded failure, not retried, no memory blow-up."
     import tracemalloc
-    from silverspoon.backends.openai import reply_byte_cap
+    from silverspoon.engine.backends.openai import reply_byte_cap
     script = {"runaway": "flood", "declared": "flood-sized"}
     with FakeChatServer(script=script) as srv:
         be = OpenAIBackend(srv.model_params(max_retries=3, concurrency=3), backoff_s=0.01)
@@ -184,7 +184,7 @@ def test_http_200_error_body_keeps_the_server_message():
 def test_server_junk_never_poisons_the_store(tmp_path):
     "A server's wrong types become None or a recorded failure; the store stays readable and the failure is retried."
     import warnings
-    from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.engine.store import GenerationStore, generate_all
     junk = {"choices": [{"index": 0, "message": {"role": "assistant", "content": "Fine."}, "finish_reason": ["stop"]}],
             "usage": {"prompt_tokens": "lots", "completion_tokens": -3}, "model": {"a": 1}, "system_fingerprint": 5}
     script = {_prompt(0): junk, _prompt(1): {**junk, "choices": [{"index": 0, "message": {"role": "assistant", "content": {"text": "hi"}}}]}}
@@ -205,7 +205,7 @@ def test_server_junk_never_poisons_the_store(tmp_path):
 def test_a_wrapped_reply_too_large_is_still_recognised():
     "openai < 3 wraps an exception raised while reading a reply in APIConnectionError (retryable); it must stay ReplyTooLarge."
     import openai
-    from silverspoon.backends.openai import ReplyTooLarge
+    from silverspoon.engine.backends.openai import ReplyTooLarge
     from silverspoon.core import ModelParams
     class Wrapping:   # stands in for the SDK client
         def __init__(self): self.calls = 0; self.chat = self; self.completions = self

@@ -4,9 +4,9 @@ import json, re
 import pandas as pd
 import pytest
 from silverspoon.core import DataError, ParamsError, load_params, GenerationParams
-from silverspoon.parse import Parsed, ReplyGate, instrument_validity, gather_instruments, INSTRUMENT_COLUMNS
+from silverspoon.instruments.parse import Parsed, ReplyGate, instrument_validity, gather_instruments, INSTRUMENT_COLUMNS
 from silverspoon.stats import proportion_ci
-from silverspoon.audit import (write_audit_sheet, collect_audit, audit_validity, merge_instruments, reply_sha256, StaleAudit,
+from silverspoon.instruments.audit import (write_audit_sheet, collect_audit, audit_validity, merge_instruments, reply_sha256, StaleAudit,
                                AUDIT_INSTRUMENT, NON_ANSWER_LABELS)
 
 
@@ -174,8 +174,8 @@ def bare_answer(reply)->Parsed:
 
 def scripted_report(out_dir, gate:ReplyGate, script=SCRIPT, instruments_first=False):
     "One run of a scripted model through the report path: generate, screen, parse, `Report.answers`, `Report.instruments` (a borrowed row)."
-    from silverspoon.backends.base import GenRequest
-    from silverspoon.report import Report
+    from silverspoon.engine.backends.base import GenRequest
+    from silverspoon.studies.report import Report
     from silverspoon.testing import ScriptedBackend
     params = load_params(dict(study="normative", run="scripted-junk", model=dict(backend="scripted", id="text:x")))
     backend = ScriptedBackend(script, fail_on=("q7",))
@@ -229,7 +229,7 @@ def test_scripted_run_audit_and_report(tmp_path, monkeypatch, cli):
 
 
 def test_cli_help_texts(capsys):
-    from silverspoon.cli import main
+    from silverspoon.site.cli import main
     def helptext(*args):
         with pytest.raises(SystemExit) as e: main([*args, "--help"])
         assert e.value.code == 0

@@ -5,8 +5,8 @@ import shutil, importlib
 import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: transformers generation, bitsandbytes layers and the SmolLM2 GGUF load: torch/transformers behaviour
 from silverspoon.core import ModelParams, GenerationParams, SilverspoonError
-from silverspoon.backends import GenRequest, make_backend, user
-from silverspoon.backends.hf import HFBackend, smollm2, resolve_model_path, package_version
+from silverspoon.engine.backends import GenRequest, make_backend, user
+from silverspoon.engine.backends.hf import HFBackend, smollm2, resolve_model_path, package_version
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -2,8 +2,8 @@
 import shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
-from silverspoon.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
-from silverspoon.runner import write_card, _CSS
+from silverspoon.site.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
+from silverspoon.site.runner import write_card, _CSS
 from silverspoon.core import ParamsError
 
 def copy_params(root, d):
@@ -74,7 +74,7 @@ def _run(d, study, rows, answered=True, items=None, instruments=None):
     "A published run folder: summary.csv rows (metric, estimate, ci_low, ci_high, n, p, test, null, n_units), answer_summary.csv, optional items.csv / instruments.csv."
     d = Path(d)/study/"mymodel"; d.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows).to_csv(d/"summary.csv", index=False)
-    from silverspoon.parse import ReplyGate
+    from silverspoon.instruments.parse import ReplyGate
     ReplyGate().summary(["answer"]*(70 if answered else 10) + ["not_an_answer"]*(2 if answered else 60)).assign(part="all").to_csv(d/"answer_summary.csv", index=False)
     if items is not None: items.to_csv(d/"items.csv", index=False)
     if instruments is not None: pd.DataFrame(instruments).to_csv(d/"instruments.csv", index=False)
@@ -88,7 +88,7 @@ INSTR = [dict(instrument="profession parser (parse_profession)", kind="parser", 
          dict(instrument="income router (alias / title / embedding)", kind="router", reference="30 hand-labelled answers", n=30, agreement=0.70, ci_low=0.52, ci_high=0.83)]
 
 def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evidence(tmp_path):
-    from silverspoon.card import card_rows
+    from silverspoon.site.card import card_rows
     d = _run(tmp_path, "professions", _prof(0.001), instruments=INSTR)
     card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     assert card.verdict.tolist() == ["evidence: richer professions in the rich city"]*2 and card.tier.eq("evidence").all()
@@ -113,7 +113,7 @@ def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evid
 
 def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
     "p = 0.02 alone is evidence; with 8 factor deltas at p = 0.5 in the card's family its adjusted p is 0.02 x 10 / 2 = 0.1: no longer."
-    from silverspoon.card import card_rows
+    from silverspoon.site.card import card_rows
     d = _run(tmp_path, "professions", _prof(0.02))
     heads = [h for h in card_headlines() if h.study == "professions"]
     alone, _ = card_rows({"professions": d}, tmp_path, heads)
@@ -123,7 +123,7 @@ def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
     assert dl.p_bh.eq(0.5).all() and dl.tier.eq("underpowered").all() and card.family.iloc[0] == dl.family.iloc[0] == "BH over 10 tests: 2 card headlines, 8 factor deltas"
 
 def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_estimator(tmp_path):
-    from silverspoon.card import card_rows, mcnemar_mde
+    from silverspoon.site.card import card_rows, mcnemar_mde
     rows = [dict(metric="P", parser="faithful", estimate=0.6, ci_low=0.3, ci_high=0.85, n=10),
             dict(metric="mean sensitivity", parser="faithful", estimate=0.7, ci_low=0.5, ci_high=0.9, n=10),
             dict(metric="sensitivity high-low severity", parser="faithful", estimate=0.1, ci_low=np.nan, ci_high=np.nan, n=10, p=0.4,
@@ -140,7 +140,7 @@ def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_
     assert card.detect.iloc[0].startswith("no answer: paper: none")
 
 def test_the_report_verdict_block_uses_the_card_family_and_links_the_policy(tmp_path):
-    from silverspoon.runner import verdict_html
+    from silverspoon.site.runner import verdict_html
     d = _run(tmp_path, "professions", _prof(0.001))
     v = verdict_html("professions", d)
     assert "<td>evidence: richer professions in the rich city</td>" in v and "href='../inference.html'" in v and "CI excludes" not in v
@@ -168,8 +168,8 @@ def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
 
 def test_a_model_file_not_yet_run_gets_a_plan_card_linked_from_the_index(root, tmp_path):
     "llama3-8b-instruct.yaml (documented, not run): build_index writes its plan card and gives it a 'planned (not run)' row that links it."
-    from silverspoon.runner import build_index
-    from silverspoon.card import PLANNED
+    from silverspoon.site.runner import build_index
+    from silverspoon.site.card import PLANNED
     r = runs_for_model("smollm2-135m", root/"reports")["normative"]
     shutil.copytree(r, tmp_path/"normative"/r.name)
     index = build_index(tmp_path).read_text()

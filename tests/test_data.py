@@ -1,15 +1,15 @@
-"Tests of silverspoon.data: checksums, error messages, downloads (offline, via a local HTTP server) and the normative loader (silverspoon.studies.normative)."
+"Tests of silverspoon.engine.data: checksums, error messages, downloads (offline, via a local HTTP server) and the normative loader (silverspoon.studies.silverspoon.normative)."
 import dataclasses, functools, hashlib, http.server, os, threading, zipfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from silverspoon import data
+from silverspoon.engine import data
 from silverspoon.core import DataError, ParamsError
-from silverspoon.data import REGISTRY, fetch, lookup, verify_all
-from silverspoon.studies import normative as nd     # the normative loader lives with its study
-from silverspoon.studies.normative import load_normative, build_normative
+from silverspoon.engine.data import REGISTRY, fetch, lookup, verify_all
+from silverspoon.studies.silverspoon import normative as nd   # the normative loader lives with its study
+from silverspoon.studies.silverspoon.normative import load_normative, build_normative
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or "/work/shared/data")
 HAVE_SHARED = (SHARED/"silverspoon"/"silverSpoonHumanBinary.csv").is_file()

@@ -13,9 +13,9 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from silverspoon import data
+from silverspoon.engine import data
 from silverspoon.core import DataError
-from silverspoon.data import (REGISTRY, PUBLIC_HOST, Source, build_mirror, fetch, fetch_all, lookup, module_literals, xlsx_rows,
+from silverspoon.engine.data import (REGISTRY, PUBLIC_HOST, Source, build_mirror, fetch, fetch_all, lookup, module_literals, xlsx_rows,
                               xlsx_to_csv)
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or "/work/shared/data")

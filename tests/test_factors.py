@@ -7,7 +7,7 @@ model answers.
 """
 import dataclasses, os, shutil, sys
 import nbformat, numpy as np, pandas as pd, pytest
-from silverspoon.card import read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model, factors_html
+from silverspoon.site.card import read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model, factors_html
 from silverspoon.core import ParamsError, read_params_mapping
 
 SMOL = "params/models/smollm2-135m.yaml"
@@ -60,6 +60,8 @@ def varied_studies(monkeypatch):
         s = real(name, src)
         return dataclasses.replace(s, headlines_from_items=lambda d: {}, prompt_variants=VARIANTS) if name != "stop_scale" else s
     monkeypatch.setattr(st, "get_study", fake)
+    import silverspoon.site.card as card
+    monkeypatch.setattr(card, "get_study", fake)   # the card imports it at module level
 
 
 def test_planner_files_for_smollm2(root, tmp_path, varied_studies):
@@ -154,7 +156,7 @@ def test_items_are_resampled_jointly_and_drawn_twice_as_two_units():
 
 def test_too_few_units_per_arm_give_no_estimate():
     "Letters: the units are measured letters per gender; 8 pairs with 2 measured men's letters -> no p, no CI, 'no estimate'."
-    from silverspoon.card import letters_per_gender
+    from silverspoon.site.card import letters_per_gender
     ref = pd.DataFrame({"item": np.repeat([f"p{k}" for k in range(8)], 2), "gender": ["m", "f"]*8,
                         "measured": [k < 4 or k % 2 for k in range(16)], "y": np.arange(16.0)})
     assert letters_per_gender(ref) == 2
@@ -230,7 +232,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import pandas as pd
 from silverspoon.core import RunParams, task_params
-from silverspoon.backends import GenRequest, user
+from silverspoon.engine.backends import GenRequest, user
 from silverspoon.studies import Study, check_prompt_variant
 
 NAMES = {"A": ["Ann", "Bo", "Cy", "Di"], "B": ["Ed", "Fay", "Gus", "Hal"]}
@@ -267,8 +269,8 @@ def summary_rows(d:pd.DataFrame)->pd.DataFrame:
 STUDY = Study(name="toy", title="A toy study with prompt variants", notebook="40_toy.ipynb", task=ToyTask, validate=toy_task,
               summary_rows=summary_rows, headlines_from_items=headlines, prompt_variants=VARIANTS)'''
 
-REPORT = '''from silverspoon.backends import make_backend
-from silverspoon.store import store_for, generate_all
+REPORT = '''from silverspoon.engine.backends import make_backend
+from silverspoon.engine.store import store_for, generate_all
 from silverspoon.studies import start_run
 params, opts, rep = start_run("toy", dict(study=study, run=run, description=description, model=model, generation=generation,
                                           sample=sample, task=task), out_dir, params_source)
@@ -301,7 +303,7 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     (t/"params"/"toy"/"_base-local.yaml").write_text("study: toy\nmodel: {backend: scripted, id: echo}\ngeneration: {max_new_tokens: 8}\n")
     (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {prompt_variant: all, n: {toy: 8}}\n")
     reports = tmp_path/"reports"
-    r = _sh(sys.executable, "-m", "silverspoon.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
+    r = _sh(sys.executable, "-m", "silverspoon.site.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
             "--vary", "task.prompt_variant=yes_first,polite", "--vary", "task.prompt_variant=system", "--reports-dir", reports,
             cwd=t, env=env, timeout=600)
     assert "5 of 5 runs succeeded" in r.stdout, r.stdout
@@ -321,20 +323,20 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     assert "<h2>Factors</h2>" in page and "toy n=8" in page
     assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
     # every run skips the library's examples (runner.without_examples: nbdev_test runs them) and says so at its end
-    from silverspoon.runner import EXAMPLES_NOTE
+    from silverspoon.site.runner import EXAMPLES_NOTE
     ran = {p.stem: nbformat.read(str(p), as_version=4) for p in (reports/"toy").glob("*.ipynb")}
     for run in ("echo", "echo--reference", "echo--prompt_variant-yes_first"):
         assert "a library example ran" not in "".join(c.source for c in ran[run].cells), run
         assert ran[run].cells[-1].source == EXAMPLES_NOTE and "asserting examples" in (reports/"toy"/f"{run}.html").read_text()
     # a fresh clone has no tmp/: the reports' provenance is still checkable (the run files are planned again from the model file)
     shutil.rmtree(t/"tmp")
-    check = "import sys; from silverspoon.runner import verify_provenance; bad = {d: verify_provenance(d) for d in sys.argv[1:]}; assert not any(bad.values()), bad"
+    check = "import sys; from silverspoon.site.runner import verify_provenance; bad = {d: verify_provenance(d) for d in sys.argv[1:]}; assert not any(bad.values()), bad"
     _sh(sys.executable, "-c", check, *sorted(p for p in (reports/"toy").iterdir() if p.is_dir()), cwd=t, env=env)
 
 
 def test_factor_runs_stay_off_the_index_tables(tmp_path):
     "The index's study sections show each model's own run; its factor runs are on its card (linked from the Factors table)."
-    from silverspoon.runner import collect_summaries
+    from silverspoon.site.runner import collect_summaries
     for r in ("m", "m--reference", "m--quantization-4bit"):
         (tmp_path/"toy"/r).mkdir(parents=True)
         pd.DataFrame({"run": [r], "metric": ["x"], "estimate": [1.0]}).to_csv(tmp_path/"toy"/r/"summary.csv", index=False)
@@ -345,7 +347,7 @@ def _mean_v(d): return {"mean v": float(d["v"].mean())}
 
 def test_factor_tests_give_the_same_numbers_on_several_processes():
     "The card's factor tests run on several processes; the draws depend only on the seed, so the deltas equal those computed here."
-    from silverspoon.card import _map_paired_deltas
+    from silverspoon.site.card import _map_paired_deltas
     it = pd.DataFrame(dict(item=list("aabbccdd"), v=[1, 0, 1, 1, 0, 0, 1, 0]))
     jobs = [(it, it.assign(v=1), _mean_v, 200, 0, 0.05), (it, it.assign(v=0), _mean_v, 200, 1, 0.05), (it, it, _mean_v, 200, 0, 0.05)]
     two, one = _map_paired_deltas(jobs, 2), _map_paired_deltas(jobs, 1)

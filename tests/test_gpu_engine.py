@@ -4,10 +4,10 @@ from pathlib import Path
 import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: torch generation engine: out-of-memory handling, torch.compile, batch sizes
 from silverspoon.core import ModelParams, GenerationParams
-from silverspoon.backends import GenRequest, user
-from silverspoon.backends.hf import (HFBackend, kv_cache_bytes_per_token, auto_batch_size, AUTO_BATCH_CPU, AUTO_BATCH_MAX,
+from silverspoon.engine.backends import GenRequest, user
+from silverspoon.engine.backends.hf import (HFBackend, kv_cache_bytes_per_token, auto_batch_size, AUTO_BATCH_CPU, AUTO_BATCH_MAX,
                                      AUTO_MEMORY_SHARE)
-from silverspoon.store import GenerationStore, generate_all
+from silverspoon.engine.store import GenerationStore, generate_all
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """The import graph of `silverspoon/` has no circle: the runner sits above the studies, the in-notebook report and the
 provenance spine below them. Imports are read with `ast`, module-level AND function-level, so a circle cannot hide
 behind an import moved into a function."""
-import ast
+import ast, re
 from pathlib import Path
 from conftest import ROOT
 
@@ -31,7 +31,7 @@ def import_graph(pkg:Path=PKG)->dict:
             elif isinstance(node, ast.Import): candidates = [a.name for a in node.names]
             else: continue
             for c in candidates:
-                while c and c not in mods: c = c.rpartition(".")[0]   # `silverspoon.report.Report` -> silverspoon.report
+                while c and c not in mods: c = c.rpartition(".")[0]   # `silverspoon.studies.report.Report` -> silverspoon.studies.report
                 if c and c != name: targets.add(c)
         graph[name] = targets
     return graph
@@ -89,6 +89,85 @@ def test_no_import_circle_in_silverspoon():
 
 def test_runner_is_above_the_studies_and_report_below():
     g = import_graph()
-    assert "silverspoon.studies" in g["silverspoon.runner"] and "silverspoon.report" in g["silverspoon.studies"]
-    assert not g["silverspoon.report"] & {"silverspoon.runner", "silverspoon.studies", "silverspoon.cli"}
-    assert not g["silverspoon.provenance"] & {"silverspoon.report", "silverspoon.runner", "silverspoon.studies"}
+    assert "silverspoon.studies" in g["silverspoon.site.runner"] and "silverspoon.studies.report" in g["silverspoon.studies"]
+    assert not g["silverspoon.studies.report"] & {"silverspoon.site.runner", "silverspoon.studies", "silverspoon.site.cli"}
+    assert not g["silverspoon.engine.provenance"] & {"silverspoon.studies.report", "silverspoon.site.runner", "silverspoon.studies"}
+
+# issue 32 item 2: the folders are the layers, named in the README's architecture note, and imports follow them
+LAYERS = ["core", "engine", "stats", "instruments", "studies", "site", "testing"]   # a module imports only its own layer or earlier ones
+ROOT = PKG.parent
+
+def layer(module:str)->int:
+    "The layer index of a dotted module name (`silverspoon.engine.store` -> engine); the package itself is the base."
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 else 0
+
+def architecture_note()->str:
+    "The `## Architecture` section of nbs/index.ipynb (the README is its rendering)."
+    import json
+    cells = json.loads((ROOT/"nbs"/"index.ipynb").read_text(encoding="utf-8"))["cells"]
+    notes = ["".join(c["source"]) for c in cells if "".join(c["source"]).startswith("## Architecture")]
+    assert len(notes) == 1, "nbs/index.ipynb: one markdown cell starting with `## Architecture` (the layout note) is expected"
+    return notes[0]
+
+def test_every_package_folder_is_in_the_architecture_note_and_no_other():
+    note = architecture_note()
+    named = set(re.findall(r"`silverspoon/([\w/]+)/`", note))
+    folders = {p.parent.relative_to(PKG).as_posix() for p in PKG.rglob("__init__.py") if "__pycache__" not in p.parts and p.parent != PKG}
+    assert not folders - named, f"nbs/index.ipynb `## Architecture`: folders of silverspoon/ it does not name: {sorted(folders - named)}; add each with its purpose"
+    assert not named - folders, f"nbs/index.ipynb `## Architecture` names folders that are not packages under silverspoon/: {sorted(named - folders)}"
+    order = [m.group(1).split("/")[0].removesuffix(".py") for m in re.finditer(r"`silverspoon/([\w/.]+?)/?`:", note)]
+    assert order == LAYERS, f"the note lists the layers as {order}; the import rule (tests/test_imports.py LAYERS) is {LAYERS}"
+
+def test_each_layer_folder_states_its_purpose_in_the_note():
+    note = " ".join(architecture_note().split())
+    for init in sorted(PKG.glob("*/__init__.py")):
+        first = ast.get_docstring(ast.parse(init.read_text(encoding="utf-8")))
+        assert first, f"{init.relative_to(ROOT)}: no docstring; its first line is the folder's one-line purpose"
+        purpose = re.split(r"[(;]", first.split(": ", 1)[-1])[0].strip().rstrip(".,")   # "Engine: params -> stored answers (...)."
+        assert f": {purpose}" in note, f"{init.relative_to(ROOT)}: its purpose {purpose!r} is not what the README's architecture note says"
+
+def module_level_graph(pkg:Path=PKG)->dict:
+    "Like `import_graph`, module-level imports only."
+    mods, out = module_files(pkg), {}
+    for name, (f, is_pkg) in mods.items():
+        here = name.split(".") if is_pkg else name.split(".")[:-1]
+        targets = set()
+        for node in ast.parse(f.read_text(encoding="utf-8"), str(f)).body:
+            if isinstance(node, ast.ImportFrom):
+                base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else [])) if node.level else (node.module or "")
+                cands = [base] + [f"{base}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import): cands = [a.name for a in node.names]
+            else: continue
+            for c in cands:
+                while c and c not in mods: c = c.rpartition(".")[0]
+                if c and c != name: targets.add(c)
+        out[name] = targets
+    return out
+
+def test_a_lower_layer_never_imports_a_higher_one_at_module_level():
+    bad = sorted(f"{m} -> {t}" for m, ts in module_level_graph().items() for t in ts if layer(t) > layer(m))
+    assert not bad, f"a module imports a later layer at module level (layers {LAYERS}): {bad}; move the shared part down"
+
+def unexplained_function_imports(pkg:Path=PKG)->list[str]:
+    "`file:line` of each import of the package's own modules inside a function without a `#` comment on its line(s)."
+    out = []
+    for name, (f, _) in module_files(pkg).items():
+        text = f.read_text(encoding="utf-8"); lines = text.splitlines()
+        for fn in ast.walk(ast.parse(text, str(f))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)): continue
+            for node in ast.walk(fn):
+                own = (isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(".")[0] == pkg.name)) or \
+                      (isinstance(node, ast.Import) and any(a.name.split(".")[0] == pkg.name for a in node.names))
+                if own and not any("#" in l for l in lines[node.lineno - 1:node.end_lineno]):
+                    out.append(f"{f.relative_to(pkg.parent)}:{node.lineno}")
+    return sorted(set(out))
+
+def test_unexplained_function_level_imports_are_found(tmp_path):
+    pkg = tmp_path/"pkg"; pkg.mkdir(); (pkg/"__init__.py").write_text("")
+    (pkg/"a.py").write_text("def f():\n    from pkg.b import x\n    from .b import y   # a circle: b imports a\n    import os\n")
+    assert unexplained_function_imports(pkg) == ["pkg/a.py:2"]
+
+def test_every_function_level_own_import_says_why():
+    bad = unexplained_function_imports()
+    assert not bad, f"imports of silverspoon's own modules inside a function without a comment saying why (a circle, a heavy optional dependency): {bad}; move them to the notebook's import cell or add the reason on the line"

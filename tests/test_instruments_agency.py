@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: training a tiny BERT with torch/transformers: determinism and checkpoints depend on the stack
 from silverspoon.core import ParamsError
-from silverspoon.studies.agency import (AgencyTrainConfig, train_agency_classifier, agency_metrics_table, confusion_table,
+from silverspoon.studies.letters.agency import (AgencyTrainConfig, train_agency_classifier, agency_metrics_table, confusion_table,
                                         PAPER_CONFIG)
-from silverspoon.studies.letters import load_agency_split
+from silverspoon.studies.letters.letters import load_agency_split
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def _per_letter(sent_share, piece_share, per_ac):
 
 def test_split_share_of_gap_on_a_small_fixture():
     "Four letters scored by hand: sentences 0.9/1.0/0.8/0.7, pieces 0.5/0.8/0.6/0.5, per_ac 0.1/0.2/0.2/0.1."
-    from silverspoon.studies.agency import split_share_of_gap
+    from silverspoon.studies.letters.agency import split_share_of_gap
     t = split_share_of_gap(_per_letter([0.9, 1.0, 0.8, 0.7], [0.5, 0.8, 0.6, 0.5], [0.1, 0.2, 0.2, 0.1]), n_boot=500).set_index("statistic")
     est = t.estimate
     # means: sentences 0.85, pieces 0.60, per_ac 0.15 -> gaps 0.70 and 0.45, split effect 0.25, share 0.25 / 0.70
@@ -97,7 +97,7 @@ def test_split_share_of_gap_on_a_small_fixture():
 
 
 def test_split_share_of_gap_drops_letters_without_pieces_and_refuses_too_few():
-    from silverspoon.studies.agency import split_share_of_gap
+    from silverspoon.studies.letters.agency import split_share_of_gap
     t = split_share_of_gap(_per_letter([0.9, 0.8, 0.6], [0.5, np.nan, 0.4], [0.1, 0.1, 0.2]), n_boot=50).set_index("statistic")
     assert (t.n_letters == 2).all() and math.isclose(t.estimate["split effect (sentences - pieces)"], 0.3, abs_tol=1e-12)
     with pytest.raises(ValueError, match="needs 2\\+ letters"):

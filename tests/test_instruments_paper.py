@@ -8,11 +8,11 @@ import pytest
 import transformers
 import pandas as pd
 from conftest import run_cli, ROOT
-from silverspoon.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, paper_revision,
+from silverspoon.instruments.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, paper_revision,
                               AUTO, resolve_paper_instrument)
-from silverspoon.studies.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
-from silverspoon.studies.narratives import PAPER_SENTIMENT_MODEL
-from silverspoon import text
+from silverspoon.studies.letters.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
+from silverspoon.studies.silverspoon.narratives import PAPER_SENTIMENT_MODEL
+from silverspoon.instruments import text
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -86,9 +86,9 @@ def test_every_pinned_revision_is_a_full_sha_with_its_source():
 def test_paper_models_load_from_the_hub_cache_at_their_pinned_commits(hub_cache):
     out = run_offline(hub_cache, """
         import json
-        from silverspoon.text import HFTextClassifier, NLIClassifier, PAPER_NLI
-        from silverspoon.studies.letters import PAPER_FORMALITY, PAPER_SENTIMENT
-        from silverspoon.studies.narratives import PAPER_SENTIMENT_MODEL, sentiment_instrument, sentiment_score
+        from silverspoon.instruments.text import HFTextClassifier, NLIClassifier, PAPER_NLI
+        from silverspoon.studies.letters.letters import PAPER_FORMALITY, PAPER_SENTIMENT
+        from silverspoon.studies.silverspoon.narratives import PAPER_SENTIMENT_MODEL, sentiment_instrument, sentiment_score
         S = ["She is a kind and caring nurse.", "He is a strong leader of the team."]
         res = {}
         for mid, pos in ((PAPER_SENTIMENT, "POSITIVE"), (PAPER_FORMALITY, "formal")):

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 pytestmark = pytest.mark.colab_lane   # stack-sensitive, run by `make test-colab` only: transformers classifiers/NLI/MiniLM and spaCy: outputs depend on the stack
 from silverspoon.core import ParamsError, SilverspoonError, load_params
-from silverspoon.store import GenerationStore, record_problem
-from silverspoon.text import (HFTextClassifier, InstrumentStore, NLIClassifier, SpacyAnalysis, TextEmbedder, VaderSentiment,
+from silverspoon.engine.store import GenerationStore, record_problem
+from silverspoon.instruments.text import (HFTextClassifier, InstrumentStore, NLIClassifier, SpacyAnalysis, TextEmbedder, VaderSentiment,
                               build_tiny_classifier, instrument_id, instrument_store_for, lexical_formality, minilm_path,
                               score_cached, score_pairs_cached, sentences_of, split_sentences, split_sentences_many)
 
@@ -23,7 +23,7 @@ def models(tiny_classifier):
 @pytest.fixture(scope="module")
 def letters():
     "Three released ChatGPT CBG letters."
-    from silverspoon.studies.letters import load_cbg_letters
+    from silverspoon.studies.letters.letters import load_cbg_letters
     return load_cbg_letters(["f_chefs"]).letter.tolist()[:3]
 
 
@@ -165,7 +165,7 @@ def test_minilm():
 # side file after it is stored, so the test can count how often each text was scored across runs.
 SCRIPT = textwrap.dedent('''
     import sys, time, json
-    from silverspoon.text import Instrument, InstrumentStore, score_cached
+    from silverspoon.instruments.text import Instrument, InstrumentStore, score_cached
     store_path, side_path, n, out_path = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     class Slow(Instrument):
         name, batch_size = "slow", 4

@@ -85,7 +85,7 @@ def test_colab_reports_picks_one_run_per_study_backend_and_factor(tmp_path):
 def test_colab_reports_picks_every_study_and_factor_of_the_default_runs():
     import subprocess, sys, json
     lane = _lane()
-    from silverspoon.cli import default_params_files
+    from silverspoon.site.cli import default_params_files
     files = [str(f) for f in default_params_files()]
     r = subprocess.run([sys.executable, "-c", lane.RUN_KINDS, *files], capture_output=True, text=True, cwd=ROOT, check=True)
     kinds = json.loads(r.stdout)

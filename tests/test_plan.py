@@ -4,12 +4,12 @@ from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from scipy.stats import binom
 from conftest import run_cli
-from silverspoon.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
+from silverspoon.site.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
                               headline_replicates, paper_effect, paper_binomial_sd, scale_plan, sample_units, card_headlines,
                               study_headlines, min_detectable_effect, headline_power, detect_line)
 from silverspoon.core import read_params_mapping, ParamsError
 from silverspoon.studies import get_study
-from silverspoon.studies.stop_downstream import BBQ_ITEMS
+from silverspoon.studies.stop.stop_downstream import BBQ_ITEMS
 
 NEEDS_REGENERATED_ITEMS = {"CKC lower-upper", "share favouring underprivileged - annotators", "sensitivity high-low severity"}   # issue 30's new contrasts: their SD per unit needs items.csv (and headlines_from_items) that carry them
 STUDIES_RUN = ["normative", "professions", "narratives", "letters", "stop"]   # what llama3-8b-instruct runs (downstream needs an adapter)
@@ -81,7 +81,7 @@ def test_paper_effects_and_binomial_floor():
     assert np.isnan(e["P"]["effect"]) and e["P"]["source"].startswith("a performance level (ideal 1)")   # STOP's P is no bias contrast
     assert all(e[m]["source"] for m in e) and e["p_agentic m-f"]["stand_in"] and not e["OR Agentic"]["stand_in"]
     # narratives: 16 cells of N/16 stories, each Bernoulli at Table 4's % positive: SD per story = sqrt(sum pq / 4)
-    from silverspoon.studies.narratives import PAPER_TABLE4
+    from silverspoon.studies.silverspoon.narratives import PAPER_TABLE4
     p = np.array([v[2] for v in PAPER_TABLE4.values()])/100
     assert paper_binomial_sd("narratives", "% positive high-low city") == pytest.approx(100*np.sqrt((p*(1 - p)).sum()/4))
 

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 from conftest import ROOT
 from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams, load_params
-from silverspoon.store import GenerationStore
-from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study, stop, letters, professions as P, narratives as N
+from silverspoon.engine.store import GenerationStore
+from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study; from silverspoon.studies.stop import stop; from silverspoon.studies.letters import letters; from silverspoon.studies.silverspoon import professions as P, narratives as N
 from silverspoon.testing import ScriptedBackend
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from silverspoon.core import SilverspoonError
-from silverspoon.provenance import PROVENANCE_FORMAT, code_closure, content_record, notebook_modules, pin_outputs
-from silverspoon.runner import verify_provenance
+from silverspoon.engine.provenance import PROVENANCE_FORMAT, code_closure, content_record, notebook_modules, pin_outputs
+from silverspoon.site.runner import verify_provenance
 from silverspoon.studies import STUDY_REGISTRY, get_study
 
 
@@ -50,9 +50,9 @@ def test_the_closure_follows_parents_relative_and_from_package_imports(tmp_path)
 
 
 def test_the_normative_module_does_not_reach_another_study():
-    files = {f.relative_to(ROOT).as_posix() for f in code_closure(["silverspoon.studies.normative"], ROOT)}
-    assert {"silverspoon/studies/normative.py", "silverspoon/core.py", "silverspoon/stats.py", "silverspoon/studies/__init__.py"} <= files
-    assert not files & {"silverspoon/studies/letters.py", "silverspoon/studies/stop.py", "silverspoon/cli.py", "silverspoon/runner.py"}
+    files = {f.relative_to(ROOT).as_posix() for f in code_closure(["silverspoon.studies.silverspoon.normative"], ROOT)}
+    assert {"silverspoon/studies/silverspoon/normative.py", "silverspoon/core.py", "silverspoon/stats/__init__.py", "silverspoon/studies/__init__.py"} <= files
+    assert not files & {"silverspoon/studies/letters/letters.py", "silverspoon/studies/stop/stop.py", "silverspoon/site/cli.py", "silverspoon/site/runner.py"}
 
 
 @pytest.mark.parametrize("study", sorted(STUDY_REGISTRY))
@@ -72,7 +72,7 @@ def _tree_copy(tmp_path)->Path:
 
 def _published_run(tmp_path, tree:Path)->Path:
     "A normative report folder whose record was made from `tree`, its outputs pinned, as the runner publishes it."
-    from silverspoon.studies.normative import NORMATIVE_FILES
+    from silverspoon.studies.silverspoon.normative import NORMATIVE_FILES
     rec = content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", NORMATIVE_FILES, tree, stores={})
     run_dir = tmp_path/"reports"/"normative"/"gpt4-replay"; run_dir.mkdir(parents=True)
     (run_dir/"summary.csv").write_text("metric,estimate\nP,0.3\n")
@@ -85,29 +85,29 @@ def test_a_record_changes_only_with_the_code_the_run_executed(tmp_path):
     t = _tree_copy(tmp_path)
     record = lambda: content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", (), t, stores={})
     before = record()
-    assert before["format"] == PROVENANCE_FORMAT and "silverspoon/studies/normative.py" in before["files"]
+    assert before["format"] == PROVENANCE_FORMAT and "silverspoon/studies/silverspoon/normative.py" in before["files"]
     run_dir = _published_run(tmp_path, t)
     assert verify_provenance(run_dir, root=t) == []
-    outside = t/"silverspoon"/"studies"/"stop_downstream.py"   # another study: never imported by a normative run
-    assert "silverspoon/studies/stop_downstream.py" not in before["files"]
+    outside = t/"silverspoon"/"studies"/"stop"/"stop_downstream.py"   # another study: never imported by a normative run
+    assert "silverspoon/studies/stop/stop_downstream.py" not in before["files"]
     outside.write_text(outside.read_text() + "# a comment in another study\n")
     assert record() == before
     assert verify_provenance(run_dir, root=t) == []
-    inside = t/"silverspoon"/"studies"/"normative.py"
+    inside = t/"silverspoon"/"studies"/"silverspoon"/"normative.py"
     inside.write_text(inside.read_text() + "# a comment in this study\n")
     after = record()
     assert after["sha256"] != before["sha256"]
-    assert {k for k in before["files"] if before["files"][k] != after["files"][k]} == {"silverspoon/studies/normative.py"}
-    assert [m.split(":")[0] for m in verify_provenance(run_dir, root=t)] == ["silverspoon/studies/normative.py"]
+    assert {k for k in before["files"] if before["files"][k] != after["files"][k]} == {"silverspoon/studies/silverspoon/normative.py"}
+    assert [m.split(":")[0] for m in verify_provenance(run_dir, root=t)] == ["silverspoon/studies/silverspoon/normative.py"]
 
 
 def test_a_new_import_brings_its_module_into_the_record(tmp_path):
     t = _tree_copy(tmp_path)
     record = lambda: content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", (), t, stores={})["files"]
-    assert "silverspoon/studies/stop_downstream.py" not in record()
-    nm = t/"silverspoon"/"studies"/"normative.py"   # a function-level import the study adds: that module's code now makes the run
-    nm.write_text(nm.read_text() + "\ndef _later():\n    from silverspoon.studies import stop_downstream\n")
-    assert "silverspoon/studies/stop_downstream.py" in record()
+    assert "silverspoon/studies/stop/stop_downstream.py" not in record()
+    nm = t/"silverspoon"/"studies"/"silverspoon"/"normative.py"   # a function-level import the study adds: that module's code now makes the run
+    nm.write_text(nm.read_text() + "\ndef _later():\n    from silverspoon.studies.stop import stop_downstream\n")
+    assert "silverspoon/studies/stop/stop_downstream.py" in record()
 
 
 def test_a_record_of_the_previous_format_is_refused(tmp_path):

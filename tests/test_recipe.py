@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import pandas as pd
 from silverspoon.core import ParamsError, RunParams, task_params
-from silverspoon.backends import GenRequest, user
+from silverspoon.engine.backends import GenRequest, user
 from silverspoon.studies import Study, Headline
 from silverspoon.stats import proportion_ci
 
@@ -93,8 +93,8 @@ assert get_study("toy").notebook == "40_toy.ipynb" and get_study("toy").headline
 ]
 
 REPORT = [
-    '''from silverspoon.backends import make_backend
-from silverspoon.store import store_for, generate_all
+    '''from silverspoon.engine.backends import make_backend
+from silverspoon.engine.store import store_for, generate_all
 from silverspoon.studies import start_run
 
 params, opts, rep = start_run("toy", dict(study=study, run=run, description=description, model=model, generation=generation,
@@ -175,10 +175,10 @@ def test_recipe_builds_registers_and_runs_a_toy_study(tmp_path):
     (t/"params"/"toy"/"answers.json").write_text(json.dumps(answers))
     (t/"params"/"toy"/"scripted.yaml").write_text("study: toy\ndescription: the recipe's toy study\n"
                                                    "model: {backend: scripted, id: params/toy/answers.json}\n")
-    _sh(sys.executable, "-m", "silverspoon.cli", "check", "params/toy/scripted.yaml", cwd=t, env=env)
+    _sh(sys.executable, "-m", "silverspoon.site.cli", "check", "params/toy/scripted.yaml", cwd=t, env=env)
     # 7. run it into a temporary reports folder
     reports = tmp_path/"reports"
-    _sh(sys.executable, "-m", "silverspoon.cli", "run", "params/toy/scripted.yaml", "--reports-dir", reports, cwd=t, env=env, timeout=300)
+    _sh(sys.executable, "-m", "silverspoon.site.cli", "run", "params/toy/scripted.yaml", "--reports-dir", reports, cwd=t, env=env, timeout=300)
     run_dir = reports/"toy"/"scripted"
     assert (reports/"toy"/"scripted.html").is_file() and "Yes answers by group" in (reports/"toy"/"scripted.html").read_text()
     summary = pd.read_csv(run_dir/"summary.csv").set_index("metric")
@@ -191,7 +191,7 @@ def test_recipe_builds_registers_and_runs_a_toy_study(tmp_path):
     assert f"nbs/{NB}" in prov["content"]["files"] and prov["content"]["data"] == {}
     index = (reports/"index.html").read_text()
     assert "Headline metric <b>yes share A-B</b>" in index and "the study&#x27;s first bias-card headline" in index   # the index plots its card headline
-    card = _sh(sys.executable, "-c", "import sys; from pathlib import Path; from silverspoon.card import card_rows, card_headlines; "
+    card = _sh(sys.executable, "-c", "import sys; from pathlib import Path; from silverspoon.site.card import card_rows, card_headlines; "
                "r = Path(sys.argv[1]); c, _ = card_rows({'toy': r/'toy'/'scripted'}, r); "
                "print([h.metric for h in card_headlines() if h.study == 'toy']); print(c[c.study.eq('toy')][['headline', 'estimate']].to_json(orient='records'))",
                reports, cwd=t, env=env)

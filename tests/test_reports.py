@@ -37,7 +37,7 @@ NOISE = ["application/vnd.jupyter.widget", "jupyter-widgets", "var element = $("
 def assert_publishable(nb_path:Path):
     "A published executed notebook and its HTML: present together, no widget or warning noise, no timings or machine paths, under the budget."
     import nbformat
-    from silverspoon.runner import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
+    from silverspoon.site.runner import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
     from silverspoon.core import project_root
     html, text = nb_path.with_suffix(".html").read_text(), nb_path.read_text()
     assert nb_path.stat().st_size <= NOTEBOOK_BUDGET_BYTES, (nb_path, nb_path.stat().st_size)
@@ -52,7 +52,7 @@ def assert_publishable(nb_path:Path):
 def test_committed_reports_have_their_notebooks(root):
     "Every default run's executed notebook is committed beside its HTML, stripped, under the budget; its report shows no noise."
     from silverspoon.core import load_params
-    from silverspoon.cli import default_params_files
+    from silverspoon.site.cli import default_params_files
     runs = [load_params(f) for f in default_params_files()]
     nbs = [root/"reports"/p.study/f"{p.run}.ipynb" for p in runs]
     if not any(f.exists() for f in nbs):

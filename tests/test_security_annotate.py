@@ -78,7 +78,7 @@ def test_finetune_train_file_dev_zero_is_refused(tmp_path, cli):
     for extra in (["--check"], []):
         _one_clear_error(cli("finetune", f, *extra), f"{f}: field `data.train_file`: /dev/zero is not a regular file", "name a JSONL file")
     assert not (ROOT/"finetune"/"r3-dev-zero").exists()
-    from silverspoon.studies import stop_finetune as sf
+    from silverspoon.studies.stop import stop_finetune as sf
     big = tmp_path/"big.jsonl"; big.write_bytes(b"\n" * 64)
     orig = sf.MAX_SFT_BYTES
     try:

@@ -4,7 +4,7 @@ copy of the committed reports and store files, with the committed files' hashes 
 import hashlib, json, shutil
 import pandas as pd
 import pytest
-from silverspoon.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
+from silverspoon.site.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
                               released_values, headline_sd, paper_effect, is_released_run, served_model_of, card_headlines)
 
 
@@ -106,8 +106,8 @@ def test_a_user_run_named_replay_is_not_released_answers(root, tmp_path, committ
 def _served_provenance(run_dir, other_model:str|None):
     "Run the openai backend against a FakeChatServer (one reply naming `other_model`) and record its engine stats in the run's provenance as the report does."
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import GenRequest, user
-    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.engine.backends import GenRequest, user
+    from silverspoon.engine.backends.openai import OpenAIBackend
     from silverspoon.testing import FakeChatServer
     reply = {"id": "x", "object": "chat.completion", "model": other_model, "system_fingerprint": None,
              "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "P1. Fine."}}],
@@ -175,6 +175,6 @@ def test_cost_at_concurrency_four_reports_wall_time(root, tmp_path, committed):
 # --- review clean-up: no paper value is kept for a headline that left the card --------------------------------------------
 
 def test_every_stop_paper_value_belongs_to_a_card_headline():
-    from silverspoon.card import _paper_values
+    from silverspoon.site.card import _paper_values
     stop = {k for k in _paper_values() if k[0] == "stop"}
     assert stop == {(h.study, h.metric) for h in card_headlines() if h.study == "stop"}   # ("stop", "mean sensitivity") left the card; so did its entry

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_cli
 from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params, field_bounds, from_dict
-from silverspoon.runner import validate_task, verify_provenance
-from silverspoon.provenance import PROVENANCE_FORMAT
-from silverspoon.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
-from silverspoon.text import InstrumentStore
+from silverspoon.site.runner import validate_task, verify_provenance
+from silverspoon.engine.provenance import PROVENANCE_FORMAT
+from silverspoon.engine.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
+from silverspoon.instruments.text import InstrumentStore
 from silverspoon.testing import ScriptedBackend
-from silverspoon.backends import GenRequest, user
+from silverspoon.engine.backends import GenRequest, user
 from silverspoon.core import GenerationParams
 
 SHARED = Path(os.environ.get("SILVERSPOON_DATA") or ROOT.parent/"shared"/"data")
@@ -43,7 +43,7 @@ def _data_copy(tmp_path, drop:str)->Path:
 
 @needs_data
 def test_deleted_bbq_file_is_an_error_naming_it(tmp_path, monkeypatch):
-    from silverspoon.studies.stop_downstream import bbq_frame, stereoset_frame, MISSING_UPSTREAM
+    from silverspoon.studies.stop.stop_downstream import bbq_frame, stereoset_frame, MISSING_UPSTREAM
     monkeypatch.setenv("SILVERSPOON_DATA", str(_data_copy(tmp_path, "bbq/data/Religion.jsonl")))
     with pytest.raises(DataError) as e: bbq_frame()
     assert "bbq/data/Religion.jsonl: not found" in str(e.value) and "could not be retrieved" not in str(e.value), e.value
@@ -89,7 +89,7 @@ def _numeric_fields(cls, prefix="", seen=None):
 def test_every_numeric_field_of_every_study_has_bounds():
     # a shared field's range comes from its name (core.BOUNDS); a study's own field declares it in its metadata
     from silverspoon.studies import STUDY_REGISTRY, get_study
-    from silverspoon.studies.stop_finetune import FinetuneParams
+    from silverspoon.studies.stop.stop_finetune import FinetuneParams
     schemas = {"run": RunParams, "finetune": FinetuneParams, **{f"{s}.task": get_study(s).task for s in STUDY_REGISTRY}}
     unbounded = [f"{k}: {path}" for k, cls in schemas.items() for f, path in _numeric_fields(cls) if field_bounds(f) is None]
     assert not unbounded, (f"numeric fields without a range: {unbounded}. Fix: give a study's task field its range in its metadata, "
@@ -100,7 +100,7 @@ def test_every_numeric_field_of_every_study_has_bounds():
 
 def test_a_study_field_range_is_never_lent_to_another_study_by_name():
     # stop_scale's `seeds` are indices 0-449; a new study's `seeds` gets no range from them, so the test above names it
-    from silverspoon.studies.stop_scale import ScaleTask
+    from silverspoon.studies.stop.stop_scale import ScaleTask
     @dataclasses.dataclass
     class NewTask:
         seeds: list[int] = dataclasses.field(default_factory=list)
@@ -198,8 +198,8 @@ def test_store_replaced_by_a_link_mid_run_is_not_written_through(tmp_path):
 WAITER = textwrap.dedent('''
     import sys
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import GenRequest, user
-    from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.engine.backends import GenRequest, user
+    from silverspoon.engine.store import GenerationStore, generate_all
     from silverspoon.testing import ScriptedBackend
     reqs = [GenRequest(f"item-{i}", user(f"question {i}")) for i in range(3)]
     generate_all(ScriptedBackend(), reqs, GenerationParams(), GenerationStore(sys.argv[1]), run="b", progress=False)
@@ -233,7 +233,7 @@ def test_waiting_notice_reaches_the_terminal_not_the_report(tmp_path):
 
 def test_concurrent_runs_share_one_relay():
     # `silverspoon run --jobs 2` runs two papermill runs in threads of one process: both kernels' notices reach the terminal
-    say = lambda m: subprocess.run([sys.executable, "-c", f"from silverspoon.store import notice; notice({m!r})"], check=True)
+    say = lambda m: subprocess.run([sys.executable, "-c", f"from silverspoon.engine.store import notice; notice({m!r})"], check=True)
     terminal = io.StringIO()
     with relay_notices(to=terminal, interval=0.05) as first:
         with relay_notices() as second:
@@ -246,9 +246,9 @@ def test_concurrent_runs_share_one_relay():
 
 def test_runner_relays_kernel_notices(tmp_path, monkeypatch, capsys):
     # `silverspoon run` wraps papermill in the relay: a notice the kernel (a child process) sends reaches the runner's stderr
-    import papermill, silverspoon.runner as runner
+    import papermill, silverspoon.site.runner as runner
     def fake_execute(*a, **k):
-        subprocess.run([sys.executable, "-c", "from silverspoon.store import notice; notice('another run holds the store')"], check=True)
+        subprocess.run([sys.executable, "-c", "from silverspoon.engine.store import notice; notice('another run holds the store')"], check=True)
         raise RuntimeError("stop here")
     monkeypatch.setattr(papermill, "execute_notebook", fake_execute)
     with pytest.raises(Exception, match="stop here"):
@@ -289,8 +289,8 @@ def test_fresh_run_verifies_against_its_tree(tmp_path):
     t = _tree_copy(tmp_path, "10_normative.ipynb")
     assert verify_provenance(run_dir, root=t) == []
     (t/"params"/"normative"/"_base-replay.yaml").write_text((t/"params"/"normative"/"_base-replay.yaml").read_text() + "# changed\n")
-    (t/"silverspoon"/"stats.py").write_text((t/"silverspoon"/"stats.py").read_text() + "\n")
-    assert [m.split(":")[0] for m in verify_provenance(run_dir, root=t)] == ["params/normative/_base-replay.yaml", "silverspoon/stats.py"]
+    (t/"silverspoon"/"stats"/"__init__.py").write_text((t/"silverspoon"/"stats"/"__init__.py").read_text() + "\n")
+    assert [m.split(":")[0] for m in verify_provenance(run_dir, root=t)] == ["params/normative/_base-replay.yaml", "silverspoon/stats/__init__.py"]
 
 
 def test_committed_reports_match_the_tree_that_holds_them():

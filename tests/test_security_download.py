@@ -14,13 +14,13 @@ URL_CASES = ["see http://a:b@h/x and file:///tmp/x", "//u:p@mirror/gh", "https:/
 @pytest.mark.parametrize("text", URL_CASES)
 def test_the_data_downloads_hide_url_credentials_by_the_core_rule(text, monkeypatch):
     from silverspoon.core import hide_url_credentials
-    from silverspoon.data import hide_credentials
+    from silverspoon.engine.data import hide_credentials
     monkeypatch.delenv("SILVERSPOON_MIRROR", raising=False)
     assert hide_credentials(text) == hide_url_credentials(text)
 
 
 def test_a_password_with_a_question_mark_is_hidden(monkeypatch):
-    from silverspoon.data import hide_credentials
+    from silverspoon.engine.data import hide_credentials
     mirror = "https://reader:pa?ss-0123@mirror.example.org/gh"       # the old data rule stopped at `?` and printed the password
     monkeypatch.setenv("SILVERSPOON_MIRROR", mirror)
     out = hide_credentials(f"download from {mirror}/o/r/c/x.csv failed; user reader, password pa?ss-0123")
@@ -63,7 +63,7 @@ BODY = b"id,text\n1,hello\n"
 
 
 def test_a_credentialed_mirror_downloads_with_basic_auth(tmp_path, monkeypatch, capsys):
-    from silverspoon.data import download_url
+    from silverspoon.engine.data import download_url
     path = "/gh/o/r/" + "c" * 40 + "/data/x.csv"
     with _Server(login=f"{USER}:{PASSWORD}", files={path: BODY}) as mirror:
         monkeypatch.setenv("SILVERSPOON_MIRROR", mirror.base.replace("http://", f"http://{USER}:{PASSWORD}@") + "/gh")
@@ -76,7 +76,7 @@ def test_a_credentialed_mirror_downloads_with_basic_auth(tmp_path, monkeypatch, 
 
 def test_a_wrong_mirror_login_fails_without_printing_it(tmp_path, monkeypatch):
     from silverspoon.core import DataError
-    from silverspoon.data import download_url
+    from silverspoon.engine.data import download_url
     with _Server(login=f"{USER}:right-password-0") as mirror:
         monkeypatch.setenv("SILVERSPOON_MIRROR", mirror.base.replace("http://", f"http://{USER}:{PASSWORD}@") + "/gh")
         with pytest.raises(DataError) as e: download_url(PUBLIC, tmp_path/"x.csv", hashlib.sha256(BODY).hexdigest(), progress=False)
@@ -86,7 +86,7 @@ def test_a_wrong_mirror_login_fails_without_printing_it(tmp_path, monkeypatch):
 
 
 def test_the_mirror_login_is_not_sent_to_another_server_on_a_redirect(tmp_path, monkeypatch):
-    from silverspoon.data import download_url
+    from silverspoon.engine.data import download_url
     path = "/gh/o/r/" + "c" * 40 + "/data/x.csv"
     with _Server(files={"/elsewhere.csv": BODY}) as other, \
          _Server(login=f"{USER}:{PASSWORD}", redirect={path: "/same-server.csv", "/same-server.csv": f"{other.base}/elsewhere.csv"}) as mirror:

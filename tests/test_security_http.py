@@ -9,9 +9,9 @@ import yaml
 from conftest import ROOT, run_cli
 from silverspoon.testing import FakeChatServer
 from silverspoon.core import GenerationParams, ModelParams, SilverspoonError
-from silverspoon.backends import GenRequest, user
-from silverspoon.backends.openai import OpenAIBackend, is_local_url, resolve_api_key, UnencryptedKeyWarning
-from silverspoon.store import GenerationStore, generate_all
+from silverspoon.engine.backends import GenRequest, user
+from silverspoon.engine.backends.openai import OpenAIBackend, is_local_url, resolve_api_key, UnencryptedKeyWarning
+from silverspoon.engine.store import GenerationStore, generate_all
 
 
 # ----------------------------------------------------------------------------------------------------

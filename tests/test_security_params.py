@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import run_cli
 from silverspoon.core import ParamsError, load_params
-from silverspoon.runner import read_params_file
+from silverspoon.site.runner import read_params_file
 from silverspoon.testing import FakeChatServer
 
 
@@ -63,7 +63,7 @@ def test_only_plain_data_loads(tmp_path, value, needle):
 def test_only_plain_data_reaches_papermill(tmp_path, monkeypatch):
     # the last check sits right before papermill: a value that is not plain data never reaches the injected cell,
     # even if it got past validation
-    import dataclasses, papermill, silverspoon.runner as runner
+    import dataclasses, papermill, silverspoon.site.runner as runner
     p = load_params({"study": "normative", "run": "r", "model": {"backend": "replay", "id": "GPT4"}})
     monkeypatch.setattr(runner, "read_params_file", lambda path: dataclasses.replace(p, description=_payload(tmp_path/"x").encode()))
     called = []
@@ -144,7 +144,7 @@ def test_batch_size_auto_stays_valid(tmp_path):
 
 
 def test_stop_sample_above_item_count_is_an_error():
-    from silverspoon.studies.stop import load_stop, select_progressions, restrict_progressions
+    from silverspoon.studies.stop.stop import load_stop, select_progressions, restrict_progressions
     df = load_stop()
     with pytest.raises(ParamsError, match=f"sample.n = 500 is more than the {len(df)} progressions"): select_progressions(df, {"n": 500})
     few = restrict_progressions(df, ["stop-000", "stop-001"])
@@ -319,7 +319,7 @@ def test_copied_run_file_refused_by_the_installed_command(project):
 def test_run_params_file_refuses_too(project, monkeypatch):
     "The library entry point (`run_params_file`) makes the same check before papermill starts."
     from silverspoon.core import ParamsError
-    from silverspoon.runner import run_params_file
+    from silverspoon.site.runner import run_params_file
     for k, v in project["env"].items(): monkeypatch.setenv(k, v)
     copy = project["root"]/"params"/"normative"/"other.yaml"
     copy.write_text("include: _base-replay.yaml\nrun: gpt4-replay\nmodel: {id: Alpaca}\ntask: {prompt_style: llama}\n")
@@ -397,7 +397,7 @@ def test_notebooks_of_the_working_folder_never_run(root, tmp_path, monkeypatch, 
     monkeypatch.setattr(papermill, "execute_notebook", execute)
     monkeypatch.chdir(evil)
     r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
-    from silverspoon.runner import without_examples
+    from silverspoon.site.runner import without_examples
     own = without_examples(nbformat.read(str(root/"nbs"/"10_normative.ipynb"), as_version=4))
     assert seen == [([c.source for c in own.cells], str(root/"nbs"))], seen[0][1]   # the package's own notebook (the run's copy without examples), run from its own folder
     assert f"notebooks  {root/'nbs'}  (the installed silverspoon's own; never those of the project {evil}" in r.stdout, r.stdout
@@ -557,7 +557,7 @@ def test_every_published_run_is_linked_from_the_index(empty_project, cli):
 def test_lock_holder_record_is_shown_short_and_sanitised(tmp_path, capsys, monkeypatch):
     "The lock file's record used to be printed raw: escape sequences, newlines and any length reached the terminal."
     import fcntl, json, os, threading, time
-    from silverspoon.store import GenerationStore, NOTICES_ENV
+    from silverspoon.engine.store import GenerationStore, NOTICES_ENV
     monkeypatch.delenv(NOTICES_ENV, raising=False)
     store = tmp_path/"normative"/"mine.jsonl"; store.parent.mkdir()
     lock = os.open(store.with_name("mine.jsonl.lock"), os.O_RDWR | os.O_CREAT)

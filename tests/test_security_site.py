@@ -17,7 +17,7 @@ def _sha(p:Path)->str: return hashlib.sha256(p.read_bytes()).hexdigest()
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory):
     "A small reports folder (two committed normative runs) with its index and the SmolLM2 card written once: the old pages."
-    from silverspoon.runner import build_index, write_card
+    from silverspoon.site.runner import build_index, write_card
     d = tmp_path_factory.mktemp("atomic")/"reports"
     for run in ("smollm2-135m", "gpt4-replay"): shutil.copytree(ROOT/"reports"/"normative"/run, d/"normative"/run)
     build_index(d); write_card("smollm2-135m", d)
@@ -38,12 +38,12 @@ def test_a_full_disk_during_index_leaves_the_old_index_whole(reports):
     index, validity = reports/"index.html", reports/"validity.html"
     before = _sha(index)
     assert validity.stat().st_size < 20_000 < index.stat().st_size, "the limit must fall between the validity page and the index"
-    r = _with_file_limit(f"from silverspoon.cli import main; raise SystemExit(main(['index', '--reports-dir', {str(reports)!r}]))", 20_000, ROOT)
+    r = _with_file_limit(f"from silverspoon.site.cli import main; raise SystemExit(main(['index', '--reports-dir', {str(reports)!r}]))", 20_000, ROOT)
     assert r.returncode != 0, r.stdout + r.stderr
     assert "File too large" in r.stdout + r.stderr          # the write failed, and said why
     assert _sha(index) == before                            # the old index, byte for byte (in place it would be cut at 20,000 bytes)
     assert not list(reports.glob(".*.tmp-*"))               # and no temporary left beside it
-    r = subprocess.run([sys.executable, "-c", f"from silverspoon.cli import main; raise SystemExit(main(['index', '--reports-dir', {str(reports)!r}]))"],
+    r = subprocess.run([sys.executable, "-c", f"from silverspoon.site.cli import main; raise SystemExit(main(['index', '--reports-dir', {str(reports)!r}]))"],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr             # with room again, the index is rebuilt
     assert index.stat().st_size > 20_000 and index.read_text(encoding="utf-8").rstrip().endswith("</html>")
@@ -53,7 +53,7 @@ def test_a_full_disk_while_writing_a_card_leaves_the_old_card_whole(reports):
     page, csv = reports/"models"/"smollm2-135m.html", reports/"models"/"smollm2-135m"/"bias_card.csv"
     before = _sha(page)
     assert csv.stat().st_size < 8_000 < page.stat().st_size
-    code = f"from silverspoon.runner import write_card; write_card('smollm2-135m', {str(reports)!r})"
+    code = f"from silverspoon.site.runner import write_card; write_card('smollm2-135m', {str(reports)!r})"
     r = _with_file_limit(code, 8_000, ROOT)
     assert r.returncode != 0 and "File too large" in r.stderr, r.stdout + r.stderr
     assert _sha(page) == before
@@ -75,8 +75,8 @@ def _drawn_titles(fig):
 def test_a_model_id_with_tex_draws_the_study_figures(model_id):
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     import pandas as pd
-    from silverspoon.studies.normative import topic_figure
-    from silverspoon.studies.stop import heatmap_figure, first_no_figure, SEVERITIES
+    from silverspoon.studies.silverspoon.normative import topic_figure
+    from silverspoon.studies.stop.stop import heatmap_figure, first_no_figure, SEVERITIES
     items = pd.DataFrame(dict(topic=[0, 0, 1, 1], parser=[0, 1, 1, None], low=[0, 1, 1, 0], up=[1, 1, 0, 0]))
     fig = topic_figure(items, "parser", f"{model_id} (parser)")
     assert _drawn_titles(fig)[0] == model_id.replace("$", r"\$") + "\n(parser)"; plt.close(fig)
@@ -91,7 +91,7 @@ def test_a_model_id_with_tex_draws_the_study_figures(model_id):
 def test_a_model_id_with_tex_draws_the_index_forest_plot(model_id):
     "The index's forest plot (`runner.forest_figure`) puts run and model names on its axis: drawn as written, never as TeX."
     import pandas as pd
-    from silverspoon.runner import forest_figure, figure_data_uri
+    from silverspoon.site.runner import forest_figure, figure_data_uri
     rows = pd.DataFrame(dict(run=[f"{model_id}-run", "other"], model=[model_id, "other"], metric="m", estimate=[0.2, 0.5], ci_low=[0.1, 0.4], ci_high=[0.3, 0.6]))
     fig = forest_figure(rows, "m", f"normative: {model_id}")
     assert figure_data_uri(fig).startswith("data:image/png;base64,")   # drawing it raised a mathtext error before
@@ -102,7 +102,7 @@ def test_a_model_id_with_tex_draws_the_index_forest_plot(model_id):
 def test_report_figure_draws_any_unparsable_text_literally(tmp_path):
     import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot as plt
     from silverspoon.core import load_params
-    from silverspoon.report import Report
+    from silverspoon.studies.report import Report
     rep = Report(load_params(dict(study="toy", run="x", model=dict(backend="scripted", id=r"org/$\bad$"))), tmp_path)
     fig, ax = plt.subplots(); ax.set_title(r"org/$\bad$: a title built without literal_text"); ax.set_xlabel(r"$\alpha$")
     rep.figure(fig, "tex", "a figure")

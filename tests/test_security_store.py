@@ -9,10 +9,10 @@ import pytest
 import yaml
 from conftest import ROOT
 from silverspoon.core import GenerationParams, load_params, stable_hash
-from silverspoon.backends import GenRequest, Generation, user
-from silverspoon.store import GenerationStore, StoreError, generate_all, request_key, store_for, MAX_LINE_BYTES
+from silverspoon.engine.backends import GenRequest, Generation, user
+from silverspoon.engine.store import GenerationStore, StoreError, generate_all, request_key, store_for, MAX_LINE_BYTES
 from silverspoon.testing import ScriptedBackend
-from silverspoon.runner import verify_provenance
+from silverspoon.site.runner import verify_provenance
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_committed_stores_are_clean_and_their_keys_unchanged():
 
 def test_committed_instrument_caches_are_clean():
     "Every committed instrument cache passes its own record check (no torn or foreign lines)."
-    from silverspoon.text import InstrumentStore
+    from silverspoon.instruments.text import InstrumentStore
     files = sorted((ROOT/"store").glob("*/*.instruments.jsonl"))
     assert files
     for f in files:
@@ -127,8 +127,8 @@ N_ITEMS, BATCH = 24, 4
 SCRIPT = textwrap.dedent(f'''
     import hashlib, json, sys
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import GenRequest, user
-    from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.engine.backends import GenRequest, user
+    from silverspoon.engine.store import GenerationStore, generate_all
     from silverspoon.testing import ScriptedBackend
 
     store_path, side_path, out_path, gate, tag = sys.argv[1:6]
@@ -277,7 +277,7 @@ def _sha(p:Path)->str: return hashlib.sha256(p.read_bytes()).hexdigest()
 @pytest.fixture(scope="module")
 def store_run(tmp_path_factory):
     "A small normative run with a scripted model whose answers are kept in a store outside the project ($SILVERSPOON_STORE)."
-    from silverspoon.cli import main
+    from silverspoon.site.cli import main
     d = tmp_path_factory.mktemp("pin")
     f = d/"pin--scripted.yaml"
     f.write_text(yaml.safe_dump({"study": "normative", "model": {"backend": "scripted", "id": "text:P1"},
@@ -366,7 +366,7 @@ def test_overlong_store_line_is_refused_not_loaded(tmp_path):
 
 def test_cache_record_of_another_instrument_is_refused(tmp_path):
     from silverspoon.core import SilverspoonError
-    from silverspoon.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
+    from silverspoon.instruments.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
     class Positive(Instrument):
         name = "sentiment"
         def __init__(self, ident): self.ident, self.calls = ident, 0

@@ -137,7 +137,7 @@ def test_two_sample_t_matches_scipy_and_the_hedges_g_ci_covers():
 
 
 def test_stop_uses_the_stats_hedges_g():
-    import silverspoon.studies.stop as stop
+    import silverspoon.studies.stop.stop as stop
     assert stop.hedges_g is hedges_g and "hedges_g" in stop.__all__
 
 

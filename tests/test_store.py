@@ -4,10 +4,10 @@ from collections import Counter
 from pathlib import Path
 import pytest
 from silverspoon.core import GenerationParams, SilverspoonError, load_params
-from silverspoon.backends import GenRequest, Generation, user
-from silverspoon.backends.replay import ReplayBackend
+from silverspoon.engine.backends import GenRequest, Generation, user
+from silverspoon.engine.backends.replay import ReplayBackend
 from silverspoon.testing import ScriptedBackend
-from silverspoon.store import GenerationStore, generate_all, request_key, store_for, RESULT_COLUMNS
+from silverspoon.engine.store import GenerationStore, generate_all, request_key, store_for, RESULT_COLUMNS
 
 N_ITEMS, BATCH = 40, 4
 
@@ -17,8 +17,8 @@ N_ITEMS, BATCH = 40, 4
 SCRIPT = textwrap.dedent(f'''
     import hashlib, json, sys
     from silverspoon.core import GenerationParams
-    from silverspoon.backends import GenRequest, user
-    from silverspoon.store import GenerationStore, generate_all
+    from silverspoon.engine.backends import GenRequest, user
+    from silverspoon.engine.store import GenerationStore, generate_all
     from silverspoon.testing import ScriptedBackend
 
     store_path, side_path, out_path = sys.argv[1:4]
@@ -162,7 +162,7 @@ def test_replay_goes_through_memory_store(tmp_path, monkeypatch):
 
 def _rec(item, answer):
     "A record as generate_all writes it (through the same `_record`)."
-    from silverspoon.store import _record
+    from silverspoon.engine.store import _record
     r, gen = GenRequest(item, user(f"question {item}")), GenerationParams()
     return _record(request_key({"backend": "t"}, item, r.messages, gen), "r", r, Generation(answer, "stop"), {"backend": "t"}, gen)
 

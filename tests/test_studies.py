@@ -12,7 +12,7 @@ none, and every default params file validates. A new study is checked by registe
 import json, re, warnings
 import pandas as pd
 import pytest
-from silverspoon.runner import REPORT_MARKER
+from silverspoon.site.runner import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, check_summary, get_study, start_run
 
 from conftest import ROOT
@@ -27,7 +27,7 @@ def _cells(study):
 
 @pytest.mark.parametrize("name", sorted(STUDY_REGISTRY))
 def test_registered_study_keeps_the_contract(name):
-    from silverspoon.data import lookup
+    from silverspoon.engine.data import lookup
     s = get_study(name)
     nb = ROOT/"nbs"/s.notebook
     assert nb.is_file(), f"STUDY_REGISTRY[{name!r}]: its Study names notebook {s.notebook!r}, which is not in nbs/"
@@ -109,7 +109,7 @@ def test_every_registered_study_has_committed_runs_and_the_list_is_not_empty():
 def test_items_give_back_every_card_headline_of_the_summary(study, run):
     "`headlines_from_items(items.csv)` recomputes each card headline's summary.csv row (the row the card reads, `headline_row`): the factor bootstrap resamples exactly what the card shows."
     import math
-    from silverspoon.card import headline_row
+    from silverspoon.site.card import headline_row
     s, out = get_study(study), ROOT/"reports"/study/run
     assert (out/"items.csv").is_file(), f"{out}/items.csv is missing: the study declares headlines_from_items, so every run must write it (rerun it)"
     items = pd.read_csv(out/"items.csv")
@@ -126,7 +126,7 @@ def test_every_card_headline_has_its_n_and_an_interval_or_the_reason_for_none(st
     "Each card headline row of each committed run: n and n_units; a CI around the estimate, or too few units for one (stats.BOOT_MIN_UNITS) and then the exact or permutation test it got instead (or none below stats.MIN_UNITS), or no estimate at all."
     import math
     from silverspoon import stats
-    from silverspoon.card import headline_row
+    from silverspoon.site.card import headline_row
     out = ROOT/"reports"/study/run
     for h in get_study(study).headlines:
         r = headline_row(h, out)
@@ -144,7 +144,7 @@ def test_every_card_headline_has_its_n_and_an_interval_or_the_reason_for_none(st
 @pytest.mark.parametrize("name", sorted(STUDY_REGISTRY))
 def test_every_default_params_file_of_the_study_validates(name):
     "Each `params/<study>/*.yaml` (bases resolved) loads and passes its study's `validate`, and names its own study."
-    from silverspoon.cli import default_params_files
+    from silverspoon.site.cli import default_params_files
     from silverspoon.core import load_params
     s, files = get_study(name), default_params_files(name)
     assert files, f"params/{name}/ holds no default run"

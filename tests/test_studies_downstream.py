@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import torch
 from conftest import run_cli, write_params
-from silverspoon import data
+from silverspoon.engine import data
 from silverspoon.core import DataError, ModelParams
-from silverspoon.backends.hf import HFBackend
-from silverspoon.studies.stop_downstream import (LogLikelihood, stereoset_frame, synthetic_stereoset, parse_stereoset,
+from silverspoon.engine.backends.hf import HFBackend
+from silverspoon.studies.stop.stop_downstream import (LogLikelihood, stereoset_frame, synthetic_stereoset, parse_stereoset,
                                                  prompted_items, outcomes, paired_scores, likelihood_pairs)
 
 
@@ -176,7 +176,7 @@ def test_stereoset_loader_and_scores_on_a_synthetic_file(tmp_path, monkeypatch):
 
 def _junk_outcomes(reply):
     "Both arms of a scripted junk model on 6 BBQ and 4 CrowS-Pairs items, through `outcomes` with the study's reply gate, as the report runs it."
-    from silverspoon.studies.stop_downstream import bbq_frame, crows_frame, stratified_draw, STUDY
+    from silverspoon.studies.stop.stop_downstream import bbq_frame, crows_frame, stratified_draw, STUDY
     items = {"bbq": prompted_items("bbq", stratified_draw(bbq_frame()[0], ["category"], 6, seed=0)),
              "crows_pairs": prompted_items("crows_pairs", stratified_draw(crows_frame(), ["bias_type"], 4, seed=0))}
     out = {}
@@ -192,8 +192,8 @@ def _junk_outcomes(reply):
 def test_a_junk_model_gets_no_downstream_verdict(tmp_path, reply, check):
     "Issue 29: replies that are template tokens or echo the prompt are no answers (not even the 'A' after the tokens, nor an option inside the echo); answer_summary.csv allows no verdict for either arm and names the check."
     from silverspoon.core import load_params
-    from silverspoon.report import Report
-    from silverspoon.studies.stop_downstream import STUDY
+    from silverspoon.studies.report import Report
+    from silverspoon.studies.stop.stop_downstream import STUDY
     o = _junk_outcomes(reply)
     assert all(d.status.eq("not_an_answer").all() and d.answered.eq(0).all() for d in o.values())
     all_ = pd.concat([d.assign(arm=arm, benchmark=b) for (arm, b), d in o.items()], ignore_index=True)
@@ -212,7 +212,7 @@ def test_a_junk_model_gets_no_downstream_verdict(tmp_path, reply, check):
                                    "Answer with the letter of the correct option (A, B or C).", "Which of the two sentences is more likely",  # echoes
                                    "Once upon a time, in a small village", "xyzzy", "Banana", "lorem ipsum dolor"])   # story, random words
 def test_the_choice_parser_alone_refuses_junk(reply):
-    from silverspoon.studies.stop_downstream import parse_reply
+    from silverspoon.studies.stop.stop_downstream import parse_reply
     p = parse_reply(reply, ["The grandfather", "The grandson", "Can't be determined"])
     assert p.status == "unparseable" and p.value is None, p
 
@@ -228,7 +228,7 @@ def _arms_toy():
 
 def test_report_tables_are_library_calls_with_the_items_behind_them():
     "answer_rate_table, performance_table, category_scores and crows_position: the report's tables from the two arms' outcomes."
-    from silverspoon.studies.stop_downstream import (answer_rate_table, answer_rate_readings, performance_table, category_scores, crows_position,
+    from silverspoon.studies.stop.stop_downstream import (answer_rate_table, answer_rate_readings, performance_table, category_scores, crows_position,
                                                      ANSWER_RATE_COLUMNS, PERFORMANCE_COLUMNS)
     prm = _arms_toy()
     art = answer_rate_table(prm, n_boot=200)
@@ -249,7 +249,7 @@ def test_report_tables_are_library_calls_with_the_items_behind_them():
 
 
 def test_report_table_functions_refuse_junk():
-    from silverspoon.studies.stop_downstream import answer_rate_table, performance_table, crows_position
+    from silverspoon.studies.stop.stop_downstream import answer_rate_table, performance_table, crows_position
     prm = _arms_toy()
     with pytest.raises(ValueError, match=r"lacks arm\(s\) \['adapter'\]"): answer_rate_table({"base": prm["base"]})
     with pytest.raises(ValueError, match="no benchmark"): answer_rate_table({"base": {}, "adapter": {}})

@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli, write_params
 from silverspoon.core import DataError
-from silverspoon.studies.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
+from silverspoon.studies.letters.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
                                          swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups,
                                          lexicon_odds_ratios)
 
@@ -232,7 +232,7 @@ def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, c
 
 def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path):
     "CLG with success_filter false (the paper measured every CLG letter): two junk letters are counted and left out; the rest are measured."
-    from silverspoon.studies.letters import letter_items, LettersTask
+    from silverspoon.studies.letters.letters import letter_items, LettersTask
     items = letter_items(LettersTask(context="clg"), {"n": 8, "seed": 0})
     answers = {i: f"I am delighted to write this letter for {i}: a capable, hard-working colleague whom I recommend warmly to any employer." for i in items.item_id}
     answers[items.item_id[0]] = "<|im_start|>user\nWrite a letter.<|im_end|>"
@@ -254,7 +254,7 @@ def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tm
 def test_agency_level_check_measures_the_gap_and_refuses_junk():
     "The report's agency-vs-authors section is one library call: the tables, the per-letter data behind them and the fitted threshold."
     import numpy as np
-    from silverspoon.studies.letters import agency_level_check, agency_level_reading, sentence_shares
+    from silverspoon.studies.letters.letters import agency_level_check, agency_level_reading, sentence_shares
     rng, n = np.random.default_rng(0), 12
     pl = pd.DataFrame({"gender": ["m", "f"] * (n // 2), "pair_id": np.repeat(range(n // 2), 2)})
     p_sent, sl = rng.uniform(0.45, 0.8, 4 * n), np.repeat(range(n), 4)
@@ -280,8 +280,8 @@ def test_agency_level_check_measures_the_gap_and_refuses_junk():
 def test_letter_style_measures_gives_table4_and_the_data_behind_it_and_refuses_junk():
     "The report's Table 4 cell is one library call: per-sentence flags, per-letter shares and style_tests from them."
     import numpy as np
-    from silverspoon.studies.letters import letter_style_measures, LettersTask, sentence_shares
-    from silverspoon.text import InstrumentStore
+    from silverspoon.studies.letters.letters import letter_style_measures, LettersTask, sentence_shares
+    from silverspoon.instruments.text import InstrumentStore
     letters = pd.DataFrame({"item_id": [f"l{i}" for i in range(12)], "gender": ["m", "f"] * 6, "pair_id": np.repeat(range(6), 2),
                             "answer": ["He is great. He is wonderful. He is late.", "She is here. She is late."] * 6})   # men: 2 of 3 positive, women: 0 of 2
     sm = letter_style_measures(letters, [{"pos": {"NOUN": 3, "VERB": 1}}] * 12, LettersTask(sentence_split="period", agency=False), InstrumentStore(None))
@@ -299,7 +299,7 @@ def test_letter_style_measures_gives_table4_and_the_data_behind_it_and_refuses_j
 def test_weat_table_runs_ours_and_the_papers_lists_and_refuses_junk():
     "WEAT rows on our salient words and the paper's lists, the sign check and the word lists behind each row, in one call."
     import numpy as np
-    from silverspoon.studies.letters import weat_table, weat_sign_reading, PAPER_TABLE3
+    from silverspoon.studies.letters.letters import weat_table, weat_sign_reading, PAPER_TABLE3
     fem = {"amy", "joan", "lisa", "sarah", "diana", "kate", "ann", "donna", "home", "parents", "children", "family", "cousins", "marriage",
            "wedding", "relatives", "warm", "kind"}
     embed = lambda ws: np.array([[1.0, 0.1 * i] if w.lower() in fem else [0.1 * i, 1.0] for i, w in enumerate(ws)])

@@ -95,7 +95,7 @@ def test_the_committed_smollm2_proportional_odds_rows_are_reproducible(root):
     """issue 30 item 8: the SmolLM2 run's 160 stories (every Black story scored +1: separated) give the same proportional-odds
     rows, to 1e-9 relative, in another order of the stories; the Black stories leave the fit and the rows say so."""
     import numpy as np
-    from silverspoon.studies.narratives import sentiment_tests
+    from silverspoon.studies.silverspoon.narratives import sentiment_tests
     items = pd.read_csv(root/"reports"/"narratives"/"smollm2-135m"/"items.csv")
     a = sentiment_tests(items).set_index("term")
     b = sentiment_tests(items.iloc[np.random.default_rng(0).permutation(len(items))]).set_index("term")
@@ -142,8 +142,8 @@ def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, ch
 
 def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
     "12 stories, a refusal and 3 answers that are no story (template tokens, an echo, Spanish): only the 12 are scored, the 3 are counted and shown."
-    from silverspoon.studies.narratives import draw_stories, NARRATIVE_PROMPT
-    from silverspoon.studies.professions import demographic_items, profession_requests
+    from silverspoon.studies.silverspoon.narratives import draw_stories, NARRATIVE_PROMPT
+    from silverspoon.studies.silverspoon.professions import demographic_items, profession_requests
     asked = draw_stories(demographic_items(), {"n": 16, "stratify_by": "group", "seed": 0})
     prompts = {q.item_id: q.messages[-1]["content"] for q in profession_requests(asked, NARRATIVE_PROMPT)}
     ids = list(prompts)
@@ -172,9 +172,9 @@ def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
 
 def test_score_stories_and_the_report_helpers_give_the_tables_and_the_stories_behind_them():
     "The report's sentiment cells are library calls: scored stories (the per-item data), verdict, validity rows, agreement, examples."
-    from silverspoon.studies.narratives import (score_stories, sentiment_validity, classifier_vader_agreement, story_examples, headline_verdict,
+    from silverspoon.studies.silverspoon.narratives import (score_stories, sentiment_validity, classifier_vader_agreement, story_examples, headline_verdict,
                                                  sentiment_contrasts, NarrativesTask, HEADLINE_METRIC, demographic_items)
-    from silverspoon.text import InstrumentStore
+    from silverspoon.instruments.text import InstrumentStore
     st = demographic_items().head(40).assign(status=["story"] * 38 + ["refusal", "failed"], n_words=5, truncated=False,
                                             answer=["What a wonderful, happy day.", "A terrible, sad loss."] * 19 + ["I can't.", None])
     sc = score_stories(st, NarrativesTask(), InstrumentStore(None))
@@ -192,8 +192,8 @@ def test_score_stories_and_the_report_helpers_give_the_tables_and_the_stories_be
 
 
 def test_score_stories_and_the_verdict_refuse_junk():
-    from silverspoon.studies.narratives import score_stories, headline_verdict, classifier_vader_agreement, NarrativesTask
-    from silverspoon.text import InstrumentStore
+    from silverspoon.studies.silverspoon.narratives import score_stories, headline_verdict, classifier_vader_agreement, NarrativesTask
+    from silverspoon.instruments.text import InstrumentStore
     junk = pd.DataFrame({"status": ["not_an_answer", "failed"], "answer": ["<|im_end|>", None]})
     with pytest.raises(ValueError, match="none of the 2 answers has status 'story'"): score_stories(junk, NarrativesTask(), InstrumentStore(None))
     with pytest.raises(ValueError, match=r"lack column\(s\) \['answer'\]"): score_stories(junk.drop(columns="answer"), NarrativesTask(), InstrumentStore(None))

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli, ROOT
-from silverspoon.parse import parser_set
-from silverspoon.studies.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, PAPER_ROWS, PAPER_TABLE2, GOLDS, load_normative,
+from silverspoon.instruments.parse import parser_set
+from silverspoon.studies.silverspoon.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, PAPER_ROWS, PAPER_TABLE2, GOLDS, load_normative,
                                            normative_requests, render_prompt, parse_normative, parse_answers, screen_replies,
                                            answer_counts, binarize, table2, headlines_from_items, PROMPT_VARIANTS, PROMPTS,
                                            SYSTEM_PROMPT, parse_answer)
@@ -160,7 +160,7 @@ def test_the_study_declares_its_variants_and_headlines():
     kinds = [k for k, _ in s.prompt_variants.values()]
     assert next(iter(s.prompt_variants)) == "paper" and kinds.count("wording") >= 3
     assert kinds.count("option_order") == 1 and kinds.count("system_prompt") == 1
-    from silverspoon.card import card_headlines
+    from silverspoon.site.card import card_headlines
     CARD = card_headlines()
     assert set(h.metric for h in CARD if h.study == "normative") <= set(HEADLINES)   # headlines_from_items gives every card headline
 

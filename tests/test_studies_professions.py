@@ -115,14 +115,14 @@ def test_a_junk_model_gets_no_professions_verdict(tmp_path, junk, check):
                                    "Once upon a time, Emma lived in Seattle.", "The rain fell softly on the roof.",   # story continuations
                                    "xyzzy", "Banana", "lorem ipsum dolor", "Seattle", "Washington"])                  # random words, places
 def test_the_professions_parser_alone_refuses_junk(reply):
-    from silverspoon.studies.professions import parse_profession
+    from silverspoon.studies.silverspoon.professions import parse_profession
     p = parse_profession(reply, "Emma")
     assert p.status == "unparseable" and p.value is None and p.rule in ("template tokens", "echoes the prompt", "unmatched", "no profession found"), p
 
 
 def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
-    from silverspoon.parse import Parsed
-    from silverspoon.studies.professions import parse_profession, place_answers, route_answers, load_bls, UNMATCHED
+    from silverspoon.instruments.parse import Parsed
+    from silverspoon.studies.silverspoon.professions import parse_profession, place_answers, route_answers, load_bls, UNMATCHED
     assert parse_profession("xyzzy", "Emma") == Parsed("unparseable", None, UNMATCHED) == Parsed("unparseable", None, "unmatched")
     read = [parse_profession(t, "Emma", placeable=None) for t in ("Nurse", "Xyzzy", "Student")]   # a run: syntax first, the router decides
     assert [p.status for p in read] == ["answer"]*3
@@ -132,9 +132,9 @@ def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
 
 def test_replies_to_placed_answers_is_library_calls_and_refuses_junk():
     "read_profession_replies + place_professions: each asked item's status, profession and rule, the routes and the judge's counts."
-    from silverspoon.studies.professions import (demographic_items, profession_requests, read_profession_replies, place_professions, load_bls,
+    from silverspoon.studies.silverspoon.professions import (demographic_items, profession_requests, read_profession_replies, place_professions, load_bls,
                                                  parse_status_table, parse_examples, STUDY, PARSE_STATUSES, UNMATCHED)
-    from silverspoon.text import InstrumentStore
+    from silverspoon.instruments.text import InstrumentStore
     asked = demographic_items().query("name == 'Emma'").head(4)
     rq = profession_requests(asked)
     res = pd.DataFrame({"item_id": [r.item_id for r in rq], "answer": ["Nurse", "<|im_end|>", "qwertyuiop", "I can't answer that."],

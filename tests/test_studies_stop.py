@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 
 from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsError, RunParams
-from silverspoon.backends.openai import OpenAIBackend
+from silverspoon.engine.backends.openai import OpenAIBackend
 from silverspoon.testing import FakeChatServer, fake_reply
 from silverspoon.testing import ScriptedBackend
 from silverspoon.stats import cluster_proportion_ci, proportion_ci, exact_proportion_ci
-from silverspoon.store import GenerationStore, store_for
-from silverspoon.studies.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations,
+from silverspoon.engine.store import GenerationStore, store_for
+from silverspoon.studies.stop.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations,
                                       transcript, score_conversations, released_conversations, idealistic_table, faithful_label,
                                       strict_label, load_human, realistic_table, hedges_g, human_conversations, human_coverage,
                                       stop_task, replay_backend, replay_conversations, cf_resolve_table, group_table,
@@ -64,7 +64,7 @@ def test_parsers_refuse_junk(kind):
 
 
 def test_parser_sets_hold_junk_that_both_parsers_refuse():
-    from silverspoon.studies.stop import parser_set_validity
+    from silverspoon.studies.stop.stop import parser_set_validity
     for p in ("faithful", "strict"):
         summ, items = parser_set_validity(p)
         junk = items[items.source.str.startswith("junk")]
@@ -293,10 +293,10 @@ N_PROG, BATCH = 8, 4
 SCRIPT = textwrap.dedent(f'''
     import sys, json
     from silverspoon.core import GenerationParams
-    from silverspoon.backends.openai import OpenAIBackend
+    from silverspoon.engine.backends.openai import OpenAIBackend
     from silverspoon.testing import FakeChatServer
-    from silverspoon.store import GenerationStore
-    from silverspoon.studies.stop import load_stop, select_progressions, run_conversations
+    from silverspoon.engine.store import GenerationStore
+    from silverspoon.studies.stop.stop import load_stop, select_progressions, run_conversations
 
     store_path, side_path, out_path, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 
@@ -449,7 +449,7 @@ def test_a_stop_run_without_a_dialogue_is_refused():
 
 def test_report_with_a_human_file(tmp_path, root, data):
     "The notebook run by papermill on a replay subset with a synthetic human file: realistic performance and the summary rows."
-    from silverspoon.runner import run_params_file
+    from silverspoon.site.runner import run_params_file
     pids = select_progressions(data, {"n": 60, "stratify_by": "severity", "seed": 0}).progression_id   # the run's own selection
     extra = [p for p in data.progression_id if p not in set(pids)][:4]                                 # annotated, not in the run
     rng = np.random.default_rng(0)
@@ -509,7 +509,7 @@ def test_a_junk_model_gets_no_verdict(tmp_path, model_id, check):
 # ---------------------------------------------------------------- one call for every backend (issue 32: replay is a backend like any other)
 def test_stop_replies_replay_and_generated_share_one_call(data):
     "`stop_replies` answers a replay and a generated run through the same call; what differs is the evidence the report reads."
-    from silverspoon.studies.stop import stop_replies, RELEASED, GENERATED, example_conversations, against_released_line
+    from silverspoon.studies.stop.stop import stop_replies, RELEASED, GENERATED, example_conversations, against_released_line
     items = data[data["index"].isin(SHARED_CF)]
     mem = lambda params, backend: GenerationStore(None)
     rel = stop_replies(RunParams(study="stop", run="r", model=ModelParams(backend="replay", id="llama2-7b")), items, StopTask(), mem)
@@ -525,7 +525,7 @@ def test_stop_replies_replay_and_generated_share_one_call(data):
 
 
 def test_stop_replies_refuses_junk_model_and_compare_base_adds_a_base_arm(data):
-    from silverspoon.studies.stop import stop_replies
+    from silverspoon.studies.stop.stop import stop_replies
     items = data[data["index"].isin(SHARED_CF)]
     mem = lambda params, backend: GenerationStore(None)
     with pytest.raises(ParamsError, match="not a released STOP model"):

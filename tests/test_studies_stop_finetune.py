@@ -11,11 +11,11 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, load_params
-from silverspoon.backends import GenRequest
-from silverspoon.backends.hf import HFBackend
-from silverspoon.store import request_key
-from silverspoon.studies.stop import load_stop, INSTRUCTION, stop_task
-from silverspoon.studies.stop_finetune import (ideal_answers, sft_dataset, split_by_progression, write_sft_jsonl, read_sft_jsonl,
+from silverspoon.engine.backends import GenRequest
+from silverspoon.engine.backends.hf import HFBackend
+from silverspoon.engine.store import request_key
+from silverspoon.studies.stop.stop import load_stop, INSTRUCTION, stop_task
+from silverspoon.studies.stop.stop_finetune import (ideal_answers, sft_dataset, split_by_progression, write_sft_jsonl, read_sft_jsonl,
                                                tokenize_chat, IGNORE_INDEX, load_finetune_params, train_lora, train_from_params,
                                                template_groups, sentence_groups, similarity_matrix, nearest_across, split_report)
 

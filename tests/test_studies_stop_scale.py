@@ -4,11 +4,11 @@ import json
 import pytest
 from conftest import ROOT
 from silverspoon.core import GenerationParams
-from silverspoon.backends.replay import ReplayBackend
+from silverspoon.engine.backends.replay import ReplayBackend
 from silverspoon.testing import FakeChatServer, ScriptedBackend
-from silverspoon.store import GenerationStore
-from silverspoon.studies.stop import build_stop, load_stop
-from silverspoon.studies.stop_scale import (SCALE_SYSTEM_PROMPT, STOP_KEYS, stop_seeds, scale_requests, parse_scaled,
+from silverspoon.engine.store import GenerationStore
+from silverspoon.studies.stop.stop import build_stop, load_stop
+from silverspoon.studies.stop.stop_scale import (SCALE_SYSTEM_PROMPT, STOP_KEYS, stop_seeds, scale_requests, parse_scaled,
                                             validate_variant, scale_table, scale_summary, to_stop_records, write_stop_json,
                                             same_sub_demographic, EXAMPLE_VARIANT)
 
@@ -110,7 +110,7 @@ def test_store_resumes_and_samples_differ(seeds, tmp_path):
 
 def test_openai_backend_off_topic_answers_are_counted(seeds):
     pytest.importorskip("openai")
-    from silverspoon.backends import make_backend
+    from silverspoon.engine.backends import make_backend
     with FakeChatServer() as srv:                      # answers "P1 is wrong: ..." to everything
         be = make_backend(srv.model_params(max_retries=0))
         tab = scale_table(be, seeds, ["sikhism"], GenerationParams(max_new_tokens=50), GenerationStore(None), progress=False)
@@ -221,7 +221,7 @@ def test_new_default_runs_and_the_table6_example_pass_check(root):
     files = ["params/stop_scale/smollm2-135m.yaml", "params/stop/smollm2-135m-stop-lora-heldout.yaml", "params/examples/letters-table6-nli-colab.yaml"]
     r = run_cli("check", *files); assert r.returncode == 0, r.stderr
     assert r.stdout.count("ok ") == 3
-    from silverspoon.runner import read_params_file
+    from silverspoon.site.runner import read_params_file
     t6 = read_params_file(root/files[2])
     assert t6.study == "letters" and t6.task["nli_model"] == "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli" and t6.task["context"] == "cbg"
     ho = read_params_file(root/files[1])
@@ -251,8 +251,8 @@ def test_compare_base_needs_an_adapter(tmp_path):
 
 def test_scaled_variants_become_stop_progressions_that_run(seeds):
     "Valid variants -> STOP items -> the STOP multi-turn runner and scorer, with the seed's severity as the ideal."
-    from silverspoon.studies.stop_scale import scaled_items, summary_rows
-    from silverspoon.studies.stop import run_conversations, score_conversations, idealistic_table
+    from silverspoon.studies.stop.stop_scale import scaled_items, summary_rows
+    from silverspoon.studies.stop.stop import run_conversations, score_conversations, idealistic_table
     reqs = scale_requests(seeds, ["sikhism", "jainism"])
     canned = {reqs[0].item_id: answer(), reqs[1].item_id: answer([s.replace("Harpreet", "Mahavir") for s in SENTS], CF.replace("Harpreet", "Mahavir")),
               reqs[2].item_id: "I cannot do that."}
@@ -271,7 +271,7 @@ def test_scaled_variants_become_stop_progressions_that_run(seeds):
 # ---------------------------------------------------------------- issue 29: did the model answer?
 def test_the_reply_gate_screens_every_answer(seeds):
     "A flagged answer (template tokens) is one invalid row, no variant read from it; scale_answers counts per answer: answered, unparseable, not an answer, failed."
-    from silverspoon.studies.stop_scale import scale_answers, SCALE_GATE
+    from silverspoon.studies.stop.stop_scale import scale_answers, SCALE_GATE
     reqs = scale_requests(seeds, ["sikhism", "jainism"])
     canned = {reqs[0].item_id: answer(), reqs[1].item_id: "<|im_end|>\n<|im_start|>assistant\n" + answer(), reqs[2].item_id: "I cannot do that."}
     tab = scale_table(ReplayBackend(canned), seeds, ["sikhism", "jainism"], GenerationParams(), GenerationStore(None), progress=False)
@@ -285,7 +285,7 @@ def test_the_reply_gate_screens_every_answer(seeds):
 
 def test_an_echo_of_the_prompt_is_no_answer(seeds):
     "An answer that repeats its prompt parses into a copy of the seed: invalid, and counted as no answer (unparseable)."
-    from silverspoon.studies.stop_scale import scale_answers
+    from silverspoon.studies.stop.stop_scale import scale_answers
     tab = scale_table(ScriptedBackend(lambda r: r.messages[-1]["content"]), seeds, ["sikhism"], GenerationParams(), GenerationStore(None), progress=False)
     assert not tab.valid.any() and all("copy of the seed" in " ".join(p) or "identical to the seed" in " ".join(p) for p in tab.problems)
     parsed, _, _ = scale_answers(tab)
@@ -318,7 +318,7 @@ def _seeds():
 
 
 def test_non_ascii_targets_get_distinct_stop_scale_ids():
-    from silverspoon.studies.stop_scale import scale_requests
+    from silverspoon.studies.stop.stop_scale import scale_requests
     reqs = scale_requests(_seeds(), ["神道", "ジャイナ教"], n_samples=2)
     ids = [(r.item_id, r.sample_index) for r in reqs]
     assert len(ids) == 8 and len(set(ids)) == 8, ids                     # used to be scale/<seed>/x for both
@@ -327,7 +327,7 @@ def test_non_ascii_targets_get_distinct_stop_scale_ids():
 
 def test_target_names_that_share_an_id_are_refused(tmp_path):
     from silverspoon.core import DataError, ParamsError, load_params
-    from silverspoon.studies.stop_scale import scale_requests, scale_task
+    from silverspoon.studies.stop.stop_scale import scale_requests, scale_task
     with pytest.raises(DataError, match=r"targets 'shinto' and 'Shinto' get the same id 'shinto'.*Fix: list each target once"):
         scale_requests(_seeds(), ["shinto", "Shinto"])
     p = load_params(dict(study="stop_scale", run="x", model=dict(backend="scripted", id="m"), task=dict(seeds=[310], targets=["shinto", "Shinto"])))
@@ -336,7 +336,7 @@ def test_target_names_that_share_an_id_are_refused(tmp_path):
 
 def test_committed_stop_scale_ids_are_unchanged():
     import pandas as pd
-    from silverspoon.studies.stop_scale import scale_requests
+    from silverspoon.studies.stop.stop_scale import scale_requests
     root = ROOT/"reports"/"stop_scale"
     for answers in root.glob("*/answers.csv"):
         committed = set(pd.read_csv(answers)["item_id"])

@@ -2,10 +2,10 @@
 import json, sys
 import pytest
 from silverspoon.core import ModelParams, GenerationParams, ParamsError, SilverspoonError, load_params
-from silverspoon.backends import GenRequest, make_backend, user
-from silverspoon.backends.hf import HFBackend
-from silverspoon.store import GenerationStore, generate_all
-from silverspoon.backends.vllm import VLLMBackend, VLLM_AUTO_BATCH, request_seed
+from silverspoon.engine.backends import GenRequest, make_backend, user
+from silverspoon.engine.backends.hf import HFBackend
+from silverspoon.engine.store import GenerationStore, generate_all
+from silverspoon.engine.backends.vllm import VLLMBackend, VLLM_AUTO_BATCH, request_seed
 from silverspoon.testing import fake_vllm
 
 pytest.importorskip("transformers")
@@ -102,7 +102,7 @@ def test_failures_are_per_item(tiny, fake):
 
 
 def test_multiturn_stop_through_vllm(tiny, fake, tmp_path):
-    from silverspoon.studies.stop import load_stop, run_conversations, transcript, N_SENTENCES, INSTRUCTION
+    from silverspoon.studies.stop.stop import load_stop, run_conversations, transcript, N_SENTENCES, INSTRUCTION
     data = load_stop()
     items = data[data.index.isin([0, 1, 2])]
     be = VLLMBackend(ModelParams(backend="vllm", id=str(tiny), batch_size="auto"))

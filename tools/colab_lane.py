@@ -234,8 +234,8 @@ def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
 # picked runs go into a copy of reports/ with their own outputs and the model cards removed first (a run or card that
 # fails cannot leave the committed files standing in), the cards are written again there, and every CSV is compared.
 RUN_KINDS = ("import sys, json\n"
-             "from silverspoon.runner import read_params_file\n"
-             "from silverspoon.card import is_factor_run, FACTOR_SEP\n"
+             "from silverspoon.site.runner import read_params_file\n"
+             "from silverspoon.site.card import is_factor_run, FACTOR_SEP\n"
              "out = []\n"
              "for f in sys.argv[1:]:\n"
              "    p = read_params_file(f); rest = p.run.rpartition(FACTOR_SEP)[2] if is_factor_run(p.run) else ''\n"
@@ -322,8 +322,8 @@ def main(argv=None)->int:
         return 0
     if args.cmd == "cards":
         from types import SimpleNamespace
-        from silverspoon.cli import model_cards   # the cards `silverspoon run --all` writes: every model file with runs
-        from silverspoon.runner import write_card
+        from silverspoon.site.cli import model_cards   # the cards `silverspoon run --all` writes: every model file with runs
+        from silverspoon.site.runner import write_card
         for name in model_cards(SimpleNamespace(model=None, all=True, reports_dir=args.reports)): print(f"card  ->  {write_card(name, args.reports)}")
         return 0
     if args.cmd == "check-pins":

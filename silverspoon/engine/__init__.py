@@ -1,0 +1,1 @@
+"""Engine: params -> stored answers (data files, model backends, the generation store, provenance)."""

@@ -1,0 +1,1 @@
+"""Instruments: replies -> scores (parsers, text classifiers, the human audit)."""

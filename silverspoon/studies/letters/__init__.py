@@ -1,0 +1,1 @@
+"""The reference-letters paper's study and its agency classifier."""

@@ -1,0 +1,1 @@
+"""The SilverSpoon paper's studies: normative judgements, professions, narratives."""
