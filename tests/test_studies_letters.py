@@ -254,7 +254,8 @@ def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tm
 def test_agency_level_check_measures_the_gap_and_refuses_junk():
     "The report's agency-vs-authors section is one library call: the tables, the per-letter data behind them and the fitted threshold."
     import numpy as np
-    from silverspoon.studies.letters.letters import agency_level_check, agency_level_reading, sentence_shares
+    from silverspoon.studies.letters.agency import agency_level_check, agency_level_reading
+    from silverspoon.studies.letters.letters import sentence_shares
     rng, n = np.random.default_rng(0), 12
     pl = pd.DataFrame({"gender": ["m", "f"] * (n // 2), "pair_id": np.repeat(range(n // 2), 2)})
     p_sent, sl = rng.uniform(0.45, 0.8, 4 * n), np.repeat(range(n), 4)
@@ -280,7 +281,8 @@ def test_agency_level_check_measures_the_gap_and_refuses_junk():
 def test_letter_style_measures_gives_table4_and_the_data_behind_it_and_refuses_junk():
     "The report's Table 4 cell is one library call: per-sentence flags, per-letter shares and style_tests from them."
     import numpy as np
-    from silverspoon.studies.letters.letters import letter_style_measures, LettersTask, sentence_shares
+    from silverspoon.studies.letters.agency import letter_style_measures
+    from silverspoon.studies.letters.letters import LettersTask, sentence_shares
     from silverspoon.instruments.text import InstrumentStore
     letters = pd.DataFrame({"item_id": [f"l{i}" for i in range(12)], "gender": ["m", "f"] * 6, "pair_id": np.repeat(range(6), 2),
                             "answer": ["He is great. He is wonderful. He is late.", "She is here. She is late."] * 6})   # men: 2 of 3 positive, women: 0 of 2

