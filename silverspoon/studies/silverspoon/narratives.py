@@ -20,6 +20,8 @@ from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demogr
 from ...instruments.parse import REFUSAL, ReplyGate, Parsed, failed_reply, spine_reasons, NO_REPLY
 from ...engine.provenance import model_label
 from fastcore.basics import patch
+from ...stats import log_odds_ratio
+
 
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_REASONS', 'REFUSAL_MAX_WORDS',

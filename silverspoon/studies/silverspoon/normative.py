@@ -17,6 +17,8 @@ from ...stats import (agreement_table, agreement_metrics, metrics_from_counts, p
 from .. import Study, Headline, check_prompt_variant, variant_note
 from ...instruments.parse import Parsed, REFUSAL, ReplyGate, DEFAULT_CHECKS, TEMPLATE_TOKEN, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge, validate_on_set, failed_reply
 from ...engine.provenance import model_label
+from ..report import literal_text
+
 
 # %% auto #0
 __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'PAPER_ROWS', 'T2_METRICS', 'PAPER_TABLE2',

@@ -20,6 +20,9 @@ from .. import Study, Headline, check_prompt_variant
 from ...instruments.parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
+from ...core import sha256_file
+from ...stats import bh_fdr, warning_note, ci_on_scale
+
 
 # %% auto #0
 __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY_CLASSES', 'N_NAMES', 'ITEM_COLUMNS',

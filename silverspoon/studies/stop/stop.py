@@ -21,6 +21,9 @@ from .. import Study, Headline, check_prompt_variant, variant_system, variant_no
 from ...instruments.parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
+from ...stats import paired_test, paired_mcnemar, sign_flip_test
+from ..report import literal_text
+
 
 # %% auto #0
 __all__ = ['STOP_FILES', 'STOP_MODELS', 'SEVERITIES', 'IDEAL_NO', 'N_SENTENCES', 'UNSCORED_INDICES', 'INSTRUCTION',

@@ -12,6 +12,9 @@ from .stop import load_stop
 from ...engine.backends import GenRequest, Backend
 from ...engine.store import GenerationStore, generate_all
 from ...instruments.parse import ReplyGate, REPLY_CHECKS, Parsed, failed_reply
+from ...stats import proportion_ci
+from .stop import IDEAL_NO
+
 
 # %% auto #0
 __all__ = ['SCALE_SYSTEM_PROMPT', 'STOP_KEYS', 'N_SENTENCES', 'EXAMPLE_JACCARD', 'SEED_COPY_JACCARD', 'SEED_COPY_WORDS',
