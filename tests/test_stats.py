@@ -237,7 +237,7 @@ def test_engine_checks_its_arguments():
 def test_every_bootstrap_goes_through_the_engine():
     "No module draws bootstrap replicates or takes percentile intervals of its own: `_cluster_draws`, `cluster_boot_weights` and `percentile_ci` are called in stats.py only, and a seeded generator elsewhere is one of the known non-bootstrap uses."
     pkg = Path(__file__).resolve().parents[1] / "silverspoon"
-    non_bootstrap_rng = {"audit.py": "the audit's sample of answers", "studies/stop_finetune.py": "the validation split"}
+    non_bootstrap_rng = {"instruments/audit.py": "the audit's sample of answers", "studies/stop/stop_finetune.py": "the validation split"}
     for f in sorted(pkg.rglob("*.py")):
         rel = f.relative_to(pkg).as_posix()
         if rel in ("stats.py", "_modidx.py"): continue

@@ -133,7 +133,7 @@ def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
 def test_replies_to_placed_answers_is_library_calls_and_refuses_junk():
     "read_profession_replies + place_professions: each asked item's status, profession and rule, the routes and the judge's counts."
     from silverspoon.studies.silverspoon.professions import (demographic_items, profession_requests, read_profession_replies, place_professions, load_bls,
-                                                 parse_status_table, parse_examples, STUDY, PARSE_STATUSES, UNMATCHED)
+                                                 parse_status_table, parse_examples, STUDY, STATUSES, UNMATCHED)
     from silverspoon.instruments.text import InstrumentStore
     asked = demographic_items().query("name == 'Emma'").head(4)
     rq = profession_requests(asked)
@@ -148,7 +148,7 @@ def test_replies_to_placed_answers_is_library_calls_and_refuses_junk():
     assert a.parse_rule.tolist()[2] == UNMATCHED and asked_judge == ["qwertyuiop"]   # the judge is asked only what no route placed; it could not label it
     assert placed["judge_counts"]["failed"] == 1 and len(placed["parsed"]) == 4
     pst = parse_status_table(a)
-    assert list(pst.columns)[3:] == list(PARSE_STATUSES) and int(pst[list(PARSE_STATUSES)].to_numpy().sum()) == 4
+    assert list(pst.columns)[3:] == list(STATUSES) and int(pst[list(STATUSES)].to_numpy().sum()) == 4
     assert set(parse_examples(a, 4).status) == {"answer", "not_an_answer", "unparseable", "refusal"}
     with pytest.raises(ValueError, match=r"lacks column\(s\) \['finish_reason'\]"):
         read_profession_replies(asked, res.drop(columns="finish_reason"), rq, STUDY.reply_gate)
