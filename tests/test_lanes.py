@@ -71,9 +71,12 @@ def test_colab_reports_picks_one_run_per_study_backend_and_factor(tmp_path):
     kinds = [["n/a.yaml", "normative", "gpt4-replay", "replay", ""], ["n/b.yaml", "normative", "alpaca-replay", "replay", ""],
              ["n/c.yaml", "normative", "smollm2", "hf", ""], ["n/d.yaml", "normative", "smollm2--quantization-8bit", "hf", "quantization"],
              ["n/e.yaml", "normative", "smollm2--quantization-4bit", "hf", "quantization"], ["n/f.yaml", "normative", "smollm2--reference", "hf", "reference"],
-             ["s/g.yaml", "stop", "gpt4-replay", "replay", ""]]
+             ["s/g.yaml", "stop", "gpt4-replay", "replay", ""], ["s/h.yaml", "stop", "smollm2", "hf", ""],
+             ["s/i.yaml", "stop", "smollm2--quantization-4bit", "hf", "quantization"], ["s/j.yaml", "stop", "smollm2--prompt_variant-x", "hf", "prompt_variant"],
+             ["s/k.yaml", "stop", "smollm2--reference", "hf", "reference"]]
     picked = lane.pick_runs(kinds)
-    assert [k[2] for k in picked] == ["alpaca-replay", "smollm2", "smollm2--quantization-4bit", "smollm2--reference", "gpt4-replay"]
+    # quantization and reference once over all studies (the first study's); a prompt variant and a backend in every study
+    assert [k[2] for k in picked] == ["alpaca-replay", "smollm2", "smollm2--quantization-4bit", "smollm2--reference", "gpt4-replay", "smollm2", "smollm2--prompt_variant-x"]
     assert len(lane.pick_runs(kinds, every=True)) == len(kinds)   # make colab-reports-all: every run
     # the picked runs' outputs and every card leave the reports copy: a run that fails cannot leave the committed files standing in
     for f in ("normative/alpaca-replay/summary.csv", "normative/gpt4-replay/summary.csv", "models/m/bias_card.csv"):
@@ -92,3 +95,5 @@ def test_colab_reports_picks_every_study_and_factor_of_the_default_runs():
     picked = lane.pick_runs(kinds)
     assert {k[1] for k in picked} == {k[1] for k in kinds} and len(picked) < len(kinds)          # every study, fewer runs
     assert {(k[1], k[3]) for k in picked} == {(k[1], k[3]) for k in kinds}                        # every backend of every study
+    assert {(k[1], k[4]) for k in picked if k[4] == "prompt_variant"} == {(k[1], k[4]) for k in kinds if k[4] == "prompt_variant"}   # every study's variants
+    assert {k[4] for k in picked} == {k[4] for k in kinds}                                        # every factor

@@ -250,10 +250,17 @@ def dry_run_files(python:str, reports:Path)->list[str]:
     if r.returncode: raise SystemExit(f"colab_lane.py pick-runs: `silverspoon run --all --dry-run` failed:\n{r.stdout}{r.stderr}")
     return [line.split()[4] for line in r.stdout.splitlines() if line.startswith("would run ")]
 
+# A factor whose runs differ from a study's plain local run only in the store key and the sample size (the answers come
+# from the committed store either way: a 4-bit run loads no model on this stack) takes the same study cells: one run of it,
+# in one study, covers its path. A prompt variant is a path of each study (each study builds its own variant's prompts).
+STUDY_WIDE_FACTORS = ("quantization", "reference")
+
 def pick_runs(kinds:list[list[str]], every:bool=False)->list[list[str]]:
-    "The first run (by name) of each (study, backend, factor) group of `kinds` ([file, study, run, backend, factor or '']); `every`: all of them."
+    """The first run (by study, then name) of each (study, backend, factor) group of `kinds` ([file, study, run, backend,
+    factor or '']), a factor of `STUDY_WIDE_FACTORS` grouped over all studies; `every`: all of them."""
     first = {}
-    for k in sorted(kinds, key=lambda k: (k[1], k[2])): first.setdefault(tuple(k) if every else (k[1], k[3], k[4]), k)
+    for k in sorted(kinds, key=lambda k: (k[1], k[2])):
+        first.setdefault(tuple(k) if every else ("*" if k[4] in STUDY_WIDE_FACTORS else k[1], k[3], k[4]), k)
     return sorted(first.values(), key=lambda k: (k[1], k[2]))
 
 def clear_outputs(reports:Path, picked:list[list[str]])->None:
@@ -283,7 +290,7 @@ def main(argv=None)->int:
     c.add_argument("reports"); c.add_argument("requirements")
     c.add_argument("--python", help="the lane's python: every run must also have recorded its Python version")
     c.add_argument("--only", help=f"a file of `<study>/<run>` lines (pick-runs' {PICKED}): check only those runs")
-    pr = sub.add_parser("pick-runs", help="print one default run per (study, backend, factor) and clear its outputs in REPORTS (a copy of reports/)")
+    pr = sub.add_parser("pick-runs", help="print one default run per (study, backend, factor; quantization and reference: per backend) and clear its outputs in REPORTS (a copy of reports/)")
     pr.add_argument("reports"); pr.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
     pr.add_argument("--all", action="store_true", help="every default run (make colab-reports-all)")
     cd = sub.add_parser("cards", help="write every model file's bias card into REPORTS (with the lane's python)"); cd.add_argument("reports")
@@ -316,7 +323,7 @@ def main(argv=None)->int:
         if not picked: raise SystemExit("colab_lane.py pick-runs: no default run found: nothing would run on this stack.")
         clear_outputs(reports, picked)
         (reports.parent/PICKED).write_text("".join(f"{k[1]}/{k[2]}\n" for k in picked), encoding="utf-8")
-        print(f"the Colab lane re-runs {len(picked)} of {len(files)} default runs, one per (study, backend, factor): "
+        print(f"the Colab lane re-runs {len(picked)} of {len(files)} default runs, one per (study, backend, prompt variant) and one per (backend, study-wide factor): "
               + ", ".join(f"{k[1]}/{k[2]}" for k in picked), file=sys.stderr)
         print("\n".join(k[0] for k in picked))
         return 0
