@@ -99,6 +99,11 @@ def test_python_dash_m_cli_is_the_command():
     r = subprocess.run([sys.executable, "-m", "silverspoon.site.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "usage: silverspoon" in r.stdout and "run" in r.stdout, r.stderr
 
+def test_the_command_imports_no_sklearn():
+    "Every `silverspoon` command and every test that runs one starts a Python that imports the CLI: sklearn (1.5 s) loads only where an agreement metric needs it."
+    r = subprocess.run([sys.executable, "-c", "import sys, silverspoon.site.cli; print('sklearn' in sys.modules)"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stdout + r.stderr
+
 def test_local_bases_let_a_new_model_be_one_short_file(root):
     "Each study with a local default run has `_base-local.yaml`; the default SmolLM2 run is that base plus its model, nothing else."
     from silverspoon.core import read_params_mapping

@@ -8,7 +8,6 @@ import math, warnings
 from dataclasses import dataclass, asdict
 from typing import Callable
 import numpy as np, pandas as pd
-from sklearn import metrics as skm
 
 # %% auto #0
 __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS',
@@ -91,6 +90,7 @@ def _undef(msg:str): warnings.warn(msg, UndefinedStatWarning, stacklevel=3)
 # %% ../../nbs/04_stats.ipynb #a342fc1f
 def jaccard_pos(y_true, y_pred)->float:
     "Jaccard of the positive-class sets, TP/(TP+FP+FN) (sklearn `jaccard_score`); NaN when no item has label 1."
+    from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
     t, p = _pair(y_true, y_pred)
     if not (t.any() or p.any()): _undef(f"jaccard_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.jaccard_score(t, p, pos_label=1, zero_division=0))
@@ -98,6 +98,7 @@ def jaccard_pos(y_true, y_pred)->float:
 # %% ../../nbs/04_stats.ipynb #86c081b0
 def dice_pos(y_true, y_pred)->float:
     "Dice of the positive-class sets = F1 of class 1, 2TP/(2TP+FP+FN); NaN when no item has label 1."
+    from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
     t, p = _pair(y_true, y_pred)
     if not (t.any() or p.any()): _undef(f"dice_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.f1_score(t, p, pos_label=1, zero_division=0))
@@ -194,6 +195,7 @@ def agreement_metrics(y_true, # gold labels (0/1)
                       y_pred  # model (or second rater) labels (0/1), aligned with `y_true`
                      )->dict:
     "Point estimates: acc, kappa, mcc (sklearn), jaccard_paper, dice_paper, jaccard_pos, dice_pos, and n."
+    from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
     t, p = _pair(y_true, y_pred)
     cm = confusion(t, p)
     undefined = _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
