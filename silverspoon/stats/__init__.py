@@ -11,16 +11,16 @@ import numpy as np, pandas as pd
 
 # %% auto #0
 __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS',
-           'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS',
-           'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'Metric',
-           'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics', 'metrics_from_counts',
-           'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'ratio_of_sums', 'resampled_sums', 'RatioCI',
-           'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio',
-           'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t',
-           'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios', 'weat', 'too_few_units',
-           'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test', 'two_group_permutation_test',
-           'bootstrap_note', 'BootResult', 'cluster_bootstrap', 'cluster_bootstrap_ci', 'p_value_columns',
-           'adjusted_name', 'enforce_policy', 'verdict_tier']
+           'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'SWAP_BATCH', 'P_VALUE', 'UNIT_COLUMNS',
+           'VERDICT_TIERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos',
+           'dice_pos', 'Metric', 'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics',
+           'metrics_from_counts', 'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'ratio_of_sums',
+           'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
+           'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci',
+           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios',
+           'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test',
+           'two_group_permutation_test', 'bootstrap_note', 'BootResult', 'cluster_bootstrap', 'cluster_bootstrap_ci',
+           'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier']
 
 # %% ../../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -766,28 +766,40 @@ def sign_flip_test(d,                       # one difference per unit (condition
     t = np.abs(np.where(masks, -v, v).mean(axis=1)); hits = int((t >= abs(v.mean()) - 1e-12).sum())
     return {**out, "p": hits / len(masks) if exact else (1 + hits) / (1 + len(masks)), "exact": exact}
 
+# %% ../../nbs/04_stats.ipynb #052f5978
+SWAP_BATCH = 1024   # masks per call of a batched statistic (`within_unit_swap_test(..., batched=True)`)
+
+def _as_values(results:list)->tuple[dict, bool]:
+    "One statistic's results per mask (numbers, or {name: number} dicts) as (name -> float array, plain numbers?): 'stat' names plain numbers; a name a mask lacks is NaN there."
+    if not results or not isinstance(results[0], dict): return {"stat": np.asarray([float(r) for r in results], dtype=float)}, True
+    names = list(dict.fromkeys(k for r in results for k in r))
+    return {k: np.asarray([float(r.get(k, np.nan)) for r in results], dtype=float) for k in names}, False
+
 # %% ../../nbs/04_stats.ipynb #eb301309
 def within_unit_swap_test(stat,                    # mask (bool per unit, True = the unit's two conditions swapped) -> number or {name: number}
                           n_units:int,             # units (the mask's length)
                           n_resamples:int=9999,    # random masks when 2^n_units exceeds it; every mask otherwise
                           seed:int=0,
                           min_units:int=MIN_UNITS,
-                          max_undefined:float=MAX_UNDEFINED # more undefined (NaN) permuted statistics than this share: no p
+                          max_undefined:float=MAX_UNDEFINED, # more undefined (NaN) permuted statistics than this share: no p
+                          batched:bool=False       # `stat` takes many masks at once, a (masks x units) array, and gives one value per mask (an array, or {name: array})
                          )->dict:
     "Per statistic: observed value, two-sided permutation p, masks used, how many gave an undefined statistic, exact or drawn, and a note."
-    observed = stat(np.zeros(n_units, dtype=bool))
-    scalar = not isinstance(observed, dict)
+    def values(masks:np.ndarray)->tuple[dict, bool]:   # (name -> one float per mask, whether `stat` gives plain numbers); batched: SWAP_BATCH masks a call
+        if not batched: return _as_values([stat(m) for m in masks])
+        parts = [stat(masks[i:i + SWAP_BATCH]) for i in range(0, len(masks), SWAP_BATCH)]
+        if not isinstance(parts[0], dict): return {"stat": np.concatenate([np.asarray(v, dtype=float) for v in parts])}, True
+        return {k: np.concatenate([np.asarray(v[k], dtype=float) for v in parts]) for k in parts[0]}, False
+    first, scalar = values(np.zeros((1, n_units), dtype=bool))
+    observed = first["stat"][0] if scalar else {k: v[0] for k, v in first.items()}
     obs = {"stat": observed} if scalar else dict(observed)
     why = too_few_units(n_units, min_units)
     res = {k: dict(observed=float(v), p=float("nan"), n_masks=0, n_undefined=0, exact=False, note=why) for k, v in obs.items()}
     if not why:
         masks, exact = _swap_masks(n_units, n_resamples, seed)
-        vals = {k: [] for k in obs}
-        for m in masks:
-            s = stat(m); s = {"stat": s} if scalar else s
-            for k in obs: vals[k].append(float(s.get(k, np.nan)))
+        vals = values(masks)[0]
         for k, o in obs.items():
-            v = np.asarray(vals[k]); ok = ~np.isnan(v); nu = int((~ok).sum())
+            v = vals.get(k, np.full(len(masks), np.nan)); ok = ~np.isnan(v); nu = int((~ok).sum())
             r = res[k]; r.update(n_masks=len(v), n_undefined=nu, exact=exact)
             if np.isnan(o): r["note"] = "no estimate"; continue
             if nu > max_undefined * len(v): r["note"] = f"no test: the statistic is undefined under {nu} of {len(v)} permutations"; continue

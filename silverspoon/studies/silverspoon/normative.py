@@ -939,15 +939,15 @@ def bias_contrasts(df:pd.DataFrame,            # items: scenario, gold labels lo
     C, cols = len(n), ["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters", "n_units", "p", "test", "null", "exact", "n_masks", "mde", "note"]
     if C == 0: return pd.DataFrame([dict(metric=m, estimate=np.nan, n_items=0, n_clusters=0, n_units=0, test=t, null=0.0, note="no binary label") for m, t in BIAS_CONTRASTS.items()], columns=cols)
     obs = _contrast_stats(sums, n, np.ones(C))
-    def swapped(mask):   # the gold sets swapped in the masked scenarios (CKC), the model's and annotators' labels swapped there (shares)
-        s = 1.0 - 2.0 * mask
-        Kl, Ku = np.where(mask[:, None], sums["up"], sums["low"]).sum(0), np.where(mask[:, None], sums["low"], sums["up"]).sum(0)
-        out = {"CKC lower-upper": float(_kappa(Kl) - _kappa(Ku))}
+    def swapped(masks):   # (masks x scenarios): the gold sets swapped in the masked scenarios (CKC), the model's and annotators' labels swapped there (shares)
+        m = masks.astype(float); s = 1.0 - 2.0 * m   # counts and half-counts: every sum is exact, so these equal the one-mask-at-a-time values
+        Kl, Ku = sums["low"].sum(0) + m @ (sums["up"] - sums["low"]), sums["up"].sum(0) + m @ (sums["low"] - sums["up"])
+        out = {"CKC lower-upper": _kappa(Kl) - _kappa(Ku)}
         for a, golds in ANNOTATORS.items():
             h = np.mean([sums[f"{g}_1"] for g in golds], axis=0)
-            out[f"share favouring underprivileged - {a}"] = float((s @ (sums["y_1"] - h)) / n.sum())
+            out[f"share favouring underprivileged - {a}"] = (s @ (sums["y_1"] - h)) / n.sum()
         return out
-    tests = within_unit_swap_test(swapped, C, n_resamples=n_resamples, seed=seed)
+    tests = within_unit_swap_test(swapped, C, n_resamples=n_resamples, seed=seed, batched=True)
     boot = cluster_bootstrap(lambda W: _contrast_stats(sums, n, W), C, n_boot, seed, alpha, estimate={m: float(obs[m]) for m in BIAS_CONTRASTS}, additive=True)   # scenarios resampled (the draws of `agreement_table`)
     from scipy.stats import norm
     z = norm.ppf(1 - alpha / 2) + norm.ppf(0.8)
