@@ -145,14 +145,13 @@ def test_the_report_verdict_block_uses_the_card_family_and_links_the_policy(tmp_
     v = verdict_html("professions", d)
     assert "<td>evidence: richer professions in the rich city</td>" in v and "href='../inference.html'" in v and "CI excludes" not in v
 
-def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path):
+def test_run_model_on_a_scripted_model_writes_its_card(root, tmp_path, cli):
     "`silverspoon run --model FILE --studies ...` end to end on the scripted backend: runs, visible skips, the card, the index."
-    from conftest import run_cli
     m = tmp_path/"scripted.yaml"
     m.write_text("name: scripted-yes\ndescription: scripted answers\nmodel: {backend: scripted, id: 'text:Yes.'}\n"
                  "studies:\n  normative: {model: {id: 'text:P1 is wrong because they broke the rule.'}}\n")
-    r = run_cli("run", "--model", m, "--studies", "normative,stop,downstream", "--reports-dir", tmp_path/"reports",
-                env={"SILVERSPOON_STORE": str(tmp_path/"store")}, timeout=900)
+    r = cli("run", "--model", m, "--studies", "normative,stop,downstream", "--reports-dir", tmp_path/"reports",
+            env={"SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process: papermill's kernels are processes of their own
     assert r.returncode == 0, r.stdout + r.stderr
     assert "skip  downstream: needs task.adapter" in r.stdout
     card = pd.read_csv(tmp_path/"reports"/"models"/"scripted-yes"/"bias_card.csv")

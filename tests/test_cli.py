@@ -22,27 +22,28 @@ GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
     ("study: normative\nmodel: {backend: hf, id: m}\ngeneration: {n_samples: 3}\n", "field `generation.n_samples` = 3"),
     ("study: normative\nmodel: {backend: openai, id: m, base_url: 'http://u:pw@localhost:8000/v1'}\n", "must not carry credentials"),
 ])
-def test_bad_params_clear_error_and_nothing_touched(tmp_path, text, needle):
+def test_bad_params_clear_error_and_nothing_touched(tmp_path, cli, text, needle):
     bad = tmp_path/"bad.yaml"; bad.write_text(text)
     good = tmp_path/"good.yaml"; good.write_text(GOOD)
     store, reports = tmp_path/"store", tmp_path/"reports"
     # the good file comes first: validation of every file happens before any run starts
-    r = run_cli("run", good, bad, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(store)})
+    r = cli("run", good, bad, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(store)})   # in this process: an uncaught exception fails the test
     assert r.returncode == 2, r.stderr
     assert str(bad) in r.stderr and needle in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not store.exists() and not reports.exists()
 
-def test_missing_params_file(tmp_path):
-    r = run_cli("check", tmp_path/"nope.yaml")
+def test_missing_params_file(tmp_path, cli):
+    r = cli("check", tmp_path/"nope.yaml")
     assert r.returncode == 2 and "nope.yaml: params file not found" in r.stderr
 
-def test_list_and_check_default_params(root):
-    r = run_cli("list"); assert r.returncode == 0
+def test_list_and_check_default_params(root, cli, monkeypatch):
+    monkeypatch.chdir(root)   # `list` names files relative to the project, as `check` reads them
+    r = cli("list"); assert r.returncode == 0
     files = r.stdout.split()
     assert "params/normative/gpt4-replay.yaml" in files and not any("examples" in f for f in files)
     ex = sorted(str(p) for p in (root/"params"/"examples").glob("*.yaml"))
-    r = run_cli("check", *files, *ex); assert r.returncode == 0, r.stderr
+    r = cli("check", *files, *ex); assert r.returncode == 0, r.stderr
 
 
 def _defaults_of(cls)->dict:
@@ -66,17 +67,17 @@ def test_every_default_params_file_gives_the_run_params_of_its_committed_report(
         p.pop("description"); prov.pop("description")
         assert p == prov, f
 
-def test_bases_are_not_runs_and_include_errors_are_clear(tmp_path, root):
-    r = run_cli("list"); assert r.returncode == 0
+def test_bases_are_not_runs_and_include_errors_are_clear(tmp_path, root, cli):
+    r = cli("list"); assert r.returncode == 0
     assert not any(Path(f).name.startswith("_") for f in r.stdout.split())
     assert (root/"params"/"stop"/"_base-replay.yaml").is_file() and (root/"params"/"normative"/"_base-replay.yaml").is_file()
     (tmp_path/"a.yaml").write_text("include: b.yaml\nmodel: {id: GPT4}\n"); (tmp_path/"b.yaml").write_text("include: a.yaml\n")
     (tmp_path/"c.yaml").write_text("include: _gone.yaml\n")
     for f, needle in [("a.yaml", "field `include` = 'a.yaml' makes a cycle"), ("c.yaml", "c.yaml: field `include` = '_gone.yaml': no file")]:
-        r = run_cli("check", tmp_path/f)
+        r = cli("check", tmp_path/f)
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr
     (tmp_path/"run.yaml").write_text(f"include: {root/'params'/'normative'/'_base-replay.yaml'}\nmodel: {{id: Yi6B}}\ntask: {{prompt_style: yi}}\n")
-    r = run_cli("check", tmp_path/"run.yaml"); assert r.returncode == 0 and "(normative, replay:Yi6B)" in r.stdout, r.stderr
+    r = cli("check", tmp_path/"run.yaml"); assert r.returncode == 0 and "(normative, replay:Yi6B)" in r.stdout, r.stderr
 
 def test_relative_paths_mean_the_shell_folder_and_one_run_updates_the_index(tmp_path, root):
     "The docs' (nbs/guide_running.md) `export SILVERSPOON_DATA=../shared/data` is relative to where the command starts (the kernels run in nbs/); "

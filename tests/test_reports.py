@@ -6,11 +6,11 @@ import pytest
 from conftest import run_cli, CLI, ROOT
 from silverspoon.testing import FakeChatServer
 
-def test_replay_report_reproduces_paper(tmp_path):
+def test_replay_report_reproduces_paper(tmp_path, cli):
     # a minimal file: the sections it leaves out take the schema's defaults (all 3000 items, 2000 replicates),
     # never the notebook's small test defaults
     p = tmp_path/"gpt4-minimal.yaml"; p.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\n")
-    r = run_cli("run", p, "--reports-dir", tmp_path)
+    r = cli("run", p, "--reports-dir", tmp_path)   # in this process; the kernel is its own
     assert r.returncode == 0, r.stdout + r.stderr
     html = (tmp_path/"normative"/"gpt4-minimal.html").read_text()
     assert "Table 2" in html and "Provenance" in html
@@ -60,14 +60,14 @@ def test_committed_reports_have_their_notebooks(root):
     assert [f for f in nbs if not f.exists()] == []
     for f in nbs: assert_publishable(f)
 
-def test_rerun_of_an_unchanged_report_changes_only_its_provenance(tmp_path):
+def test_rerun_of_an_unchanged_report_changes_only_its_provenance(tmp_path, cli):
     "Run twice, the published notebook differs only in the provenance block (its `created` and `wall_seconds`): no timings, random ids or addresses."
     import nbformat
     p = tmp_path/"small.yaml"
     p.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30, stratify_by: topic, seed: 0}\ntask: {n_boot: 50}\n")
     published = []
     for _ in range(2):
-        r = run_cli("run", p, "--reports-dir", tmp_path/"r", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+        r = cli("run", p, "--reports-dir", tmp_path/"r", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process; each kernel is its own
         assert r.returncode == 0, r.stdout + r.stderr
         published.append(nbformat.read(str(tmp_path/"r"/"normative"/"small.ipynb"), as_version=4))
     provenance = lambda o: "<h3>Provenance</h3>" in o.get("data", {}).get("text/html", "")
@@ -105,7 +105,7 @@ def test_api_key_never_in_outputs(tmp_path):
 def _store_keys(path:Path):
     return [json.loads(l)["key"] for l in path.read_text().splitlines() if l.strip().endswith("}")]
 
-def test_kill9_then_resume_same_tables(tmp_path):
+def test_kill9_then_resume_same_tables(tmp_path, cli):
     with FakeChatServer(delay=0.25) as srv:
         p = _openai_params(tmp_path/"resume.yaml", srv, n=30)
         env = {**os.environ, "SILVERSPOON_TEST_API_KEY": "k", "SILVERSPOON_STORE": str(tmp_path/"store")}
@@ -115,16 +115,17 @@ def test_kill9_then_resume_same_tables(tmp_path):
         t0 = time.time()
         while time.time() - t0 < 120 and (not store.exists() or len(_store_keys(store)) < 6): time.sleep(0.1)
         os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+        srv.delay = 0.0                                     # the slow server only had to let the kill land mid-run
         done_before = len(_store_keys(store))
         assert 6 <= done_before < 30, done_before          # killed mid-run
         asked_before = srv.stats()["requests"]
-        r = run_cli("run", p, "--reports-dir", tmp_path/"a", "--no-index", env=env)
+        r = cli("run", p, "--reports-dir", tmp_path/"a", "--no-index", env={k: env[k] for k in ("SILVERSPOON_TEST_API_KEY", "SILVERSPOON_STORE")})
         assert r.returncode == 0, r.stdout + r.stderr
         keys = _store_keys(store)
         assert len(keys) == len(set(keys)) == 30            # nothing lost, nothing twice
         assert srv.stats()["requests"] - asked_before <= 30 - done_before + 2   # only the missing ones (+ the batch in flight)
         # an uninterrupted run into a fresh store gives the same tables
-        r = run_cli("run", p, "--reports-dir", tmp_path/"b", "--no-index", env={**env, "SILVERSPOON_STORE": str(tmp_path/"store_b")})
+        r = cli("run", p, "--reports-dir", tmp_path/"b", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store_b")})
         assert r.returncode == 0, r.stdout + r.stderr
     a, b = tmp_path/"a"/"normative"/"resume", tmp_path/"b"/"normative"/"resume"
     csvs = sorted(f.name for f in a.glob("*.csv") if f.name != "generation_counts.csv")

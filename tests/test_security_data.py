@@ -54,13 +54,14 @@ def test_deleted_bbq_file_is_an_error_naming_it(tmp_path, monkeypatch):
 
 
 @needs_data
-def test_deleted_bbq_file_fails_the_downstream_run(tmp_path):
+def test_deleted_bbq_file_fails_the_downstream_run(tmp_path, cli, monkeypatch):
     # the finding as reported: the downstream run went on with 5 of 6 categories and exit 0
     data, store = _data_copy(tmp_path, "bbq/data/Religion.jsonl"), tmp_path/"store"
     shutil.copytree(ROOT/"store"/"downstream", store/"downstream")
     before = {f.name: f.read_bytes() for f in (store/"downstream").iterdir()}
-    r = run_cli("run", "params/downstream/smollm2-135m-stop-lora.yaml", "--reports-dir", tmp_path/"reports", "--no-index",
-                env={"SILVERSPOON_DATA": str(data), "SILVERSPOON_STORE": str(store)})
+    monkeypatch.chdir(ROOT)   # in this process (the check stops it before any kernel starts), from the project root as a user runs it
+    r = cli("run", "params/downstream/smollm2-135m-stop-lora.yaml", "--reports-dir", tmp_path/"reports", "--no-index",
+            env={"SILVERSPOON_DATA": str(data), "SILVERSPOON_STORE": str(store)})
     # `silverspoon run` fetches every data file of its runs before any notebook starts: one error, nothing run
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert r.stderr.startswith("error: 1 of 13 data files cannot be used") and "bbq/data/Religion.jsonl: not found" in r.stderr, r.stderr
@@ -276,8 +277,9 @@ def _tree_copy(tmp_path, study_nb)->Path:
 
 
 @needs_data
-def test_fresh_run_verifies_against_its_tree(tmp_path):
-    r = run_cli("run", "params/normative/gpt4-replay.yaml", "--reports-dir", tmp_path/"reports", "--no-index")
+def test_fresh_run_verifies_against_its_tree(tmp_path, cli, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    r = cli("run", "params/normative/gpt4-replay.yaml", "--reports-dir", tmp_path/"reports", "--no-index")
     assert r.returncode == 0, r.stderr
     run_dir = tmp_path/"reports"/"normative"/"gpt4-replay"
     prov = json.loads((run_dir/"provenance.json").read_text())["content"]

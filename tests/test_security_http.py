@@ -68,14 +68,14 @@ def test_include_of_a_non_params_file_never_echoes_it(tmp_path, cli, content):
     assert SECRET not in r.stdout + r.stderr and "aws_secret" not in r.stderr and "password" not in r.stderr, r.stderr
 
 
-def test_human_file_that_is_not_a_csv_is_not_echoed(tmp_path):
+def test_human_file_that_is_not_a_csv_is_not_echoed(tmp_path, cli):
     "A STOP run whose task.human_file names a key file: FAIL names the file and the missing columns, in the CLI and on the failure page."
     secret_file = tmp_path/"id_key"
     secret_file.write_text(f"-----BEGIN PRIVATE KEY {SECRET}-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n")
     f = _write(tmp_path/"stop-human.yaml", {"include": str(ROOT/"params"/"stop"/"_base-replay.yaml"),
                                             "model": {"id": "gpt4"}, "sample": {"n": 20, "stratify_by": "severity", "seed": 0},
                                             "task": {"n_boot": 20, "human_file": str(secret_file)}})
-    r = run_cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process; the kernel is its own
     assert r.returncode == 1, r.stdout + r.stderr
     assert f"{secret_file}: not a human annotation CSV: it lacks the columns" in r.stderr, r.stderr
     failed = (tmp_path/"reports"/"stop"/"stop-human.failed.html").read_text()
@@ -100,14 +100,14 @@ def test_control_characters_are_never_printed_raw(tmp_path, cli):
 
 # --- 10. a refused key fails fast with the cause ---------------------------------------------------------------------------
 
-def test_wrong_key_stops_the_run_with_check_the_key(tmp_path):
+def test_wrong_key_stops_the_run_with_check_the_key(tmp_path, cli):
     with FakeChatServer(api_key="sk-the-right-key-0123456789") as srv:
         m = {"backend": "openai", "id": "fake-model", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_API_KEY",
              "concurrency": 2, "batch_size": 4, "max_retries": 2, "timeout_s": 5.0}
         f = _write(tmp_path/"wrong-key.yaml", {"study": "normative", "model": m, "sample": {"n": 12, "stratify_by": "topic", "seed": 1},
                                                "task": {"n_boot": 20}})
-        r = run_cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index",
-                    env={"SILVERSPOON_TEST_API_KEY": SECRET, "SILVERSPOON_STORE": str(tmp_path/"store")})
+        r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index",
+                env={"SILVERSPOON_TEST_API_KEY": SECRET, "SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process; the kernel is its own
         n_requests = srv.stats()["requests"]
     assert r.returncode == 1, r.stdout + r.stderr
     assert "FAIL" in r.stderr and f"the server at {srv.base_url} refused the request with HTTP 401" in r.stderr, r.stderr
@@ -119,12 +119,12 @@ def test_wrong_key_stops_the_run_with_check_the_key(tmp_path):
 
 # --- 12. partial failure is visible in the summary and the exit status -------------------------------------------------------
 
-def test_judge_partly_failing_is_incomplete_not_ok(tmp_path):
+def test_judge_partly_failing_is_incomplete_not_ok(tmp_path, cli):
     with FakeChatServer(fail_every=2, codes=(500,)) as srv:      # every second judge call fails
         judge = {"backend": "openai", "id": "judge", "base_url": srv.base_url, "max_retries": 0, "timeout_s": 5.0, "concurrency": 2}
         f = _write(tmp_path/"half-judged.yaml", {"study": "normative", "model": {"backend": "replay", "id": "GPT4"},
                                                  "sample": {"n": 20, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 20, "judge": judge}})
-        r = run_cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+        r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process; the kernel is its own
     assert r.returncode == 3, r.stdout + r.stderr
     counts = json.loads(json.dumps(__import__("pandas").read_csv(tmp_path/"reports"/"normative"/"half-judged"/"judge_counts.csv").iloc[0].to_dict()))
     assert 0 < counts["failed"] < counts["requests"], counts

@@ -204,7 +204,7 @@ def test_key_values_scrubbed_from_everything_written(good_run):
     assert "key ***" in prov["params"]["description"]
 
 
-def test_failed_rerun_keeps_last_good_report(good_run):
+def test_failed_rerun_keeps_last_good_report(good_run, cli):
     reports, study = good_run["reports"], good_run["reports"]/"normative"
     before = _snapshot(study/"sec-run"); html_before = (study/"sec-run.html").read_bytes()
     index_before = (reports/"index.html").read_text()
@@ -213,7 +213,7 @@ def test_failed_rerun_keeps_last_good_report(good_run):
                  "max_retries": 0, "timeout_s": 5.0, "concurrency": 2}
         f = good_run["file"]; first = f.read_text()   # the same file, edited (another file may not rerun its report: issue 31)
         f.write_text(yaml.safe_dump({**good_run["params"], "task": {"n_boot": 50, "judge": judge}}))
-        try: r = run_cli("run", f, "--reports-dir", reports, env=good_run["env"])
+        try: r = cli("run", f, "--reports-dir", reports, env=good_run["env"])   # in this process: papermill's kernel is a process of its own
         finally: f.write_text(first)
         assert srv.stats()["requests"] >= 25
     assert r.returncode == 1, r.stdout + r.stderr                      # a judge that never answered fails the run

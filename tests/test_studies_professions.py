@@ -1,6 +1,6 @@
 """SilverSpoon professions end to end (issue 11): `silverspoon run` against a fake OpenAI-compatible server whose answers depend
 on the city, with the LLM judge on the same server; then a rerun that generates, judges and embeds nothing."""
-import json
+import json, shutil
 import pandas as pd
 import pytest
 from conftest import run_cli, write_params
@@ -81,21 +81,36 @@ def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):
                                          ({"judge": {"backend": "replay", "id": "x"}}, "field `task.judge.backend` = 'replay'"),
                                          ({"prompt_variant": "shouty"}, "field `task.prompt_variant` = 'shouty' is not a prompt variant"),
                                          ({"prompt": "Guess the job of {name} in {city}.", "prompt_variant": "direct"}, "are both set")])
-def test_bad_professions_params_stop_before_running(tmp_path, task, needle):
+def test_bad_professions_params_stop_before_running(tmp_path, cli, task, needle):
     p = tmp_path/"bad.yaml"
     p.write_text(json.dumps({"study": "professions", "run": "bad", "model": {"backend": "hf", "id": "m"}, "task": task}))
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports")
+    r = cli("run", p, "--reports-dir", tmp_path/"reports")   # in this process: the checks run before any kernel starts
     assert r.returncode == 2 and needle in r.stdout + r.stderr and str(p.name) in r.stdout + r.stderr
     assert not (tmp_path/"reports").exists()
 
 
+PLACED_PHRASES = ["nurse", "qwertyuiop"]   # the phrases test_replies_to_placed_answers_is_library_calls_and_refuses_junk places
+
+
+@pytest.fixture(scope="module")
+def router_checks_cache(tmp_path_factory):
+    "An instrument cache holding the nearest BLS occupation of every `ROUTER_CHECKS` answer (and of `PLACED_PHRASES`), made once here as a run makes it (`score_cached`, same instrument identity, same keys): a junk run has no answer to place, so with it the run embeds nothing (no 831 BLS titles per run); its tables are the same."
+    from silverspoon.studies.silverspoon.professions import OccupationMatcher, ROUTER_CHECKS, load_bls
+    from silverspoon.instruments.text import InstrumentStore, score_cached
+    path = tmp_path_factory.mktemp("router-checks")/"instruments.jsonl"
+    score_cached(OccupationMatcher(load_bls()), [*ROUTER_CHECKS, *PLACED_PHRASES], InstrumentStore(path), progress=False)
+    return path
+
+
 @pytest.mark.parametrize("junk,check", [("text:<|im_end|>\n<|im_start|>assistant", "template tokens"), ("echo", "prompt echo")])
-def test_a_junk_model_gets_no_professions_verdict(tmp_path, junk, check):
+def test_a_junk_model_gets_no_professions_verdict(tmp_path, router_checks_cache, junk, check):
     "Issue 29: a scripted model that answers with chat-template tokens, or echoes the prompt, has no answers: every reply is counted as not an answer, no profession is counted, and answer_summary.csv allows no verdict and names the check."
     p = tmp_path/"junk.yaml"
     p.write_text(json.dumps({"study": "professions", "run": "junk", "model": {"backend": "scripted", "id": junk},
                              "sample": {"n": 160, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 20}}))
     cache = tmp_path/"cache"
+    (tmp_path/"store"/"professions").mkdir(parents=True)
+    shutil.copy(router_checks_cache, tmp_path/"store"/"professions"/"junk.instruments.jsonl")   # the run's instrument cache, router checks in it
     env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
     r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -130,7 +145,7 @@ def test_a_phrase_the_router_cannot_place_is_unmatched_not_an_answer():
     assert placed == [Parsed("answer", "nurse", "bare answer"), Parsed("unparseable", None, "unmatched"), Parsed("answer", "student", "bare answer")]
 
 
-def test_replies_to_placed_answers_is_library_calls_and_refuses_junk():
+def test_replies_to_placed_answers_is_library_calls_and_refuses_junk(tmp_path, router_checks_cache):
     "read_profession_replies + place_professions: each asked item's status, profession and rule, the routes and the judge's counts."
     from silverspoon.studies.silverspoon.professions import (demographic_items, profession_requests, read_profession_replies, place_professions, load_bls,
                                                  parse_status_table, parse_examples, STUDY, STATUSES, UNMATCHED)
@@ -141,7 +156,8 @@ def test_replies_to_placed_answers_is_library_calls_and_refuses_junk():
                         "error": None, "finish_reason": "stop"})
     rr = read_profession_replies(asked, res, rq, STUDY.reply_gate)
     asked_judge = []
-    placed = place_professions(rr["answers"], rr["read"], load_bls(), InstrumentStore(None), 0.6,
+    shutil.copy(router_checks_cache, tmp_path/"instruments.jsonl")   # the nearest occupations of its phrases, made as place_professions makes them
+    placed = place_professions(rr["answers"], rr["read"], load_bls(), InstrumentStore(tmp_path/"instruments.jsonl"), 0.6,
                                judge=lambda todo: (asked_judge.extend(todo) or {}, {"requests": len(todo), "labelled": 0, "failed": len(todo)}))
     a = placed["answers"]
     assert a.status.tolist() == ["answer", "not_an_answer", "unparseable", "refusal"] and a.profession.tolist()[0] == "nurse"

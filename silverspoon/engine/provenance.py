@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05a_provenance.ipynb #prov0002
 from __future__ import annotations
-import re, ast, json, subprocess
+import re, ast, json, subprocess, functools
 from pathlib import Path
 from ..core import *
 from .data import lookup, data_dir
@@ -13,8 +13,8 @@ from .backends import BACKENDS
 
 # %% auto #0
 __all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'model_label', 'package_versions', 'git_state', 'params_chain', 'module_file',
-           'imported_names', 'code_closure', 'notebook_modules', 'run_code_files', 'content_record', 'output_files',
-           'pin_outputs', 'output_differences', 'store_differences', 'data_differences']
+           'imported_names', 'source_imports', 'code_closure', 'notebook_modules', 'run_code_files', 'content_record',
+           'output_files', 'pin_outputs', 'output_differences', 'store_differences', 'data_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -98,6 +98,16 @@ def _module_of(name:str, root:Path, packages)->str|None:
     while name and module_file(name, root) is None: name = name.rpartition(".")[0]
     return name or None
 
+# %% ../../nbs/05a_provenance.ipynb #fe00ef1e
+@functools.lru_cache(maxsize=4096)
+def source_imports(source:str,                # the text of a Python file or of a notebook cell's code
+                   filename:str="<unknown>",  # the file it came from (named in a SyntaxError)
+                   here:tuple|None=None       # the package relative imports are relative to (`imported_names`' `here`, as a tuple)
+                  )->frozenset:
+    "`imported_names` of `source` parsed, remembered by the text itself: verifying every committed report (`verify_provenance`) parses the same ~150 files once per report, so the same text is never parsed twice; an edited file is new text, parsed afresh."
+    return frozenset(imported_names(ast.parse(source, filename), None if here is None else list(here)))
+
+
 # %% ../../nbs/05a_provenance.ipynb #d1ca9338
 def code_closure(modules,            # dotted names of the modules a run executes, e.g. ["silverspoon.studies.silverspoon.normative"]
                  root:str|Path|None=None # the folder holding the top package (default: the project)
@@ -109,7 +119,7 @@ def code_closure(modules,            # dotted names of the modules a run execute
         if module_file(m, root) is None:
             raise SilverspoonError(f"{root}: module {m!r} has no source file ({m.replace('.', '/')}.py or .../__init__.py): "
                                    "its code cannot be hashed for the provenance record. Fix: name a module of this tree.")
-    todo, seen = list(modules), set()
+    todo, seen, placed = list(modules), set(), {}   # placed: the module of each imported name, looked up once per call
     while todo:
         name = todo.pop()
         if name in seen: continue
@@ -118,8 +128,9 @@ def code_closure(modules,            # dotted names of the modules a run execute
         todo += [".".join(parts[:i]) for i in range(1, len(parts))]   # the parent packages run first
         f = module_file(name, root)
         here = parts if f.name == "__init__.py" else parts[:-1]
-        names = imported_names(ast.parse(f.read_text(encoding="utf-8"), str(f)), here)
-        todo += [m for m in (_module_of(n, root, packages) for n in names) if m and m not in seen]
+        for n in source_imports(f.read_text(encoding="utf-8"), str(f), tuple(here)):
+            if n not in placed: placed[n] = _module_of(n, root, packages)
+            if placed[n] and placed[n] not in seen: todo.append(placed[n])
     return sorted(module_file(m, root) for m in seen)
 
 # %% ../../nbs/05a_provenance.ipynb #e11510ca
@@ -136,11 +147,11 @@ def notebook_modules(notebook:str|Path,          # a study notebook (.ipynb)
         if m := re.search(r"^#\|\s*default_exp\s+(\S+)", src, re.M): out.add(f"{package}.{m.group(1)}")
         if src.lstrip().startswith("%%"): continue   # a cell magic: not Python
         code = "\n".join("" if l.lstrip().startswith(("%", "!")) else l for l in src.splitlines())   # line magics and shell lines
-        try: tree = ast.parse(code)
+        try: names = source_imports(code)
         except SyntaxError as e:
             raise SilverspoonError(f"{notebook}: cell {c.get('id')}: not Python ({e.msg}, line {e.lineno}): the modules it imports cannot be "
                                    "read for the provenance record. Fix the cell.") from None
-        out |= {m for n in imported_names(tree) if (m := _module_of(n, root, {package}))}
+        out |= {m for n in names if (m := _module_of(n, root, {package}))}
     return sorted(out)
 
 def run_code_files(notebook:str|Path|None,  # the study notebook papermill runs (a path); None = none
