@@ -63,7 +63,7 @@ def test_round_trip_agreement_and_realistic_performance(tmp_path, data):
     lh = load_human(hf, data)
     assert len(lh) == 90 and set(lh.annotator) == set(SYNTHETIC) and set(lh.progression_id) == set(key.progression_id)
     # agreement with CIs: noisy synthetic annotators agree well but not perfectly
-    ag = annotator_agreement(human, n_boot=300, seed=0).set_index("measure")
+    ag = annotator_agreement(human, n_boot=100, seed=0).set_index("measure")
     a = ag.loc["alpha, sentence answers (nominal)"]
     assert 0.3 < a.estimate < 1 and a.ci_low <= a.estimate <= a.ci_high and a.ci_high - a.ci_low > 0.01
     assert (ag.n_progressions == 30).all() and (ag.n_annotators == 3).all()
@@ -71,7 +71,7 @@ def test_round_trip_agreement_and_realistic_performance(tmp_path, data):
     perfect = [tmp_path/f"perfect-{a}.csv" for a in SYNTHETIC[:2]]
     for a, f in zip(SYNTHETIC[:2], perfect):
         fill_synthetic(pd.read_csv(w["sheets"][a][0], dtype=str, keep_default_na=False), key, data, flip=0.0, seed=0).to_csv(f, index=False)
-    assert annotator_agreement(read_annotation_sheets(w["key"], perfect), n_boot=50).estimate.tolist() == [1.0] * 4
+    assert annotator_agreement(read_annotation_sheets(w["key"], perfect), n_boot=5).estimate.tolist() == [1.0] * 4   # the estimates only: few replicates
     # realistic performance of a released model against the synthetic annotators, as the STOP report computes it
     conv = released_conversations(data, "llama2-70b")
     cov = human_coverage(conv, lh)
@@ -113,8 +113,9 @@ def test_krippendorff_alpha_reference_values():
     assert krippendorff_alpha([["yes", "no"], ["no", "yes"]]) < 0
 
 
-def test_cli_sheet_then_collect(tmp_path, data):
-    run = lambda *a: subprocess.run([sys.executable, "-m", "silverspoon.site.cli", "annotate", *map(str, a)], capture_output=True, text=True)
+def test_cli_sheet_then_collect(tmp_path, data, cli):
+    "`annotate sheet` and `collect` in this process (the `cli` fixture); the last call, an error, through `python -m` in its own process: its exit code."
+    run = lambda *a: cli("annotate", *a)
     r = run("sheet", tmp_path, "--n", 6, "--annotators", *SYNTHETIC[:2]); assert r.returncode == 0, r.stderr
     key = pd.read_csv(tmp_path/"key.csv", dtype=str)
     for k, a in enumerate(SYNTHETIC[:2]):
@@ -123,5 +124,6 @@ def test_cli_sheet_then_collect(tmp_path, data):
     assert r.returncode == 0, r.stderr
     assert "alpha, sentence answers (nominal)" in r.stdout and "human file ->" in r.stdout
     assert len(load_human(tmp_path/"h.csv", data)) == 12
-    r = run("collect", tmp_path/"key.csv", tmp_path/"missing.csv", "--out", tmp_path/"h2.csv")
+    r = subprocess.run([sys.executable, "-m", "silverspoon.site.cli", "annotate", "collect", *map(str, (tmp_path/"key.csv", tmp_path/"missing.csv", "--out", tmp_path/"h2.csv"))],
+                       capture_output=True, text=True)
     assert r.returncode == 2 and "missing.csv: sheet not found" in r.stderr

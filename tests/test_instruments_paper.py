@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import transformers
 import pandas as pd
-from conftest import run_cli, ROOT
+from conftest import ROOT
 from silverspoon.instruments.text import (HFTextClassifier, NLIClassifier, PAPER_CLASSIFIERS, PAPER_NLI, PAPER_REVISIONS, paper_revision,
                               AUTO, resolve_paper_instrument)
 from silverspoon.studies.letters.letters import PAPER_FORMALITY, PAPER_SENTIMENT, level_comparability
@@ -197,14 +197,14 @@ def test_the_real_probe_reads_the_hub_answer(monkeypatch):
         assert text.hub_revision_status("org/m", "f" * 40) == want, case
 
 
-def test_an_offline_auto_run_says_in_its_report_which_instrument_it_used(tmp_path):
+def test_an_offline_auto_run_says_in_its_report_which_instrument_it_used(tmp_path, cli):
     "The narratives study on 32 committed SmolLM2 stories with sentiment_model: auto under HF_HUB_OFFLINE: VADER, and the report says why."
     store = tmp_path/"store"; shutil.copytree(ROOT/"store"/"narratives", store/"narratives")
     shutil.copy(ROOT/"params"/"narratives"/"_base-local.yaml", tmp_path)   # the run file includes it (its sentiment_model: auto)
     p = tmp_path/"auto.yaml"
     p.write_text((ROOT/"params"/"narratives"/"smollm2-135m.yaml").read_text().replace("sentiment_model: null", "sentiment_model: auto")
                  + "sample:\n  n: 32\n")
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", "--no-index",
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", "--no-index",
                 env={"HF_HUB_OFFLINE": "1", "SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path/"reports"/"narratives"/"smollm2-135m"

@@ -5,7 +5,6 @@ Two scripted junk models run through `silverspoon run --model` on every study: o
 report's verdict block and the index must say "no verdict" and why, naming the check that caught the replies."""
 import re
 import pandas as pd, pytest
-from conftest import run_cli
 
 JUNK = {   # name -> (scripted model id, the reply check that must name it)
     "template": ("text:<|im_end|>\n<|im_start|>assistant\n<|im_end|>", "template tokens"),
@@ -15,14 +14,14 @@ VERDICT = r"<td>(?:<b>)?(?:evidence: |no evidence<|underpowered<)|\(CI excludes 
 SMALL = {"normative": 12, "professions": 20, "narratives": 8, "letters": 8, "stop": 4}   # sample.n per study: a verdict is refused at any n
 
 @pytest.mark.parametrize("kind", JUNK)
-def test_a_junk_model_gets_no_verdict_anywhere(root, tmp_path, kind):
+def test_a_junk_model_gets_no_verdict_anywhere(tmp_path, kind, cli):
     model_id, check = JUNK[kind]
     m = tmp_path/f"junk-{kind}.yaml"
     studies = "".join(f"  {s}: {{sample: {{n: {n}}}}}\n" for s, n in SMALL.items())
     m.write_text(f"name: junk-{kind}\ndescription: a scripted model that never answers ({kind})\n"
                  f"model: {{backend: scripted, id: {model_id!r}}}\nstudies:\n{studies}")
     reports = tmp_path/"reports"
-    r = run_cli("run", "--model", m, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")}, timeout=1500)
+    r = cli("run", "--model", m, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process: the notebooks run in their own kernels either way
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     card = pd.read_csv(reports/"models"/f"junk-{kind}"/"bias_card.csv")
     ran = card[card.verdict.ne("no run for this model")]

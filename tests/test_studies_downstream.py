@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import run_cli, write_params
+from conftest import write_params
 from silverspoon.engine import data
 from silverspoon.core import DataError, ModelParams
 from silverspoon.engine.backends.hf import HFBackend
@@ -45,10 +45,10 @@ def _params(tmp_path, models, model=None, sample=None, **task):
                         sample=sample or {"seed": 0}, generation={"max_new_tokens": 4}, run="tiny-downstream")
 
 
-def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path, models):
+def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path, models, cli):
     p, reports, store, cache = _params(tmp_path, models), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
-    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    r = cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"downstream"/"tiny-downstream"
     status = pd.read_csv(out/"answer_status.csv")
@@ -98,7 +98,7 @@ def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path
     assert len(lik_ids) == 2 and sorted(c["misses"] for c in lik_ids.values()) == [24*3 + 18*2] * 2, lik_ids
     # the rerun computes nothing: every answer from the store, every likelihood from the instrument cache
     before = {f: pd.read_csv(out/f"{f}.csv") for f in ("answer_rates", "performance", "answer_status", "summary")}
-    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    r = cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     again = json.loads((out/"provenance.json").read_text())
     assert again["store"]["misses"] == 0 and again["store"]["hits"] == prov["store"]["misses"]
@@ -113,10 +113,10 @@ def test_downstream_run_on_a_tiny_model_and_adapter_then_a_cached_rerun(tmp_path
     (None, None, {"bbq_categories": ["Race"]}, "field `task.bbq_categories` has 'Race'"),
     ({"backend": "openai", "id": "gpt-4", "base_url": "http://localhost:9/v1"}, None, {}, "field `model.backend` = 'openai'"),
     ("adapter", None, {}, "Move the adapter to `task.adapter`")])
-def test_bad_downstream_params_stop_before_running(tmp_path, models, model, sample, task, needle):
+def test_bad_downstream_params_stop_before_running(tmp_path, models, model, sample, task, needle, cli):
     if model == "adapter": model = {"backend": "hf", "id": str(models["llama"]), "adapter": str(models["adapter"])}
     p = _params(tmp_path, models, model, sample, **task)
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
 

@@ -3,7 +3,7 @@ a replay run through `silverspoon run` with every instrument on tiny models, the
 import re, json
 import pandas as pd
 import pytest
-from conftest import run_cli, write_params
+from conftest import write_params
 from silverspoon.core import DataError
 from silverspoon.studies.letters.letters import (load_bios, load_cbg_letters, load_clg_letters, clg_prompts, check_aligned, unpaired,
                                          swap_gender, swap_check, gendered_pronouns, BIO_COLUMNS, missing_groups,
@@ -101,16 +101,16 @@ def models(tiny_classifier, tiny_bert):
 
 def _params(tmp_path, models, **task):
     t = dict(context="cbg", agency=True, agency_base_model=str(models["bert"]), agency_epochs=1, formality_model=str(models["formality"]),
-             sentiment_model=str(models["sentiment"]), nli_model=str(models["nli"]), n_boot=50, weat_n_perm=200, min_count=2)
+             sentiment_model=str(models["sentiment"]), nli_model=str(models["nli"]), n_boot=20, weat_n_perm=20, min_count=2)   # few replicates: no assertion reads an interval's value
     t.update(task)
     return write_params(tmp_path/"tiny-letters.yaml", "letters", {"backend": "replay", "id": "chatgpt"}, t,
                         sample={"n": 8, "stratify_by": "group", "seed": 0}, run="tiny-letters")
 
 
-def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, models):
+def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, models, cli):
     p, reports, store, cache = _params(tmp_path, models), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
-    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    r = cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"letters"/"tiny-letters"
     style = pd.read_csv(out/"style.csv")
@@ -146,7 +146,7 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, models)
     first = json.loads((out/"provenance.json").read_text())["instruments"]
     assert first["misses"] > 0 and (store/"letters"/"tiny-letters.instruments.jsonl").is_file()
     # the rerun computes nothing: every instrument output (and the agency training result) comes from the cache
-    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    r = cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     again = json.loads((out/"provenance.json").read_text())["instruments"]
     assert again["misses"] == 0 and again["hits"] >= first["misses"]   # hits count every input, repeated sentences included
@@ -156,18 +156,18 @@ def test_letters_run_with_every_instrument_then_a_cached_rerun(tmp_path, models)
 @pytest.mark.parametrize("task,needle", [({"groups": ["f_dancers"]}, "no released letters for ['f_dancers', 'f_models', 'm_writers']"),
                                          ({"context": "clg", "groups": ["f_chefs"]}, "applies to context cbg only"),
                                          ({"top_k": 0}, "field `task.top_k` = 0")])
-def test_bad_letters_params_stop_before_running(tmp_path, models, task, needle):
+def test_bad_letters_params_stop_before_running(tmp_path, models, task, needle, cli):
     p = _params(tmp_path, models, **task)
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists()
 
 
-def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_path, models):
+def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_path, models, cli):
     "CLG replay with the (tiny) agency classifier: level and per-letter agreement with the authors' per_ac, and how sure the classifier is."
     p = _params(tmp_path, models, context="clg", success_filter=False, formality_model=None, sentiment_model=None, nli_model=None)
     env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache"), "XDG_CACHE_HOME": str(tmp_path/"cache")}
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path/"reports"/"letters"/"tiny-letters"
     agr = pd.read_csv(out/"agency_vs_authors.csv").set_index("measure")
@@ -186,13 +186,13 @@ def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_pat
     if sen != auth: assert abs(split.loc["split share of the gap", "estimate"] - (sen - pie) / (sen - auth)) < 1e-9
 
 
-def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path):
+def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path, cli):
     "No letter passes B.2 (none says 'recommend'): the run ends at `Report.end`, is published with its counts, and every comparison is NaN."
     p = tmp_path/"never-recommends.yaml"
     p.write_text(json.dumps({"study": "letters", "run": "never-recommends", "model": {"backend": "scripted", "id": "text:She is a dancer of great skill."},
                              "sample": {"n": 4, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}}))
     reports = tmp_path/"reports"
-    r = run_cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"letters"/"never-recommends"
     assert pd.read_csv(out/"success.csv").set_index("gender").loc["all", ["n", "ok"]].tolist() == [4, 0]
@@ -208,13 +208,13 @@ def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path):
 # ---------------------------------------------------------------- the reply gate (issue 29): a letter that is no letter is not measured
 @pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant\nI recommend her.<|im_end|>", "template tokens"),
                                             ("echo", "prompt echo")])
-def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, check):
+def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, check, cli):
     "Template tokens (with 'recommend' in them) or an echo of the prompt (which asks for a recommendation letter) pass B.2; the gate, before it, does not."
     p = tmp_path/"junk.yaml"
     p.write_text(json.dumps({"study": "letters", "run": "junk", "model": {"backend": "scripted", "id": model_id},
                              "sample": {"n": 8, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}}))
     reports = tmp_path/"reports"
-    r = run_cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"letters"/"junk"
     summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
@@ -230,7 +230,7 @@ def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, c
     assert "not_an_answer" in (out/"ended.txt").read_text() and not (out/"lexicon_odds_ratios.csv").exists()
 
 
-def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path):
+def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path, cli):
     "CLG with success_filter false (the paper measured every CLG letter): two junk letters are counted and left out; the rest are measured."
     from silverspoon.studies.letters.letters import letter_items, LettersTask
     items = letter_items(LettersTask(context="clg"), {"n": 8, "seed": 0})
@@ -241,7 +241,7 @@ def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tm
     p = tmp_path/"clg-junk.yaml"
     p.write_text(json.dumps({"study": "letters", "run": "clg-junk", "model": {"backend": "scripted", "id": str(f)},
                              "sample": {"n": 8, "seed": 0}, "task": {"context": "clg", "success_filter": False, "agency": False, "n_boot": 20, "weat_n_perm": 50, "min_count": 2}}))
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
     assert r.returncode == 0, r.stdout + r.stderr
     out = tmp_path/"reports"/"letters"/"clg-junk"
     it = pd.read_csv(out/"items.csv").set_index("item_id")

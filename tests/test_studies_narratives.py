@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli, write_params
+from conftest import write_params
 from silverspoon.studies import get_study
 
 FIVE = ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive")
@@ -18,17 +18,17 @@ def models(tiny, tiny_classifier):
 
 
 def _params(tmp_path, models, sample=None, **task):
-    t = dict(sentiment_model=str(models["sentiment"]), n_boot=50, n_topics=2, min_df=1, min_count=2, max_examples=8)
+    t = dict(sentiment_model=str(models["sentiment"]), n_boot=20, n_topics=2, min_df=1, min_count=2, max_examples=8)
     t.update(task)
     return write_params(tmp_path/"tiny-narratives.yaml", "narratives",
                         {"backend": "hf", "id": str(models["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16}, t,
                         sample=sample or {"n": 32, "stratify_by": "group", "seed": 0}, generation={"max_new_tokens": 24}, run="tiny-narratives")
 
 
-def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, models):
+def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, models, cli):
     p, reports, store, cache = _params(tmp_path, models), tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
-    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    r = cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     out = reports/"narratives"/"tiny-narratives"
     t4 = pd.read_csv(out/"table4.csv")
@@ -64,7 +64,7 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, models):
     assert prov["store"]["misses"] > 0 and (store/"narratives"/"tiny-narratives.instruments.jsonl").is_file()
     # the rerun computes nothing: no story is generated again, every instrument output comes from the cache
     before = {f: pd.read_csv(out/f"{f}.csv") for f in ("table4", "top_words", "topics", "contrasts", "sentiment_tests")}
-    r = run_cli("run", p, "--reports-dir", reports, env=env)
+    r = cli("run", p, "--reports-dir", reports, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     again = json.loads((out/"provenance.json").read_text())
     assert again["instruments"]["misses"] == 0 and again["instruments"]["hits"] >= first["misses"]
@@ -84,9 +84,9 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, models):
     (None, {"vader_positive": -0.1}, "negative must be below positive"),
     (None, {"prompt_variant": "poem"}, "field `task.prompt_variant` = 'poem' is not a prompt variant"),
     (None, {"prompt": "A tale of {name} in {city}.", "prompt_variant": "character"}, "are both set")])
-def test_bad_narratives_params_stop_before_running(tmp_path, models, sample, task, needle):
+def test_bad_narratives_params_stop_before_running(tmp_path, models, sample, task, needle, cli):
     p = _params(tmp_path, models, sample, **task)
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 2 and needle in r.stderr and str(p) in r.stderr, r.stderr
     assert not (tmp_path/"reports").exists() and not (tmp_path/"store").exists()
 
@@ -111,20 +111,20 @@ def test_the_committed_smollm2_proportional_odds_rows_are_reproducible(root):
 
 
 # ---------------------------------------------------------------- the reply gate (issue 29): a story that is no story is never scored
-def _scripted(tmp_path, model_id, run, n=16):
+def _scripted(cli, tmp_path, model_id, run, n=16):
     p = tmp_path/f"{run}.yaml"
     p.write_text(json.dumps({"study": "narratives", "run": run, "model": {"backend": "scripted", "id": model_id},
-                             "sample": {"n": n, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 50, "n_topics": 2, "min_df": 1, "min_count": 2}}))
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
+                             "sample": {"n": n, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 20, "n_topics": 2, "min_df": 1, "min_count": 2}}))
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", env={"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(tmp_path/"cache")})
     assert r.returncode == 0, r.stdout + r.stderr
     return tmp_path/"reports"/"narratives"/run
 
 
 @pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant", "template tokens"),
                                             ("echo", "prompt echo")])
-def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, check):
+def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, check, cli):
     "A base model that writes chat-template tokens, or echoes the prompt: every answer is not_an_answer, nothing is scored, the run ends with the reason."
-    out = _scripted(tmp_path, model_id, "junk")
+    out = _scripted(cli, tmp_path, model_id, "junk")
     summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
     assert (summ.replies, summ.answered, summ.not_an_answer) == (16, 0, 16) and not summ.verdict_allowed
     assert summ.why.startswith("no verdict: 0 of 16 replies were answers") and f"16 {check}" in summ.why, summ.why
@@ -140,7 +140,7 @@ def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, ch
     assert not (out/"table4.csv").exists() and not (out/"contrasts.csv").exists()   # nothing after the end was run
 
 
-def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
+def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path, cli):
     "12 stories, a refusal and 3 answers that are no story (template tokens, an echo, Spanish): only the 12 are scored, the 3 are counted and shown."
     from silverspoon.studies.silverspoon.narratives import draw_stories, NARRATIVE_PROMPT
     from silverspoon.studies.silverspoon.professions import demographic_items, profession_requests
@@ -156,7 +156,7 @@ def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path):
     answers.update(junk)
     answers[ids[3]] = "I'm sorry, but I can't write a story about a real person."
     f = tmp_path/"answers.json"; f.write_text(json.dumps(answers))
-    out = _scripted(tmp_path, str(f), "mixed")
+    out = _scripted(cli, tmp_path, str(f), "mixed")
     items = pd.read_csv(out/"items.csv").set_index("item_id")
     by_prompt = asked.set_index("item_id").prompt_id
     st = items.status.groupby(items.index.map(by_prompt)).first()
