@@ -6,7 +6,7 @@ error (exit != 0, nothing lost) or a safe outcome."""
 import os, io, sys, json, shutil, typing, fcntl, subprocess, textwrap, dataclasses
 from pathlib import Path
 import pytest
-from conftest import ROOT, run_cli
+from conftest import ROOT
 from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params, field_bounds, from_dict
 from silverspoon.site.runner import validate_task, verify_provenance
 from silverspoon.engine.provenance import PROVENANCE_FORMAT

@@ -6,7 +6,7 @@ import re, json, hashlib, gzip, zlib, warnings, threading
 from pathlib import Path
 import pytest
 import yaml
-from conftest import ROOT, run_cli
+from conftest import ROOT
 from silverspoon.testing import FakeChatServer
 from silverspoon.core import GenerationParams, ModelParams, SilverspoonError
 from silverspoon.engine.backends import GenRequest, user
