@@ -767,13 +767,15 @@ def sign_flip_test(d,                       # one difference per unit (condition
     return {**out, "p": hits / len(masks) if exact else (1 + hits) / (1 + len(masks)), "exact": exact}
 
 # %% ../../nbs/04_stats.ipynb #052f5978
-SWAP_BATCH = 1024   # masks per call of a batched statistic (`within_unit_swap_test(..., batched=True)`)
+SWAP_BATCH = 1024   # masks per call of the statistic in `within_unit_swap_test`
 
-def _as_values(results:list)->tuple[dict, bool]:
-    "One statistic's results per mask (numbers, or {name: number} dicts) as (name -> float array, plain numbers?): 'stat' names plain numbers; a name a mask lacks is NaN there."
-    if not results or not isinstance(results[0], dict): return {"stat": np.asarray([float(r) for r in results], dtype=float)}, True
-    names = list(dict.fromkeys(k for r in results for k in r))
-    return {k: np.asarray([float(r.get(k, np.nan)) for r in results], dtype=float) for k in names}, False
+def _per_mask(stat:Callable)->Callable:
+    "A statistic of one mask (a number or {name: number}) as a batched one: (masks x units) -> an array, or {name: array} (a name a mask lacks: NaN there)."
+    def batch(masks):
+        rs = [stat(m) for m in masks]
+        if not isinstance(rs[0], dict): return np.asarray([float(r) for r in rs], dtype=float)
+        return {k: np.asarray([float(r.get(k, np.nan)) for r in rs], dtype=float) for k in dict.fromkeys(k for r in rs for k in r)}
+    return batch
 
 # %% ../../nbs/04_stats.ipynb #eb301309
 def within_unit_swap_test(stat,                    # mask (bool per unit, True = the unit's two conditions swapped) -> number or {name: number}
@@ -785,11 +787,13 @@ def within_unit_swap_test(stat,                    # mask (bool per unit, True =
                           batched:bool=False       # `stat` takes many masks at once, a (masks x units) array, and gives one value per mask (an array, or {name: array})
                          )->dict:
     "Per statistic: observed value, two-sided permutation p, masks used, how many gave an undefined statistic, exact or drawn, and a note."
-    def values(masks:np.ndarray)->tuple[dict, bool]:   # (name -> one float per mask, whether `stat` gives plain numbers); batched: SWAP_BATCH masks a call
-        if not batched: return _as_values([stat(m) for m in masks])
-        parts = [stat(masks[i:i + SWAP_BATCH]) for i in range(0, len(masks), SWAP_BATCH)]
+    batch = stat if batched else _per_mask(stat)
+    def values(masks:np.ndarray)->tuple[dict, bool]:   # (name -> one float per mask, whether `stat` gives plain numbers), SWAP_BATCH masks a call
+        chunks = [masks[i:i + SWAP_BATCH] for i in range(0, len(masks), SWAP_BATCH)]
+        parts = [batch(c) for c in chunks]
         if not isinstance(parts[0], dict): return {"stat": np.concatenate([np.asarray(v, dtype=float) for v in parts])}, True
-        return {k: np.concatenate([np.asarray(v[k], dtype=float) for v in parts]) for k in parts[0]}, False
+        names = dict.fromkeys(k for v in parts for k in v)   # a name a batch lacks: NaN for its masks
+        return {k: np.concatenate([np.asarray(v[k], dtype=float) if k in v else np.full(len(c), np.nan) for c, v in zip(chunks, parts)]) for k in names}, False
     first, scalar = values(np.zeros((1, n_units), dtype=bool))
     observed = first["stat"][0] if scalar else {k: v[0] for k, v in first.items()}
     obs = {"stat": observed} if scalar else dict(observed)

@@ -687,12 +687,11 @@ def shift_swap_test(answers:pd.DataFrame, # one row per item: name, gender, race
         np.add.at(H[c], (codes[m], race[m]), high[m]); np.add.at(N[c], (codes[m], race[m]), 1.0)
     def stat(masks):   # (masks x names) -> one shift per mask; the swapped names' rich and poor counts trade places (counts: exact sums)
         m = np.asarray(masks, dtype=float)
-        with np.errstate(invalid="ignore", divide="ignore"):
+        with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)   # a mask where no race has answers in both classes: NaN, counted as undefined by the test
             rich_pct = (H["high"].sum(0) + m @ (H["low"] - H["high"])) / (N["high"].sum(0) + m @ (N["low"] - N["high"]))
             poor_pct = (H["low"].sum(0) + m @ (H["high"] - H["low"])) / (N["low"].sum(0) + m @ (N["high"] - N["low"]))
-        d = 100*(rich_pct - poor_pct)
-        defined = ~np.isnan(d)   # a race without classified answers in a class: left out, as in `gender_shift`
-        return np.where(defined.any(axis=1), np.where(defined, d, 0.0).sum(axis=1) / np.maximum(defined.sum(axis=1), 1), np.nan)
+            return np.nanmean(100*(rich_pct - poor_pct), axis=1)   # a race without classified answers in a class: left out, as in `gender_shift`
     t = within_unit_swap_test(stat, C, n_resamples, seed, batched=True)
     return dict(gender=gender, estimate=t["observed"], p=t["p"], test=SHIFT_TEST, null=0.0, n_names=C, exact=t["exact"],
                 n_masks=t["n_masks"], note=t["note"])
