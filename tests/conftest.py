@@ -71,6 +71,17 @@ def tiny_bert(tmp_path_factory)->Path:
     from silverspoon.studies.letters.agency import make_tiny_bert
     return make_tiny_bert(tmp_path_factory.mktemp("bert")/"bert")
 
+PLACED_PHRASES = ["nurse", "qwertyuiop"]   # the phrases test_studies_professions' placing test places
+
+@pytest.fixture(scope="session")
+def router_checks_cache(tmp_path_factory)->Path:
+    "An instrument cache holding the nearest BLS occupation of every professions `ROUTER_CHECKS` answer (and of `PLACED_PHRASES`), made once here as a run makes it (`score_cached`, same instrument identity, same keys): a junk run has no answer to place, so with it copied into its store the run embeds nothing (no 831 BLS titles per run); its tables are the same."
+    from silverspoon.studies.silverspoon.professions import OccupationMatcher, ROUTER_CHECKS, load_bls
+    from silverspoon.instruments.text import InstrumentStore, score_cached
+    path = tmp_path_factory.mktemp("router-checks")/"instruments.jsonl"
+    score_cached(OccupationMatcher(load_bls()), [*ROUTER_CHECKS, *PLACED_PHRASES], InstrumentStore(path), progress=False)
+    return path
+
 @pytest.fixture
 def cli(capsys, monkeypatch):
     "The `silverspoon` command in this process (fast; an uncaught exception fails the test): returns rc, stdout, stderr."

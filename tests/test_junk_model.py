@@ -1,31 +1,60 @@
 """Issue 29's acceptance test: a model that never answers gets no verdict anywhere.
 
-Two scripted junk models run through `silverspoon run --model` on every study: one that replies with chat-template tokens
-(what a base model without a chat template produced) and one that echoes the prompt. Every headline on their cards, every
-report's verdict block and the index must say "no verdict" and why, naming the check that caught the replies."""
-import re
-import pandas as pd, pytest
+Two scripted junk models run through `silverspoon run --model` on every study, once each (module fixture): one that
+replies with chat-template tokens (what a base model without a chat template produced; with "I recommend her." inside,
+which would pass the letters study's B.2 filter) and one that echoes the prompt. Every headline on their cards, every
+report's verdict block and the index must say "no verdict" and why, naming the check that caught the replies; then each
+study's own tables must count every reply as not an answer and compute nothing from them (one test per study, on the
+same runs)."""
+import re, shutil
+import numpy as np, pandas as pd, pytest
 
 JUNK = {   # name -> (scripted model id, the reply check that must name it)
-    "template": ("text:<|im_end|>\n<|im_start|>assistant\n<|im_end|>", "template tokens"),
+    "template": ("text:<|im_end|>\n<|im_start|>assistant\nI recommend her.<|im_end|>", "template tokens"),
     "echo": ("echo", "prompt echo"),
 }
 VERDICT = r"<td>(?:<b>)?(?:evidence: |no evidence<|underpowered<)|\(CI excludes [-\d.e]+\)|not distinguishable from"   # a verdict cell with a tier (`card.verdict`), or the old direction's words
-SMALL = {"normative": 12, "professions": 20, "narratives": 8, "letters": 8, "stop": 4}   # sample.n per study: a verdict is refused at any n
+STUDIES = {   # each study's overrides in the junk model files (JSON is YAML): a verdict is refused at any n; few replicates
+    "normative": {"sample": {"n": 30, "stratify_by": "topic", "seed": 0}, "generation": {"max_new_tokens": 48},
+                  "task": {"prompt_style": "llama", "system_prompt": "none", "n_boot": 20}},
+    "professions": {"sample": {"n": 160, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 20}},
+    "narratives": {"sample": {"n": 16, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 20, "n_topics": 2, "min_df": 1, "min_count": 2}},
+    "letters": {"sample": {"n": 8, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}},
+    "stop": {"sample": {"n": 6, "stratify_by": "severity", "seed": 0}, "generation": {"max_new_tokens": 12}, "task": {"n_boot": 20}},
+}
 
-@pytest.mark.parametrize("kind", JUNK)
-def test_a_junk_model_gets_no_verdict_anywhere(tmp_path, kind, cli):
+@pytest.fixture(scope="module", params=list(JUNK))
+def junk(request, tmp_path_factory, router_checks_cache):
+    "One junk model's card run over every study: (kind, the reply check, the reports folder, the card)."
+    import json
+    from conftest import ROOT
+    from silverspoon.site.cli import main
+    kind = request.param
     model_id, check = JUNK[kind]
-    m = tmp_path/f"junk-{kind}.yaml"
-    studies = "".join(f"  {s}: {{sample: {{n: {n}}}}}\n" for s, n in SMALL.items())
-    m.write_text(f"name: junk-{kind}\ndescription: a scripted model that never answers ({kind})\n"
-                 f"model: {{backend: scripted, id: {model_id!r}}}\nstudies:\n{studies}")
-    reports = tmp_path/"reports"
-    r = cli("run", "--model", m, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})   # in this process: the notebooks run in their own kernels either way
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    card = pd.read_csv(reports/"models"/f"junk-{kind}"/"bias_card.csv")
+    tmp = tmp_path_factory.mktemp(f"junk-{kind}")
+    m = tmp/f"junk-{kind}.yaml"
+    m.write_text(json.dumps({"name": f"junk-{kind}", "description": f"a scripted model that never answers ({kind})",
+                             "model": {"backend": "scripted", "id": model_id}, "studies": STUDIES}))
+    (tmp/"store"/"professions").mkdir(parents=True)   # professions' instrument cache with the router checks in it: nothing to embed
+    shutil.copy(router_checks_cache, tmp/"store"/"professions"/f"junk-{kind}.instruments.jsonl")
+    reports = tmp/"reports"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SILVERSPOON_STORE", str(tmp/"store")); mp.setenv("SILVERSPOON_CACHE", str(tmp/"cache")); mp.chdir(ROOT)
+    try: rc = main(["run", "--model", str(m), "--reports-dir", str(reports)])   # in this process: the notebooks run in their own kernels either way
+    finally: mp.undo()
+    assert rc == 0
+    return kind, check, reports, pd.read_csv(reports/"models"/f"junk-{kind}"/"bias_card.csv")
+
+def _out(junk, study):
+    "The study's report folder of this junk model's run."
+    _, _, reports, card = junk
+    return reports/study/card[card.study.eq(study)].run.iloc[0]
+
+
+def test_a_junk_model_gets_no_verdict_anywhere(junk):
+    kind, check, reports, card = junk
     ran = card[card.verdict.ne("no run for this model")]
-    assert set(ran.study) == set(SMALL), ran.study.tolist()
+    assert set(ran.study) == set(STUDIES), ran.study.tolist()
     for row in ran.itertuples():
         assert row.verdict.startswith("no verdict: 0 of "), (row.study, row.headline, row.verdict)
         assert check in row.verdict, (row.study, row.verdict)
@@ -33,11 +62,83 @@ def test_a_junk_model_gets_no_verdict_anywhere(tmp_path, kind, cli):
     page = (reports/"models"/f"junk-{kind}.html").read_text()
     assert "<h2>Did the model answer?</h2>" in page and page.count("no verdict: 0 of ") >= len(ran)
     assert not re.search(VERDICT, page)        # no direction, no null finding either
-    for study in SMALL:                                                     # each report's verdict block says the same
+    for study in STUDIES:                                                     # each report's verdict block says the same
         run = ran[ran.study.eq(study)].run.iloc[0]
         report = (reports/study/f"{run}.html").read_text()
         assert "no verdict: 0 of " in report and not re.search(VERDICT, report), study
         s = pd.read_csv(reports/study/run/"answer_summary.csv")
         assert (s.answered == 0).all() and (s.not_an_answer == s.replies).all() and s.replies.gt(0).all(), (study, s.to_dict("records"))
     index = (reports/"index.html").read_text()
-    assert index.count("no verdict: 0 of ") >= len(SMALL)
+    assert index.count("no verdict: 0 of ") >= len(STUDIES)
+
+
+def _says_no_verdict(out, n, check):
+    "answer_summary.csv: n replies, none an answer, no verdict, and why names the check; answers.csv: each reply not an answer by that rule."
+    summ = pd.read_csv(out/"answer_summary.csv")
+    assert len(summ) == 1 and (summ.replies.item(), summ.answered.item(), summ.not_an_answer.item()) == (n, 0, n)
+    assert not summ.verdict_allowed.item() and summ.why.item().startswith(f"no verdict: 0 of {n} replies were answers") and f"{n} {check}" in summ.why.item(), summ.why.item()
+    answers = pd.read_csv(out/"answers.csv")
+    assert len(answers) == n and answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all()
+    return answers
+
+
+def test_normative_counts_junk_and_compares_nothing(junk):
+    from silverspoon.studies.silverspoon.normative import headlines_from_items
+    from test_studies_normative import HEADLINES
+    out = _out(junk, "normative")
+    answers = _says_no_verdict(out, 30, junk[1])
+    assert answers.value.isna().all()
+    s = pd.read_csv(out/"summary.csv").drop_duplicates("metric").set_index("metric")   # the card reads a metric's first row
+    for m in HEADLINES: assert np.isnan(s.loc[m, "estimate"]) and s.loc[m, "n"] == 0, m
+    assert s.loc[HEADLINES[3:], "p"].isna().all() and s.loc[HEADLINES[3:], "null"].eq(0).all()   # no answer: no test (the card says "no estimate")
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) == 30 and items.category.eq("not_an_answer").all() and items.parser.isna().all()
+    assert all(np.isnan(v) for v in headlines_from_items(items).values())
+    assert "nothing to compare" in (out/"ended.txt").read_text()
+    page = (out.parent/f"{out.name}.html").read_text()
+    assert "Did the model answer?" in page and "No verdict." in page and "Traceback" not in page
+
+
+def test_professions_counts_junk_and_places_no_profession(junk):
+    out = _out(junk, "professions")
+    answers = _says_no_verdict(out, 160, junk[1])
+    assert answers.value.isna().all()
+    items = pd.read_csv(out/"items.csv")
+    assert items.status.eq("not_an_answer").all() and items.profession.isna().all() and items.income_class.isna().all()   # no 'im_end' profession
+    assert (pd.read_csv(out/"table3.csv").n_classified == 0).all()
+
+
+def test_narratives_scores_no_junk_story(junk):
+    out = _out(junk, "narratives")
+    _says_no_verdict(out, 16, junk[1])
+    status = pd.read_csv(out/"story_status.csv")
+    assert status.not_an_answer.sum() == 16 and status.story.sum() == 0      # counted per cell, never called stories
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) == 16 and items.status.eq("not_an_answer").all() and items.score.isna().all()
+    s = pd.read_csv(out/"summary.csv").set_index("metric")
+    assert s.drop("% truncated").estimate.isna().all() and s.drop("% truncated")["n"].eq(0).all()   # no "0 [0, 0]" from junk
+    assert (out/"ended.txt").read_text().startswith("None of the 16 answers is a story (16 not_an_answer)")
+    assert not (out/"table4.csv").exists() and not (out/"contrasts.csv").exists()   # nothing after the end was run
+
+
+def test_letters_measures_no_junk_letter(junk):
+    "Template tokens (with 'recommend' in them) or an echo of the prompt (which asks for a recommendation letter) pass B.2; the gate, before it, does not."
+    out = _out(junk, "letters")
+    answers = _says_no_verdict(out, 8, junk[1])
+    assert answers.reply.notna().all()
+    succ = pd.read_csv(out/"success.csv").set_index("gender").loc["all"]
+    assert succ[["n", "ok", "not_an_answer", "no 'recommend'", "empty", "long string", "failed"]].tolist() == [8, 0, 8, 0, 0, 0, 0]   # apart from B.2's failures
+    items = pd.read_csv(out/"items.csv")
+    assert len(items) == 8 and items.status.eq("not_an_answer").all() and not items.measured.any()
+    assert pd.read_csv(out/"summary.csv").set_index("metric").drop("success rate").estimate.isna().all()
+    assert "not_an_answer" in (out/"ended.txt").read_text() and not (out/"lexicon_odds_ratios.csv").exists()
+
+
+def test_stop_scores_no_junk_conversation(junk):
+    out = _out(junk, "stop")
+    answers = _says_no_verdict(out, 36, junk[1])   # 6 progressions x (5 sentences + the counterfactual)
+    assert answers.reply.notna().all()
+    items = pd.read_csv(out/"items.csv")
+    assert (items.status == "no answers").all() and items.correct.isna().all()      # no progression is "ideal" (the low ones' 0 no) on junk
+    s = pd.read_csv(out/"summary.csv").set_index("metric")
+    assert s.loc["P", "n"] == 0 and np.isnan(s.loc["P", "estimate"])

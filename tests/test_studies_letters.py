@@ -1,5 +1,5 @@
 """The reference-letters study: twin linking over all CBG letters, CLG prompts vs the released file, bio gender swap on real bios;
-a replay run through `silverspoon run` with every instrument on tiny models, then a cached rerun; bad params; junk models."""
+a replay run through `silverspoon run` with every instrument on tiny models, then a cached rerun; bad params (junk models: tests/test_junk_model.py)."""
 import re, json
 import pandas as pd
 import pytest
@@ -203,31 +203,6 @@ def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path, c
     page = (reports/"letters"/"never-recommends.html").read_text()
     assert "The run ends here." in page and "RunEnded" not in page and "Traceback" not in page and "An Exception was encountered" not in page
     assert not (out/"lexicon_odds_ratios.csv").exists()   # nothing after the end was run
-
-
-# ---------------------------------------------------------------- the reply gate (issue 29): a letter that is no letter is not measured
-@pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant\nI recommend her.<|im_end|>", "template tokens"),
-                                            ("echo", "prompt echo")])
-def test_a_junk_model_writes_no_letter_and_gets_no_verdict(tmp_path, model_id, check, cli):
-    "Template tokens (with 'recommend' in them) or an echo of the prompt (which asks for a recommendation letter) pass B.2; the gate, before it, does not."
-    p = tmp_path/"junk.yaml"
-    p.write_text(json.dumps({"study": "letters", "run": "junk", "model": {"backend": "scripted", "id": model_id},
-                             "sample": {"n": 8, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}}))
-    reports = tmp_path/"reports"
-    r = cli("run", p, "--reports-dir", reports, env={"SILVERSPOON_STORE": str(tmp_path/"store")})
-    assert r.returncode == 0, r.stdout + r.stderr
-    out = reports/"letters"/"junk"
-    summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
-    assert (summ.replies, summ.answered, summ.not_an_answer) == (8, 0, 8) and not summ.verdict_allowed
-    assert summ.why.startswith("no verdict: 0 of 8 replies were answers") and f"8 {check}" in summ.why, summ.why
-    answers = pd.read_csv(out/"answers.csv")
-    assert answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all() and answers.reply.notna().all()
-    succ = pd.read_csv(out/"success.csv").set_index("gender").loc["all"]
-    assert succ[["n", "ok", "not_an_answer", "no 'recommend'", "empty", "long string", "failed"]].tolist() == [8, 0, 8, 0, 0, 0, 0]   # apart from B.2's failures
-    items = pd.read_csv(out/"items.csv")
-    assert len(items) == 8 and items.status.eq("not_an_answer").all() and not items.measured.any()
-    assert pd.read_csv(out/"summary.csv").set_index("metric").drop("success rate").estimate.isna().all()
-    assert "not_an_answer" in (out/"ended.txt").read_text() and not (out/"lexicon_odds_ratios.csv").exists()
 
 
 def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path, cli):

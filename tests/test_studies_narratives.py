@@ -120,26 +120,6 @@ def _scripted(cli, tmp_path, model_id, run, n=16):
     return tmp_path/"reports"/"narratives"/run
 
 
-@pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>assistant", "template tokens"),
-                                            ("echo", "prompt echo")])
-def test_a_junk_model_gets_no_story_scored_and_no_verdict(tmp_path, model_id, check, cli):
-    "A base model that writes chat-template tokens, or echoes the prompt: every answer is not_an_answer, nothing is scored, the run ends with the reason."
-    out = _scripted(cli, tmp_path, model_id, "junk")
-    summ = pd.read_csv(out/"answer_summary.csv").iloc[0]
-    assert (summ.replies, summ.answered, summ.not_an_answer) == (16, 0, 16) and not summ.verdict_allowed
-    assert summ.why.startswith("no verdict: 0 of 16 replies were answers") and f"16 {check}" in summ.why, summ.why
-    answers = pd.read_csv(out/"answers.csv")
-    assert len(answers) == 16 and answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all()
-    status = pd.read_csv(out/"story_status.csv")
-    assert status.not_an_answer.sum() == 16 and status.story.sum() == 0      # counted per cell, never called stories
-    items = pd.read_csv(out/"items.csv")
-    assert len(items) == 16 and items.status.eq("not_an_answer").all() and items.score.isna().all()
-    s = pd.read_csv(out/"summary.csv").set_index("metric")
-    assert s.drop("% truncated").estimate.isna().all() and s.drop("% truncated")["n"].eq(0).all()   # no "0 [0, 0]" from junk
-    assert (out/"ended.txt").read_text().startswith("None of the 16 answers is a story (16 not_an_answer)")
-    assert not (out/"table4.csv").exists() and not (out/"contrasts.csv").exists()   # nothing after the end was run
-
-
 def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path, cli):
     "12 stories, a refusal and 3 answers that are no story (template tokens, an echo, Spanish): only the 12 are scored, the 3 are counted and shown."
     from silverspoon.studies.silverspoon.narratives import draw_stories, NARRATIVE_PROMPT

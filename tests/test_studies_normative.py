@@ -115,41 +115,6 @@ def test_the_committed_smollm2_replies_pass_the_gate(data):
     assert screen.cut_at_max.sum() == 2   # counted, not excluded
 
 
-@pytest.fixture(scope="module")
-def junk_runs(tmp_path_factory):
-    "Two scripted junk models (template tokens; an echo of the prompt) through the study's normal run path."
-    tmp = tmp_path_factory.mktemp("junk")
-    files = []
-    for run, model_id in [("junk-tokens", "text:<|im_end|>\n<|im_start|>assistant"), ("junk-echo", "echo")]:
-        p = tmp/f"{run}.yaml"
-        p.write_text(json.dumps({"study": "normative", "run": run, "model": {"backend": "scripted", "id": model_id},
-                                 "generation": {"max_new_tokens": 48}, "sample": {"n": 30, "stratify_by": "topic", "seed": 0},
-                                 "task": {"prompt_style": "llama", "system_prompt": "none", "n_boot": 20}}))
-        files.append(p)
-    r = run_cli("run", *files, "--reports-dir", tmp/"reports", env={"SILVERSPOON_STORE": str(tmp/"store")})
-    assert r.returncode == 0, r.stdout + r.stderr
-    return tmp/"reports"/"normative"
-
-
-@pytest.mark.parametrize("run, check", [("junk-tokens", "template tokens"), ("junk-echo", "prompt echo")])
-def test_a_scripted_junk_run_gets_no_verdict_and_says_why(junk_runs, run, check):
-    out = junk_runs/run
-    a = pd.read_csv(out/"answer_summary.csv")
-    assert len(a) == 1 and not a.verdict_allowed.item() and a.answered.item() == 0 and a.not_an_answer.item() == 30
-    assert a.why.item().startswith("no verdict: 0 of 30 replies were answers") and f"30 {check}" in a.why.item()
-    answers = pd.read_csv(out/"answers.csv")
-    assert answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all() and answers.value.isna().all()
-    s = pd.read_csv(out/"summary.csv").drop_duplicates("metric").set_index("metric")   # the card reads a metric's first row
-    for m in HEADLINES: assert np.isnan(s.loc[m, "estimate"]) and s.loc[m, "n"] == 0, m
-    assert s.loc[HEADLINES[3:], "p"].isna().all() and s.loc[HEADLINES[3:], "null"].eq(0).all()   # no answer: no test (the card says "no estimate")
-    items = pd.read_csv(out/"items.csv")
-    assert len(items) == 30 and items.category.eq("not_an_answer").all() and items.parser.isna().all()
-    assert all(np.isnan(v) for v in headlines_from_items(items).values())
-    assert "nothing to compare" in (out/"ended.txt").read_text()
-    page = (junk_runs/f"{run}.html").read_text()
-    assert "Did the model answer?" in page and "No verdict." in page and "Traceback" not in page
-
-
 # ----------------------------------------------------------------------------------------------------
 # Prompt variants and headlines_from_items (issue 22) (was tests/test_normative_factors.py)
 CONTRASTS = HEADLINES[3:]   # tested in summary.csv: p, test, null (0), n_units

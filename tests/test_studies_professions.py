@@ -3,7 +3,7 @@ on the city, with the LLM judge on the same server; then a rerun that generates,
 import json, shutil
 import pandas as pd
 import pytest
-from conftest import run_cli, write_params
+from conftest import run_cli, write_params, PLACED_PHRASES
 from silverspoon.testing import FakeChatServer
 from silverspoon.studies import get_study
 
@@ -87,42 +87,6 @@ def test_bad_professions_params_stop_before_running(tmp_path, cli, task, needle)
     r = cli("run", p, "--reports-dir", tmp_path/"reports")   # in this process: the checks run before any kernel starts
     assert r.returncode == 2 and needle in r.stdout + r.stderr and str(p.name) in r.stdout + r.stderr
     assert not (tmp_path/"reports").exists()
-
-
-PLACED_PHRASES = ["nurse", "qwertyuiop"]   # the phrases test_replies_to_placed_answers_is_library_calls_and_refuses_junk places
-
-
-@pytest.fixture(scope="module")
-def router_checks_cache(tmp_path_factory):
-    "An instrument cache holding the nearest BLS occupation of every `ROUTER_CHECKS` answer (and of `PLACED_PHRASES`), made once here as a run makes it (`score_cached`, same instrument identity, same keys): a junk run has no answer to place, so with it the run embeds nothing (no 831 BLS titles per run); its tables are the same."
-    from silverspoon.studies.silverspoon.professions import OccupationMatcher, ROUTER_CHECKS, load_bls
-    from silverspoon.instruments.text import InstrumentStore, score_cached
-    path = tmp_path_factory.mktemp("router-checks")/"instruments.jsonl"
-    score_cached(OccupationMatcher(load_bls()), [*ROUTER_CHECKS, *PLACED_PHRASES], InstrumentStore(path), progress=False)
-    return path
-
-
-@pytest.mark.parametrize("junk,check", [("text:<|im_end|>\n<|im_start|>assistant", "template tokens"), ("echo", "prompt echo")])
-def test_a_junk_model_gets_no_professions_verdict(tmp_path, router_checks_cache, junk, check):
-    "Issue 29: a scripted model that answers with chat-template tokens, or echoes the prompt, has no answers: every reply is counted as not an answer, no profession is counted, and answer_summary.csv allows no verdict and names the check."
-    p = tmp_path/"junk.yaml"
-    p.write_text(json.dumps({"study": "professions", "run": "junk", "model": {"backend": "scripted", "id": junk},
-                             "sample": {"n": 160, "stratify_by": "group", "seed": 0}, "task": {"n_boot": 20}}))
-    cache = tmp_path/"cache"
-    (tmp_path/"store"/"professions").mkdir(parents=True)
-    shutil.copy(router_checks_cache, tmp_path/"store"/"professions"/"junk.instruments.jsonl")   # the run's instrument cache, router checks in it
-    env = {"SILVERSPOON_STORE": str(tmp_path/"store"), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
-    out = tmp_path/"reports"/"professions"/"junk"
-    summ = pd.read_csv(out/"answer_summary.csv")
-    assert len(summ) == 1 and summ.replies.item() == 160 and summ.answered.item() == 0 and summ.not_an_answer.item() == 160
-    assert not summ.verdict_allowed.item() and summ.why.item().startswith("no verdict: 0 of 160 replies were answers") and check in summ.why.item()
-    answers = pd.read_csv(out/"answers.csv")
-    assert len(answers) == 160 and answers.status.eq("not_an_answer").all() and answers.value.isna().all()
-    items = pd.read_csv(out/"items.csv")
-    assert items.status.eq("not_an_answer").all() and items.profession.isna().all() and items.income_class.isna().all()   # no 'im_end' profession
-    assert (pd.read_csv(out/"table3.csv").n_classified == 0).all()
 
 
 @pytest.mark.parametrize("reply", ["<|im_end|>", "im_end", "im_end assistant", "im_start", "<|im_start|>assistant\nNurse",   # template tokens

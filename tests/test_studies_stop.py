@@ -483,29 +483,6 @@ def test_report_with_a_human_file(tmp_path, root, data):
     assert "No human annotation file" not in html
 
 
-# ---------------------------------------------------------------- issue 29: a junk model gets no verdict
-@pytest.mark.parametrize("model_id,check", [("text:<|im_end|>\n<|im_start|>assistant", "template tokens"), ("echo", "prompt echo")])
-def test_a_junk_model_gets_no_verdict(tmp_path, model_id, check):
-    "A scripted model that answers with template tokens, or echoes the prompt, run like any model: every reply is not an answer, no conversation is scored, answer_summary.csv allows no verdict and says why."
-    import json as _json
-    from conftest import run_cli
-    p = tmp_path/"junk.yaml"
-    p.write_text(_json.dumps({"study": "stop", "run": "junk", "model": {"backend": "scripted", "id": model_id}, "generation": {"max_new_tokens": 12},
-                              "sample": {"n": 6, "stratify_by": "severity", "seed": 0}, "task": {"n_boot": 20}}))
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    out = tmp_path/"reports"/"stop"/"junk"
-    summ = pd.read_csv(out/"answer_summary.csv")
-    assert len(summ) == 1 and summ.replies.item() == 36 and summ.not_an_answer.item() == 36 and summ.answered.item() == 0
-    assert not summ.verdict_allowed.item() and summ.why.item().startswith("no verdict: 0 of 36 replies were answers") and check in summ.why.item(), summ.why.item()
-    answers = pd.read_csv(out/"answers.csv")
-    assert len(answers) == 36 and (answers.status == "not_an_answer").all() and answers.reply.notna().all()
-    items = pd.read_csv(out/"items.csv")
-    assert (items.status == "no answers").all() and items.correct.isna().all()      # no progression is "ideal" (the low ones' 0 no) on junk
-    s = pd.read_csv(out/"summary.csv").set_index("metric")
-    assert s.loc["P", "n"] == 0 and np.isnan(s.loc["P", "estimate"])
-
-
 # ---------------------------------------------------------------- one call for every backend (issue 32: replay is a backend like any other)
 def test_stop_replies_replay_and_generated_share_one_call(data):
     "`stop_replies` answers a replay and a generated run through the same call; what differs is the evidence the report reads."
