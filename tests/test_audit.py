@@ -176,7 +176,7 @@ def scripted_report(out_dir, gate:ReplyGate, script=SCRIPT, instruments_first=Fa
     "One run of a scripted model through the report path: generate, screen, parse, `Report.answers`, `Report.instruments` (a borrowed row)."
     from silverspoon.engine.backends.base import GenRequest
     from silverspoon.studies.report import Report
-    from silverspoon.testing import ScriptedBackend
+    from silverspoon.engine.backends.scripted import ScriptedBackend
     params = load_params(dict(study="normative", run="scripted-junk", model=dict(backend="scripted", id="text:x")))
     backend = ScriptedBackend(script, fail_on=("q7",))
     reqs = [GenRequest(f"q{i}", [{"role": "user", "content": f"Question {i}: who was wrong, Person 1 or Person 2?"}]) for i in range(20)]

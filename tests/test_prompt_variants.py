@@ -8,7 +8,7 @@ from conftest import ROOT
 from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams, load_params
 from silverspoon.engine.store import GenerationStore
 from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study; from silverspoon.studies.stop import stop; from silverspoon.studies.letters import letters; from silverspoon.studies.silverspoon import professions as P, narratives as N
-from silverspoon.testing import ScriptedBackend
+from silverspoon.engine.backends.scripted import ScriptedBackend
 
 
 # ----------------------------------------------------------------------------------------------------

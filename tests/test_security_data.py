@@ -12,7 +12,7 @@ from silverspoon.site.runner import validate_task, verify_provenance
 from silverspoon.engine.provenance import PROVENANCE_FORMAT
 from silverspoon.engine.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
 from silverspoon.instruments.text import InstrumentStore
-from silverspoon.testing import ScriptedBackend
+from silverspoon.engine.backends.scripted import ScriptedBackend
 from silverspoon.engine.backends import GenRequest, user
 from silverspoon.core import GenerationParams
 
@@ -201,7 +201,7 @@ WAITER = textwrap.dedent('''
     from silverspoon.core import GenerationParams
     from silverspoon.engine.backends import GenRequest, user
     from silverspoon.engine.store import GenerationStore, generate_all
-    from silverspoon.testing import ScriptedBackend
+    from silverspoon.engine.backends.scripted import ScriptedBackend
     reqs = [GenRequest(f"item-{i}", user(f"question {i}")) for i in range(3)]
     generate_all(ScriptedBackend(), reqs, GenerationParams(), GenerationStore(sys.argv[1]), run="b", progress=False)
 ''')

@@ -11,7 +11,7 @@ from conftest import ROOT
 from silverspoon.core import GenerationParams, load_params, stable_hash
 from silverspoon.engine.backends import GenRequest, Generation, user
 from silverspoon.engine.store import GenerationStore, StoreError, generate_all, request_key, store_for, MAX_LINE_BYTES
-from silverspoon.testing import ScriptedBackend
+from silverspoon.engine.backends.scripted import ScriptedBackend
 from silverspoon.site.runner import verify_provenance
 
 
@@ -129,7 +129,7 @@ SCRIPT = textwrap.dedent(f'''
     from silverspoon.core import GenerationParams
     from silverspoon.engine.backends import GenRequest, user
     from silverspoon.engine.store import GenerationStore, generate_all
-    from silverspoon.testing import ScriptedBackend
+    from silverspoon.engine.backends.scripted import ScriptedBackend
 
     store_path, side_path, out_path, gate, tag = sys.argv[1:6]
     # 0.05 s per item; every batch waits until the test opens the gate; each finished batch's item ids go to side_path

@@ -6,7 +6,7 @@ import pytest
 from silverspoon.core import GenerationParams, SilverspoonError, load_params
 from silverspoon.engine.backends import GenRequest, Generation, user
 from silverspoon.engine.backends.replay import ReplayBackend
-from silverspoon.testing import ScriptedBackend
+from silverspoon.engine.backends.scripted import ScriptedBackend
 from silverspoon.engine.store import GenerationStore, generate_all, request_key, store_for, RESULT_COLUMNS
 
 N_ITEMS, BATCH = 40, 4
@@ -19,7 +19,7 @@ SCRIPT = textwrap.dedent(f'''
     from silverspoon.core import GenerationParams
     from silverspoon.engine.backends import GenRequest, user
     from silverspoon.engine.store import GenerationStore, generate_all
-    from silverspoon.testing import ScriptedBackend
+    from silverspoon.engine.backends.scripted import ScriptedBackend
 
     store_path, side_path, out_path = sys.argv[1:4]
     slow = ScriptedBackend(lambda r: "answer " + hashlib.sha256(r.messages[-1]["content"].encode()).hexdigest()[:12], delay=0.05,

@@ -187,7 +187,7 @@ def test_clg_replay_sets_the_agency_classifier_beside_the_authors_per_ac(tmp_pat
 
 
 def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path, cli):
-    "No letter passes B.2 (none says 'recommend'): the run ends at `Report.end`, is published with its counts, and every comparison is NaN."
+    "No letter passes B.2 (none says 'recommend'): the run ends at `Report.end`, is published with its counts and its provenance, and every comparison is NaN."
     p = tmp_path/"never-recommends.yaml"
     p.write_text(json.dumps({"study": "letters", "run": "never-recommends", "model": {"backend": "scripted", "id": "text:She is a dancer of great skill."},
                              "sample": {"n": 4, "stratify_by": "group", "seed": 0}, "task": {"context": "cbg", "agency": False, "n_boot": 20, "weat_n_perm": 50}}))
@@ -203,6 +203,9 @@ def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path, c
     page = (reports/"letters"/"never-recommends.html").read_text()
     assert "The run ends here." in page and "RunEnded" not in page and "Traceback" not in page and "An Exception was encountered" not in page
     assert not (out/"lexicon_odds_ratios.csv").exists()   # nothing after the end was run
+    prov = json.loads((out/"provenance.json").read_text())   # an ended run's provenance: written by `Report.end`, its outputs pinned by the runner
+    assert prov["ended"].startswith("No letter of either gender passed") and prov["store"]["misses"] == 4
+    assert {"ended.txt", "items.csv", "summary.csv"} <= set(prov["content"]["outputs"])
 
 
 def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path, cli):

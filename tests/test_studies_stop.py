@@ -9,7 +9,7 @@ import pytest
 from silverspoon.core import DataError, GenerationParams, ModelParams, ParamsError, RunParams
 from silverspoon.engine.backends.openai import OpenAIBackend
 from silverspoon.testing import FakeChatServer, fake_reply
-from silverspoon.testing import ScriptedBackend
+from silverspoon.engine.backends.scripted import ScriptedBackend
 from silverspoon.stats import cluster_proportion_ci, proportion_ci, exact_proportion_ci
 from silverspoon.engine.store import GenerationStore, store_for
 from silverspoon.studies.stop.stop import (INSTRUCTION, STOP_MODELS, StopTask, load_stop, select_progressions, run_conversations,

@@ -5,7 +5,8 @@ import pytest
 from conftest import ROOT
 from silverspoon.core import GenerationParams
 from silverspoon.engine.backends.replay import ReplayBackend
-from silverspoon.testing import FakeChatServer, ScriptedBackend
+from silverspoon.testing import FakeChatServer
+from silverspoon.engine.backends.scripted import ScriptedBackend
 from silverspoon.engine.store import GenerationStore
 from silverspoon.studies.stop.stop import build_stop, load_stop
 from silverspoon.studies.stop.stop_scale import (SCALE_SYSTEM_PROMPT, STOP_KEYS, stop_seeds, scale_requests, parse_scaled,

@@ -20,17 +20,17 @@ from ..stats import cluster_bootstrap
 
 # %% auto #0
 __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'FACTOR_RESAMPLES',
-           'ARM_UNITS', 'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words',
-           'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost', 'headline_row', 'instrument_validity',
-           'is_released_run', 'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model', 'normal_power',
-           'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
-           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
-           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
-           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
-           'factor_run_name', 'factor_plan', 'letters_per_gender', 'paired_deltas', 'factor_runs', 'why_undefined',
-           'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate',
-           'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan',
-           'plan_table', 'plan_text']
+           'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words', 'answer_gate',
+           'chat_template_of', 'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run',
+           'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model', 'normal_power', 'normal_n',
+           'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd',
+           'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power',
+           'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas', 'card_rows',
+           'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
+           'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas',
+           'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html',
+           'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'plan_table',
+           'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -46,12 +46,12 @@ def _fmt_p(x)->str:
 POLICY_LINK = "<a href='{href}'>inference policy</a>"   # reports/inference.html (silverspoon.studies.report.policy_page): ../inference.html from a report or a card, inference.html from the index
 
 # %% ../../nbs/07b_card.ipynb #dd8fd567
-from ..studies import Headline, HEADLINE_KINDS, card_headlines, get_study, STUDY_REGISTRY   # each study declares its headlines in its `STUDY = Study(...)` cell
+from ..studies import Headline, HEADLINE_KINDS, card_headlines, get_study, find_study, STUDY_REGISTRY   # each study declares its headlines in its `STUDY = Study(...)` cell
 
 # %% ../../nbs/07b_card.ipynb #d3fe7143
 def study_headlines(study:str)->list:
     "The card headlines `study` declares (`Study.headlines`); [] for a study that declares none or is not registered."
-    return list(get_study(study).headlines) if study in STUDY_REGISTRY else []
+    return list(s.headlines) if (s := find_study(study)) else []
 
 # %% ../../nbs/07b_card.ipynb #5f830410
 def min_detectable_effect(ci_low:float,  # lower end of a 95% CI
@@ -375,7 +375,7 @@ def sample_units(study:str,      # a registered study
                  mapping:dict     # a resolved params mapping (`read_params_mapping`) or the study's `paper_scale`
                 )->float:
     "The headline units a params mapping asks: the study's `sample_units(mapping)` where it declares one, else sample.n / answers per unit (`Study.units`); NaN for a study without units."
-    s = get_study(study) if study in STUDY_REGISTRY else None
+    s = find_study(study)
     if s is None or not s.units: return float("nan")
     if s.sample_units is not None: return float(s.sample_units(mapping))
     n = (mapping.get("sample") or {}).get("n")
@@ -414,17 +414,18 @@ def paper_effect(h:Headline,                         # a card headline
 # %% ../../nbs/07b_card.ipynb #68f6ce99
 def paper_binomial_sd(study:str, metric:str)->float:
     "SD per unit of a contrast if every answer were an independent draw at the paper's own cell rates: the study's `paper_sd(metric)` (professions' Table 3, narratives' Table 4); NaN where it declares none. A floor: answers of one unit are correlated."
-    s = get_study(study) if study in STUDY_REGISTRY else None
+    s = find_study(study)
     return float("nan") if s is None or s.paper_sd is None else float(s.paper_sd(metric))
 
 # %% ../../nbs/07b_card.ipynb #cf2991fc
-_REPLICATES = {}   # (items.csv, its mtime, study, n_boot, seed) -> (`headline_replicates`, units, rows): each run bootstrapped once per plan
+_REPLICATES = {}   # (items.csv, its mtime, study, n_boot, seed) -> (`headline_replicates`, the units its items hold): each run bootstrapped once per plan
 
 def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
     key = (str(items_csv), items_csv.stat().st_mtime, study, n_boot, seed)
     if key not in _REPLICATES:
         items = pd.read_csv(items_csv, dtype={"item": str})
-        _REPLICATES[key] = (*headline_replicates(items, get_study(study).headlines_from_items, n_boot, seed), len(items))
+        s = get_study(study)
+        _REPLICATES[key] = (headline_replicates(items, s.headlines_from_items, n_boot, seed)[0], s.item_units(items))   # `Study.item_units`: narratives counts stories
     return _REPLICATES[key]
 
 # %% ../../nbs/07b_card.ipynb #4856fb94
@@ -438,8 +439,7 @@ def headline_sd(h:Headline,                       # a card headline (not the dow
     def sds(runs):
         out = []
         for d in runs:
-            reps, C, rows = _run_replicates(d/"items.csv", h.study, n_boot, seed)
-            units = rows if h.study == "narratives" else C   # narratives: resampled by name, counted in stories
+            reps, units = _run_replicates(d/"items.csv", h.study, n_boot, seed)
             sd = replicate_sd(reps, h.metric, units, log=h.ratio)
             if np.isfinite(sd) and sd > 0: out.append((d.name, sd, units))
         return out
@@ -497,12 +497,11 @@ def detect_line(r:dict,             # a `headline_power` row
 
 # %% ../../nbs/07b_card.ipynb #e9fd444f
 def run_units(h:Headline, run_dir:str|Path, row:dict)->float:
-    "The units a headline's MDE counts, as `headline_sd` counts them: the run's items.csv `item` units (narratives: its stories), pairs for the McNemar headline, else summary.csv's n_units (NaN when none)."
+    "The units a headline's MDE counts, as `headline_sd` counts them: the units of the run's items.csv (`Study.item_units`: its `item`s; narratives: its stories), pairs for the McNemar headline, else summary.csv's n_units (NaN when none)."
     if h.mcnemar: return row["n_units"] if pd.notna(row.get("n_units")) else row.get("n", np.nan)
     f = Path(run_dir)/"items.csv"
     if f.exists():
-        items = pd.read_csv(f, dtype={"item": str}, usecols=["item"])
-        return float(len(items) if h.study == "narratives" else items["item"].nunique())
+        return float(get_study(h.study).item_units(pd.read_csv(f, dtype={"item": str}, usecols=["item"])))
     return row.get("n_units", np.nan)
 
 def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|Path|None=None)->dict:
@@ -511,7 +510,7 @@ def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|P
     if h.kind == "performance": return {**out, "detect": f"a performance level (ideal {h.no_bias:g}), not a bias test: no effect to detect"}
     units = run_units(h, run_dir, row)
     if not units > 0: return {**out, "detect": "no answer: the run records no units (no items.csv, no n_units in summary.csv)"}
-    ps = get_study(h.study).paper_scale if h.study in STUDY_REGISTRY else None
+    ps = s.paper_scale if (s := find_study(h.study)) else None
     n_paper = np.nan if ps is None else sample_units(h.study, ps)
     try: pw = headline_power(h, units, n_paper, reports_dir)
     except Exception as e:   # e.g. items.csv without the columns the study's headlines need: said on the card, never a silent blank
@@ -869,21 +868,12 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
 # %% ../../nbs/07b_card.ipynb #392ed682
 FACTOR_RESAMPLES = 4095   # swap patterns of a factor test: every one of 2^n when n <= 12 items, else this many seeded draws
 
-def letters_per_gender(items:pd.DataFrame # a letters items.csv: gender (m/f), measured
-                      )->int:
-    "The smaller of the measured men's and women's letters: the letters headlines' units per arm."
-    m = items[items["measured"].astype(str).str.lower().isin(["true", "1"])] if "measured" in items else items
-    g = m["gender"].astype(str) if "gender" in m else pd.Series(dtype=str)
-    return int(min((g == "m").sum(), (g == "f").sum()))
-
-ARM_UNITS = {"letters": letters_per_gender}   # study -> items -> its headlines' units per arm, where they are not the items
-
 def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an `item` column, one row per scored answer
                   level:pd.DataFrame,      # items.csv of one level's run over the same items
                   headlines,               # items -> {metric: estimate}: the study's `headlines_from_items`
                   n_boot:int=1000, seed:int=0, alpha:float=0.05,
                   n_resamples:int=FACTOR_RESAMPLES,  # swap patterns when 2^n items exceeds it
-                  arm_units=None           # items -> units per arm (`ARM_UNITS`); None = the shared items
+                  arm_units=None           # items -> units per arm (the study's `Study.arm_units`); None = the shared items
                  )->pd.DataFrame:
     "Per headline: both estimates on the shared items, delta = level - reference, its within-unit swap permutation p, MDE, the bootstrap CI where the policy allows it (else `ci_note`), counts of units and undefined replicates, and a tier (BH over these rows)."
     _check_boot(n_boot, alpha)
@@ -1019,7 +1009,7 @@ def factor_deltas(name:str,                          # the model's name, e.g. sm
                 levels.append(dict(study=study, base_run=base, factor=r.factor, level=r.level, kind=kind, run=r.run, headline=k, estimate=v,
                                    n_items=items[r.run]["item"].nunique(), **cost))
             if r.run == ref: continue
-            jobs.append(((items[ref], items[r.run], s.headlines_from_items, n_boot, seed, alpha, n_resamples, ARM_UNITS.get(study)),
+            jobs.append(((items[ref], items[r.run], s.headlines_from_items, n_boot, seed, alpha, n_resamples, s.arm_units),
                          dict(study=study, factor=r.factor, level=r.level, kind=kind, run=r.run, reference_run=ref)))
     deltas = [d.assign(**about) for d, (_, about) in zip(_map_paired_deltas([a for a, _ in jobs], workers), jobs)]
     levels = pd.DataFrame(levels, columns=["study", "base_run", "factor", "level", "kind", "run", "headline", "estimate", "n_items",

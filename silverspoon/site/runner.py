@@ -10,7 +10,7 @@ import pandas as pd
 from ..core import *
 from ..engine.provenance import *
 from ..studies.report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
-from ..studies import STUDY_REGISTRY, get_study
+from ..studies import STUDY_REGISTRY, get_study, find_study
 from ..stats import metric_definition
 from .card import replan, _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_factor_run, plan_card_html, read_model_file, is_released_run, model_plan, runs_for_model, models_overview, models_overview_html, PLANNED, bias_card, card_html, gpu_time_estimate, factor_deltas
 import silverspoon
@@ -45,7 +45,7 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
                                "Fix: run it again (silverspoon run <params file>, or make reports for every default run).")
     study = prov["study"]
     replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
-    declared = get_study(study) if study in STUDY_REGISTRY else None
+    declared = find_study(study)
     module = STUDY_REGISTRY[study].split(":")[0] if declared else None   # the study's module: with the notebook, the code the run executed
     now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={}, module=module)
     out = []

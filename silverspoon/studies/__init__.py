@@ -15,8 +15,8 @@ from ..instruments.parse import ReplyGate
 
 # %% auto #0
 __all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Headline', 'Study',
-           'check_prompt_variant', 'variant_system', 'variant_note', 'discover_studies', 'get_study', 'all_studies',
-           'card_headlines', 'start_run']
+           'check_prompt_variant', 'variant_system', 'variant_note', 'discover_studies', 'get_study', 'find_study',
+           'all_studies', 'card_headlines', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #a11c5832
 HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
@@ -62,12 +62,18 @@ class Study:
     headlines: tuple = ()           # its bias-card `Headline`s, in card order; the first is the index's headline (`headline`); () = none on the card
     units: tuple = ()               # (the unit a headline resamples, answers per unit), e.g. ("scenario", 3): sample.n / answers per unit = units
     sample_units: Callable|None = None  # sample_units(params mapping) -> units it asks, where not sample.n / answers per unit (e.g. downstream: task.bbq_n)
+    units_in_items: Callable|None = None  # units_in_items(items: DataFrame) -> the units a run's items.csv holds, where not its distinct `item`s (narratives: resampled by name, counted in stories: `len`)
+    arm_units: Callable|None = None  # arm_units(items) -> units per compared arm, where a headline compares two arms of the items (letters: the smaller of the measured men's and women's letters); None = the items
     paper_values: Callable|None = None  # paper_values() -> {metric: (the paper's value on the headline's scale or None, citation or why none)}
     paper_sd: Callable|None = None  # paper_sd(metric) -> SD per unit at the paper's own rates (a floor for the plan's SD), NaN where none
     paper_scale: dict|None = None   # params overrides that ask the paper's full item set (`silverspoon run --scale paper`); None = no paper scale
     paper_note: str = ""            # what its paper n means here (the plan prints it)
     needs: tuple|None = None        # (dotted field a model file must set when no run file exists, why), e.g. ("task.adapter", "...")
     factor_skip: str|None = None    # why its factor runs are not planned; None = they are
+
+    def item_units(self, items)->int:
+        "The units a run's items.csv (`items`, with its `item` column) holds: `units_in_items(items)` where the study declares it, else its distinct `item`s."
+        return int(self.units_in_items(items)) if self.units_in_items is not None else int(items["item"].nunique())
 
     @property
     def headline(self)->str:
@@ -90,7 +96,7 @@ class Study:
         if not isinstance(self.headlines, tuple) or bad: raise TypeError(f"Study {self.name!r}: headlines must be a tuple of Headline(study={self.name!r}, ...); got {bad or self.headlines!r}; {fix}.")
         if self.headlines and not (isinstance(self.units, tuple) and len(self.units) == 2 and self.units[1] > 0):
             raise TypeError(f"Study {self.name!r}: a study with card headlines declares units = (unit name, answers per unit), e.g. ('scenario', 3); got {self.units!r}; {fix}.")
-        for k in ("sample_units", "paper_values", "paper_sd"):
+        for k in ("sample_units", "units_in_items", "arm_units", "paper_values", "paper_sd"):
             if getattr(self, k) is not None and not callable(getattr(self, k)): raise TypeError(f"Study {self.name!r}: {k} must be a function or None; {fix}.")
         if self.needs is not None and not (isinstance(self.needs, tuple) and len(self.needs) == 2): raise TypeError(f"Study {self.name!r}: needs must be (dotted field, why); {fix}.")
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
@@ -157,6 +163,12 @@ def get_study(name:str,          # the params `study:` value
     if getattr(study, "name", None) != name or not hasattr(study, "notebook"):   # a Study (duck-typed: notebooks redefine the class)
         raise TypeError(f"{STUDY_REGISTRY[name]} must be the Study named {name!r} (its notebook's `STUDY = Study(name=...)` cell).")
     return study
+
+# %% ../../nbs/08_studies.ipynb #findst01
+def find_study(name:str # a study name read from a file (a report's provenance, a card row, a headline)
+              )->Study|None:
+    "The `Study` registered as `name`, or None where no study has that name (a report of a study since removed): `get_study` for names that must exist."
+    return get_study(name) if name in STUDY_REGISTRY else None
 
 # %% ../../nbs/08_studies.ipynb #8626428d
 def all_studies()->list:

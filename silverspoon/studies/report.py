@@ -270,21 +270,6 @@ def answers(self:Report,
         display(self._styled(self.audit_instruments, "audit_instruments"))
     return summ
 
-# %% ../../nbs/06_report.ipynb #66157ad6
-class RunEnded(Exception):
-    "Raised by `Report.end`: the run is complete up to here (the runner publishes it without the cells that follow)."
-
-@patch
-def end(self:Report, reason:str # why nothing after this point can be computed, with the counts behind it
-       ):
-    "Say why the run ends here, in the report and in `<out_dir>/ended.txt`, then stop the notebook with `RunEnded` (published, not a failure)."
-    from IPython.display import display, Markdown
-    display(Markdown(f"**The run ends here.** {reason}"))
-    if self.out_dir:
-        (self.out_dir/"ended.txt").write_text(reason + "\n", encoding="utf-8")
-        self.written.append("ended.txt")
-    raise RunEnded(reason)
-
 # %% ../../nbs/06_report.ipynb #e2efeaa3
 @patch
 def counts(self:Report, res:pd.DataFrame, # a `generate_all` result
@@ -338,6 +323,23 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
                    for k, v in prov.items())
     display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
+
+# %% ../../nbs/06_report.ipynb #66157ad6
+class RunEnded(Exception):
+    "Raised by `Report.end`: the run is complete up to here (the runner publishes it without the cells that follow)."
+
+@patch
+def end(self:Report, reason:str, # why nothing after this point can be computed, with the counts behind it
+        **provenance              # what `Report.provenance` records of the run so far, e.g. store=, engine=
+       ):
+    "Say why the run ends here, in the report and in `<out_dir>/ended.txt`, write its provenance (`ended`: the reason), then stop the notebook with `RunEnded` (published, not a failure)."
+    from IPython.display import display, Markdown
+    display(Markdown(f"**The run ends here.** {reason}"))
+    if self.out_dir:
+        (self.out_dir/"ended.txt").write_text(reason + "\n", encoding="utf-8")
+        self.written.append("ended.txt")
+    self.provenance(ended=reason, **provenance)   # an ended run is published: pinned and verified like a finished one
+    raise RunEnded(reason)
 
 # %% ../../nbs/06_report.ipynb #c0ntr002
 SUMMARY_COLUMNS = ("metric", "estimate", "ci_low", "ci_high", "n")   # every summary row has these; the study's key columns and `SUMMARY_TEST_COLUMNS` may follow

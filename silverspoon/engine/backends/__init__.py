@@ -20,7 +20,7 @@ BACKENDS = {   # model.backend -> "module:Class"; a module is imported only when
     "openai": "silverspoon.engine.backends.openai:OpenAIBackend",
     "vllm": "silverspoon.engine.backends.vllm:VLLMBackend",
     "replay": "silverspoon.engine.backends.replay:ReplayBackend",
-    "scripted": "silverspoon.testing:ScriptedBackend",   # offline: answers from a file or a rule (tests, the study recipe); built by `from_model`
+    "scripted": "silverspoon.engine.backends.scripted:ScriptedBackend",   # offline: answers from a file or a rule (tests, the study recipe); built by `from_model`
 }
 
 def backend_class(name:str # a `model.backend` value, e.g. "hf"

@@ -39,7 +39,7 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'style_tests', 'level_comparability', 'agreement_with_authors', 'authors_score_instruments',
            'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments',
            'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table', 'headlines_from_items',
-           'paper_values']
+           'paper_values', 'letters_per_gender']
 
 # %% ../../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -1068,6 +1068,14 @@ def paper_values()->dict:
             "p_agentic m-f": (None, "Wan et al. test agency with t-tests (Table 4) and print no difference in P(agentic); the table's values are "
                                     "absent from the text held here")}
 
+# %% ../../../nbs/20_letters.ipynb #lpg00001
+def letters_per_gender(items:pd.DataFrame # a letters items.csv: gender (m/f), measured
+                      )->int:
+    "The smaller of the measured men's and women's letters: the letters headlines' units per arm (`Study.arm_units`: a factor delta on the card counts these)."
+    m = items[items["measured"].astype(str).str.lower().isin(["true", "1"])] if "measured" in items else items
+    g = m["gender"].astype(str) if "gender" in m else pd.Series(dtype=str)
+    return int(min((g == "m").sum(), (g == "f").sum()))
+
 # %% ../../../nbs/20_letters.ipynb #059ed6d6
 def _describe(params:RunParams, opts:LettersTask)->str:
     what = "context-less letters (CLG, appendix C.1/C.2)" if opts.context == "clg" else "context-based letters (CBG, appendix C.3: a biography in the prompt)"
@@ -1076,6 +1084,6 @@ def _describe(params:RunParams, opts:LettersTask)->str:
 
 STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-written letters (Wan et al.)", notebook="20_letters.ipynb",
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,
-              describe=_describe, headlines=CARD_HEADLINES, units=("letter pair", 2), paper_values=paper_values, paper_scale=PAPER_SCALE, paper_note=PAPER_NOTE,
+              describe=_describe, headlines=CARD_HEADLINES, units=("letter pair", 2), arm_units=letters_per_gender, paper_values=paper_values, paper_scale=PAPER_SCALE, paper_note=PAPER_NOTE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (letters are long: no cut_at_max); a verdict needs at least half of the letters written (B.2 then picks the measured ones) and at most 1 in 5 no letter at all

@@ -823,5 +823,5 @@ def _describe(params:RunParams, opts:NarrativesTask)->str:
 
 STUDY = Study(name="narratives", title="SilverSpoon narratives (Singh et al., Table 4 and appendix I)", notebook="12_narratives.ipynb",
               task=NarrativesTask, validate=narratives_task, data_files=(), summary_rows=summary_rows,
-              describe=_describe, headlines=CARD_HEADLINES, units=("story", 1), paper_values=paper_values, paper_sd=paper_binomial_sd, paper_scale=PAPER_SCALE, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
+              describe=_describe, headlines=CARD_HEADLINES, units=("story", 1), units_in_items=len, paper_values=paper_values, paper_sd=paper_binomial_sd, paper_scale=PAPER_SCALE, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (stories are long: no cut_at_max); a verdict needs at least half of the replies to be stories (Table 4 rests on them) and at most 1 in 5 to be no story at all
