@@ -156,7 +156,8 @@ def test_items_are_resampled_jointly_and_drawn_twice_as_two_units():
 
 def test_too_few_units_per_arm_give_no_estimate():
     "Letters: the units are measured letters per gender; 8 pairs with 2 measured men's letters -> no p, no CI, 'no estimate'."
-    from silverspoon.site.card import letters_per_gender
+    from silverspoon.studies import get_study
+    letters_per_gender = get_study("letters").arm_units   # the study's own declaration (letters.letters_per_gender)
     ref = pd.DataFrame({"item": np.repeat([f"p{k}" for k in range(8)], 2), "gender": ["m", "f"]*8,
                         "measured": [k < 4 or k % 2 for k in range(16)], "y": np.arange(16.0)})
     assert letters_per_gender(ref) == 2
@@ -181,7 +182,7 @@ def test_the_factor_test_holds_its_level_at_six_items():
 def test_factor_deltas_read_published_runs(tmp_path):
     "factor_deltas finds <run>--reference and its levels, pairs them, and returns the band across wording variants."
     from types import SimpleNamespace
-    toy = SimpleNamespace(headlines_from_items=share, prompt_variants=VARIANTS)
+    toy = SimpleNamespace(headlines_from_items=share, prompt_variants=VARIANTS, arm_units=None)
     ref = items()
     runs = {"m--reference": ref, "m--quantization-4bit": ref.assign(y=ref.y * 0), "m--prompt_variant-plain": ref.assign(y=1.0),
             "m--prompt_variant-system": ref.assign(y=1.0), "m-other--reference": ref, "mx--reference": ref}
@@ -201,7 +202,7 @@ def test_factor_deltas_read_published_runs(tmp_path):
 def test_an_undefined_level_says_why_on_the_card(tmp_path):
     "A level with no estimate (every y missing) gets a NaN delta and, beside it, why: the reason its run ended early, else a pointer to its report."
     from types import SimpleNamespace
-    toy = SimpleNamespace(headlines_from_items=share, prompt_variants=VARIANTS)
+    toy = SimpleNamespace(headlines_from_items=share, prompt_variants=VARIANTS, arm_units=None)
     ref = items()
     runs = {"m--reference": ref, "m--quantization-4bit": ref.assign(y=np.nan), "m--prompt_variant-plain": ref.assign(y=np.nan), "m--quantization-8bit": ref}
     for r, df in runs.items():

@@ -205,7 +205,7 @@ def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path, c
     assert not (out/"lexicon_odds_ratios.csv").exists()   # nothing after the end was run
     prov = json.loads((out/"provenance.json").read_text())   # an ended run's provenance: written by `Report.end`, its outputs pinned by the runner
     assert prov["ended"].startswith("No letter of either gender passed") and prov["store"]["misses"] == 4
-    assert {"ended.txt", "items.csv", "summary.csv"} <= set(prov["content"]["outputs"])
+    assert {f"never-recommends/{f}" for f in ("ended.txt", "items.csv", "summary.csv")} <= set(prov["content"]["outputs"])
 
 
 def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path, cli):
