@@ -206,6 +206,8 @@ def test_a_run_with_no_letter_to_compare_ends_early_and_is_published(tmp_path, c
     prov = json.loads((out/"provenance.json").read_text())   # an ended run's provenance: written by `Report.end`, its outputs pinned by the runner
     assert prov["ended"].startswith("No letter of either gender passed") and prov["store"]["misses"] == 4
     assert {f"never-recommends/{f}" for f in ("ended.txt", "items.csv", "summary.csv")} <= set(prov["content"]["outputs"])
+    from silverspoon.site.runner import verify_provenance
+    assert verify_provenance(out) == []   # checked like a finished run: code, params, data, store and every published file
 
 
 def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tmp_path, cli):
