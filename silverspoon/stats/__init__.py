@@ -14,8 +14,8 @@ __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN
            'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'SWAP_BATCH', 'P_VALUE', 'UNIT_COLUMNS',
            'VERDICT_TIERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos',
            'dice_pos', 'Metric', 'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics',
-           'metrics_from_counts', 'cluster_boot_weights', 'percentile_ci', 'agreement_table', 'ratio_of_sums',
-           'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
+           'metrics_from_counts', 'cluster_boot_weights', 'percentile_ci', 'weighted_median', 'agreement_table',
+           'ratio_of_sums', 'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
            'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci',
            'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios',
            'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test',
@@ -263,6 +263,23 @@ def percentile_ci(reps:np.ndarray, # one statistic per bootstrap replicate; NaN 
 def _check_boot(n_boot, alpha):
     if not (isinstance(n_boot, (int, np.integer)) and n_boot >= 1): raise ValueError(f"`n_boot` must be a positive integer, got {n_boot!r}.")
     if not 0 < alpha < 1: raise ValueError(f"`alpha` must be in (0, 1), got {alpha!r} (0.05 gives a 95% interval).")
+
+# %% ../../nbs/04_stats.ipynb #wmed0002
+def weighted_median(values:np.ndarray,  # one number per item (no NaN)
+                    counts:np.ndarray   # (replicates x items) how often each replicate drew each item, e.g. `cluster_boot_weights(...)[:, codes]`
+                   )->np.ndarray:
+    "The median of each replicate's draw: `values` repeated `counts` times (the mean of the two middle values when the total is even); NaN where a replicate drew nothing."
+    v = np.asarray(values, dtype=float)
+    counts = np.atleast_2d(np.asarray(counts))
+    if counts.shape[1] != len(v): raise ValueError(f"weighted_median: `counts` has {counts.shape[1]} columns but there are {len(v)} values; pass one column per value.")
+    if np.isnan(v).any(): raise ValueError("weighted_median: `values` holds NaN; drop the items without a value first (their count would move the median).")
+    order = np.argsort(v, kind="stable")
+    cum = np.cumsum(counts[:, order], axis=1)
+    total = cum[:, -1] if len(v) else np.zeros(len(counts))
+    at = lambda k: v[order][np.minimum((cum <= k[:, None]).sum(axis=1), max(len(v) - 1, 0))]   # the value at 0-based position k of the sorted draw
+    with np.errstate(invalid="ignore"):
+        out = (at((total - 1) // 2) + at(total // 2)) / 2 if len(v) else np.full(len(counts), np.nan)
+    return np.where(total > 0, out, np.nan)
 
 # %% ../../nbs/04_stats.ipynb #8791e4cb
 def agreement_table(y_true,              # gold labels (0/1), e.g. the human label

@@ -414,7 +414,8 @@ def gender_swap_test(gender,                  # "m" / "f" per letter
                      pair,                    # its twin pair (the unit whose two letters swap gender labels), one per letter
                      stat,                    # is_male (bool per letter) -> the statistic (a number, or {name: number})
                      n_resamples:int=9999,    # drawn swap patterns when 2^pairs exceeds it; every pattern otherwise
-                     seed:int=0
+                     seed:int=0,
+                     batched:bool=False       # `stat` takes many labellings at once: a (patterns x letters) bool array -> one value per pattern (array, or {name: array})
                     )->dict:
     "Two-sided permutation p of `stat` under within-pair gender swaps (`stats.within_unit_swap_test` over twin pairs); no test from fewer than MIN_UNITS letters of a gender."
     g = np.asarray(gender, dtype=object)
@@ -424,11 +425,13 @@ def gender_swap_test(gender,                  # "m" / "f" per letter
     n_m, n_f = int(male.sum()), int((~male).sum())
     few = too_few_units([n_m, n_f])
     if few:
-        obs = stat(male)
+        obs = stat(male[None, :]) if batched else stat(male)
+        if batched: obs = {k: v[0] for k, v in obs.items()} if isinstance(obs, dict) else np.asarray(obs)[0]
         keys = ["stat"] if not isinstance(obs, dict) else list(obs)
         out = {k: dict(observed=float(obs if k == "stat" else obs[k]), p=float("nan"), n_masks=0, n_undefined=0, exact=False, note=few) for k in keys}
     else:
-        r = within_unit_swap_test(lambda mask: stat(male ^ mask[codes]), len(pairs), n_resamples, seed)
+        relabel = (lambda masks: stat(male[None, :] ^ masks[:, codes])) if batched else (lambda mask: stat(male ^ mask[codes]))
+        r = within_unit_swap_test(relabel, len(pairs), n_resamples, seed, batched=batched)
         out = r if isinstance(r, dict) and all(isinstance(v, dict) for v in r.values()) else {"stat": r}
     for v in out.values(): v.update(n_m=n_m, n_f=n_f, n_pairs=len(pairs), n_units=min(n_m, n_f), test=SWAP_TEST)
     return out["stat"] if list(out) == ["stat"] else out
@@ -452,12 +455,17 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
     n_units = min(len(idx["m"]), len(idx["f"]))
     few = bool(bootstrap_note(n_units, n_boot, n_boot))   # the policy: a percentile bootstrap from BOOT_MIN_UNITS letters a gender on
     q = _norm.ppf(1 - alpha/2)
-    H = {trait: np.array([sum(map(trait_matcher(lexicons[key], mode, STARRED_STEMS[trait]), t)) for t in toks], dtype=np.float64)   # trait words per letter
-         for trait, key in TRAITS.items()}
-    def log_ors(male):   # the Haldane log OR of every trait, letters of `male` as the male group
-        Nm, Nf = n_tok[male].sum(), n_tok[~male].sum()
-        return {t: float(np.log((h[male].sum() + 0.5) / (Nm - h[male].sum() + 0.5)) - np.log((h[~male].sum() + 0.5) / (Nf - h[~male].sum() + 0.5))) for t, h in H.items()}
-    if "pair_id" in letters: sw = gender_swap_test(g.to_numpy(), letters["pair_id"].to_numpy(), log_ors, n_resamples, seed)
+    vocab = list(dict.fromkeys(w for t in toks for w in t))   # each distinct word is matched once per trait (a letter set repeats its words)
+    H = {}                                                      # trait words per letter
+    for trait, key in TRAITS.items():
+        match = trait_matcher(lexicons[key], mode, STARRED_STEMS[trait])
+        hit = {w for w in vocab if match(w)}
+        H[trait] = np.array([sum(w in hit for w in t) for t in toks], dtype=np.float64)
+    def log_ors(male):   # (patterns x letters) bool, True = counted male -> every trait's Haldane log OR per pattern (integer sums: exact in float64)
+        M = male.astype(np.float64); F = 1.0 - M
+        Nm, Nf = M @ n_tok, F @ n_tok
+        return {t: np.log((M @ h + 0.5) / (Nm - M @ h + 0.5)) - np.log((F @ h + 0.5) / (Nf - F @ h + 0.5)) for t, h in H.items()}
+    if "pair_id" in letters: sw = gender_swap_test(g.to_numpy(), letters["pair_id"].to_numpy(), log_ors, n_resamples, seed, batched=True)
     else: sw = {t: dict(p=np.nan, note="no pair_id: no swap test") for t in TRAITS}
     def boot_log_ors(Wm, Wf):   # every trait's Haldane log OR in each replicate: letters resampled within each gender (stratum m: seed, f: seed + 1)
         Nm, Nf = Wm @ n_tok[idx["m"]], Wf @ n_tok[idx["f"]]

@@ -14,7 +14,7 @@ import pandas as pd
 from ...core import DataError, ParamsError, RunParams, ModelParams, GenerationParams, SampleParams, from_dict, task_params, check_model, check_generation, is_missing
 from ...engine.data import fetch, read_data_csv
 from ...engine.backends import GenRequest
-from ...stats import largest_remainder, cluster_proportion_ci, cluster_bootstrap_ci, paired_test, proportion_ci, MIN_CLUSTERS
+from ...stats import largest_remainder, cluster_proportion_ci, weighted_median, paired_test, proportion_ci, MIN_CLUSTERS
 from ...instruments.text import Instrument, TextEmbedder
 from .. import Study, Headline, check_prompt_variant
 from ...instruments.parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
@@ -814,9 +814,12 @@ def wage_table(answers:pd.DataFrame, # one row per item with wage (NaN when the 
     "Median BLS wage of the predicted occupations per cell, with a name-clustered bootstrap CI and the share that is top-coded."
     rows = []
     for g, r, c, s in cell_groups(answers[answers.wage.notna()]):
-        ci = cluster_bootstrap_ci(s, lambda d: {"median": float(d.wage.median())}, cluster="name", n_boot=n_boot, seed=seed).iloc[0] if len(s) else None
-        rows.append(dict(gender=g, race=r, city=c, n_matched=len(s), median_wage=ci.estimate if ci is not None else np.nan,
-                         ci_low=ci.ci_low if ci is not None else np.nan, ci_high=ci.ci_high if ci is not None else np.nan,
+        w, (codes, names) = s.wage.to_numpy(float), pd.factorize(s.name, sort=True)
+        # the medians of the resampled rows from the replicates' name counts (`weighted_median`): the same draws and interval as resampling rows
+        b = cluster_bootstrap(lambda W: weighted_median(w, W[:, codes]), len(names), n_boot, seed, estimate=float(np.median(w)),
+                              additive=True, always_draw=True) if len(s) else None
+        rows.append(dict(gender=g, race=r, city=c, n_matched=len(s), median_wage=float(np.median(w)) if len(s) else np.nan,
+                         ci_low=b.ci_low if b is not None else np.nan, ci_high=b.ci_high if b is not None else np.nan,
                          pct_topcoded=100*float(s.wage_basis.eq("topcoded").mean()) if len(s) else np.nan))
     return pd.DataFrame(rows)
 
