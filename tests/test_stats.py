@@ -246,3 +246,13 @@ def test_every_bootstrap_goes_through_the_engine():
             assert name not in src, f"{rel} calls {name}: draw replicates with silverspoon.stats.cluster_bootstrap instead (one RNG stream, one policy)"
         if "default_rng(" in src:
             assert rel in non_bootstrap_rng, f"{rel} seeds its own generator: a bootstrap must use silverspoon.stats.cluster_bootstrap"
+
+
+def test_the_stats_benchmark_finds_both_paths_equal():
+    "benchmarks/bench_stats.py (small sizes): the row-by-row and the library paths of the wage median bootstrap and of the lexicon swap test give identical numbers (it asserts that); the times are printed, never asserted."
+    import subprocess, sys
+    from conftest import ROOT
+    r = subprocess.run([sys.executable, str(ROOT/"benchmarks"/"bench_stats.py"), "--n-boot", "200", "--n-resamples", "199", "--repeat", "1"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Both paths of each row gave identical numbers." in r.stdout and r.stdout.count("x\n") == 2, r.stdout
