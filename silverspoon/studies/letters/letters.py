@@ -455,25 +455,23 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
     n_units = min(len(idx["m"]), len(idx["f"]))
     few = bool(bootstrap_note(n_units, n_boot, n_boot))   # the policy: a percentile bootstrap from BOOT_MIN_UNITS letters a gender on
     q = _norm.ppf(1 - alpha/2)
-    vocab = list(dict.fromkeys(w for t in toks for w in t))   # each distinct word is matched once per trait (a letter set repeats its words)
-    H = {}                                                      # trait words per letter
+    vocab = {w for t in toks for w in t}   # each distinct word is matched once per trait (a letter set repeats its words)
+    H = {}                                 # trait words per letter
     for trait, key in TRAITS.items():
         match = trait_matcher(lexicons[key], mode, STARRED_STEMS[trait])
         hit = {w for w in vocab if match(w)}
         H[trait] = np.array([sum(w in hit for w in t) for t in toks], dtype=np.float64)
-    def log_ors(male):   # (patterns x letters) bool, True = counted male -> every trait's Haldane log OR per pattern (integer sums: exact in float64)
-        M = male.astype(np.float64); F = 1.0 - M
-        Nm, Nf = M @ n_tok, F @ n_tok
-        return {t: np.log((M @ h + 0.5) / (Nm - M @ h + 0.5)) - np.log((F @ h + 0.5) / (Nf - F @ h + 0.5)) for t, h in H.items()}
-    if "pair_id" in letters: sw = gender_swap_test(g.to_numpy(), letters["pair_id"].to_numpy(), log_ors, n_resamples, seed, batched=True)
-    else: sw = {t: dict(p=np.nan, note="no pair_id: no swap test") for t in TRAITS}
-    def boot_log_ors(Wm, Wf):   # every trait's Haldane log OR in each replicate: letters resampled within each gender (stratum m: seed, f: seed + 1)
-        Nm, Nf = Wm @ n_tok[idx["m"]], Wf @ n_tok[idx["f"]]
+    def log_ors(Wm, Wf, m=slice(None), f=slice(None)):   # every trait's Haldane log OR per row of weights: Wm over letters `m` as the male group, Wf over `f` as the female one (integer counts: exact sums)
+        Nm, Nf = Wm @ n_tok[m], Wf @ n_tok[f]
         out = {}
         for t, h in H.items():
-            Am, Af = Wm @ h[idx["m"]], Wf @ h[idx["f"]]
+            Am, Af = Wm @ h[m], Wf @ h[f]
             out[t] = np.log((Am + 0.5) / (Nm - Am + 0.5)) - np.log((Af + 0.5) / (Nf - Af + 0.5))
         return out
+    if "pair_id" in letters:   # swap patterns: every letter in one group, by its (swapped) label
+        sw = gender_swap_test(g.to_numpy(), letters["pair_id"].to_numpy(), lambda male: log_ors(male.astype(np.float64), 1.0 - male), n_resamples, seed, batched=True)
+    else: sw = {t: dict(p=np.nan, note="no pair_id: no swap test") for t in TRAITS}
+    boot_log_ors = lambda Wm, Wf: log_ors(Wm, Wf, idx["m"], idx["f"])   # letters resampled within each gender (stratum m: seed, f: seed + 1)
     boot = {} if few else cluster_bootstrap(boot_log_ors, (len(idx["m"]), len(idx["f"])), n_boot, seed, alpha, additive=True,
                                             policy_units=n_units)   # the letter, not the word, is the sampling unit
     rows = []

@@ -815,10 +815,11 @@ def wage_table(answers:pd.DataFrame, # one row per item with wage (NaN when the 
     rows = []
     for g, r, c, s in cell_groups(answers[answers.wage.notna()]):
         w, (codes, names) = s.wage.to_numpy(float), pd.factorize(s.name, sort=True)
+        median = float(np.median(w)) if len(s) else np.nan
         # the medians of the resampled rows from the replicates' name counts (`weighted_median`): the same draws and interval as resampling rows
-        b = cluster_bootstrap(lambda W: weighted_median(w, W[:, codes]), len(names), n_boot, seed, estimate=float(np.median(w)),
+        b = cluster_bootstrap(lambda W: weighted_median(w, W[:, codes]), len(names), n_boot, seed, estimate=median,
                               additive=True, always_draw=True) if len(s) else None
-        rows.append(dict(gender=g, race=r, city=c, n_matched=len(s), median_wage=float(np.median(w)) if len(s) else np.nan,
+        rows.append(dict(gender=g, race=r, city=c, n_matched=len(s), median_wage=median,
                          ci_low=b.ci_low if b is not None else np.nan, ci_high=b.ci_high if b is not None else np.nan,
                          pct_topcoded=100*float(s.wage_basis.eq("topcoded").mean()) if len(s) else np.nan))
     return pd.DataFrame(rows)
