@@ -1942,6 +1942,12 @@ d = { 'settings': { 'branch': 'main',
                                      'silverspoon.testing._FakeHandler.send_json': ( 'testing.html#_fakehandler.send_json',
                                                                                      'silverspoon/testing.py'),
                                      'silverspoon.testing._last_user': ('testing.html#_last_user', 'silverspoon/testing.py'),
+                                     'silverspoon.testing._store_reads_of_its_own': ( 'testing.html#_store_reads_of_its_own',
+                                                                                      'silverspoon/testing.py'),
+                                     'silverspoon.testing._warnings_as_in_a_kernel': ( 'testing.html#_warnings_as_in_a_kernel',
+                                                                                       'silverspoon/testing.py'),
                                      'silverspoon.testing.build_tiny_llama': ('testing.html#build_tiny_llama', 'silverspoon/testing.py'),
                                      'silverspoon.testing.fake_reply': ('testing.html#fake_reply', 'silverspoon/testing.py'),
-                                     'silverspoon.testing.fake_vllm': ('testing.html#fake_vllm', 'silverspoon/testing.py')}}}
+                                     'silverspoon.testing.fake_vllm': ('testing.html#fake_vllm', 'silverspoon/testing.py'),
+                                     'silverspoon.testing.in_process_engine': ('testing.html#in_process_engine', 'silverspoon/testing.py'),
+                                     'silverspoon.testing.in_process_runs': ('testing.html#in_process_runs', 'silverspoon/testing.py')}}}

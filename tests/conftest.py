@@ -93,6 +93,21 @@ def cli(capsys, monkeypatch):
         return SimpleNamespace(returncode=rc, stdout=out.out, stderr=out.err)
     return call
 
+# --- report runs in the test process (silverspoon.testing.in_process_runs, nbs/09_testing.ipynb): a kernel start and the
+# imports in it cost ~8 s a run, and the suite makes some fifty runs a lane. A run the test starts in a subprocess
+# (`run_cli`), off the main thread (`--jobs 3`) or in a test marked `jupyter_kernel` starts a kernel, as users' runs do.
+@pytest.fixture(scope="session", autouse=True)
+def notebooks_in_process():
+    "The session's in-process report runs (module fixtures' included) execute their notebook in this process."
+    from silverspoon.testing import in_process_runs
+    with in_process_runs() as engine: yield engine
+
+@pytest.fixture(autouse=True)
+def jupyter_kernel_when_marked(request, notebooks_in_process):
+    "A test marked `jupyter_kernel` runs its reports in a kernel."
+    from silverspoon.testing import in_process_runs
+    with in_process_runs(enabled=bool(not request.node.get_closest_marker("jupyter_kernel"))) as engine: yield engine
+
 # --- CI lanes (README "Two commands", nbs/guide_ci.md): `make test` runs `pytest --lane main` on the pinned stack, `make test-colab` runs
 # `pytest --lane colab` on Colab's stack. A test runs in the main lane unless marked: `@pytest.mark.colab_lane` (stack-
 # sensitive: torch/transformers/peft/pandas behaviour that differs between the two stacks) runs in the Colab lane only;
@@ -106,6 +121,7 @@ def pytest_addoption(parser):
                      help="run only the tests of one CI lane (main: `make test`, colab: `make test-colab`); all (default): every test")
 
 def pytest_configure(config):
+    config.addinivalue_line("markers", "jupyter_kernel: its report runs start a Jupyter kernel, as `silverspoon run` does (the others run in this process: `notebooks_in_process`)")
     config.addinivalue_line("markers", "colab_lane: stack-sensitive (torch/transformers/peft/pandas behaviour): runs in the Colab lane (`make test-colab`) only")
     config.addinivalue_line("markers", "both_lanes(reason): runs in the main and the Colab lane; `reason` says why it is worth running twice")
 

@@ -3,9 +3,10 @@ import os, json, time, signal, subprocess
 from pathlib import Path
 import pandas as pd
 import pytest
-from conftest import run_cli, CLI, ROOT
-from silverspoon.testing import FakeChatServer
+from conftest import run_cli, write_params, CLI, ROOT
+from silverspoon.testing import FakeChatServer, in_process_runs
 
+@pytest.mark.jupyter_kernel   # a whole default run, as a user's `silverspoon run` makes it
 def test_replay_report_reproduces_paper(tmp_path, cli):
     # a minimal file: the sections it leaves out take the schema's defaults (all 3000 items, 2000 replicates),
     # never the notebook's small test defaults
@@ -31,6 +32,26 @@ def test_replay_report_reproduces_paper(tmp_path, cli):
     prov = json.loads((out/"provenance.json").read_text())
     assert prov["params"]["model"]["id"] == "GPT4" and prov["datasets"]
     assert "normative" in (tmp_path/"index.html").read_text()
+
+@pytest.mark.jupyter_kernel
+def test_a_run_in_the_test_process_publishes_what_a_kernel_run_publishes(tmp_path, cli):
+    "The tests run their reports in the test process (conftest `notebooks_in_process`): one run made both ways gives the same tables byte for byte and the same outputs cell by cell."
+    import nbformat
+    p = write_params(tmp_path/"both.yaml", "normative", {"backend": "replay", "id": "GPT4"}, sample={"n": 60, "seed": 0}, run="both")
+    for way, in_process in (("kernel", False), ("in-process", True)):
+        with in_process_runs(enabled=in_process):
+            r = cli("run", p, "--reports-dir", tmp_path/way, "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/way/"store")})
+        assert r.returncode == 0, r.stdout + r.stderr
+    a, b = tmp_path/"kernel"/"normative", tmp_path/"in-process"/"normative"
+    csvs = sorted(f.name for f in (a/"both").glob("*.csv"))
+    assert "table2.csv" in csvs and csvs == sorted(f.name for f in (b/"both").glob("*.csv"))
+    assert [n for n in csvs if (a/"both"/n).read_bytes() != (b/"both"/n).read_bytes()] == []
+    def outputs(d:Path):   # per code cell: its outputs' kinds and mime types (execnb writes a cell's streams before its displays: compared as sets)
+        nb = nbformat.read(str(d/"both.ipynb"), as_version=4)
+        return [sorted({(o.output_type, *sorted(o.get("data", {}))) for o in c.outputs}) for c in nb.cells if c.cell_type == "code"]
+    ka, kb = outputs(a), outputs(b)
+    assert ka == kb and any(("display_data", "image/png", "text/plain") in c for c in ka)   # figures included
+    assert_publishable(b/"both.ipynb")
 
 NOISE = ["application/vnd.jupyter.widget", "jupyter-widgets", "var element = $(", "Warning:", "tests/test_", "KeyboardInterrupt"]   # tests/parser_sets/ may be named: it is a reference a reader can open
 
