@@ -24,7 +24,7 @@ PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --di
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
 
-.PHONY: install reports test docs readme check-sync nbtest pytest bench clean-venv install-colab test-colab colab-pip-check colab-nbtest colab-pytest colab-reports colab-reports-all
+.PHONY: install reports test docs readme check-sync nbtest pytest bench clean-venv install-colab install-colab-stack test-colab colab-pip-check colab-nbtest colab-pytest colab-reports colab-reports-all
 
 install: $(STAMP)
 
@@ -84,6 +84,7 @@ clean-venv:
 COLAB_VENV  ?= .venv-colab
 COLAB_BIN   := $(COLAB_VENV)/bin
 COLAB_STAMP := $(COLAB_VENV)/.silverspoon-installed
+COLAB_STACK := $(COLAB_VENV)/.colab-stack-installed
 COLAB_TMP   ?= $(or $(TMPDIR),/tmp)
 # the notebook-test tools Colab lacks and a Colab user does not need (pytest is preinstalled there); held to
 # Colab's versions by `-c requirements-colab.txt` (nbdev's newest ghapi would otherwise upgrade Colab's fastcore)
@@ -91,10 +92,17 @@ COLAB_TEST_TOOLS := nbdev==2.4.14 execnet==2.1.2 execnb==0.1.18 pytest-xdist==3.
 
 install-colab: $(COLAB_STAMP)
 
-$(COLAB_STAMP): requirements-colab.txt nbs/index.ipynb tools/colab_lane.py settings.ini setup.py
+# Colab's stack alone (the venv, torch, requirements-colab.txt: ~6 GB of wheels, the slow part), without the checkout's
+# editable install: CI builds it beside `make install` (.ci/run), which writes the checkout's egg-info itself
+install-colab-stack: $(COLAB_STACK)
+
+$(COLAB_STACK): requirements-colab.txt tools/colab_lane.py
 	$(PYTHON) tools/colab_lane.py venv $(COLAB_VENV) --fallback $(PYTHON) $(if $(filter true 1,$(CI)),--strict)
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check "$$(grep -E '^torch==' requirements-colab.txt)" $(TORCH_PIP_ARGS)
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -r requirements-colab.txt
+	@touch $@
+
+$(COLAB_STAMP): $(COLAB_STACK) nbs/index.ipynb tools/colab_lane.py settings.ini setup.py
 	$(COLAB_BIN)/python tools/colab_lane.py install nbs/index.ipynb --python $(COLAB_BIN)/python
 	$(COLAB_BIN)/python -m pip install -q --disable-pip-version-check -c requirements-colab.txt $(COLAB_TEST_TOOLS)
 	$(COLAB_BIN)/python tools/colab_lane.py check-pins requirements-colab.txt
