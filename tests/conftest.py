@@ -95,7 +95,8 @@ def cli(capsys, monkeypatch):
 
 # --- report runs in the test process (silverspoon.testing.in_process_runs, nbs/09_testing.ipynb): a kernel start and the
 # imports in it cost ~8 s a run, and the suite makes some fifty runs a lane. A run the test starts in a subprocess
-# (`run_cli`), off the main thread (`--jobs 3`) or in a test marked `jupyter_kernel` starts a kernel, as users' runs do.
+# (`run_cli`) or in a test marked `jupyter_kernel` starts a kernel, as users' runs do; `--jobs 3` in this process runs
+# its notebooks one at a time.
 @pytest.fixture(scope="session", autouse=True)
 def notebooks_in_process():
     "The session's in-process report runs (module fixtures' included) execute their notebook in this process."
@@ -106,7 +107,7 @@ def notebooks_in_process():
 def jupyter_kernel_when_marked(request, notebooks_in_process):
     "A test marked `jupyter_kernel` runs its reports in a kernel."
     from silverspoon.testing import in_process_runs
-    with in_process_runs(enabled=bool(not request.node.get_closest_marker("jupyter_kernel"))) as engine: yield engine
+    with in_process_runs(enabled=request.node.get_closest_marker("jupyter_kernel") is None) as engine: yield engine
 
 # --- CI lanes (README "Two commands", nbs/guide_ci.md): `make test` runs `pytest --lane main` on the pinned stack, `make test-colab` runs
 # `pytest --lane colab` on Colab's stack. A test runs in the main lane unless marked: `@pytest.mark.colab_lane` (stack-
