@@ -365,6 +365,7 @@ def fake_vllm(tokenizer_dir:str|Path # a model folder whose tokenizer decodes th
             else: sys.modules[k] = v
 
 # %% ../nbs/09_testing.ipynb #inproc02
+_KERNEL_ENGINE = runner.saves_throttled   # the runner's own engine (a kernel per run), whatever `in_process_runs` sets later
 _ONE_SHELL_AT_A_TIME = threading.Lock()   # a captured sys.stdout and IPython's current shell are one per process
 
 @contextlib.contextmanager
@@ -393,7 +394,7 @@ def in_process_engine()->str:
     from papermill.engines import papermill_engines
     class KernelLikeShell(CaptureShell):
         def _showtraceback(self, etype, evalue, stb): pass   # a kernel sends a traceback as the error output only (execnb makes that one), never also as printed text
-    class InProcess(papermill_engines.get_engine(runner.saves_throttled())):
+    class InProcess(papermill_engines.get_engine(_KERNEL_ENGINE())):
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, **kw):
             "Every cell in one fresh `CaptureShell`, in papermill's working folder; on an error the cell is marked failed and the rest stay unrun, as nbclient does."
@@ -418,8 +419,6 @@ def in_process_engine()->str:
     return "silverspoon-in-process"
 
 # %% ../nbs/09_testing.ipynb #inproc03
-_KERNEL_ENGINE = runner.saves_throttled   # the runner's own engine (a kernel per run), whatever a block below has set
-
 @contextlib.contextmanager
 def in_process_runs(enabled:bool=True # False: runs in the block start a kernel (a test that needs one, inside a session that runs in process)
                    ):

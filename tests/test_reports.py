@@ -38,10 +38,13 @@ def test_a_run_in_the_test_process_publishes_what_a_kernel_run_publishes(tmp_pat
     "The tests run their reports in the test process (conftest `notebooks_in_process`): one run made both ways gives the same tables byte for byte and the same outputs cell by cell."
     import nbformat
     p = write_params(tmp_path/"both.yaml", "normative", {"backend": "replay", "id": "GPT4"}, sample={"n": 60, "seed": 0}, run="both")
+    engines = []
     for way, in_process in (("kernel", False), ("in-process", True)):
-        with in_process_runs(enabled=in_process):
+        with in_process_runs(enabled=in_process) as engine:
             r = cli("run", p, "--reports-dir", tmp_path/way, "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/way/"store")})
         assert r.returncode == 0, r.stdout + r.stderr
+        engines.append(engine)
+    assert engines == ["silverspoon-saves-throttled", "silverspoon-in-process"]   # two different executors, not one run twice
     a, b = tmp_path/"kernel"/"normative", tmp_path/"in-process"/"normative"
     csvs = sorted(f.name for f in (a/"both").glob("*.csv"))
     assert "table2.csv" in csvs and csvs == sorted(f.name for f in (b/"both").glob("*.csv"))
