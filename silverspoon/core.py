@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #920c4bba
 from __future__ import annotations
-import os, re, json, math, random, hashlib, dataclasses, typing, types
+import os, re, copy, json, math, random, hashlib, functools, dataclasses, typing, types
 from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
@@ -204,21 +204,30 @@ def _yaml_problem(e)->str:
     mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
     return what + (f" (line {mark.line + 1}, column {mark.column + 1}; the line is not shown)" if mark is not None else "")
 
-# %% ../nbs/00_core.ipynb #0a17d444
-def read_yaml(path:Path|str         # a params file
-             )->dict:
-    "The mapping in a YAML params file, plain data only; anything else is a `ParamsError` naming the file (and field)."
+# %% ../nbs/00_core.ipynb #yamlmemo1
+@functools.lru_cache(maxsize=1024)
+def _parsed_yaml(text:str, # a params file's text
+                 src:str   # its path, named in errors
+                )->dict:
+    "`read_yaml`'s parse of `text`, remembered by the text: building an index or a card reads the same params files many times (PyYAML's pure-Python loader, ~10 ms a file); an edited file is new text, parsed afresh. Never hand this dict out: `read_yaml` copies it."
     import yaml
-    path, src = Path(path), str(path)
-    if path.stat().st_size > MAX_PARAMS_BYTES: raise ParamsError(f"{src}: {path.stat().st_size} bytes; a params file is at most {MAX_PARAMS_BYTES} bytes of settings.")
-    try: d = yaml.load(path.read_text(encoding="utf-8"), Loader=_params_loader())
+    try: d = yaml.load(text, Loader=_params_loader())
     except _Refused as e: raise ParamsError(f"{src}: {e}") from None
     except yaml.YAMLError as e: raise ParamsError(f"{src}: not valid YAML: {_yaml_problem(e)}.") from None
-    except UnicodeDecodeError: raise ParamsError(f"{src}: not UTF-8 text.") from None
     except RecursionError: raise ParamsError(f"{src}: nested too deeply to be a params file.") from None
     if d is None: d = {}
     if not isinstance(d, dict): raise ParamsError(f"{src}: the file must be a YAML mapping of fields, got {type(d).__name__}.")
     return plain_data(d, "", src)
+
+# %% ../nbs/00_core.ipynb #0a17d444
+def read_yaml(path:Path|str         # a params file
+             )->dict:
+    "The mapping in a YAML params file, plain data only; anything else is a `ParamsError` naming the file (and field). A fresh copy each call (`_parsed_yaml` remembers the parse): the caller may change it."
+    path, src = Path(path), str(path)
+    if path.stat().st_size > MAX_PARAMS_BYTES: raise ParamsError(f"{src}: {path.stat().st_size} bytes; a params file is at most {MAX_PARAMS_BYTES} bytes of settings.")
+    try: text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError: raise ParamsError(f"{src}: not UTF-8 text.") from None
+    return copy.deepcopy(_parsed_yaml(text, src))
 
 # %% ../nbs/00_core.ipynb #7c4dc338
 BOUNDS = {   # the engine's shared fields: name -> (lowest, highest[, lowest excluded]) wherever a field of that name appears; a study's task field has its own (`field_bounds`)

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/07b_card.ipynb #2e311b68
 from __future__ import annotations
-import json, html, functools
+import json, html, hashlib, functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np, pandas as pd
@@ -418,10 +418,11 @@ def paper_binomial_sd(study:str, metric:str)->float:
     return float("nan") if s is None or s.paper_sd is None else float(s.paper_sd(metric))
 
 # %% ../../nbs/07b_card.ipynb #cf2991fc
-_REPLICATES = {}   # (items.csv, its mtime, study, n_boot, seed) -> (`headline_replicates`, the units its items hold): each run bootstrapped once per plan
+_REPLICATES = {}   # (sha256 of items.csv, study, n_boot, seed) -> (`headline_replicates`, the units its items hold)
 
 def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
-    key = (str(items_csv), items_csv.stat().st_mtime, study, n_boot, seed)
+    "`headline_replicates` of a run's items.csv and its units, remembered by the file's content: the index, each card and the plan bootstrap the same released runs, and a copy of reports/ (a test's, the Colab lane's) holds the same files."
+    key = (hashlib.sha256(items_csv.read_bytes()).hexdigest(), study, n_boot, seed)
     if key not in _REPLICATES:
         items = pd.read_csv(items_csv, dtype={"item": str})
         s = get_study(study)
