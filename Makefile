@@ -15,15 +15,22 @@ STAMP  := $(VENV)/.silverspoon-installed
 # a model a user adds to params/ may need a download.
 OFFLINE := HF_HUB_OFFLINE=1
 export PYTHONHASHSEED := 0
+# The tests compute on one thread a process: the lanes run 2 processes on 2 cores (pytest-xdist's workers, nbdev_test's)
+# or 3 kernels (colab-reports), and torch's and OpenBLAS's own threads on top of them competed for the same cores (four
+# CPU-heavy test files on 2 workers: 152 s with 2 threads a process, 131 s with 1; 262 -> 240 s of CPU).
+ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # pytest on PYTEST_WORKERS processes (pytest-xdist) in both lanes: the 2 CI cores are half idle while one test waits on a
 # papermill kernel or a subprocess. A test file stays on one worker (`--dist loadfile`: its module fixtures are built
 # once). PYTEST_WORKERS=0 runs in this process, one test at a time.
 PYTEST_WORKERS ?= 2
 PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
-# pip installs without compiling every module to bytecode: Python compiles what is imported, on first import (a test
-# run imports a small part of torch, transformers, spaCy, ...). Compiling all of it at install time was half the
-# install's CPU: 203 s of CPU and 237 s for torch + requirements.txt in a fresh venv, against 100 s and 118 s without.
+# pip installs without compiling every module to bytecode: Python compiles what is imported, on first import, and keeps
+# it (a test run imports a small part of torch, transformers, spaCy, ...). Compiling all of it at install time was half
+# the install's CPU: 203 s of CPU and 237 s for torch + requirements.txt in a fresh venv, against 100 s and 118 s without.
+# So Python must be allowed to write that bytecode: make's commands run with PYTHONDONTWRITEBYTECODE empty (set, it
+# would have every process compile torch & co. again: CI's pytest took 673 s instead of ~500).
 PIP := python -m pip install -q --disable-pip-version-check --no-compile
+export PYTHONDONTWRITEBYTECODE :=
 # extra pip arguments for the torch install, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
@@ -55,11 +62,11 @@ check-sync: $(STAMP)
 	@git diff --quiet -- nbs || { git --no-pager diff --stat -- nbs; echo "notebooks are not clean: run nbdev_clean and commit."; exit 1; }
 
 nbtest: $(STAMP)
-	$(OFFLINE) $(BIN)/nbdev_test --n_workers 2
+	$(OFFLINE) $(ONE_THREAD) $(BIN)/nbdev_test --n_workers 2
 
 # `--lane main`: every test not marked for the Colab lane only (tests/conftest.py; tests/test_lanes.py checks the split)
 pytest: $(STAMP)
-	$(OFFLINE) $(BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(ONE_THREAD) $(BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test: check-sync nbtest pytest
 
@@ -118,11 +125,11 @@ colab-pip-check: $(COLAB_STAMP)
 
 # every notebook, as in the main lane (a report run skips the library's examples: these notebook tests execute them)
 colab-nbtest: $(COLAB_STAMP)
-	$(OFFLINE) $(COLAB_BIN)/nbdev_test --n_workers 2
+	$(OFFLINE) $(ONE_THREAD) $(COLAB_BIN)/nbdev_test --n_workers 2
 
 # `--lane colab`: the stack-sensitive tests (marked in tests/) and those marked for both lanes
 colab-pytest: $(COLAB_STAMP)
-	$(OFFLINE) $(COLAB_BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane colab; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+	$(OFFLINE) $(ONE_THREAD) $(COLAB_BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane colab; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 # one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs; COLAB_PICK=--all: every
 # default run, as colab-reports-all) on Colab's stack, into a copy of reports/ (the picked runs' outputs and the model
@@ -133,7 +140,7 @@ colab-reports: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
 	cp -r store "$$tmp/store"; cp -r reports "$$tmp/reports"; \
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
-	export $(OFFLINE) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH"; \
+	export $(OFFLINE) $(ONE_THREAD) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH"; \
 	files=$$($(COLAB_BIN)/python tools/colab_lane.py pick-runs "$$tmp/reports" --python $(COLAB_BIN)/python $(COLAB_PICK)); \
 	$(COLAB_BIN)/silverspoon run --jobs 3 --reports-dir "$$tmp/reports" $$files; \
 	$(COLAB_BIN)/python tools/colab_lane.py cards "$$tmp/reports"; \

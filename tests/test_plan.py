@@ -3,7 +3,6 @@ import re, shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from scipy.stats import binom
-from conftest import run_cli
 from silverspoon.site.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
                               headline_replicates, paper_effect, paper_binomial_sd, scale_plan, sample_units, card_headlines,
                               study_headlines, min_detectable_effect, headline_power, detect_line)
@@ -14,8 +13,8 @@ from silverspoon.studies.stop.stop_downstream import BBQ_ITEMS
 NEEDS_REGENERATED_ITEMS = {"CKC lower-upper", "share favouring underprivileged - annotators", "sensitivity high-low severity"}   # issue 30's new contrasts: their SD per unit needs items.csv (and headlines_from_items) that carry them
 STUDIES_RUN = ["normative", "professions", "narratives", "letters", "stop"]   # what llama3-8b-instruct runs (downstream needs an adapter)
 
-def test_plan_prints_n_and_gpu_time_per_study(root):
-    r = run_cli("plan", "--model", "params/models/llama3-8b-instruct.yaml", "--target", "paper")
+def test_plan_prints_n_and_gpu_time_per_study(root, cli):
+    r = cli("plan", "--model", root/"params"/"models"/"llama3-8b-instruct.yaml", "--target", "paper")
     assert r.returncode == 0, r.stderr
     blocks = dict(re.findall(r"^== (\w+)  \(unit: .*?\n(.*?)(?=^== |\Z)", r.stdout, re.S | re.M))
     assert set(STUDIES_RUN + ["downstream"]) <= set(blocks), r.stdout

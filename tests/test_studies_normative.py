@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli, ROOT
+from conftest import ROOT
 from silverspoon.instruments.parse import parser_set
 from silverspoon.studies.silverspoon.normative import (RELEASED_MODELS, PAPER_PROMPT_STYLE, PAPER_ROWS, PAPER_TABLE2, GOLDS, load_normative,
                                            normative_requests, render_prompt, parse_normative, parse_answers, screen_replies,
@@ -191,11 +191,11 @@ def test_headlines_from_items_equal_the_committed_smollm2_summary():
     assert headlines_from_items(twice) == pytest.approx(got, abs=1e-12)
 
 
-def test_headlines_from_items_read_the_released_labels_on_a_replay_run(tmp_path):
+def test_headlines_from_items_read_the_released_labels_on_a_replay_run(tmp_path, cli):
     p = tmp_path/"gpt4-small.yaml"
     p.write_text(json.dumps({"study": "normative", "include": str(ROOT/"params"/"normative"/"_base-replay.yaml"), "run": "gpt4-small",
                              "model": {"id": "GPT4"}, "sample": {"n": 150, "stratify_by": "topic", "seed": 0}, "task": {"n_boot": 50}}))
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports")
+    r = cli("run", p, "--reports-dir", tmp_path/"reports")
     assert r.returncode == 0, r.stdout + r.stderr
     items, got = _check_headlines(tmp_path/"reports"/"normative"/"gpt4-small")
     assert {"released", "parser"} <= set(items.columns) and len(items) == 150

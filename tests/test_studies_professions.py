@@ -1,9 +1,9 @@
-"""SilverSpoon professions end to end (issue 11): `silverspoon run` against a fake OpenAI-compatible server whose answers depend
+"""SilverSpoon professions end to end (issue 11): `silverspoon run` (in the test process, as most tests run reports) against a fake OpenAI-compatible server whose answers depend
 on the city, with the LLM judge on the same server; then a rerun that generates, judges and embeds nothing."""
 import json, shutil
 import pandas as pd
 import pytest
-from conftest import run_cli, write_params, PLACED_PHRASES
+from conftest import write_params, PLACED_PHRASES
 from silverspoon.testing import FakeChatServer
 from silverspoon.studies import get_study
 
@@ -26,12 +26,12 @@ def _params(tmp_path, srv, **task):
                         sample={"n": 160, "stratify_by": "group", "seed": 0}, run="fake-professions")
 
 
-def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):
+def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path, cli):
     reports, store, cache = tmp_path/"reports", tmp_path/"store", tmp_path/"cache"
     env = {"SILVERSPOON_STORE": str(store), "SILVERSPOON_CACHE": str(cache), "XDG_CACHE_HOME": str(cache)}
     with FakeChatServer(script=SCRIPT) as srv:
         p = _params(tmp_path, srv)
-        r = run_cli("run", p, "--reports-dir", reports, env=env)
+        r = cli("run", p, "--reports-dir", reports, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         out = reports/"professions"/"fake-professions"
         t3 = pd.read_csv(out/"table3.csv")
@@ -49,7 +49,7 @@ def test_professions_run_routes_counts_and_a_cached_rerun(tmp_path):
         asked = srv.n_requests
         first = json.loads((out/"provenance.json").read_text())
         assert first["instruments"]["misses"] > 0 and first["items_sha256"] == "d4ce9a9fb906227b2348fa48f0a3385addd1fd65a93e19f9ee27fb6fede4eada"
-        r = run_cli("run", p, "--reports-dir", reports, env=env)
+        r = cli("run", p, "--reports-dir", reports, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         assert srv.n_requests == asked                                                   # nothing generated or judged again
         assert json.loads((out/"provenance.json").read_text())["instruments"]["misses"] == 0

@@ -216,11 +216,10 @@ def test_identical_variants_for_one_target_are_counted_as_duplicates(seeds):
 
 
 # ---------------------------------------------------------------- the stop_scale study and the issue 23 params files
-def test_new_default_runs_and_the_table6_example_pass_check(root):
+def test_new_default_runs_and_the_table6_example_pass_check(root, cli):
     "The stop_scale and held-out base-vs-adapter default runs, and the letters Table 6 Colab example, pass `silverspoon check`."
-    from conftest import run_cli
     files = ["params/stop_scale/smollm2-135m.yaml", "params/stop/smollm2-135m-stop-lora-heldout.yaml", "params/examples/letters-table6-nli-colab.yaml"]
-    r = run_cli("check", *files); assert r.returncode == 0, r.stderr
+    r = cli("check", *[root/f for f in files]); assert r.returncode == 0, r.stderr
     assert r.stdout.count("ok ") == 3
     from silverspoon.site.runner import read_params_file
     t6 = read_params_file(root/files[2])
@@ -234,19 +233,17 @@ def test_new_default_runs_and_the_table6_example_pass_check(root):
     ("{seeds: [450]}", "field `task.seeds[0]` = 450 must be in [0, 449]"), ("{seeds: []}", "field `task.seeds` is empty"),
     ("{targets: ['']}", "field `task.targets`"), ("{n_boot: 0}", "field `task.n_boot` = 0"), ("{seed: [1]}", "task.seed"),
 ])
-def test_bad_stop_scale_params_are_refused_with_the_field(tmp_path, task, needle):
-    from conftest import run_cli
+def test_bad_stop_scale_params_are_refused_with_the_field(tmp_path, cli, task, needle):
     f = tmp_path/"bad.yaml"
     f.write_text(f"study: stop_scale\nmodel: {{backend: hf, id: ., device: cpu}}\ntask: {task}\n")
-    r = run_cli("check", f)
+    r = cli("check", f)
     assert r.returncode == 2 and needle in r.stderr and "bad.yaml" in r.stderr, r.stderr
 
 
-def test_compare_base_needs_an_adapter(tmp_path):
-    from conftest import run_cli
+def test_compare_base_needs_an_adapter(tmp_path, cli):
     f = tmp_path/"ab.yaml"
     f.write_text("study: stop\nmodel: {backend: hf, id: ., device: cpu}\ntask: {compare_base: true}\n")
-    r = run_cli("check", f)
+    r = cli("check", f)
     assert r.returncode == 2 and "ab.yaml: field `task.compare_base` is true but `model.adapter` is not set" in r.stderr, r.stderr
 
 
@@ -294,14 +291,13 @@ def test_an_echo_of_the_prompt_is_no_answer(seeds):
 
 
 @pytest.mark.parametrize("model_id,why", [("text:<|im_end|>\n<|im_start|>assistant", "12 not an answer: 12 template tokens"), ("echo", "12 unparseable")])
-def test_a_junk_model_gets_no_verdict(tmp_path, model_id, why):
-    "A scripted junk model through `silverspoon run`: answer_summary.csv allows no verdict and says why."
+def test_a_junk_model_gets_no_verdict(tmp_path, cli, model_id, why):
+    "A scripted junk model through `silverspoon run` (in this process: the kernel path is tested elsewhere): answer_summary.csv allows no verdict and says why."
     import pandas as pd
-    from conftest import run_cli
     p = tmp_path/"junk.yaml"
     p.write_text(json.dumps({"study": "stop_scale", "run": "junk", "model": {"backend": "scripted", "id": model_id},
                              "generation": {"max_new_tokens": 320, "n_samples": 2}, "task": {"n_boot": 20}}))
-    r = run_cli("run", p, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
+    r = cli("run", p, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     out = tmp_path/"reports"/"stop_scale"/"junk"
     summ = pd.read_csv(out/"answer_summary.csv")
