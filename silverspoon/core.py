@@ -209,7 +209,7 @@ def _yaml_problem(e)->str:
 def _parsed_yaml(text:str, # a params file's text
                  src:str   # its path, named in errors
                 )->dict:
-    "`read_yaml`'s parse of `text`, remembered by the text: building an index or a card reads the same params files many times (PyYAML's pure-Python loader, ~10 ms a file); an edited file is new text, parsed afresh. Never hand this dict out: `read_yaml` copies it."
+    "`read_yaml`'s parse of `text`, remembered by the text: building an index or a card reads the same params files many times (PyYAML's pure-Python loader: about 4 ms a params file, against 0.1 ms for a remembered one); an edited file is new text, parsed afresh. Never hand this dict out: `read_yaml` copies it."
     import yaml
     try: d = yaml.load(text, Loader=_params_loader())
     except _Refused as e: raise ParamsError(f"{src}: {e}") from None
