@@ -4,12 +4,12 @@
 
 # %% ../../nbs/07b_card.ipynb #2e311b68
 from __future__ import annotations
-import json, html, hashlib, functools
+import json, html, functools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm, binom
-from ..core import project_root, merge_params, write_atomic
+from ..core import project_root, merge_params, write_atomic, sha256_file
 from ..engine.store import store_root
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
@@ -422,7 +422,7 @@ _REPLICATES = {}   # (sha256 of items.csv, study, n_boot, seed) -> (`headline_re
 
 def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
     "`headline_replicates` of a run's items.csv and its units, remembered by the file's content: the index, each card and the plan bootstrap the same released runs, and a copy of reports/ (a test's, the Colab lane's) holds the same files."
-    key = (hashlib.sha256(items_csv.read_bytes()).hexdigest(), study, n_boot, seed)
+    key = (sha256_file(items_csv), study, n_boot, seed)
     if key not in _REPLICATES:
         items = pd.read_csv(items_csv, dtype={"item": str})
         s = get_study(study)
