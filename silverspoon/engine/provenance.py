@@ -12,9 +12,10 @@ from .store import stores_read, store_file, prefix_sha256
 from .backends import BACKENDS
 
 # %% auto #0
-__all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'model_label', 'package_versions', 'git_state', 'params_chain', 'module_file',
-           'imported_names', 'source_imports', 'code_closure', 'notebook_modules', 'run_code_files', 'content_record',
-           'output_files', 'pin_outputs', 'output_differences', 'store_differences', 'data_differences']
+__all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'model_label', 'package_versions', 'git_state', 'params_chain',
+           'module_file', 'imported_names', 'parse_cells', 'source_imports', 'code_closure', 'notebook_modules',
+           'run_code_files', 'content_record', 'output_files', 'pin_outputs', 'output_differences', 'store_differences',
+           'data_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -98,6 +99,24 @@ def _module_of(name:str, root:Path, packages)->str|None:
     while name and module_file(name, root) is None: name = name.rpartition(".")[0]
     return name or None
 
+# %% ../../nbs/05a_provenance.ipynb #parsecl1
+CELL_MARK = re.compile(r"^# %% ", re.M)   # nbdev's marker before each exported cell of a module
+
+def parse_cells(text:str,                # a module's source
+                filename:str="<unknown>", # named in a SyntaxError
+                keep=None                 # cell text -> bool: parse only the cells it accepts; None = every cell
+               )->list[ast.stmt]:
+    "The top-level statements of `text`, parsed one nbdev-exported cell at a time and only those `keep` accepts; the whole text where it has no cell marker or a kept cell does not parse alone (a statement across two markers)."
+    starts = [m.start() for m in CELL_MARK.finditer(text)]
+    if not starts: return ast.parse(text, filename).body
+    bounds = [0, *starts, len(text)]
+    out = []
+    for a, b in zip(bounds, bounds[1:]):
+        if keep is not None and not keep(text[a:b]): continue
+        try: out += ast.parse(text[a:b], filename).body
+        except SyntaxError: return ast.parse(text, filename).body   # the whole module: a real error is raised with its own line number
+    return out
+
 # %% ../../nbs/05a_provenance.ipynb #fe00ef1e
 @functools.lru_cache(maxsize=4096)
 def source_imports(source:str,                # the text of a Python file or of a notebook cell's code
@@ -105,7 +124,8 @@ def source_imports(source:str,                # the text of a Python file or of 
                    here:tuple|None=None       # the package relative imports are relative to (`imported_names`' `here`, as a tuple)
                   )->frozenset:
     "`imported_names` of `source` parsed, remembered by the text itself: verifying every committed report (`verify_provenance`) parses the same ~150 files once per report, so the same text is never parsed twice; an edited file is new text, parsed afresh."
-    return frozenset(imported_names(ast.parse(source, filename), None if here is None else list(here)))
+    tree = ast.Module(body=parse_cells(source, filename, keep=lambda cell: "import" in cell), type_ignores=[])   # a cell without the word imports nothing
+    return frozenset(imported_names(tree, None if here is None else list(here)))
 
 
 # %% ../../nbs/05a_provenance.ipynb #d1ca9338

@@ -331,6 +331,7 @@ def mcnemar_n(p10:float, p01:float=0.0, power:float=0.8, alpha:float=0.05,
     return hi
 
 # %% ../../nbs/07b_card.ipynb #2e1694a0
+@functools.lru_cache(maxsize=1024)   # pure, and asked for the same n by every card, index and plan table of a process (40 exact power sums a call)
 def mcnemar_mde(n:int,              # pairs
                 p01:float=0.0,      # the rate of changes the other way (0: the best case, every change one way)
                 power:float=0.8, alpha:float=0.05)->float:
@@ -896,10 +897,14 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                           lvl.iloc[np.argsort(lvl["item"].astype(str).map(pos).to_numpy(), kind="stable")]], ignore_index=True)
         (_, rs, r0), (_, ls, l0) = groups(ref), groups(lvl)
         rb = [np.arange(r0[i], r0[i] + rs[i]) for i in range(C)]; lb = [np.arange(len(ref) + l0[i], len(ref) + l0[i] + ls[i]) for i in range(C)]
+        seen = {}   # mask bytes -> its deltas: a mask's complement swaps the two arms' frames, row for row, so its deltas are these negated, exactly
         def stat(mask):
-            a = np.concatenate([lb[i] if m else rb[i] for i, m in enumerate(mask)]); b = np.concatenate([rb[i] if m else lb[i] for i, m in enumerate(mask)])
-            hr, hl = headlines(both.iloc[a]), headlines(both.iloc[b])
-            out = {k: float(hl.get(k, np.nan)) - float(hr.get(k, np.nan)) for k in est_r}
+            if (twin := seen.get((~mask).tobytes())) is not None: out = {k: 0.0 - v for k, v in twin.items()}   # 0.0 - v: +0.0 stays +0.0, as hl - hr would give
+            else:
+                a = np.concatenate([lb[i] if m else rb[i] for i, m in enumerate(mask)]); b = np.concatenate([rb[i] if m else lb[i] for i, m in enumerate(mask)])
+                hr, hl = headlines(both.iloc[a]), headlines(both.iloc[b])
+                out = {k: float(hl.get(k, np.nan)) - float(hr.get(k, np.nan)) for k in est_r}
+                seen[mask.tobytes()] = out
             if mask.any():
                 for k, v in out.items(): perm[k].append(v)
             return out

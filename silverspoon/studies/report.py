@@ -18,9 +18,9 @@ from .. import stats
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'POLICY_TEXT', 'POLICY_PAGE',
-           'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'literal_text', 'RunEnded',
-           'check_summary', 'warning_without_path', 'policy_markdown', 'policy_page']
+__all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'FIGURE_DPI', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'POLICY_TEXT',
+           'POLICY_PAGE', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'literal_text',
+           'RunEnded', 'check_summary', 'warning_without_path', 'policy_markdown', 'policy_page']
 
 # %% ../../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -169,17 +169,20 @@ def _literal_unparsable(fig)->list[str]:
     return changed
 
 # %% ../../nbs/06_report.ipynb #56a3ab14
+FIGURE_DPI = 120   # the saved PNG's resolution (the report shows that same PNG at the size the notebook's own rendering would have)
+
 @patch
 def figure(self:Report, fig, name:str, title:str, note:str=""):
-    "Show a matplotlib figure under `title` and save it as PNG."
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+    "Show a matplotlib figure under `title` and save it as PNG. Drawn once: the report shows the saved PNG (at the on-screen size of the figure's own dpi) rather than having IPython draw the figure a second time."
+    import io, matplotlib.pyplot as plt
+    from IPython.display import display, Image
     self._show_heading(title, note)
     _literal_unparsable(fig)    # a name with TeX in it (`org/$\\bad$`) is drawn as written instead of stopping the run
-    if self.out_dir:
-        fig.savefig(self.out_dir/f"{name}.png", dpi=120, bbox_inches="tight")
-        self.written.append(f"{name}.png")
-    display(fig); plt.close(fig)
+    if not self.out_dir: display(fig); plt.close(fig); return
+    buf = io.BytesIO(); fig.savefig(buf, format="png", dpi=FIGURE_DPI, bbox_inches="tight")
+    png = buf.getvalue(); write_atomic(self.out_dir/f"{name}.png", png); self.written.append(f"{name}.png")
+    width = int.from_bytes(png[16:20], "big")   # the PNG header's (IHDR) width in pixels; no height: a page narrower than the figure keeps its aspect
+    display(Image(data=png, format="png", width=round(width*fig.dpi/FIGURE_DPI))); plt.close(fig)
 
 # %% ../../nbs/06_report.ipynb #8e891b25
 @patch
