@@ -21,9 +21,11 @@ export PYTHONHASHSEED := 0
 ONE_THREAD := OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
 # pytest on PYTEST_WORKERS processes (pytest-xdist) in both lanes: the 2 CI cores are half idle while one test waits on a
 # papermill kernel or a subprocess. A test file stays on one worker (`--dist loadfile`: its module fixtures are built
-# once). PYTEST_WORKERS=0 runs in this process, one test at a time.
+# once), and files start in the order tests/conftest.py gives them, the longest first (tests/durations.json), so both
+# workers finish together (`--no-loadscope-reorder`: xdist would start the files with the most tests first).
+# PYTEST_WORKERS=0 runs in this process, one test at a time.
 PYTEST_WORKERS ?= 2
-PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile)
+PYTEST_XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 # pip installs without compiling every module to bytecode: Python compiles what is imported, on first import, and keeps
 # it (a test run imports a small part of torch, transformers, spaCy, ...). Compiling all of it at install time was half
 # the install's CPU: 203 s of CPU and 237 s for torch + requirements.txt in a fresh venv, against 100 s and 118 s without.

@@ -120,6 +120,8 @@ LANES = ("main", "colab")
 def pytest_addoption(parser):
     parser.addoption("--lane", choices=(*LANES, "all"), default="all",
                      help="run only the tests of one CI lane (main: `make test`, colab: `make test-colab`); all (default): every test")
+    parser.addoption("--write-durations", metavar="PATH", default=None,
+                     help="record each test file's seconds (setup, call, teardown) under this lane in PATH (JSON; e.g. tests/durations.json)")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "jupyter_kernel: its report runs start a Jupyter kernel, as `silverspoon run` does (the others run in this process: `notebooks_in_process`)")
@@ -137,7 +139,54 @@ COLLECTED = pytest.StashKey[dict]()   # node id -> its lanes, for every test col
 def pytest_collection_modifyitems(config, items):
     config.stash[COLLECTED] = {i.nodeid: (lanes_of(i), i) for i in items}
     lane = config.getoption("--lane")
-    if lane == "all": return
-    keep = [i for i in items if lane in lanes_of(i)]
-    config.hook.pytest_deselected(items=[i for i in items if lane not in lanes_of(i)])
-    items[:] = keep
+    if lane != "all":
+        keep = [i for i in items if lane in lanes_of(i)]
+        config.hook.pytest_deselected(items=[i for i in items if lane not in lanes_of(i)])
+        items[:] = keep
+    items[:] = longest_first(items, file_seconds(DURATIONS, lane))
+
+# --- The order test files start in. pytest-xdist (`--dist loadfile`) gives a worker one whole file at a time; with
+# `--no-loadscope-reorder` (the Makefile's lanes) in the order collected, else files with the most tests first, which can
+# start a file of a few long runs last and leave the other core idle until it ends. tests/durations.json holds each
+# file's seconds per lane, measured on CI's 2 cores; files start longest first. The figures only order files: a stale
+# or missing one costs time, never a result. Rewrite them with `--write-durations tests/durations.json`.
+DURATIONS = ROOT/"tests"/"durations.json"
+
+def file_seconds(path:Path, lane:str)->dict:
+    "test file -> seconds in `lane` (lane `all`: the lanes' sum), from `path` (JSON: lane -> file -> s); {} without the file."
+    if not path.is_file(): return {}
+    import json
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out = {}
+    for ln in (LANES if lane == "all" else (lane,)):
+        for f, s in data.get(ln, {}).items(): out[f] = out.get(f, 0.0) + float(s)
+    return out
+
+def longest_first(items:list, seconds:dict)->list:
+    "`items` grouped by file, the files in decreasing `seconds` (a file without a figure counts as the median figure), each file's tests in their own order; ties keep the collection order."
+    files = list(dict.fromkeys(i.nodeid.split("::")[0] for i in items))
+    known = sorted(seconds.values())
+    typical = known[len(known)//2] if known else 0.0
+    rank = {f: (-seconds.get(f, typical), k) for k, f in enumerate(files)}
+    return sorted(items, key=lambda i: rank[i.nodeid.split("::")[0]])   # sorted is stable: a file's tests keep their order
+
+FILE_SECONDS = pytest.StashKey[dict]()
+_SESSION = {}   # the running session's config: a test report does not carry it
+
+def pytest_sessionstart(session): _SESSION["config"] = session.config
+
+def pytest_runtest_logreport(report):   # with pytest-xdist the controller sees every worker's reports
+    config = _SESSION.get("config")
+    if config is None or not config.getoption("--write-durations") or hasattr(config, "workerinput"): return
+    f = report.nodeid.split("::")[0]
+    acc = config.stash.setdefault(FILE_SECONDS, {}); acc[f] = acc.get(f, 0.0) + report.duration
+
+def pytest_sessionfinish(session):
+    config = session.config; path = config.getoption("--write-durations")
+    if not path or hasattr(config, "workerinput") or FILE_SECONDS not in config.stash: return
+    import json
+    p = Path(path); data = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
+    lane = config.getoption("--lane")
+    data.setdefault(lane, {}).update({f: round(s, 1) for f, s in config.stash[FILE_SECONDS].items()})
+    data[lane] = dict(sorted(data[lane].items()))
+    p.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -2,7 +2,7 @@
 collected test belongs to a lane one of them runs, and a test run in both lanes says why (tests/conftest.py)."""
 import re
 import pytest
-from conftest import ROOT, COLLECTED, LANES, lanes_of
+from conftest import ROOT, COLLECTED, LANES, lanes_of, longest_first, file_seconds, DURATIONS
 
 RULE = re.compile(r"^([A-Za-z0-9_.-]+(?:\s+[A-Za-z0-9_.-]+)*)\s*:(?![=])\s*(.*)$")
 
@@ -52,6 +52,26 @@ def test_every_collected_test_runs_in_a_ci_lane(request):
     if len({n.split("::")[0] for n in collected}) > 5:   # the whole suite: both lanes hold tests
         per_lane = {lane: sum(lane in lanes for lanes, _ in collected.values()) for lane in LANES}
         assert all(per_lane.values()), per_lane
+
+def test_files_start_longest_first_and_keep_their_tests_in_order(tmp_path):
+    class Item:
+        def __init__(self, nodeid): self.nodeid = nodeid
+    items = [Item(n) for n in ["tests/a.py::t1", "tests/a.py::t2", "tests/b.py::t1", "tests/c.py::t1", "tests/c.py::t2", "tests/d.py::t1"]]
+    order = lambda sec: [i.nodeid for i in longest_first(items, sec)]
+    assert order({"tests/a.py": 1, "tests/b.py": 30, "tests/c.py": 5, "tests/d.py": 2}) == [
+        "tests/b.py::t1", "tests/c.py::t1", "tests/c.py::t2", "tests/d.py::t1", "tests/a.py::t1", "tests/a.py::t2"]
+    # a file without a figure counts as the median (here 5): after b, tied with c, which was collected later
+    assert order({"tests/b.py": 30, "tests/c.py": 5, "tests/d.py": 2}) == [
+        "tests/b.py::t1", "tests/a.py::t1", "tests/a.py::t2", "tests/c.py::t1", "tests/c.py::t2", "tests/d.py::t1"]
+    assert order({}) == [i.nodeid for i in items]   # no figures: the collection order
+    f = tmp_path/"durations.json"; f.write_text('{"main": {"tests/a.py": 3}, "colab": {"tests/a.py": 4, "tests/b.py": 1}}')
+    assert file_seconds(f, "main") == {"tests/a.py": 3} and file_seconds(f, "all") == {"tests/a.py": 7, "tests/b.py": 1}
+    assert file_seconds(tmp_path/"none.json", "main") == {}
+
+def test_the_committed_durations_name_test_files_of_both_lanes():
+    for lane in LANES:
+        sec = file_seconds(DURATIONS, lane)
+        assert sec and all((ROOT/f).is_file() for f in sec), f"{DURATIONS}: lane {lane} names missing files: rewrite it with --write-durations"
 
 @pytest.mark.parametrize("marks,lanes", [([], {"main"}), (["colab_lane"], {"colab"}), (["both_lanes"], {"main", "colab"}),
                                          (["colab_lane", "both_lanes"], {"main", "colab"})])
