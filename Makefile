@@ -70,7 +70,13 @@ nbtest: $(STAMP)
 pytest: $(STAMP)
 	$(OFFLINE) $(ONE_THREAD) $(BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-test: check-sync nbtest pytest
+# The notebook tests and pytest run side by side, after the sync check (it rewrites silverspoon/ and nbs/): each
+# alone leaves a core idle while its last notebook or test file ends and while the other starts its workers.
+# --output-sync: each one's output is printed whole when it ends.
+SIDE_BY_SIDE := $(MAKE) --no-print-directory -j2 --output-sync=target
+
+test: check-sync
+	$(SIDE_BY_SIDE) nbtest pytest
 
 # README.md is generated from nbs/index.ipynb, and the site from nbs/ (tools/docs.py: nbconvert's markdown, offline;
 # nbdev_docs would need Quarto, whose PyPI package downloads its binary from GitHub at install time)
@@ -152,4 +158,6 @@ colab-reports: $(COLAB_STAMP)
 colab-reports-all:
 	$(MAKE) colab-reports COLAB_PICK=--all
 
-test-colab: colab-pip-check colab-nbtest colab-pytest colab-reports
+test-colab: colab-pip-check
+	$(SIDE_BY_SIDE) colab-nbtest colab-pytest
+	$(MAKE) --no-print-directory colab-reports
