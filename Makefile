@@ -72,11 +72,9 @@ pytest: $(STAMP)
 
 # The notebook tests and pytest run side by side, after the sync check (it rewrites silverspoon/ and nbs/): each
 # alone leaves a core idle while its last notebook or test file ends and while the other starts its workers.
-# --output-sync: each one's output is printed whole when it ends.
-SIDE_BY_SIDE := $(MAKE) --no-print-directory -j2 --output-sync=target
-
+# --output-sync: each one's output is printed whole when it ends. ($(MAKE) written out: `make -n` then shows both.)
 test: check-sync
-	$(SIDE_BY_SIDE) nbtest pytest
+	$(MAKE) --no-print-directory -j2 --output-sync=target nbtest pytest
 
 # README.md is generated from nbs/index.ipynb, and the site from nbs/ (tools/docs.py: nbconvert's markdown, offline;
 # nbdev_docs would need Quarto, whose PyPI package downloads its binary from GitHub at install time)
@@ -159,5 +157,5 @@ colab-reports-all:
 	$(MAKE) colab-reports COLAB_PICK=--all
 
 test-colab: colab-pip-check
-	$(SIDE_BY_SIDE) colab-nbtest colab-pytest
+	$(MAKE) --no-print-directory -j2 --output-sync=target colab-nbtest colab-pytest
 	$(MAKE) --no-print-directory colab-reports

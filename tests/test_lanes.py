@@ -24,7 +24,7 @@ def pytest_lanes(rules, target:str, seen=None)->set[str]:
     if target in seen or target not in rules: return set()
     seen.add(target)
     prereqs, recipe = rules[target]
-    makes = re.compile(r"\$\((?:MAKE|SIDE_BY_SIDE)\)([^;&|]*)")   # a recipe line that makes other targets: `$(MAKE) ... a b`
+    makes = re.compile(r"\$\(MAKE\)([^;&|]*)")   # a recipe line that makes other targets: `$(MAKE) ... a b`
     commands = [line for line in recipe if "pytest" in line and not makes.search(line)]
     out = {m for line in commands for m in re.findall(r"--lane[ =]+([A-Za-z_]+)", line)}
     if any("--lane" not in line for line in commands): out.add("all")
@@ -38,7 +38,7 @@ def test_make_targets_run_one_lane_each():
     fake = "test: a b\na:\n\tpytest -q tests --lane main; rc=$$?\nb: c\nc:\n\tpython -m pytest \\\n\t  --lane colab tests\n"
     assert pytest_lanes(make_rules(fake), "test") == {"main", "colab"}   # prerequisites and continued lines are followed
     assert pytest_lanes(make_rules("t:\n\tpytest tests\n"), "t") == {"all"}
-    called = "t: a\n\t$(SIDE_BY_SIDE) b c\n\t$(MAKE) --no-print-directory d\na:\nb:\nc:\n\tpytest --lane colab\nd:\n\tpytest --lane main\n"
+    called = "t: a\n\t$(MAKE) -j2 b c\n\t$(MAKE) --no-print-directory d\na:\nb:\nc:\n\tpytest --lane colab\nd:\n\tpytest --lane main\n"
     assert pytest_lanes(make_rules(called), "t") == {"colab", "main"}   # targets a recipe makes are followed too
 
 def test_every_collected_test_runs_in_a_ci_lane(request):
