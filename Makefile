@@ -70,11 +70,7 @@ nbtest: $(STAMP)
 pytest: $(STAMP)
 	$(OFFLINE) $(ONE_THREAD) $(BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
-# The notebook tests and pytest run side by side, after the sync check (it rewrites silverspoon/ and nbs/): each
-# alone leaves a core idle while its last notebook or test file ends and while the other starts its workers.
-# --output-sync: each one's output is printed whole when it ends. ($(MAKE) written out: `make -n` then shows both.)
-test: check-sync
-	$(MAKE) --no-print-directory -j2 --output-sync=target nbtest pytest
+test: check-sync nbtest pytest
 
 # README.md is generated from nbs/index.ipynb, and the site from nbs/ (tools/docs.py: nbconvert's markdown, offline;
 # nbdev_docs would need Quarto, whose PyPI package downloads its binary from GitHub at install time)
@@ -156,6 +152,4 @@ colab-reports: $(COLAB_STAMP)
 colab-reports-all:
 	$(MAKE) colab-reports COLAB_PICK=--all
 
-test-colab: colab-pip-check
-	$(MAKE) --no-print-directory -j2 --output-sync=target colab-nbtest colab-pytest
-	$(MAKE) --no-print-directory colab-reports
+test-colab: colab-pip-check colab-nbtest colab-pytest colab-reports

@@ -19,17 +19,15 @@ def make_rules(makefile:str)->dict[str, tuple[list[str], list[str]]]:
     return rules
 
 def pytest_lanes(rules, target:str, seen=None)->set[str]:
-    "The `--lane` values of every pytest command that `make target` runs, following its prerequisites and the targets its recipe makes."
+    "The `--lane` values of every pytest command that `make target` runs, following its prerequisites."
     seen = set() if seen is None else seen
     if target in seen or target not in rules: return set()
     seen.add(target)
     prereqs, recipe = rules[target]
-    makes = re.compile(r"\$\(MAKE\)([^;&|]*)")   # a recipe line that makes other targets: `$(MAKE) ... a b`
-    commands = [line for line in recipe if "pytest" in line and not makes.search(line)]
-    out = {m for line in commands for m in re.findall(r"--lane[ =]+([A-Za-z_]+)", line)}
-    if any("--lane" not in line for line in commands): out.add("all")
-    called = [w for line in recipe for call in makes.findall(line) for w in call.split() if not w.startswith("-") and "=" not in w]
-    for p in [*prereqs, *called]: out |= pytest_lanes(rules, p, seen)
+    out = {m for line in recipe if "pytest" in line for m in re.findall(r"--lane[ =]+([A-Za-z_]+)", line)}
+    for line in recipe:
+        if "pytest" in line and "--lane" not in line: out.add("all")
+    for p in prereqs: out |= pytest_lanes(rules, p, seen)
     return out
 
 def test_make_targets_run_one_lane_each():
@@ -38,8 +36,6 @@ def test_make_targets_run_one_lane_each():
     fake = "test: a b\na:\n\tpytest -q tests --lane main; rc=$$?\nb: c\nc:\n\tpython -m pytest \\\n\t  --lane colab tests\n"
     assert pytest_lanes(make_rules(fake), "test") == {"main", "colab"}   # prerequisites and continued lines are followed
     assert pytest_lanes(make_rules("t:\n\tpytest tests\n"), "t") == {"all"}
-    called = "t: a\n\t$(MAKE) -j2 b c\n\t$(MAKE) --no-print-directory d\na:\nb:\nc:\n\tpytest --lane colab\nd:\n\tpytest --lane main\n"
-    assert pytest_lanes(make_rules(called), "t") == {"colab", "main"}   # targets a recipe makes are followed too
 
 def test_every_collected_test_runs_in_a_ci_lane(request):
     rules = make_rules((ROOT/"Makefile").read_text(encoding="utf-8"))
