@@ -124,6 +124,8 @@ def pytest_addoption(parser):
                      help="record each test file's seconds (setup, call, teardown) under this lane in PATH (JSON; e.g. tests/durations.json)")
 
 def pytest_configure(config):
+    if config.getoption("--write-durations") and not hasattr(config, "workerinput"):   # not in xdist's workers
+        config.pluginmanager.register(DurationRecorder(config.getoption("--write-durations"), config.getoption("--lane")))
     config.addinivalue_line("markers", "jupyter_kernel: its report runs start a Jupyter kernel, as `silverspoon run` does (the others run in this process: `notebooks_in_process`)")
     config.addinivalue_line("markers", "colab_lane: stack-sensitive (torch/transformers/peft/pandas behaviour): runs in the Colab lane (`make test-colab`) only")
     config.addinivalue_line("markers", "both_lanes(reason): runs in the main and the Colab lane; `reason` says why it is worth running twice")
@@ -148,7 +150,7 @@ def pytest_collection_modifyitems(config, items):
 # --- The order test files start in. pytest-xdist (`--dist loadfile`) gives a worker one whole file at a time; with
 # `--no-loadscope-reorder` (the Makefile's lanes) in the order collected, else files with the most tests first, which can
 # start a file of a few long runs last and leave the other core idle until it ends. tests/durations.json holds each
-# file's seconds per lane, measured on CI's 2 cores; files start longest first. The figures only order files: a stale
+# file's seconds per lane, measured on a 2-core machine like CI's; files start longest first. The figures only order files: a stale
 # or missing one costs time, never a result. Rewrite them with `--write-durations tests/durations.json`.
 DURATIONS = ROOT/"tests"/"durations.json"
 
@@ -170,23 +172,16 @@ def longest_first(items:list, seconds:dict)->list:
     rank = {f: (-seconds.get(f, typical), k) for k, f in enumerate(files)}
     return sorted(items, key=lambda i: rank[i.nodeid.split("::")[0]])   # sorted is stable: a file's tests keep their order
 
-FILE_SECONDS = pytest.StashKey[dict]()
-_SESSION = {}   # the running session's config: a test report does not carry it
+class DurationRecorder:
+    "With `--write-durations PATH`: each test file's seconds (setup, call, teardown) in this run's lane, merged into PATH at the end. Registered in the controlling process only; with pytest-xdist it receives every worker's reports."
+    def __init__(self, path:str, lane:str): self.path, self.lane, self.seconds = Path(path), lane, {}
 
-def pytest_sessionstart(session): _SESSION["config"] = session.config
+    def pytest_runtest_logreport(self, report):
+        f = report.nodeid.split("::")[0]; self.seconds[f] = self.seconds.get(f, 0.0) + report.duration
 
-def pytest_runtest_logreport(report):   # with pytest-xdist the controller sees every worker's reports
-    config = _SESSION.get("config")
-    if config is None or not config.getoption("--write-durations") or hasattr(config, "workerinput"): return
-    f = report.nodeid.split("::")[0]
-    acc = config.stash.setdefault(FILE_SECONDS, {}); acc[f] = acc.get(f, 0.0) + report.duration
-
-def pytest_sessionfinish(session):
-    config = session.config; path = config.getoption("--write-durations")
-    if not path or hasattr(config, "workerinput") or FILE_SECONDS not in config.stash: return
-    import json
-    p = Path(path); data = json.loads(p.read_text(encoding="utf-8")) if p.is_file() else {}
-    lane = config.getoption("--lane")
-    data.setdefault(lane, {}).update({f: round(s, 1) for f, s in config.stash[FILE_SECONDS].items()})
-    data[lane] = dict(sorted(data[lane].items()))
-    p.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    def pytest_sessionfinish(self, session):
+        if not self.seconds: return
+        import json
+        data = json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else {}
+        data[self.lane] = dict(sorted({**data.get(self.lane, {}), **{f: round(s, 1) for f, s in self.seconds.items()}}.items()))
+        self.path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")

@@ -2,7 +2,7 @@
 collected test belongs to a lane one of them runs, and a test run in both lanes says why (tests/conftest.py)."""
 import re
 import pytest
-from conftest import ROOT, COLLECTED, LANES, lanes_of, longest_first, file_seconds, DURATIONS
+from conftest import ROOT, COLLECTED, LANES, lanes_of, longest_first, file_seconds, DURATIONS, DurationRecorder
 
 RULE = re.compile(r"^([A-Za-z0-9_.-]+(?:\s+[A-Za-z0-9_.-]+)*)\s*:(?![=])\s*(.*)$")
 
@@ -67,6 +67,14 @@ def test_files_start_longest_first_and_keep_their_tests_in_order(tmp_path):
     f = tmp_path/"durations.json"; f.write_text('{"main": {"tests/a.py": 3}, "colab": {"tests/a.py": 4, "tests/b.py": 1}}')
     assert file_seconds(f, "main") == {"tests/a.py": 3} and file_seconds(f, "all") == {"tests/a.py": 7, "tests/b.py": 1}
     assert file_seconds(tmp_path/"none.json", "main") == {}
+
+def test_write_durations_adds_each_files_seconds_under_its_lane(tmp_path):
+    from types import SimpleNamespace as R
+    f = tmp_path/"d.json"; f.write_text('{"main": {"tests/a.py": 9, "tests/old.py": 2}, "colab": {"tests/a.py": 4}}')
+    rec = DurationRecorder(str(f), "main")
+    for nodeid, s in [("tests/a.py::t1", 1.0), ("tests/a.py::t1", 0.5), ("tests/b.py::t[x]", 2.25)]: rec.pytest_runtest_logreport(R(nodeid=nodeid, duration=s))
+    rec.pytest_sessionfinish(None)
+    assert file_seconds(f, "main") == {"tests/a.py": 1.5, "tests/b.py": 2.2, "tests/old.py": 2} and file_seconds(f, "colab") == {"tests/a.py": 4}
 
 def test_the_committed_durations_name_test_files_of_both_lanes():
     for lane in LANES:
