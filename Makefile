@@ -135,8 +135,9 @@ colab-pytest: $(COLAB_STAMP)
 
 # one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs; COLAB_PICK=--all: every
 # default run, as colab-reports-all) on Colab's stack, into a copy of reports/ (the picked runs' outputs and the model
-# cards removed first), the cards written again there, and every CSV compared with the committed one; the committed
-# store/ is copied, never written.
+# cards removed first), the index and the cards written again there, and every CSV compared with the committed one; the
+# committed store/ is copied, never written. The runs execute in two worker processes, in process (`colab_lane.py run`: no
+# Jupyter kernel per run; tests/test_reports.py's both-ways test starts kernels on this stack).
 COLAB_PICK ?=
 colab-reports: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \
@@ -144,7 +145,8 @@ colab-reports: $(COLAB_STAMP)
 	echo "SILVERSPOON_STORE=$$tmp/store, reports -> $$tmp/reports"; \
 	export $(OFFLINE) $(ONE_THREAD) SILVERSPOON_STORE="$$tmp/store" PATH="$(abspath $(COLAB_BIN)):$$PATH"; \
 	files=$$($(COLAB_BIN)/python tools/colab_lane.py pick-runs "$$tmp/reports" --python $(COLAB_BIN)/python $(COLAB_PICK)); \
-	$(COLAB_BIN)/silverspoon run --jobs 3 --reports-dir "$$tmp/reports" $$files; \
+	$(COLAB_BIN)/python tools/colab_lane.py run "$$tmp/reports" $$files --python $(COLAB_BIN)/python --workers 2; \
+	$(COLAB_BIN)/silverspoon index --reports-dir "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py cards "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python --only "$$tmp/colab-picked-runs.txt"; \
 	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"

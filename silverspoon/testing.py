@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_testing.ipynb #9e570003
 from __future__ import annotations
-import sys, json, time, types, socket, select, hashlib, itertools, warnings, threading, functools, contextlib
+import sys, json, time, types, atexit, socket, select, hashlib, itertools, warnings, threading, functools, contextlib
 from collections import Counter
 from fastcore.basics import patch
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
@@ -392,8 +392,12 @@ def in_process_engine()->str:
     from execnb.shell import CaptureShell
     from IPython.core.interactiveshell import InteractiveShell
     from papermill.engines import papermill_engines
+    from IPython.core.history import HistoryManager
     class KernelLikeShell(CaptureShell):
         def _showtraceback(self, etype, evalue, stb): pass   # a kernel sends a traceback as the error output only (execnb makes that one), never also as printed text
+        def init_history(self):   # in memory, as the runner's kernels keep it (--HistoryManager.hist_file=:memory:): no history file written, no saving thread per run
+            self.history_manager = HistoryManager(shell=self, parent=self, hist_file=":memory:")
+            self.configurables.append(self.history_manager)
     class InProcess(papermill_engines.get_engine(_KERNEL_ENGINE())):
         @classmethod
         def execute_managed_notebook(cls, nb_man, kernel_name, **kw):
@@ -414,7 +418,9 @@ def in_process_engine()->str:
                                 nb_man.cell_exception(cell, cell_index=i, exception=shell.exc)
                                 break
                         finally: nb_man.cell_complete(cell, cell_index=i)
-                finally: InteractiveShell._instance = outer
+                finally:
+                    InteractiveShell._instance = outer
+                    atexit.unregister(shell.atexit_operations); shell.atexit_operations()   # its exit now, in the thread that made it (its history database is that thread's), and its namespace freed: not at the process's exit
     papermill_engines.register("silverspoon-in-process", InProcess)
     return "silverspoon-in-process"
 

@@ -34,6 +34,7 @@ def test_replay_report_reproduces_paper(tmp_path, cli):
     assert "normative" in (tmp_path/"index.html").read_text()
 
 @pytest.mark.jupyter_kernel
+@pytest.mark.both_lanes(reason="the Colab lane's picked runs execute in process (tools/colab_lane.py run): this is where a kernel run on Colab's stack (its ipykernel, IPython, matplotlib) is shown to publish the same")
 def test_a_run_in_the_test_process_publishes_what_a_kernel_run_publishes(tmp_path, cli):
     "The tests run their reports in the test process (conftest `notebooks_in_process`): one run made both ways gives the same tables byte for byte and the same outputs cell by cell."
     import nbformat

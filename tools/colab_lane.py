@@ -8,6 +8,7 @@
     python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt --python .venv-colab/bin/python
     python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
     python tools/colab_lane.py pick-runs REPORTS_COPY --python .venv-colab/bin/python  # one default run per code path
+    python tools/colab_lane.py run REPORTS_COPY FILES... --python .venv-colab/bin/python  # those runs, in 2 worker processes
     python tools/colab_lane.py cards REPORTS_COPY                                    # the model cards, written again
 
 The Colab section of `nbs/index.ipynb` (the notebook README.md is generated from, `make readme`) is the single source of
@@ -17,7 +18,7 @@ README shows cannot drift from what CI tests. A markdown text with a `## Colab` 
 same way (the tests use one).
 """
 from __future__ import annotations
-import argparse, csv, io, json, math, os, re, shlex, shutil, subprocess, sys
+import argparse, csv, io, json, math, os, re, shlex, shutil, subprocess, sys, tempfile, time
 from importlib import metadata
 from pathlib import Path
 
@@ -270,6 +271,32 @@ def clear_outputs(reports:Path, picked:list[list[str]])->None:
         for ext in (".html", ".ipynb"): (reports/study/f"{run}{ext}").unlink(missing_ok=True)
     shutil.rmtree(reports/"models", ignore_errors=True)
 
+# The picked runs execute in process: two worker processes (the CI's two cores) each import the study stack once and run
+# report after report in it (`silverspoon.testing.in_process_runs`: papermill over execnb's `CaptureShell`, as the tests'
+# runs), instead of `silverspoon run --jobs 3` starting a Jupyter kernel per run, which imports that stack again every time
+# (measured on 4 of the picked runs: 116 s of CPU in kernels, 79 s in process). The Colab lane still starts kernels on this
+# stack: `test_a_run_in_the_test_process_publishes_what_a_kernel_run_publishes` (marked for both lanes) makes one run both
+# ways and compares every CSV and every cell's outputs, and the notebook tests run in `nbdev_test`'s shells.
+def claimed(files:list[str], claims:Path):
+    """The files this process takes, in order: a file is taken by creating `claims/<its position>` (exclusive create), so
+    processes sharing the folder `claims` run each file once, and a process that is free takes the next file."""
+    for i, f in enumerate(files):
+        try: os.close(os.open(Path(claims)/str(i), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError: continue
+        yield f
+
+def run_in_process(reports:str, files:list[str], python:str, workers:int=2)->int:
+    "Run `files` (params files) into `reports` in `workers` processes of `python`, each taking the next unclaimed file (`run-worker`); the worst exit status."
+    t0, n = time.time(), max(1, min(workers, len(files)))
+    with tempfile.TemporaryDirectory(prefix="colab-lane-claims-") as claims:
+        procs = [subprocess.Popen([python, str(Path(__file__).resolve()), "run-worker", reports, claims, *files], cwd=ROOT) for _ in range(n)]
+        codes = [p.wait() for p in procs]
+        taken = len(os.listdir(claims))
+    print(f"{len(files)} runs in {n} worker processes (in process, `silverspoon.testing.in_process_runs`): {time.time() - t0:.0f} s; "
+          f"{taken} taken, worker exit statuses {codes}", flush=True)
+    if taken != len(files): print(f"colab_lane.py run: only {taken} of {len(files)} runs were taken", file=sys.stderr); return 1
+    return max(codes)
+
 def _source(path:str)->str|Path:
     "A notebook stays a path (its cells are read); a markdown file is read as text."
     return Path(path) if path.endswith(".ipynb") else Path(path).read_text(encoding="utf-8")
@@ -293,6 +320,11 @@ def main(argv=None)->int:
     pr = sub.add_parser("pick-runs", help="print one default run per (study, backend, factor; quantization and reference: per backend) and clear its outputs in REPORTS (a copy of reports/)")
     pr.add_argument("reports"); pr.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
     pr.add_argument("--all", action="store_true", help="every default run (make colab-reports-all)")
+    rn = sub.add_parser("run", help="run params FILES into REPORTS in worker processes of the lane's python, in process (no kernel per run)")
+    rn.add_argument("reports"); rn.add_argument("files", nargs="+"); rn.add_argument("--python", default=sys.executable, help="the lane's python (it imports silverspoon)")
+    rn.add_argument("--workers", type=int, default=2, help="worker processes (default 2: the CI's cores)")
+    rw = sub.add_parser("run-worker", help="(run's worker) run each params file not yet claimed in CLAIMS, in this process")
+    rw.add_argument("reports"); rw.add_argument("claims"); rw.add_argument("files", nargs="+")
     cd = sub.add_parser("cards", help="write every model file's bias card into REPORTS (with the lane's python)"); cd.add_argument("reports")
     k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
@@ -327,6 +359,14 @@ def main(argv=None)->int:
               + ", ".join(f"{k[1]}/{k[2]}" for k in picked), file=sys.stderr)
         print("\n".join(k[0] for k in picked))
         return 0
+    if args.cmd == "run": return run_in_process(args.reports, args.files, args.python, args.workers)
+    if args.cmd == "run-worker":
+        from silverspoon.testing import in_process_runs
+        from silverspoon.site.cli import main as silverspoon
+        worst = 0
+        with in_process_runs():
+            for f in claimed(args.files, Path(args.claims)): worst = max(worst, silverspoon(["run", "--no-index", "--reports-dir", args.reports, f]))
+        return worst
     if args.cmd == "cards":
         from types import SimpleNamespace
         from silverspoon.site.cli import model_cards   # the cards `silverspoon run --all` writes: every model file with runs
