@@ -135,7 +135,8 @@ colab-pytest: $(COLAB_STAMP)
 
 # one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs; COLAB_PICK=--all: every
 # default run, as colab-reports-all) on Colab's stack, into a copy of reports/ (the picked runs' outputs and the model
-# cards removed first), the index and the cards written again there, and every CSV compared with the committed one; the
+# cards removed first), the index and the cards written again there, no warning printed into their pages, and every CSV
+# compared with the committed one; the
 # committed store/ is copied, never written. The runs execute in two worker processes, in process (`colab_lane.py run`: no
 # Jupyter kernel per run; tests/test_reports.py's both-ways test starts kernels on this stack).
 COLAB_PICK ?=
@@ -149,6 +150,7 @@ colab-reports: $(COLAB_STAMP)
 	$(COLAB_BIN)/silverspoon index --reports-dir "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py cards "$$tmp/reports"; \
 	$(COLAB_BIN)/python tools/colab_lane.py check-provenance "$$tmp/reports" requirements-colab.txt --python $(COLAB_BIN)/python --only "$$tmp/colab-picked-runs.txt"; \
+	$(COLAB_BIN)/python tools/colab_lane.py check-pages "$$tmp/reports" --only "$$tmp/colab-picked-runs.txt"; \
 	$(COLAB_BIN)/python tools/colab_lane.py compare reports "$$tmp/reports"
 
 colab-reports-all:

@@ -159,7 +159,7 @@ def test_make_test_colab_installs_the_readme_cell_and_checks_everything():
     r = subprocess.run(["make", "-n", "-B", "test-colab"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     for step in ("tools/colab_lane.py venv .venv-colab", "-r requirements-colab.txt", "tools/colab_lane.py install nbs/index.ipynb", "tools/colab_lane.py check-pins requirements-colab.txt",
-                 "tools/colab_lane.py pip-check nbs/index.ipynb", "nbdev_test", "-m pytest", "tools/colab_lane.py pick-runs", "tools/colab_lane.py run", "--workers 2", "silverspoon index --reports-dir", "tools/colab_lane.py cards", "tools/colab_lane.py check-provenance", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
+                 "tools/colab_lane.py pip-check nbs/index.ipynb", "nbdev_test", "-m pytest", "tools/colab_lane.py pick-runs", "tools/colab_lane.py run", "--workers 2", "silverspoon index --reports-dir", "tools/colab_lane.py cards", "tools/colab_lane.py check-provenance", "tools/colab_lane.py check-pages", "--python .venv-colab/bin/python", "tools/colab_lane.py compare reports"):
         assert step in r.stdout, f"make test-colab no longer runs {step!r}"
 
 def test_run_workers_take_each_file_once_and_a_free_worker_takes_the_next(tmp_path):
@@ -170,6 +170,13 @@ def test_run_workers_take_each_file_once_and_a_free_worker_takes_the_next(tmp_pa
     took["a"] += list(a); took["b"] += list(b)
     assert took == {"a": ["params/s/r0.yaml", "params/s/r3.yaml", "params/s/r4.yaml"], "b": ["params/s/r1.yaml", "params/s/r2.yaml"]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1", "2", "3", "4"] and list(lane.claimed(files, tmp_path)) == []
+
+def test_check_pages_names_each_printed_warning_and_a_missing_page(tmp_path):
+    (tmp_path/"normative").mkdir()
+    (tmp_path/"normative"/"a.html").write_text("<pre>FutureWarning: Downcasting object dtype arrays on .fillna &amp; co</pre><pre>FutureWarning: Downcasting object dtype arrays on .fillna &amp; co</pre>")
+    (tmp_path/"normative"/"b.html").write_text("<p>Warnings are counted in the table below.</p><pre>answer: yes</pre>")   # the word alone is not a printed warning
+    assert lane.printed_warnings(tmp_path, ["normative/a", "normative/b", "normative/c"]) == [
+        f"{tmp_path/'normative'/'a.html'}: FutureWarning: Downcasting object dtype arrays on .fillna & co", f"{tmp_path/'normative'/'c.html'}: no page"]
 
 def test_pip_check_allows_only_what_the_cell_skips_with_no_deps():
     skipped = lane.no_deps_packages(INDEX)

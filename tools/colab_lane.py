@@ -7,6 +7,7 @@
     python tools/colab_lane.py pip-check nbs/index.ipynb --python .venv-colab/bin/python  # pip check, bar the cell's --no-deps
     python tools/colab_lane.py check-provenance REPORTS_DIR requirements-colab.txt --python .venv-colab/bin/python
     python tools/colab_lane.py compare reports/ REPORTS_DIR                          # every CSV byte-identical
+    python tools/colab_lane.py check-pages REPORTS_DIR --only PICKED_FILE             # no warning printed into a re-run page
     python tools/colab_lane.py pick-runs REPORTS_COPY --python .venv-colab/bin/python  # one default run per code path
     python tools/colab_lane.py run REPORTS_COPY FILES... --python .venv-colab/bin/python  # those runs, in 2 worker processes
     python tools/colab_lane.py cards REPORTS_COPY                                    # the model cards, written again
@@ -19,6 +20,7 @@ same way (the tests use one).
 """
 from __future__ import annotations
 import argparse, csv, io, json, math, os, re, shlex, shutil, subprocess, sys, tempfile, time
+from html import unescape as html_unescape
 from importlib import metadata
 from pathlib import Path
 
@@ -297,6 +299,20 @@ def run_in_process(reports:str, files:list[str], python:str, workers:int=2)->int
     if taken != len(files): print(f"colab_lane.py run: only {taken} of {len(files)} runs were taken", file=sys.stderr); return 1
     return max(codes)
 
+# A warning a library prints while a report runs lands in the report (the committed ones hold none). The CSVs cannot show
+# it, so the lane reads the re-run pages: Colab's pandas 2.2 printed a FutureWarning into 8 of the 17 (a `fillna` of
+# `summary_wide`), which the CSV comparison passed.
+PRINTED_WARNING = re.compile(r"\b\w*Warning: [^<\n]{0,160}")
+
+def printed_warnings(reports:Path, runs:list[str])->list[str]:
+    "`<study>/<run>.html: <the warning>` for each warning printed into the pages of `runs` (`<study>/<run>`), and each page missing."
+    out = []
+    for r in runs:
+        page = Path(reports)/f"{r}.html"
+        if not page.is_file(): out.append(f"{page}: no page"); continue
+        out += [f"{page}: {html_unescape(w)}" for w in dict.fromkeys(PRINTED_WARNING.findall(page.read_text(encoding="utf-8")))]
+    return out
+
 def _source(path:str)->str|Path:
     "A notebook stays a path (its cells are read); a markdown file is read as text."
     return Path(path) if path.endswith(".ipynb") else Path(path).read_text(encoding="utf-8")
@@ -326,6 +342,8 @@ def main(argv=None)->int:
     rw = sub.add_parser("run-worker", help="(run's worker) run each params file not yet claimed in CLAIMS, in this process")
     rw.add_argument("reports"); rw.add_argument("claims"); rw.add_argument("files", nargs="+")
     cd = sub.add_parser("cards", help="write every model file's bias card into REPORTS (with the lane's python)"); cd.add_argument("reports")
+    w = sub.add_parser("check-pages", help="no warning printed into the pages of the runs ONLY names (pick-runs' file)")
+    w.add_argument("reports"); w.add_argument("--only", required=True, help=f"a file of `<study>/<run>` lines (pick-runs' {PICKED})")
     k = sub.add_parser("compare", help="every CSV under EXPECTED equals the one under ACTUAL, byte for byte (floats to FLOAT_RTOL)")
     k.add_argument("expected"); k.add_argument("actual")
     args = ap.parse_args(argv)
@@ -379,6 +397,12 @@ def main(argv=None)->int:
         bad = moved_pins(want, have)
         for b in bad: print(f"{args.requirements}: {b} (did the Colab install cell of nbs/index.ipynb replace a package Colab ships?)", file=sys.stderr)
         if not bad: print(f"{len(want)} pins of {args.requirements} installed as pinned")
+        return 1 if bad else 0
+    if args.cmd == "check-pages":
+        runs = Path(args.only).read_text(encoding="utf-8").split()
+        bad = printed_warnings(Path(args.reports), runs)
+        for b in bad: print(b, file=sys.stderr)
+        if not bad: print(f"{len(runs)} re-run pages: no warning printed into them")
         return 1 if bad else 0
     if args.cmd == "check-provenance":
         want, bad, files = pins(Path(args.requirements).read_text(encoding="utf-8")), [], sorted(Path(args.reports).rglob("provenance.json"))

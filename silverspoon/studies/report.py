@@ -35,7 +35,7 @@ def summary_wide(df:pd.DataFrame)->pd.DataFrame:
     if not {"metric", "estimate"} <= set(df.columns): return df
     keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n", *SUMMARY_TEST_COLUMNS)]
     df = df.copy()
-    df[keys] = df[keys].astype(object).fillna("")
+    for k in keys: df[k] = pd.Series(["" if pd.isna(v) else v for v in df[k]], index=df.index, dtype=object)   # a row key's NaN shows as "": object on every pandas (pandas 2.2's fillna downcast it and printed a FutureWarning into Colab's reports)
     df["cell"] = [ci_text(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))]
     if "p_bh" in df.columns:   # a tested headline shows its adjusted p
         df["cell"] = [c if pd.isna(q) else f"{c}, p_bh {q:.2g}" for c, q in zip(df["cell"], pd.to_numeric(df["p_bh"], errors="coerce"))]
