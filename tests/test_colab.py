@@ -4,7 +4,7 @@ admit both tested stacks, and the report comparison of `make test-colab` names t
 import importlib.util, json, platform, re, subprocess, sys
 from pathlib import Path
 import pytest, yaml
-from conftest import ROOT, run_cli
+from conftest import ROOT
 
 spec = importlib.util.spec_from_file_location("colab_lane", ROOT/"tools"/"colab_lane.py")
 lane = importlib.util.module_from_spec(spec); spec.loader.exec_module(lane)
@@ -68,17 +68,16 @@ def test_preflight_cell_prints_gpu_and_versions():
 
 @pytest.mark.colab_lane   # stack-sensitive: torch's CUDA check of Colab's torch build
 @pytest.mark.parametrize("hub", [False, True], ids=["local-folder", "hub-id"])
-def test_device_cuda_without_gpu_stops_with_one_clear_error(tmp_path, hub):
-    "The device is checked before anything is loaded: a hub id gives the CUDA message, not a hub connection error minutes later."
+def test_device_cuda_without_gpu_stops_with_one_clear_error(tmp_path, hub, request, cli):
+    "The device is checked before anything is loaded: a hub id gives the CUDA message, not a hub connection error minutes later (`silverspoon run` in this process)."
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available(): pytest.skip("this machine has a GPU")
-    from silverspoon.testing import build_tiny_llama
-    tiny = "meta-llama/Meta-Llama-3-8B-Instruct" if hub else build_tiny_llama(tmp_path/"tiny")   # the hub is offline in tests
+    tiny = "meta-llama/Meta-Llama-3-8B-Instruct" if hub else request.getfixturevalue("tiny")   # the hub is offline in tests
     f = tmp_path/"cuda-check.yaml"
     f.write_text(yaml.safe_dump({"study": "normative", "run": "cuda-check", "sample": {"n": 30},
                                  "model": {"backend": "hf", "id": str(tiny), "device": "cuda", "dtype": "float32"}}))
     store, reports = tmp_path/"store", tmp_path/"reports"
-    r = run_cli("run", f, "--reports-dir", reports, "--no-index", env={"SILVERSPOON_STORE": str(store)})
+    r = cli("run", f, "--reports-dir", reports, "--no-index", env={"SILVERSPOON_STORE": str(store)})
     assert r.returncode != 0
     fails = [l for l in r.stderr.splitlines() if l.startswith("FAIL")]
     assert len(fails) == 1 and "model.device = 'cuda' but no CUDA GPU is available here" in fails[0], r.stderr

@@ -209,17 +209,16 @@ def test_generate_all_takes_auto_from_the_backend_per_batch(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("study", ["normative", "stop"])
-def test_batch_size_auto_runs_end_to_end(tiny, tmp_path, study):
-    "A params file with `batch_size: auto` runs through `silverspoon run` (it once crashed with int('auto') in generate_all)."
+def test_batch_size_auto_runs_end_to_end(tiny, tmp_path, study, cli):
+    "A params file with `batch_size: auto` runs through `silverspoon run` (it once crashed with int('auto') in generate_all), in this process (`cli`)."
     import yaml
-    from conftest import run_cli
     f = tmp_path/f"{study}-auto.yaml"
     sample = {"n": 5, "stratify_by": "topic"} if study == "normative" else {"n": 3, "stratify_by": "severity"}
     f.write_text(yaml.safe_dump({"study": study, "run": f"{study}-auto", "sample": sample,
                                  "generation": {"max_new_tokens": 3},
                                  "model": {"backend": "hf", "id": str(tiny), "device": "cpu", "dtype": "float32", "batch_size": "auto"}}))
     store, reports = tmp_path/"store", tmp_path/"reports"
-    r = run_cli("run", f, "--reports-dir", reports, "--no-index", env={"SILVERSPOON_STORE": str(store)})
+    r = cli("run", f, "--reports-dir", reports, "--no-index", env={"SILVERSPOON_STORE": str(store)})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     recs = [json.loads(l) for j in store.rglob("*.jsonl") for l in j.read_text().splitlines() if l.strip()]
     assert recs and all(x["error"] is None and 1 <= x["batch_size"] <= AUTO_BATCH_CPU for x in recs)
