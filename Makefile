@@ -136,9 +136,9 @@ colab-pytest: $(COLAB_STAMP)
 # one default run per code path (study x backend, study x factor: tools/colab_lane.py pick-runs; COLAB_PICK=--all: every
 # default run, as colab-reports-all) on Colab's stack, into a copy of reports/ (the picked runs' outputs and the model
 # cards removed first), the index and the cards written again there, no warning printed into their pages, and every CSV
-# compared with the committed one; the
-# committed store/ is copied, never written. The runs execute in two worker processes, in process (`colab_lane.py run`: no
-# Jupyter kernel per run; tests/test_reports.py's both-ways test starts kernels on this stack).
+# compared with the committed one; the committed store/ is copied, never written. The runs execute in two worker
+# processes, in process (`colab_lane.py run`: no Jupyter kernel per run; tests/test_reports.py's both-ways test starts
+# kernels on this stack).
 COLAB_PICK ?=
 colab-reports: $(COLAB_STAMP)
 	@set -e; tmp=$$(mktemp -d $(COLAB_TMP)/silverspoon-colab.XXXXXX); trap 'rm -rf "$$tmp"' EXIT; \

@@ -170,6 +170,13 @@ def test_run_workers_take_each_file_once_and_a_free_worker_takes_the_next(tmp_pa
     assert took == {"a": ["params/s/r0.yaml", "params/s/r3.yaml", "params/s/r4.yaml"], "b": ["params/s/r1.yaml", "params/s/r2.yaml"]}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["0", "1", "2", "3", "4"] and list(lane.claimed(files, tmp_path)) == []
 
+@pytest.mark.parametrize("end,status", [("exit 0", 0), ("exit 3", 3), ("kill -9 $$", 1)])
+def test_run_fails_when_a_worker_fails_or_dies(tmp_path, end, status):
+    "`colab_lane.py run` returns 0 only when every worker did: a worker's status, and 1 for one killed by a signal."
+    fake = tmp_path/"python"   # stands in for the lane's python: takes every run (its claims) and ends as told
+    fake.write_text(f'#!/bin/sh\n# $1 colab_lane.py, $2 run-worker, $3 REPORTS, $4 CLAIMS\ntouch "$4/0" "$4/1"\n{end}\n'); fake.chmod(0o755)
+    assert lane.run_in_process(str(tmp_path/"reports"), ["a.yaml", "b.yaml"], str(fake), workers=2) == status
+
 def test_check_pages_names_each_printed_warning_and_a_missing_page(tmp_path):
     (tmp_path/"normative").mkdir()
     (tmp_path/"normative"/"a.html").write_text("<pre>FutureWarning: Downcasting object dtype arrays on .fillna &amp; co</pre><pre>FutureWarning: Downcasting object dtype arrays on .fillna &amp; co</pre>")

@@ -288,7 +288,7 @@ def claimed(files:list[str], claims:Path):
         yield f
 
 def run_in_process(reports:str, files:list[str], python:str, workers:int=2)->int:
-    "Run `files` (params files) into `reports` in `workers` processes of `python`, each taking the next unclaimed file (`run-worker`); the worst exit status."
+    "Run `files` (params files) into `reports` in `workers` processes of `python`, each taking the next unclaimed file (`run-worker`); 0, or the worst exit status (at least 1)."
     t0, n = time.time(), max(1, min(workers, len(files)))
     with tempfile.TemporaryDirectory(prefix="colab-lane-claims-") as claims:
         procs = [subprocess.Popen([python, str(Path(__file__).resolve()), "run-worker", reports, claims, *files], cwd=ROOT) for _ in range(n)]
@@ -297,7 +297,7 @@ def run_in_process(reports:str, files:list[str], python:str, workers:int=2)->int
     print(f"{len(files)} runs in {n} worker processes (in process, `silverspoon.testing.in_process_runs`): {time.time() - t0:.0f} s; "
           f"{taken} taken, worker exit statuses {codes}", flush=True)
     if taken != len(files): print(f"colab_lane.py run: only {taken} of {len(files)} runs were taken", file=sys.stderr); return 1
-    return max(codes)
+    return max(1, *codes) if any(codes) else 0   # a worker killed by a signal (a negative status) fails the lane too
 
 # A warning a library prints while a report runs lands in the report (the committed ones hold none). The CSVs cannot show
 # it, so the lane reads the re-run pages: Colab's pandas 2.2 printed a FutureWarning into 8 of the 17 (a `fillna` of
