@@ -276,7 +276,8 @@ def clear_outputs(reports:Path, picked:list[list[str]])->None:
 # The picked runs execute in process: two worker processes (the CI's two cores) each import the study stack once and run
 # report after report in it (`silverspoon.testing.in_process_runs`: papermill over execnb's `CaptureShell`, as the tests'
 # runs), instead of `silverspoon run --jobs 3` starting a Jupyter kernel per run, which imports that stack again every time
-# (measured on 4 of the picked runs: 116 s of CPU in kernels, 79 s in process). The Colab lane still starts kernels on this
+# (4 of the picked runs on the main stack: 116 s of CPU in kernels, 79 s in process; the 17 in CI: 192-193 s of wall time
+# in kernels, 99-122 s in process). The Colab lane still starts kernels on this
 # stack: `test_a_run_in_the_test_process_publishes_what_a_kernel_run_publishes` (marked for both lanes) makes one run both
 # ways and compares every CSV and every cell's outputs, and the notebook tests run in `nbdev_test`'s shells.
 def claimed(files:list[str], claims:Path):
