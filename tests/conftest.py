@@ -113,8 +113,9 @@ def jupyter_kernel_when_marked(request, notebooks_in_process):
 # `pytest --lane colab` on Colab's stack. A test runs in the main lane unless marked: `@pytest.mark.colab_lane` (stack-
 # sensitive: torch/transformers/peft/pandas behaviour that differs between the two stacks) runs in the Colab lane only;
 # `@pytest.mark.both_lanes(reason="...")` in both, and says why it is worth running twice. `--lane all` (the default, so
-# a plain `pytest tests/test_x.py` runs everything it names) ignores the marks. tests/test_lanes.py checks that every
-# collected test belongs to a lane that `make test` or `make test-colab` runs.
+# a plain `pytest tests/test_x.py` runs everything it names) ignores the marks. A lane imports only the files that can
+# hold its tests (`file_lanes`). tests/test_lanes.py checks that every collected test belongs to a lane that `make test`
+# or `make test-colab` runs, and that `file_lanes` never leaves out a file holding a test of a lane.
 LANES = ("main", "colab")
 
 def pytest_addoption(parser):
@@ -137,6 +138,28 @@ def lanes_of(item)->set[str]:
     return {"main"}
 
 COLLECTED = pytest.StashKey[dict]()   # node id -> its lanes, for every test collected in this session (before --lane deselects)
+
+# A lane collects only the test files that can hold a test of it: importing a test file costs its imports (peft, spaCy,
+# scipy, ...) in each pytest-xdist worker, and the Colab lane runs 65 of ~990 tests (collecting every file took 28 s there,
+# the files that can hold a Colab test 12 s). What a file can hold is read from its text, not from importing it.
+def file_lanes(path:Path)->set[str]:
+    "The lanes a test file's tests can run in, from its source: {'colab'} when a module-level `pytestmark` holds `pytest.mark.colab_lane` and no test is marked `both_lanes`; {'main'} when it names neither mark; else both."
+    import ast
+    src = Path(path).read_text(encoding="utf-8")
+    if "colab_lane" not in src and "both_lanes" not in src: return {"main"}
+    if "both_lanes" not in src:
+        for node in ast.parse(src).body:
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets):
+                marks = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                if any(ast.unparse(m) == "pytest.mark.colab_lane" for m in marks): return {"colab"}
+    return set(LANES)
+
+def pytest_ignore_collect(collection_path, config):
+    "With `--lane main|colab`: a test file none of whose tests can run in the lane (`file_lanes`) is not imported."
+    lane = config.getoption("--lane")
+    if lane == "all" or not (collection_path.name.startswith("test_") and collection_path.suffix == ".py"): return None
+    if lane not in file_lanes(collection_path): return True
+    return None
 
 def pytest_collection_modifyitems(config, items):
     config.stash[COLLECTED] = {i.nodeid: (lanes_of(i), i) for i in items}

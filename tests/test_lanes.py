@@ -2,7 +2,7 @@
 collected test belongs to a lane one of them runs, and a test run in both lanes says why (tests/conftest.py)."""
 import re
 import pytest
-from conftest import ROOT, COLLECTED, LANES, lanes_of, longest_first, file_seconds, DURATIONS, DurationRecorder
+from conftest import ROOT, COLLECTED, LANES, lanes_of, file_lanes, longest_first, file_seconds, DURATIONS, DurationRecorder
 
 RULE = re.compile(r"^([A-Za-z0-9_.-]+(?:\s+[A-Za-z0-9_.-]+)*)\s*:(?![=])\s*(.*)$")
 
@@ -37,11 +37,14 @@ def test_make_targets_run_one_lane_each():
     assert pytest_lanes(make_rules(fake), "test") == {"main", "colab"}   # prerequisites and continued lines are followed
     assert pytest_lanes(make_rules("t:\n\tpytest tests\n"), "t") == {"all"}
 
+@pytest.mark.both_lanes(reason="a lane imports only the test files that can hold its tests (conftest `file_lanes`): each lane checks the files it collects, and only the Colab lane collects the Colab-only files")
 def test_every_collected_test_runs_in_a_ci_lane(request):
     rules = make_rules((ROOT/"Makefile").read_text(encoding="utf-8"))
     run = pytest_lanes(rules, "test") | pytest_lanes(rules, "test-colab")
-    collected = request.config.stash[COLLECTED]   # every test of this session, before --lane deselected any
+    collected = request.config.stash[COLLECTED]   # every test of this session's files, before --lane deselected any
     assert request.node.nodeid in collected
+    wider = [n for n, (lanes, _) in collected.items() if not lanes <= file_lanes(ROOT/n.split("::")[0])]
+    assert wider == [], f"tests in a lane their file's text does not show (conftest `file_lanes` would leave the file out of that lane): {wider}"
     orphans = [n for n, (lanes, _) in collected.items() if not (lanes & run or "all" in run)]
     assert orphans == [], f"tests no CI lane runs (Makefile lanes {sorted(run)}): {orphans}"
     twice = [n for n, (lanes, item) in collected.items() if lanes == set(LANES) and not (item.get_closest_marker("both_lanes").kwargs.get("reason") or "").strip()]
@@ -52,6 +55,37 @@ def test_every_collected_test_runs_in_a_ci_lane(request):
     if len({n.split("::")[0] for n in collected}) > 5:   # the whole suite: both lanes hold tests
         per_lane = {lane: sum(lane in lanes for lanes, _ in collected.values()) for lane in LANES}
         assert all(per_lane.values()), per_lane
+
+def test_file_lanes_reads_the_marks_from_the_text(tmp_path):
+    def lanes(src):
+        f = tmp_path/"test_x.py"; f.write_text(src); return file_lanes(f)
+    assert lanes("import pytest\ndef test_a(): pass\n") == {"main"}
+    assert lanes("import pytest\npytestmark = pytest.mark.colab_lane\ndef test_a(): pass\n") == {"colab"}
+    assert lanes("import pytest\npytestmark = [pytest.mark.slow, pytest.mark.colab_lane]\n") == {"colab"}
+    # a mark on one test, a file-level mark with a test run in both lanes, or the name in a string: either lane
+    assert lanes("import pytest\n@pytest.mark.colab_lane\ndef test_a(): pass\ndef test_b(): pass\n") == {"main", "colab"}
+    assert lanes("import pytest\npytestmark = pytest.mark.colab_lane\n@pytest.mark.both_lanes(reason='x')\ndef test_a(): pass\n") == {"main", "colab"}
+    assert lanes("M = 'colab_lane'\ndef test_a(): pass\n") == {"main", "colab"}
+    # the committed files: the Colab lane imports a few of them, the main lane all but the Colab-only ones
+    files = sorted(ROOT.glob("tests/test_*.py"))
+    colab_only = [f.name for f in files if file_lanes(f) == {"colab"}]
+    assert "test_backends_gguf.py" in colab_only and "test_lanes.py" not in colab_only
+    assert 0 < sum("colab" in file_lanes(f) for f in files) < len(files) / 2
+
+def test_a_lane_does_not_import_the_files_it_cannot_run(tmp_path):
+    import subprocess, sys
+    (tmp_path/"conftest.py").write_text(   # the project's lane option and filter, nothing else of its conftest
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('project_conftest', {str(ROOT/'tests'/'conftest.py')!r})\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "pytest_addoption, pytest_ignore_collect = m.pytest_addoption, m.pytest_ignore_collect\n")
+    (tmp_path/"test_main.py").write_text("def test_m(): pass\n")
+    (tmp_path/"test_colab.py").write_text("import pytest\npytestmark = pytest.mark.colab_lane\nraise SystemExit('imported')\n")
+    run = lambda lane: subprocess.run([sys.executable, "-m", "pytest", "-q", "--collect-only", "-p", "no:cacheprovider", str(tmp_path), "--lane", lane],
+                                      capture_output=True, text=True, cwd=tmp_path)
+    main = run("main")
+    assert main.returncode == 0 and "1 test collected" in main.stdout, main.stdout + main.stderr   # the Colab-only file was never imported
+    assert "imported" in run("all").stdout + run("all").stderr   # --lane all imports every file
 
 def test_files_start_longest_first_and_keep_their_tests_in_order(tmp_path):
     class Item:
