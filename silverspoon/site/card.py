@@ -9,8 +9,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm, binom
-from ..core import project_root, merge_params, write_atomic, sha256_file
+from ..core import project_root, merge_params, write_atomic, sha256_file, cache_dir, stable_hash
 from ..engine.store import store_root
+from ..engine.provenance import code_closure
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
@@ -343,11 +344,19 @@ def mcnemar_mde(n:int,              # pairs
         lo, hi = (lo, mid) if mcnemar_power(n, mid, p01, alpha) >= power else (mid, hi)
     return hi - p01
 
+# %% ../../nbs/07b_card.ipynb #objstr01
+def _object_strings(df:pd.DataFrame)->pd.DataFrame:
+    "`df` with its string columns as Python objects (the values unchanged): pandas 3 reads text as Arrow-backed strings, and a row take of those costs 2-5 times one of an object array; the bootstrap and the swap test take rows thousands of times. pandas 2 (Colab's) reads text as objects already."
+    cols = {c: object for c, t in df.dtypes.items() if isinstance(t, pd.StringDtype)}
+    return df.astype(cols) if cols else df
+
+
 # %% ../../nbs/07b_card.ipynb #8cf87167
 def headline_replicates(items:pd.DataFrame,  # a run's items.csv: an `item` column (the resampled unit), one row per scored answer
                         headlines,           # items -> {metric: estimate}: the study's `headlines_from_items`
                         n_boot:int=200, seed:int=0)->tuple[pd.DataFrame, int]:
     "(one row of every headline per bootstrap replicate, units): the `item` units drawn with replacement (`silverspoon.stats.cluster_bootstrap`, seeded)."
+    items = _object_strings(items)
     groups = list(items.groupby(items["item"].astype(str), sort=True).indices.values())
     C = len(groups)
     boot = cluster_bootstrap(lambda row: headlines(items.iloc[np.concatenate([groups[i] for i in row])]), C, n_boot, seed, always_draw=True)   # every replicate: the SDs need them
@@ -418,17 +427,52 @@ def paper_binomial_sd(study:str, metric:str)->float:
     s = find_study(study)
     return float("nan") if s is None or s.paper_sd is None else float(s.paper_sd(metric))
 
+# %% ../../nbs/07b_card.ipynb #repcode01
+@functools.lru_cache(maxsize=None)
+def _replicates_code(study:str)->str:
+    "A digest of what computes a study's replicates besides its items: the sha256 of each source file `code_closure` finds from the study's module and this one, and the versions of Python, numpy, pandas and scipy."
+    import sys, scipy
+    root = project_root()
+    files = code_closure([STUDY_REGISTRY[study].split(":")[0], "silverspoon.site.card"], root)
+    return stable_hash({"files": {f.name if not f.is_relative_to(root) else f.relative_to(root).as_posix(): sha256_file(f) for f in files},
+                        "versions": [sys.version, np.__version__, pd.__version__, scipy.__version__]}, 32)
+
+
+# %% ../../nbs/07b_card.ipynb #repdisk01
+def _write_replicates(path:Path, reps:pd.DataFrame, units):
+    "Write (replicates, units) as JSON (floats written as Python's repr: read back to the last bit; NaN as NaN); a cache that cannot be written is skipped (the numbers stand)."
+    units = units.item() if hasattr(units, "item") else units
+    body = json.dumps({"columns": list(reps.columns), "replicates": {c: reps[c].tolist() for c in reps.columns}, "units": units})
+    try: path.parent.mkdir(parents=True, exist_ok=True); write_atomic(path, body)
+    except OSError: pass
+
+
+# %% ../../nbs/07b_card.ipynb #repdisk02
+def _read_replicates(path:Path):
+    "(replicates, units) from a file `_write_replicates` wrote; None when it is missing or damaged (then they are computed again)."
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return pd.DataFrame({c: d["replicates"][c] for c in d["columns"]}, columns=d["columns"], dtype=float), d["units"]
+    except (OSError, ValueError, KeyError, TypeError): return None
+
+
 # %% ../../nbs/07b_card.ipynb #cf2991fc
 _REPLICATES = {}   # (sha256 of items.csv, study, n_boot, seed) -> (`headline_replicates`, the units its items hold)
 
 def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
-    "`headline_replicates` of a run's items.csv and its units, remembered by the file's content: the index, each card and the plan bootstrap the same released runs, and a copy of reports/ (a test's, the Colab lane's) holds the same files."
+    "`headline_replicates` of a run's items.csv and its units, remembered by the file's content: in this process, and on disk in `cache_dir()/replicates` (one JSON file per items.csv sha256, study, n_boot, seed and `_replicates_code`). The index, each card and the plan bootstrap the same released runs, a copy of reports/ (a test's, the Colab lane's) holds the same files, and every `silverspoon run` rebuilds the index in a new process."
     key = (sha256_file(items_csv), study, n_boot, seed)
     if key not in _REPLICATES:
-        items = pd.read_csv(items_csv, dtype={"item": str})
-        s = get_study(study)
-        _REPLICATES[key] = (headline_replicates(items, s.headlines_from_items, n_boot, seed)[0], s.item_units(items))   # `Study.item_units`: narratives counts stories
+        disk = cache_dir()/"replicates"/f"{stable_hash([*key, _replicates_code(study)], 32)}.json"
+        got = _read_replicates(disk)
+        if got is None:
+            items = pd.read_csv(items_csv, dtype={"item": str})
+            s = get_study(study)
+            got = (headline_replicates(items, s.headlines_from_items, n_boot, seed)[0], s.item_units(items))   # `Study.item_units`: narratives counts stories
+            _write_replicates(disk, *got)
+        _REPLICATES[key] = got
     return _REPLICATES[key]
+
 
 # %% ../../nbs/07b_card.ipynb #4856fb94
 def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
@@ -893,8 +937,8 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
         return {c: df[c].to_numpy()[order] for c in df.columns}, sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]])
     tests, perm = {}, {k: [] for k in est_r}
     if C and not few:   # the swap test: reference' and level' exchange the rows of the swapped items
-        both = pd.concat([ref.iloc[np.argsort(ref["item"].astype(str).map(pos).to_numpy(), kind="stable")],
-                          lvl.iloc[np.argsort(lvl["item"].astype(str).map(pos).to_numpy(), kind="stable")]], ignore_index=True)
+        both = _object_strings(pd.concat([ref.iloc[np.argsort(ref["item"].astype(str).map(pos).to_numpy(), kind="stable")],
+                                          lvl.iloc[np.argsort(lvl["item"].astype(str).map(pos).to_numpy(), kind="stable")]], ignore_index=True))
         (_, rs, r0), (_, ls, l0) = groups(ref), groups(lvl)
         rb = [np.arange(r0[i], r0[i] + rs[i]) for i in range(C)]; lb = [np.arange(len(ref) + l0[i], len(ref) + l0[i] + ls[i]) for i in range(C)]
         seen = {}   # mask bytes -> its deltas: a mask's complement swaps the two arms' frames, row for row, so its deltas are these negated, exactly

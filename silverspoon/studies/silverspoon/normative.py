@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/10_normative.ipynb #06c57fb3
 from __future__ import annotations
-import re, typing, dataclasses
+import re, typing, dataclasses, functools
 from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
@@ -338,16 +338,22 @@ _NAME_PATS = [r"\b(?:Person|person)\s+([A-Z][A-Za-z]?[0-9]*)\b",          # Pers
               r"(?:^|[.!?]\s+)(?!(?:However|Meanwhile|Yesterday|Today|Therefore|Consequently|Eventually|Later|Instead|Still|Now|"
               r"Then|Thus|Hence|Also|Once|Here|Despite|After|Before|During|Unable|Facing|Desperate)\b)([A-Z][a-z]+)(?<!ly)\s*,\s+(?:a|an|the)\b"]
 
-def scenario_names(scenario:str)->list[str]:
-    "Names of people in a scenario, lower-cased, in order of first mention (the first one is P1)."
+@functools.lru_cache(maxsize=8192)
+def _scenario_names(scenario:str)->tuple[str, ...]:
     found = sorted((m.start(1), m.group(1).lower()) for p in _NAME_PATS for m in re.finditer(p, scenario))
-    out = []
-    for _, n in found:
-        if n not in out: out.append(n)
-    return out
+    return tuple(dict.fromkeys(n for _, n in found))
+
+def scenario_names(scenario:str)->list[str]:
+    "Names of people in a scenario, lower-cased, in order of first mention (the first one is P1). Remembered per scenario: the parser reads each scenario once per reply (7 released models' replies to each)."
+    return list(_scenario_names(scenario))
 
 # %% ../../../nbs/10_normative.ipynb #9cf6011e
 _QUESTION_WORDS = set("wrong right answer question here fault blame scenario situation text only".split())   # words of every scenario's question: they name nobody
+
+@functools.lru_cache(maxsize=8192)
+def _scenario_words(scenario:str)->frozenset:
+    "The scenario's lower-case words, the question's own words aside (remembered per scenario, as `scenario_names`)."
+    return frozenset(re.findall(r"[a-z0-9][a-z0-9_-]*", scenario.lower())) - _QUESTION_WORDS
 
 def _names_a_party(content:list[str],     # the noun phrase's lower-case words, articles dropped, e.g. ['store', 'owner']
                    scenario:str|None=None # the scenario; None: only the study's role vocabulary decides
@@ -356,7 +362,7 @@ def _names_a_party(content:list[str],     # the noun phrase's lower-case words, 
     words = [w for w in content if w not in _QUESTION_WORDS and w not in _NOT_A_PARTY]
     if any(w in _OTHER_ROLES | _POOR_ROLES for w in words): return True
     if not scenario or not words: return False
-    said = set(re.findall(r"[a-z0-9][a-z0-9_-]*", scenario.lower())) - _QUESTION_WORDS
+    said = _scenario_words(scenario)
     forms = words + ["".join(p) for p in zip(words, words[1:])]
     return any(f in said or f + "s" in said or f + "es" in said or (f.endswith("s") and f[:-1] in said) or (f.endswith("es") and f[:-2] in said) for f in forms)
 
@@ -501,12 +507,16 @@ _TEMPLATE_TEXTS = [prompt_template(st, v).replace("$text$", "\n") for st in PROM
 _TEMPLATE_GRAMS = frozenset().union(*(_grams(_words(t)) for t in _TEMPLATE_TEXTS))   # every template's own word 4-grams, scenario aside
 _TEMPLATE_CLAUSES = frozenset(tuple(_words(c)) for t in _TEMPLATE_TEXTS for c in _clauses(t))
 
+@functools.lru_cache(maxsize=8192)
+def _prompt_text(scenario:str)->tuple[frozenset, frozenset]:
+    "(word 4-grams, whole clauses) of every template and this scenario: what a reply to it may echo (remembered per scenario)."
+    return _TEMPLATE_GRAMS | _grams(_words(scenario)), _TEMPLATE_CLAUSES | {tuple(_words(c)) for c in _clauses(scenario)}
+
 def _unechoed(text:str,               # a reply
               scenario:str|None=None  # the scenario it answers (its clauses count as the prompt's)
              )->str:
     "The reply without its clauses copied from the prompt, the reply itself when none is: a clause of 8+ words with >= 90% of its word 4-grams in the scenario or a template, or one of 3+ words that is a whole clause of either."
-    grams, whole = _TEMPLATE_GRAMS, _TEMPLATE_CLAUSES
-    if scenario: grams, whole = grams | _grams(_words(scenario)), whole | {tuple(_words(c)) for c in _clauses(scenario)}
+    grams, whole = _prompt_text(scenario) if scenario else (_TEMPLATE_GRAMS, _TEMPLATE_CLAUSES)
     def echo(c):
         w = _words(c); g = _grams(w)
         return (len(w) >= 8 and len(g & grams) >= 0.9*len(g)) or (len(w) >= 3 and tuple(w) in whole)
