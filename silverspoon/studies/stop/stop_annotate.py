@@ -237,7 +237,7 @@ def _answer_units(human:pd.DataFrame)->pd.DataFrame:
     h = human.assign(sentence_index=human.sentence_index.astype(str).str.strip().str.lower(), answer=human.answer.astype(str).str.strip().str.lower())
     w = h.pivot_table(index=["progression_id", "annotator"], columns="sentence_index", values="answer", aggfunc="first")
     for k in [*map(str, range(1, N_SENTENCES + 1)), "cf"]:
-        if k not in w.columns: w[k] = np.nan
+        if k not in w.columns: w[k] = pd.Series(np.nan, index=w.index, dtype=object)   # an answer column: "no" fills it (a float column would refuse it in pandas 4)
     sent = w[[str(k) for k in range(1, N_SENTENCES + 1)]].fillna("no")      # load_human has checked that gaps follow a "no"
     return pd.DataFrame({**{f"a{k}": sent[str(k)] for k in range(1, N_SENTENCES + 1)}, "cf": w["cf"],
                          "score": (sent == "no").sum(axis=1) / N_SENTENCES}).reset_index()
