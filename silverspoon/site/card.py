@@ -430,11 +430,11 @@ def paper_binomial_sd(study:str, metric:str)->float:
 # %% ../../nbs/07b_card.ipynb #repcode01
 @functools.lru_cache(maxsize=None)
 def _replicates_code(study:str)->str:
-    "A digest of what computes a study's replicates besides its items: the sha256 of each source file `code_closure` finds from the study's module and this one, and the versions of Python, numpy, pandas and scipy."
-    import sys, scipy
-    root = project_root()
+    "A digest of what computes a study's replicates besides its items: the sha256 of each source file `code_closure` finds from the study's module and this one, and the versions of Python, numpy, pandas and scipy. The files are the imported package's, wherever `SILVERSPOON_ROOT` points."
+    import sys, scipy, importlib
+    root = Path(importlib.import_module("silverspoon").__file__).resolve().parent.parent
     files = code_closure([STUDY_REGISTRY[study].split(":")[0], "silverspoon.site.card"], root)
-    return stable_hash({"files": {f.name if not f.is_relative_to(root) else f.relative_to(root).as_posix(): sha256_file(f) for f in files},
+    return stable_hash({"files": {f.relative_to(root).as_posix(): sha256_file(f) for f in files},
                         "versions": [sys.version, np.__version__, pd.__version__, scipy.__version__]}, 32)
 
 
