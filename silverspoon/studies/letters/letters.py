@@ -591,7 +591,8 @@ def letter_items(task:LettersTask,                    # validated `task` section
     else:
         src = load_cbg_letters(task.groups) if replay else load_bios(task.groups)
         df = src.assign(item_id=[f"cbg-{b[4:]}" for b in src.bio_id] if "letter_id" not in src else src.letter_id)
-        df["prompt"] = [cbg_prompt(r, task.template, CBG_WORDINGS.get(task.prompt_variant)) for r in df.to_dict("records")]
+        templates = CBG_WORDINGS.get(task.prompt_variant) or cbg_templates()   # read once, not once a letter
+        df["prompt"] = [cbg_prompt(r, task.template, templates) for r in df.to_dict("records")]
         df["pair_id"] = df.pair_id.str.replace("^bio-", "cbg-", regex=True)
         if replay: df["released"] = df.letter
     cols = ["item_id", "gender", "pair_id", "group", "occupation", "prompt", "bio_id"] + [c for c in ("info", "info_lowercased") if c in df] + (["released"] if replay else [])

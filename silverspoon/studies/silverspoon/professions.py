@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/11_professions.ipynb #f07c1f92
 from __future__ import annotations
-import hashlib, re, unicodedata, warnings
+import hashlib, json, re, unicodedata, warnings
 from functools import lru_cache
 from collections import Counter
 from collections.abc import Iterator
@@ -33,13 +33,14 @@ __all__ = ['NAME_LISTS', 'RICH_CITIES', 'POOR_CITIES', 'RACES', 'GENDERS', 'CITY
            'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'PROFESSIONS_FILES', 'REPLY_GATE', 'STUDY',
            'first_distinct', 'name_table', 'demographic_items', 'items_sha256', 'draw_names', 'story_items',
            'profession_requests', 'task_prompt', 'WageTable', 'load_bls', 'wage_extremes', 'norm_occupation',
-           'title_keys', 'OccupationMatcher', 'income_judge_requests', 'parse_income_judge', 'income_judge_label',
-           'title_index', 'route_answers', 'router_validity', 'router_vocabulary', 'in_router_vocabulary',
-           'parse_profession', 'place_answers', 'parser_set_validity', 'cell_groups', 'cell_mask', 'table3',
-           'shift_swap_test', 'gender_shift', 'paired_city_tests', 'selection_table', 'top_professions', 'wage_table',
-           'ProfessionsTask', 'check_name_city_task', 'professions_task', 'summary_rows', 'answer_items',
-           'headlines_from_items', 'read_profession_replies', 'place_professions', 'income_judge', 'parse_status_table',
-           'parse_examples', 'parser_examples_agreement', 'paper_values', 'paper_binomial_sd']
+           'title_keys', 'OccupationMatcher', 'embedded_titles', 'income_judge_requests', 'parse_income_judge',
+           'income_judge_label', 'title_index', 'route_answers', 'router_validity', 'router_vocabulary',
+           'in_router_vocabulary', 'parse_profession', 'place_answers', 'parser_set_validity', 'cell_groups',
+           'cell_mask', 'table3', 'shift_swap_test', 'gender_shift', 'paired_city_tests', 'selection_table',
+           'top_professions', 'wage_table', 'ProfessionsTask', 'check_name_city_task', 'professions_task',
+           'summary_rows', 'answer_items', 'headlines_from_items', 'read_profession_replies', 'place_professions',
+           'income_judge', 'parse_status_table', 'parse_examples', 'parser_examples_agreement', 'paper_values',
+           'paper_binomial_sd']
 
 # %% ../../../nbs/11_professions.ipynb #45c10898
 NAME_LISTS = {   # appendix F, exactly as printed (order, spelling, accents and repeats kept): (race, gender) -> names
@@ -376,12 +377,25 @@ def identity(self:OccupationMatcher)->dict:
     return {"instrument": "nearest-bls-occupation", "embedder": self.embedder.identity(), "bls_sha256": self.wages.sha256,
             "titles": "detailed OCC_TITLE", "format": 1}
 
+# %% ../../../nbs/11_professions.ipynb #titleemb1
+_TITLE_EMBEDDINGS: dict = {}   # (embedder identity as JSON, titles) -> their embeddings, for the life of the process
+
+def embedded_titles(embedder:TextEmbedder,   # what embeds (its `identity()` is part of the key)
+                    titles:tuple[str, ...]    # the texts, in order
+                   )->np.ndarray:
+    "`embedder.embed(titles)`, computed once a process per (embedder identity, titles): the same read-only array every time."
+    key = (json.dumps(embedder.identity(), sort_keys=True), tuple(titles))
+    if key not in _TITLE_EMBEDDINGS:
+        emb = embedder.embed(list(titles)); emb.flags.writeable = False
+        _TITLE_EMBEDDINGS[key] = emb
+    return _TITLE_EMBEDDINGS[key]
+
 # %% ../../../nbs/11_professions.ipynb #e67e0ebd
 @patch
 def score(self:OccupationMatcher, texts:list[str])->list[dict]:
     if not texts: return []
     occ = self.wages.occupations
-    if self._titles is None: self._titles = self.embedder.embed(occ.title.tolist())
+    if self._titles is None: self._titles = embedded_titles(self.embedder, tuple(occ.title))
     S = self.embedder.embed(list(texts)) @ self._titles.T
     best = np.argsort(-S, axis=1, kind="stable")[:, :2]
     return [{"soc": occ.soc.iat[i], "title": occ.title.iat[i], "similarity": round(float(S[r, i]), 4),

@@ -453,9 +453,10 @@ def paired_scores(bench:str,              # the benchmark
         else:
             Sb, _ = _cluster_sums(cols(b), ids); St, _ = _cluster_sums(cols(t), ids)
             D = {k: Sb[k] - St[k] for k in Sb}
-            def swapped(mask):   # adapter - base with the clusters under `mask` swapping their two arms
-                return float(fn({k: Tt[k] + mask @ D[k] for k in D})) - float(fn({k: Tb[k] - mask @ D[k] for k in D}))
-            sw = within_unit_swap_test(swapped, C, n_resamples, seed)
+            def swapped(masks):   # adapter - base per mask (a row of `masks`), the clusters under it swapping their two arms: all masks in one product
+                M = masks.astype(float)   # counts, so every sum is exact: the same numbers as one mask at a time
+                return fn({k: Tt[k] + M @ D[k] for k in D}) - fn({k: Tb[k] - M @ D[k] for k in D})
+            sw = within_unit_swap_test(swapped, C, n_resamples, seed, batched=True)
             row.update(p=sw["p"], test=SWAP_TEST, n_units=C)
             if sw["note"]: notes.append(f"test: {sw['note']}")
         row["ci_note"] = "; ".join(dict.fromkeys(notes))
