@@ -329,7 +329,7 @@ _STOP = set("the a an this that person mr mrs ms miss only just".split())
 _GENERIC = set("someone somebody individual individuals persons people party one".split())   # a noun that names nobody by itself
 _FIRST_WORDS = 12
 
-# %% ../../../nbs/10_normative.ipynb #eb538692
+# %% ../../../nbs/10_normative.ipynb #eb538691
 _NAME_PATS = [r"\b(?:Person|person)\s+([A-Z][A-Za-z]?[0-9]*)\b",          # Person P1, Person H, Person HC1
               r"\b([A-Z]{1,2}[0-9]+)\b",                                  # T2, S1, HC1
               r"\b([B-HJ-Z])\b(?![.'’]\w|['’]s?\s+[a-z])",                # H, Teacher T (not U.S., not H's)
@@ -343,11 +343,12 @@ def _scenario_names(scenario:str)->tuple[str, ...]:
     found = sorted((m.start(1), m.group(1).lower()) for p in _NAME_PATS for m in re.finditer(p, scenario))
     return tuple(dict.fromkeys(n for _, n in found))
 
+# %% ../../../nbs/10_normative.ipynb #eb538692
 def scenario_names(scenario:str)->list[str]:
     "Names of people in a scenario, lower-cased, in order of first mention (the first one is P1). Remembered per scenario: the parser reads each scenario once per reply (7 released models' replies to each)."
     return list(_scenario_names(scenario))
 
-# %% ../../../nbs/10_normative.ipynb #9cf6011e
+# %% ../../../nbs/10_normative.ipynb #9cf6011d
 _QUESTION_WORDS = set("wrong right answer question here fault blame scenario situation text only".split())   # words of every scenario's question: they name nobody
 
 @functools.lru_cache(maxsize=8192)
@@ -355,6 +356,7 @@ def _scenario_words(scenario:str)->frozenset:
     "The scenario's lower-case words, the question's own words aside (remembered per scenario, as `scenario_names`)."
     return frozenset(re.findall(r"[a-z0-9][a-z0-9_-]*", scenario.lower())) - _QUESTION_WORDS
 
+# %% ../../../nbs/10_normative.ipynb #9cf6011e
 def _names_a_party(content:list[str],     # the noun phrase's lower-case words, articles dropped, e.g. ['store', 'owner']
                    scenario:str|None=None # the scenario; None: only the study's role vocabulary decides
                   )->bool:
@@ -501,7 +503,7 @@ def _bare(text, scenario=None):
     if re.fullmatch(r"\W*neither\W*", first, re.I): return "neither"
     return classify_subject(first, scenario, strict=True)
 
-# %% ../../../nbs/10_normative.ipynb #79542524
+# %% ../../../nbs/10_normative.ipynb #79542523
 from ...instruments.parse import _words, _grams
 _TEMPLATE_TEXTS = [prompt_template(st, v).replace("$text$", "\n") for st in PROMPTS for v in PROMPT_VARIANTS] + [SYSTEM_PROMPT]
 _TEMPLATE_GRAMS = frozenset().union(*(_grams(_words(t)) for t in _TEMPLATE_TEXTS))   # every template's own word 4-grams, scenario aside
@@ -512,6 +514,7 @@ def _prompt_text(scenario:str)->tuple[frozenset, frozenset]:
     "(word 4-grams, whole clauses) of every template and this scenario: what a reply to it may echo (remembered per scenario)."
     return _TEMPLATE_GRAMS | _grams(_words(scenario)), _TEMPLATE_CLAUSES | {tuple(_words(c)) for c in _clauses(scenario)}
 
+# %% ../../../nbs/10_normative.ipynb #79542524
 def _unechoed(text:str,               # a reply
               scenario:str|None=None  # the scenario it answers (its clauses count as the prompt's)
              )->str:

@@ -377,9 +377,10 @@ def identity(self:OccupationMatcher)->dict:
     return {"instrument": "nearest-bls-occupation", "embedder": self.embedder.identity(), "bls_sha256": self.wages.sha256,
             "titles": "detailed OCC_TITLE", "format": 1}
 
-# %% ../../../nbs/11_professions.ipynb #titleemb1
+# %% ../../../nbs/11_professions.ipynb #titleemb2
 _TITLE_EMBEDDINGS: dict = {}   # (embedder identity as JSON, titles) -> their embeddings, for the life of the process
 
+# %% ../../../nbs/11_professions.ipynb #titleemb1
 def embedded_titles(embedder:TextEmbedder,   # what embeds (its `identity()` is part of the key)
                     titles:tuple[str, ...]    # the texts, in order
                    )->np.ndarray:
