@@ -310,3 +310,15 @@ def test_committed_reports_match_the_tree_that_holds_them():
         c, prov = json.loads((r/"provenance.json").read_text())["content"], json.loads((r/"provenance.json").read_text())
         assert f"{r.name}/summary.csv" in (c["outputs"] or {}) and f"{r.name}.html" in c["outputs"], r
         if (prov.get("store") or {}).get("path"): assert prov["store"]["path"] in c["stores"], r
+
+
+def test_committed_reports_name_a_clean_commit_of_this_history():
+    "A committed report was made from a committed tree: `dirty` is false, and its `git_sha` is a commit of this repository (checked where the history is there: not in a shallow clone). Commit the code, then regenerate: a run on uncommitted code names a commit that does not hold it."
+    runs = sorted(p.parent for p in (ROOT/"reports").glob("*/*/provenance.json"))
+    prov = {str(r.relative_to(ROOT)): json.loads((r/"provenance.json").read_text()) for r in runs}
+    dirty = [k for k, v in prov.items() if v.get("dirty") is not False]
+    assert not dirty, f"{len(dirty)} committed report(s) made from a tree with uncommitted changes in silverspoon/, nbs/ or params/ (e.g. {dirty[0]}): commit the code, then regenerate them"
+    git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+    if git("rev-parse", "--is-shallow-repository").stdout.strip() != "false": return   # no git, or a shallow clone: the dirty flags above are the check
+    missing = [s for s in sorted({v["git_sha"] for v in prov.values()}) if git("cat-file", "-e", f"{s}^{{commit}}").returncode]
+    assert not missing, f"committed reports name commit(s) this history lacks: {missing}"
