@@ -660,10 +660,14 @@ class CachedEmbedder:
     def identity(self)->dict: return self.embedder.identity()
 
 # %% ../../nbs/05_text.ipynb #09ef7b13
-def _vector_record(v:np.ndarray)->dict: return {"float32_base64": base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii")}
+def _vector_record(v:np.ndarray)->dict:
+    "An instrument-cache output holding `v` exactly: its float32 bytes (little-endian) in base64, which JSON keeps without rounding."
+    return {"float32_base64": base64.b64encode(np.ascontiguousarray(v, dtype="<f4").tobytes()).decode("ascii")}
 
 # %% ../../nbs/05_text.ipynb #cab7f38b
-def _vector_of(out:dict, where)->np.ndarray:
+def _vector_of(out:dict, # a cached record's `out`, as `_vector_record` wrote it
+               where  # the cache it came from, for the error message
+              )->np.ndarray:
     "The float32 vector of one cached embedding record; a `SilverspoonError` naming the cache and the fix when it is damaged."
     try: raw = base64.b64decode(out["float32_base64"], validate=True)
     except (KeyError, TypeError, ValueError) as e: raw, why = None, f"{type(e).__name__}: {e}"
@@ -675,7 +679,7 @@ def _vector_of(out:dict, where)->np.ndarray:
 @patch
 def embed(self:CachedEmbedder, words:list[str] # words or sentences
          )->np.ndarray:
-    "As `TextEmbedder.embed` (len(words), dim) float32, unit rows): cached vectors are read, the rest embedded (batch by batch) and appended."
+    "As `TextEmbedder.embed`: a (len(words), dim) float32 array of unit rows. Cached vectors are read; the rest are embedded (batch by batch) and appended."
     words = list(words)
     if not words: return self.embedder.embed([])
     ident = self.identity()
