@@ -576,6 +576,11 @@ def _plain(out, instrument)->dict:
     except (TypeError, ValueError) as e:
         raise SilverspoonError(f"{type(instrument).__name__}.score returned an output JSON cannot hold ({e}); convert numpy values with float()/int().") from None
 
+# %% ../../nbs/05_text.ipynb #338da6f1
+def _cache_name(store)->str:
+    "How an error names an instrument cache: its file, or that it lives in memory only."
+    return str(getattr(store, "path", None) or "the in-memory instrument cache")
+
 # %% ../../nbs/05_text.ipynb #13a69620
 def _refuse_foreign(store, keys:list[str], iid:str, name:str):
     """A `SilverspoonError` when a cached record under one of `keys` says another instrument (`instrument` != `iid`) made it.
@@ -585,7 +590,7 @@ def _refuse_foreign(store, keys:list[str], iid:str, name:str):
     bad = [k for k in dict.fromkeys(keys) if k in store and store.get(k).get("instrument") != iid]
     if not bad: return
     other = sorted({str(store.get(k).get("instrument")) for k in bad})
-    where = getattr(store, "path", None) or "the in-memory instrument cache"
+    where = _cache_name(store)
     raise SilverspoonError(f"{where}: {len(bad)} cached output(s) of {name} (instrument {iid}) carry field `instrument` = {', '.join(other[:3])}: "
                            f"records of another instrument (or edited ones) are never used. Fix: remove those lines "
                            f"(grep -v '\"instrument\": \"{other[0]}\"' {where}) or the whole file; the run then scores them again.")
@@ -685,7 +690,7 @@ def embed(self:CachedEmbedder, words:list[str] # words or sentences
     ident = self.identity()
     outs = _through_cache(self, words, [text_key(ident, w) for w in words], lambda ws: [_vector_record(v) for v in self.embedder.embed(ws)],
                           self.store, "embedding", self.progress)
-    where = getattr(self.store, "path", None) or "the in-memory instrument cache"
+    where = _cache_name(self.store)
     vs = [_vector_of(o, where) for o in outs]
     if len({len(v) for v in vs}) > 1: raise SilverspoonError(f"{where}: cached text embeddings of {sorted({len(v) for v in vs})} dimensions for one embedder. Fix: remove the file's {CachedEmbedder.name} records, or the whole file; the run embeds those texts again.")
     return np.stack(vs)

@@ -4,7 +4,7 @@
 
 # %% ../../../nbs/11_professions.ipynb #f07c1f92
 from __future__ import annotations
-import hashlib, json, re, unicodedata, warnings
+import hashlib, re, unicodedata, warnings
 from functools import lru_cache
 from collections import Counter
 from collections.abc import Iterator
@@ -20,7 +20,7 @@ from .. import Study, Headline, check_prompt_variant
 from ...instruments.parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
-from ...core import sha256_file
+from ...core import sha256_file, stable_hash
 from ...stats import bh_fdr, warning_note, ci_on_scale
 
 
@@ -378,14 +378,14 @@ def identity(self:OccupationMatcher)->dict:
             "titles": "detailed OCC_TITLE", "format": 1}
 
 # %% ../../../nbs/11_professions.ipynb #titleemb2
-_TITLE_EMBEDDINGS: dict = {}   # (embedder identity as JSON, titles) -> their embeddings, for the life of the process
+_TITLE_EMBEDDINGS: dict = {}   # (stable_hash of the embedder identity, titles) -> their embeddings, for the life of the process
 
 # %% ../../../nbs/11_professions.ipynb #titleemb1
 def embedded_titles(embedder:TextEmbedder,   # what embeds (its `identity()` is part of the key)
                     titles:tuple[str, ...]    # the texts, in order
                    )->np.ndarray:
     "`embedder.embed(titles)`, computed once a process per (embedder identity, titles): the same read-only array every time."
-    key = (json.dumps(embedder.identity(), sort_keys=True), tuple(titles))
+    key = (stable_hash(embedder.identity()), tuple(titles))   # the identity hashed as `instrument_id` hashes it
     if key not in _TITLE_EMBEDDINGS:
         emb = embedder.embed(list(titles)); emb.flags.writeable = False
         _TITLE_EMBEDDINGS[key] = emb
