@@ -13,9 +13,9 @@ from .backends import BACKENDS
 
 # %% auto #0
 __all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'model_label', 'package_versions', 'git_state', 'params_chain',
-           'module_file', 'imported_names', 'parse_cells', 'source_imports', 'code_closure', 'notebook_modules',
-           'run_code_files', 'content_record', 'output_files', 'pin_outputs', 'output_differences', 'store_differences',
-           'data_differences']
+           'file_digests', 'module_file', 'imported_names', 'parse_cells', 'source_imports', 'code_closure',
+           'notebook_modules', 'run_code_files', 'content_record', 'output_files', 'pin_outputs', 'output_differences',
+           'store_differences', 'data_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -68,6 +68,13 @@ def params_chain(path:str|Path # a params file
 def _tree_path(p:Path, root:Path)->str:
     try: return p.resolve().relative_to(root.resolve()).as_posix()
     except ValueError: return str(p)      # a params file outside the project (a test's temporary file) keeps its path
+
+# %% ../../nbs/05a_provenance.ipynb #filedig1
+def file_digests(files,          # the files (Paths)
+                 root:str|Path   # the tree they are named in
+                )->dict:
+    "`{path relative to root: sha256}` of `files` (None for a file that is missing): how a run's provenance and the card's replicate cache name the code they depend on."
+    return {_tree_path(Path(f), Path(root)): sha256_file(f) if Path(f).is_file() else None for f in files}
 
 # %% ../../nbs/05a_provenance.ipynb #98bf67e7
 RUN_MODULES = ("silverspoon.site.runner", "silverspoon.studies.report", "silverspoon.engine.provenance")   # run and publish every run: papermill, the HTML page, provenance.json
@@ -198,7 +205,7 @@ def content_record(notebook:str|None,         # the study's notebook in nbs/ (`S
     files = run_code_files(nb, module, root) + ([nb] if nb else [])
     pf = None if params_file is None else (Path(params_file) if Path(params_file).is_absolute() else root/params_file)
     chain = params_chain(pf) if pf is not None else []
-    code = {_tree_path(f, root): sha256_file(f) if f.is_file() else None for f in [*files, *(chain or ([pf] if pf else []))]}
+    code = file_digests([*files, *(chain or ([pf] if pf else []))], root)
     data = {}
     for n in data_files:
         e = lookup(n); data[e.relpath] = e.sha256 or f"git-blob:{e.git_blob}"

@@ -12,8 +12,9 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['MAX_COUNT', 'RECORD_FIELDS', 'NOTICES_ENV', 'MAX_LINE_BYTES', 'STORE_ENV_LABEL', 'RESULT_COLUMNS', 'request_key',
-           'StoreError', 'record_problem', 'notice', 'GenerationStore', 'store_root', 'store_label', 'store_file',
-           'stores_read', 'prefix_sha256', 'relay_notices', 'unwritable_reason', 'store_for', 'generate_all']
+           'StoreError', 'record_problem', 'notice', 'GenerationStore', 'project_store', 'store_root', 'store_label',
+           'store_file', 'stores_read', 'prefix_sha256', 'relay_notices', 'unwritable_reason', 'store_for',
+           'generate_all']
 
 # %% ../../nbs/03_store.ipynb #27462693
 _NOT_IN_KEY = ("retry_failed", "n_samples")
@@ -317,9 +318,15 @@ def locked(self:GenerationStore):
     finally: os.close(fd)          # releases the lock
 
 # %% ../../nbs/03_store.ipynb #4121a26b
+def project_store(root:str|Path|None=None # a project folder (default: this project)
+                 )->Path:
+    "`<project>/store`: the project's own store folder, which holds the committed replays' generations and instrument caches, and is the store root unless `$SILVERSPOON_STORE` moves it."
+    return Path(root or project_root())/"store"
+
+# %% ../../nbs/03_store.ipynb #4121a26c
 def store_root()->Path:
-    "Where run stores live: `$SILVERSPOON_STORE` (e.g. a Google Drive folder on Colab), else `<project>/store`."
-    return Path(os.environ["SILVERSPOON_STORE"]) if os.environ.get("SILVERSPOON_STORE") else project_root()/"store"
+    "Where run stores live: `$SILVERSPOON_STORE` (e.g. a Google Drive folder on Colab), else `project_store()`."
+    return Path(os.environ["SILVERSPOON_STORE"]) if os.environ.get("SILVERSPOON_STORE") else project_store()
 
 # %% ../../nbs/03_store.ipynb #81a221af
 STORE_ENV_LABEL = "$SILVERSPOON_STORE"   # how a published path names a store root outside the project
@@ -399,7 +406,7 @@ def _os_reason(e:OSError)->str:
 # %% ../../nbs/03_store.ipynb #313c2072
 def _store_fix()->str:
     env = os.environ.get("SILVERSPOON_STORE")
-    now = f"SILVERSPOON_STORE={env}" if env else f"SILVERSPOON_STORE is unset, so the store root is {project_root()/'store'}"
+    now = f"SILVERSPOON_STORE={env}" if env else f"SILVERSPOON_STORE is unset, so the store root is {project_store()}"
     return f"Fix: make that folder writable, or set SILVERSPOON_STORE to a writable folder ({now})."
 
 # %% ../../nbs/03_store.ipynb #a7c1e0d5

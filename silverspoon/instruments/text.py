@@ -595,6 +595,7 @@ def _refuse_foreign(store, keys:list[str], iid:str, name:str):
                            f"records of another instrument (or edited ones) are never used. Fix: remove those lines "
                            f"(grep -v '\"instrument\": \"{other[0]}\"' {where}) or the whole file; the run then scores them again.")
 
+# %% ../../nbs/05_text.ipynb #thrcache
 def _through_cache(instrument, items:list, keys:list[str], compute, store:InstrumentStore, desc:str, progress:bool,
                    size=len)->list[dict]:
     "Outputs for `items` (aligned), computing the keys not in `store` batch by batch under its run lock."

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm, binom
 from ..core import project_root, merge_params, write_atomic, sha256_file, cache_dir, stable_hash
-from ..engine.store import store_root
-from ..engine.provenance import code_closure
+from ..engine.store import store_root, project_store, notice
+from ..engine.provenance import code_closure, file_digests
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
@@ -430,21 +430,21 @@ def paper_binomial_sd(study:str, metric:str)->float:
 # %% ../../nbs/07b_card.ipynb #repcode01
 @functools.lru_cache(maxsize=None)
 def _replicates_code(study:str)->str:
-    "A digest of what computes a study's replicates besides its items: the sha256 of each source file `code_closure` finds from the study's module and this one, and the versions of Python, numpy, pandas and scipy. The files are the imported package's, wherever `SILVERSPOON_ROOT` points."
+    "A digest of what computes a study's replicates besides its items: the sha256 of each source file `code_closure` finds (`file_digests`) from the study's module and this one, and the versions of Python, numpy, pandas and scipy. The files are the imported package's, wherever `SILVERSPOON_ROOT` points."
     import sys, scipy, importlib
     root = Path(importlib.import_module("silverspoon").__file__).resolve().parent.parent
     files = code_closure([STUDY_REGISTRY[study].split(":")[0], "silverspoon.site.card"], root)
-    return stable_hash({"files": {f.relative_to(root).as_posix(): sha256_file(f) for f in files},
+    return stable_hash({"files": file_digests(files, root),
                         "versions": [sys.version, np.__version__, pd.__version__, scipy.__version__]}, 32)
 
 
 # %% ../../nbs/07b_card.ipynb #repdisk01
 def _write_replicates(path:Path, reps:pd.DataFrame, units):
-    "Write (replicates, units) as JSON (floats written as Python's repr: read back to the last bit; NaN as NaN); a cache that cannot be written is skipped (the numbers stand)."
+    "Write (replicates, units) as JSON (floats written as Python's repr: read back to the last bit; NaN as NaN); a cache that cannot be written is said (`notice`) and skipped: the numbers stand, and the next process computes them again."
     units = units.item() if hasattr(units, "item") else units
     body = json.dumps({"columns": list(reps.columns), "replicates": {c: reps[c].tolist() for c in reps.columns}, "units": units})
     try: path.parent.mkdir(parents=True, exist_ok=True); write_atomic(path, body)
-    except OSError: pass
+    except OSError as e: notice(f"{path}: the bootstrap replicates could not be cached ({e.strerror or type(e).__name__}); they are computed again next time. Fix: make {path.parent} writable, or set SILVERSPOON_CACHE to a writable folder.")
 
 
 # %% ../../nbs/07b_card.ipynb #repdisk02
@@ -1170,7 +1170,7 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
     for study, run_dir in runs_for_model(reference, root/"reports", root/"params"/"models").items():
         base = root/"params"/study/"_base-local.yaml"
         if not base.exists(): continue
-        gen = run_cost(root/"store", study, run_dir.name)["generations"]
+        gen = run_cost(project_store(root), study, run_dir.name)["generations"]
         mnt = int(read_params_mapping(base).get("generation", {}).get("max_new_tokens", 0))
         tok = gen*mnt
         rows.append(dict(study=study, generations=gen, max_new_tokens=mnt, tokens_upper_bound=tok,

@@ -896,8 +896,7 @@ def authors_score_instruments(agreement:pd.DataFrame, # from `agreement_with_aut
 
 # %% ../../../nbs/20_letters.ipynb #clgagr01
 from ...instruments.text import SpacyAnalysis, VaderSentiment, InstrumentStore, score_cached, sentences_of, split_sentences, lexical_formality
-from ...engine.store import store_root
-from ...core import project_root
+from ...engine.store import store_root, project_store
 
 CLG_SOURCE_CACHE = "letters/chatgpt-clg-replay.instruments.jsonl"   # under the store root: the CLG replay's instrument outputs, reused read only
 CLG_AGREEMENT_REFERENCE = "measured on the authors' released CLG letters, not on this run's letters: the authors' per-letter score"
@@ -934,7 +933,7 @@ class ClgAuthorsAgreement(Instrument):
 def clg_source_store()->InstrumentStore:
     "An in-memory cache holding the CLG replay's instrument outputs (`CLG_SOURCE_CACHE`), so reading them never writes to that run's file: the store root's copy, and the project's committed one where the store root is elsewhere (`$SILVERSPOON_STORE` on a Drive, a test's folder), whose records are keyed by instrument identity as any cache's."
     mem = InstrumentStore(None)
-    for path in dict.fromkeys([store_root()/CLG_SOURCE_CACHE, project_root()/"store"/CLG_SOURCE_CACHE]):
+    for path in dict.fromkeys([store_root()/CLG_SOURCE_CACHE, project_store()/CLG_SOURCE_CACHE]):
         if path.exists(): mem.append([r for r in InstrumentStore(path).records() if r["key"] not in mem])
     return mem
 
