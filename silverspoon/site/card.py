@@ -438,13 +438,22 @@ def _replicates_code(study:str)->str:
                         "versions": [sys.version, np.__version__, pd.__version__, scipy.__version__]}, 32)
 
 
+# %% ../../nbs/07b_card.ipynb #repdisk00
+@functools.lru_cache(maxsize=None)
+def _tell_uncached(folder:Path, # the replicate cache's folder
+                   reason:str   # why it cannot be written (the OS's words)
+                  ):
+    "Say once a process, per folder and reason, that bootstrap replicates cannot be cached there: the index bootstraps every run, and one line says it for all of them."
+    notice(f"{folder}: bootstrap replicates cannot be cached there ({reason}); they are computed again in each process. "
+           f"Fix: make {folder} writable, or set SILVERSPOON_CACHE to a writable folder.")
+
 # %% ../../nbs/07b_card.ipynb #repdisk01
 def _write_replicates(path:Path, reps:pd.DataFrame, units):
-    "Write (replicates, units) as JSON (floats written as Python's repr: read back to the last bit; NaN as NaN); a cache that cannot be written is said (`notice`) and skipped: the numbers stand, and the next process computes them again."
+    "Write (replicates, units) as JSON (floats written as Python's repr: read back to the last bit; NaN as NaN); a cache that cannot be written is said (`_tell_uncached`) and skipped: the numbers stand, and the next process computes them again."
     units = units.item() if hasattr(units, "item") else units
     body = json.dumps({"columns": list(reps.columns), "replicates": {c: reps[c].tolist() for c in reps.columns}, "units": units})
     try: path.parent.mkdir(parents=True, exist_ok=True); write_atomic(path, body)
-    except OSError as e: notice(f"{path}: the bootstrap replicates could not be cached ({e.strerror or type(e).__name__}); they are computed again next time. Fix: make {path.parent} writable, or set SILVERSPOON_CACHE to a writable folder.")
+    except OSError as e: _tell_uncached(path.parent, e.strerror or type(e).__name__)
 
 
 # %% ../../nbs/07b_card.ipynb #repdisk02
