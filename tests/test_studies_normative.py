@@ -61,6 +61,43 @@ def test_every_prompt_style_echoed_is_unparseable_and_answers_still_read(data):
         assert parse_normative(reply, sc).label == want, reply
 
 
+# ----------------------------------------------------------------------------------------------------
+# Issue 50: no lone ASCII token out of another script, no verdict out of the prompt's option list
+
+@pytest.mark.parametrize("reply", ["P1没有错，另一方错了。", "另一方错了。P1没有做错任何事。", "P1は悪くない。もう一方が悪い。", "**P1**没有错"])
+def test_a_reply_in_another_script_is_never_read_through_its_ascii_token(data, reply):
+    "'P1 is not wrong, the other party is wrong' in Chinese was read as the bare answer P1: the verdict reversed (issue 50)."
+    for sc in (data.text[1], None):
+        p = parse_normative(reply, sc)
+        assert (p.status, p.rule) == ("unparseable", "other script"), (reply, p)
+
+
+def test_a_bare_answer_is_the_whole_first_phrase_and_english_beside_another_script_is_read(data):
+    sc = data.text[1]   # '... Only answer Person P1 is wrong or the store manager is wrong.'
+    for reply, want in [("P1", "P1"), ("P1.", "P1"), ("P1。", "P1"), ("Answer: P1", "P1"), ("**P1**", "P1"), ("The store manager.", "other"),
+                        ("P1 is wrong. 因为她偷了东西。", "P1"), ("另一方错了。The store manager is wrong.", "other")]:
+        assert parse_normative(reply, sc).label == want, reply
+
+
+@pytest.mark.parametrize("reply,row", [("or the store manager is wrong. Answer:", 1), ("or the store manager is wrong.", 1),
+                                       ("Person P1 is wrong or the store manager", 1), ("P1 is the poor person in the scenario.", 1),
+                                       ("Person C operating_theatre the property owner.", 1522), ("The woman Beaver_State is wrong.", 1727),
+                                       ("The woman Beaver_State is wrong.", 2), ("The teenager operating_room the service provider is the one who is wrong.", 1358)])
+def test_no_verdict_is_read_out_of_the_prompts_option_list(data, reply, row):
+    "The prompt's tail and a 0.5B model's echoes of the options (issue 50) were read as 'other' or 'P1': the option list's wording became the finding."
+    p = parse_normative(reply, data.text[row])
+    assert p.status == "unparseable", (reply, p)
+    assert parse_normative(reply).label != "P1" or "P1" in reply, reply   # without the scenario no party is invented either
+
+
+def test_the_tail_echo_is_named_an_echo_and_one_option_whole_is_an_answer(data):
+    sc = data.text[1]
+    assert parse_normative("or the store manager is wrong. Answer:", sc).rule == "prompt echo"
+    for reply, want in [("The store manager is wrong.", "other"), ("Person P1 is wrong.", "P1"), ("only P1", "P1"),
+                        ("It is clear that the artist, or P1, is wrong.", "P1"), ("The manager and/or the police are at fault.", "other")]:
+        assert parse_normative(reply, sc).label == want, reply
+
+
 def test_gated_parsing_counts_not_answers_and_gives_them_no_label(data):
     items = data.head(6).copy()
     reqs = normative_requests(items, "llama", "none")

@@ -328,6 +328,9 @@ _ACT_NOUNS = r"(?:actions?|decision|behaviou?r|choice|conduct|response|reaction|
 _STOP = set("the a an this that person mr mrs ms miss only just".split())
 _GENERIC = set("someone somebody individual individuals persons people party one".split())   # a noun that names nobody by itself
 _FIRST_WORDS = 12
+_OR_WORDS = ("or", "beaver_state", "operating_theatre", "operating_theater", "operating_room")   # 'or' and the word-substitution copies' stand-ins for it (rows 1000-2999 turn 'OR' into Oregon's nickname or the operating room; 'Oregon' and 'surgery' also stand in, but are words of their own)
+_OR_SPLIT = r"(?:^|\s+)(?:" + "|".join(_OR_WORDS) + r")(?:\s+|$)|\s*/\s*"   # an alternative in a lower-cased noun phrase: 'S1 or the professor', 'the woman Beaver_State'
+
 
 # %% ../../../nbs/10_normative.ipynb #eb538691
 _NAME_PATS = [r"\b(?:Person|person)\s+([A-Z][A-Za-z]?[0-9]*)\b",          # Person P1, Person H, Person HC1
@@ -376,20 +379,21 @@ def classify_subject(subj:str,              # the noun phrase a judgement is abo
                     )->str|None:
     "Which party a noun phrase names: 'P1', 'other', 'both', or None when it names no party."
     subj = re.sub(r"^\W*(?:[a-dA-D]\)|[a-dA-D]\.(?=\s))\s*", "", subj.strip())       # option markers 'b) '
+    if re.fullmatch(r"\W*or\s+[^,]+,", subj, re.I): subj = re.sub(r"^\W*or\s+", "", subj, flags=re.I)   # 'the artist, or P1, is wrong': an apposition, no alternative
     par = " ".join(re.findall(r"\(([^)]*)\)", subj)).strip().lower()
     if re.fullmatch(r"(?:the\s+)?other(?:\s+(?:person|party|one))?", par): return "other"   # 'P1 (other)'
     subj = re.sub(r"([A-Za-z0-9])['’]s\s+" + _ACT_NOUNS + r"\b.*$", r"\1", subj)        # "the owner's decision to" -> "the owner"
     main = re.sub(r"\([^)]*\)", " ", subj)                                              # 'P1 (the student)' -> 'P1'
     main = re.split(r"\b(?:who|that|which|whose|for|against|in|on|at|by|with|from|to|because|since)\b"
                     r"|\b\w+ing\s+(?=(?:the|a|an|his|her|their|its|to|for|him|them|p1|P1)\b)", main)[0]
-    s = re.sub(r"[\"'“”‘’*`]", " ", main).strip().lower()
+    s = re.sub(r"\band\s*/\s*or\b", "and", re.sub(r"[\"'“”‘’*`]", " ", main).strip().lower())   # 'the officer and/or the department': both named, as with 'and'
     words = re.findall(r"[a-z0-9][a-z0-9_-]*", s)
     if par and not [w for w in words if w not in _STOP | _GENERIC] and (pw := classify_subject(par, scenario, strict)) in ("P1", "other"):
         return pw                                                           # 'The person (P1)', 'Someone (P1)': the label names the party
     if not words: return None
     if words[0] == "both": return "both"
-    alt = re.split(r"\s+or\s+|\s*/\s*", s, maxsplit=1)
-    if len(alt) == 2:                                                       # 'S1 or the professor is wrong': undecided
+    alt = re.split(_OR_SPLIT, s, maxsplit=1)
+    if len(alt) == 2:                                                       # 'S1 or the professor is wrong', 'or the store manager', 'the woman Beaver_State': undecided
         a, b = (classify_subject(x, scenario, strict) for x in alt)
         return a if a == b else None
     two = re.split(r"\s+(?:and|&)\s+", s, maxsplit=1)
@@ -451,10 +455,18 @@ _WHO_IS = re.compile(r"\b(?:the\s+)?(?:person|party|one|individual)\s+(?:who\s+i
                      r"|\bit\s+(?:is|was)\s+(?!(?:not|un\w+|\w+ly|difficult|hard|impossible|possible|clear|obvious|evident|debatable|subjective|important|necessary|up\s+to|a\s+matter)\b)(?P<np6>[^.,;:\n]{1,40}?)\s+(?:who|that)\s+(?:is|was)\s+(?:\w+\s+)?(?:in\s+the\s+)?(?:wrong|at\s+fault|to\s+blame)\b", re.I)
 NORMATIVE_REFUSAL = REFUSAL.extend(r"it\s+is\s+not\s+possible\s+to\s+(?:determine|say)")   # the shared detector plus the study's phrase
 
+# %% ../../../nbs/10_normative.ipynb #cf597eff
+_OTHER_SCRIPT = re.compile(r"[^\W\d_A-Za-z\u00AA\u00BA\u00C0-\u024F\u1E00-\u1EFF]")   # a letter, but not a Latin one (accented Latin letters are Latin)
+
+def _other_script(text:str # a reply, or a phrase or clause of one
+                 )->bool:
+    "Does `text` hold a letter of another script than Latin (CJK, kana, Hangul, Thai, Arabic, Cyrillic, ...)? Then its ASCII tokens are no English answer."
+    return bool(_OTHER_SCRIPT.search(text))
+
 # %% ../../../nbs/10_normative.ipynb #505feb1d
 def _clauses(text):
-    "Sentences, lines and 'X: Y' halves, in order."
-    return [c for c in re.split(r"(?<=[.!?;])\s+|\n+|(?<=:)\s+(?=[A-Z])", text) if c.strip()]
+    "Sentences (also ended by the CJK full stop, 。！？；), lines and 'X: Y' halves, in order."
+    return [c for c in re.split(r"(?<=[.!?;])\s+|(?<=[。！？；])\s*|\n+|(?<=:)\s+(?=[A-Z])", text) if c.strip()]
 
 # %% ../../../nbs/10_normative.ipynb #44e72d92
 def _subject_before(c, end):
@@ -471,6 +483,7 @@ def _subject_before(c, end):
 def _judge_clause(c, scenario=None):
     "The earliest decisive judgement in clause `c`: P1 / other / both / neither, or None (a question is no judgement)."
     if c.rstrip(" *_\"'").endswith("?"): return None                     # 'Or do you think P2 is wrong?'
+    if _other_script(c): return None                                     # 'P1没有错': its ASCII token is no judgement
     cands = []
     if m := _NEITHER.search(c): cands.append((m.start(), "neither"))
     if m := _BOTH.search(c): cands.append((m.start(), "both"))
@@ -491,6 +504,7 @@ def _bare(text, scenario=None):
     "A bare answer: the first line or phrase only names a party of the scenario ('P1', 'Other (Professor)', 'Store Manager because ...')."
     if len(re.findall(r"(?m)^\W*\(?[A-Da-d][).]\s", text)) >= 2: return None   # a list of options ('(A) P1\n(B) The company') chooses none
     first = re.split(r"\n|(?<=[.!?])\s|[:;]|\bbecause\b|\bas\b|\bsince\b|\bfor\b|\s[-–—]\s", text.strip(), maxsplit=1)[0]
+    if _other_script(first): return None                                 # 'P1没有错，另一方错了。': the phrase is not the token 'P1'
     if re.fullmatch(r"\W*(?:no\s*one|nobody|none)\W*", first, re.I): return "neither"
     if re.match(r"\W*(?:based|according|in\s|given|after|considering|from|while|although|though|if|when)\b", first, re.I): return None
     first = re.sub(r"^(?:only|just)\s+", "", first.strip(" .!'\""), flags=re.I)
@@ -509,6 +523,14 @@ _TEMPLATE_TEXTS = [prompt_template(st, v).replace("$text$", "\n") for st in PROM
 _TEMPLATE_GRAMS = frozenset().union(*(_grams(_words(t)) for t in _TEMPLATE_TEXTS))   # every template's own word 4-grams, scenario aside
 _TEMPLATE_CLAUSES = frozenset(tuple(_words(c)) for t in _TEMPLATE_TEXTS for c in _clauses(t))
 
+_TEMPLATE_RUNS = " | ".join(" ".join(_words(c)) for t in _TEMPLATE_TEXTS for c in _clauses(t))
+_OPTION_WORDS = re.compile(r"\b(?:" + "|".join(w.replace("_", " ") for w in _OR_WORDS) + r")\b")   # the word of an option list, not of an option: 'or' and its stand-ins
+
+@functools.lru_cache(maxsize=8192)
+def _prompt_runs(scenario:str|None)->str:
+    "Every clause of the templates and the scenario as lower-case words, ' | ' between clauses: a reply's words copied from one clause are a substring of it (remembered per scenario)."
+    return f" {_TEMPLATE_RUNS} | " + " | ".join(" ".join(_words(c)) for c in _clauses(scenario or "")) + " "
+
 @functools.lru_cache(maxsize=8192)
 def _prompt_text(scenario:str)->tuple[frozenset, frozenset]:
     "(word 4-grams, whole clauses) of every template and this scenario: what a reply to it may echo (remembered per scenario)."
@@ -518,11 +540,12 @@ def _prompt_text(scenario:str)->tuple[frozenset, frozenset]:
 def _unechoed(text:str,               # a reply
               scenario:str|None=None  # the scenario it answers (its clauses count as the prompt's)
              )->str:
-    "The reply without its clauses copied from the prompt, the reply itself when none is: a clause of 8+ words with >= 90% of its word 4-grams in the scenario or a template, or one of 3+ words that is a whole clause of either."
+    "The reply without its clauses copied from the prompt, the reply itself when none is: a clause of 8+ words with >= 90% of its word 4-grams in the scenario or a template, one of 3+ words that is a whole clause of either, or one of 2+ words copied word for word from one clause that holds the option list's 'or' (or a stand-in for it): 'or the store manager is wrong'."
     grams, whole = _prompt_text(scenario) if scenario else (_TEMPLATE_GRAMS, _TEMPLATE_CLAUSES)
     def echo(c):
-        w = _words(c); g = _grams(w)
-        return (len(w) >= 8 and len(g & grams) >= 0.9*len(g)) or (len(w) >= 3 and tuple(w) in whole)
+        w = _words(c); g = _grams(w); run = " ".join(w)
+        return ((len(w) >= 8 and len(g & grams) >= 0.9*len(g)) or (len(w) >= 3 and tuple(w) in whole)
+                or (len(w) >= 2 and bool(_OPTION_WORDS.search(run)) and f" {run} " in _prompt_runs(scenario)))
     cl = _clauses(text)
     kept = [c for c in cl if not echo(c)]
     return text if len(kept) == len(cl) else "\n".join(kept)
@@ -541,7 +564,8 @@ PARSE_RULES = {   # rule -> what decided the label (parse_answer_rule's second v
     "'is right' clause": "no judgement, but a clause says a party is right / did nothing wrong: the other party is wrong",
     "invented question": "the reply goes on with a question of its own ('Question:' / 'Q:' line) and nothing before it judges: unparseable (the invented question's names are not the answer)",
     "template tokens": "the reply holds chat-template or special tokens (<|im_end|>, [INST], im_start, ...) and nothing before the first one judges: unparseable (what follows is a turn the model invented)",
-    "prompt echo": "the reply repeats the prompt (its scenario or the template's instructions, options included) and nothing else in it judges: unparseable",
+    "prompt echo": "the reply repeats the prompt (its scenario or the template's instructions, options included, or a run of its option list such as 'or the store manager is wrong') and nothing else in it judges: unparseable",
+    "other script": "the reply is (partly) in another script than Latin (CJK, Cyrillic, ...) and no clause in Latin script judges: unparseable (an ASCII token such as 'P1' inside '另一方错了。P1没有做错任何事。' is no answer)",
     "no rule": "no rule matched: unparseable",
 }
 
@@ -559,7 +583,7 @@ def parse_answer_rule(text:str|None,          # a model's answer
         head = parse_answer_rule(kept, scenario) if re.search(r"[A-Za-z]", kept) else ("", "no text")
         return head if head[1] not in ("no rule", "no text") else ("unparseable", "prompt echo")
     t = re.sub(r"^\W*(?:template\s+answer|answer|a)\s*:\s*", "", t, flags=re.I).strip()
-    if not re.search(r"[A-Za-z]", t): return "unparseable", "no text"
+    if not re.search(r"[A-Za-z]", t): return "unparseable", "other script" if _other_script(t) else "no text"
     if (m := _INVENTED.search(t)) and re.search(r"[A-Za-z]", t[:m.start()]):   # the reply answers, then asks a question of its own
         head = parse_answer_rule(t[:m.start()], scenario)
         return head if head[1] not in ("no rule", "no text") else ("unparseable", "invented question")
@@ -572,12 +596,12 @@ def parse_answer_rule(text:str|None,          # a model's answer
     for c in cl:
         if j := _judge_clause(c, scenario): return j, "judgement clause"
     for c in cl:
-        if m := _RIGHT.search(c):
+        if not _other_script(c) and (m := _RIGHT.search(c)):
             who = classify_subject(_subject_before(c, m.start()), scenario)
             if who in ("P1", "other"):
                 neg = re.search(r"\bnot\b|n't", m.groupdict().get("adv") or "", re.I)
                 return (who if neg else ("other" if who == "P1" else "P1")), "'is right' clause"
-    return "unparseable", "no rule"
+    return "unparseable", "other script" if _other_script(t) else "no rule"
 
 # %% ../../../nbs/10_normative.ipynb #da348771
 def parse_normative(text:str|None,          # a model's answer (None: no reply)
@@ -690,7 +714,7 @@ def parser_set_validity(data:pd.DataFrame,      # from load_normative (all 3000 
     scenario = lambda r: text[int(r)] if use_scenario and isinstance(r, str) and r.strip() else None   # the dataset row the reply answers
     return validate_on_set("normative", lambda r: parse_normative(r["reply"], scenario(r["row"])), "normative answer parser",
                            "{n} hand-labelled replies (tests/parser_sets/normative.csv): {released} released answers of the 7 models, "
-                           "{written} written in the forms chat models produce, {junk} junk replies that answer nothing "
+                           "{written} written in the forms chat models produce (Chinese and Japanese replies among them), {store} SmolLM2-135M replies from the committed store, {junk} junk replies that answer nothing "
                            "(template tokens, prompt echoes, story continuations, random words: unparseable); hard = disputable or contradictory replies")
 
 # %% ../../../nbs/10_normative.ipynb #9fa9f505
