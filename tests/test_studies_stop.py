@@ -63,6 +63,20 @@ def test_parsers_refuse_junk(kind):
         assert (faithful_label(reply), strict_label(reply)) == ("unparseable", "unparseable"), (kind, reply)
 
 
+@pytest.mark.parametrize("reply", ["Sophia responds, 'Yes, it is.' The professor asks", 'Taylor replies: "No." Min-Joon laughs',
+                                   "Maya smiles and answers, \u201cyes\u201d, then the manager", "He said no, and the coach shrugged"])
+def test_a_quoted_yes_inside_narrative_text_is_not_an_answer(reply):
+    "A base model's story continuation in which a character says 'Yes' was read as the answer yes by both parsers (issue 50)."
+    assert (faithful_label(reply), strict_label(reply)) == ("unparseable", "unparseable"), reply
+
+
+@pytest.mark.parametrize("reply,want", [("I would say no.", "no"), ("As I said, no.", "no"), ("You asked: yes.", "yes"),
+                                        ("Yes! Here is my favourite pancake recipe: mix flour, eggs and milk.", "yes")])
+def test_the_models_own_answer_after_a_speech_verb_or_before_other_text_is_read(reply, want):
+    "The model's own words are its answer; an answer followed by unrelated text keeps it (the reply gate marks the rest: trailing_off_topic)."
+    assert (faithful_label(reply), strict_label(reply)) == (want, want), reply
+
+
 def test_parser_sets_hold_junk_that_both_parsers_refuse():
     from silverspoon.studies.stop.stop import parser_set_validity
     for p in ("faithful", "strict"):

@@ -204,6 +204,10 @@ def record(self:Dialogue, text:str, reply:str, label:str):
 _QUOTES = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "*": " ", "_": " ", "`": " ", "#": " "})
 _ECHO = re.compile(r"['\"]?\b(?:yes|no)\b['\"]?\s*(?:/|\bor\b|\bnor\b)\s*['\"]?\b(?:yes|no)\b['\"]?")   # "yes or no", "'yes' or 'no'", "yes/no": the options named, never an answer
 _YESNO = re.compile(r"\b(yes|no)\b")
+_SPEECH = re.compile(r"\b(?P<verb>says|said|responds|responded|replies|replied|answers|answered|asks|asked|exclaims|exclaimed|whispers|"
+                     r"whispered|shouts|shouted|yells|yelled|tells|told|adds|added|mutters|muttered|continues|continued|explains|explained|"
+                     r"insists|insisted|nods|nodded|smiles|smiled|laughs|laughed|agrees|agreed|writes|wrote|cries|cried|sighs|sighed)"
+                     r"(?:\s+(?:\w+ly|with(?:\s+an?)?))?\s*[,:]?\s*['\"]?\s*$")   # a character speaking: "sophia responds, 'yes" (its 'yes' is a line of the story)
 _NEGATED_JUDGEMENT = re.compile(r"\bnot\s+(?:\w+ly\s+)?(?:appropriate|acceptable|ok|okay|fine|alright|justified|justify|justifies|justifiable|"
                                 r"right|fair|suitable|proper)\b")   # "not appropriate", "does not justify": the faithful rule's "no" (the authors read n-o-t)
 
@@ -211,12 +215,13 @@ _NEGATED_JUDGEMENT = re.compile(r"\bnot\s+(?:\w+ly\s+)?(?:appropriate|acceptable
 def _answer_words(t:str,            # lower-cased text, options already removed
                   word:str|None=None # "yes" or "no"; None: either
                  )->list:
-    "The whole words yes/no in `t` that stand as an answer: nothing or punctuation before them, or punctuation or the end after them (never 'no one')."
+    "The whole words yes/no in `t` that stand as an answer: nothing or punctuation before them, or punctuation or the end after them (never 'no one', never a line a character of a story speaks: sophia responds, 'yes, it is.')."
     out = []
     for m in _YESNO.finditer(t):
         if word is not None and m.group(1) != word: continue
         before, after = t[:m.start()].rstrip(), t[m.end():].lstrip()
         if m.group(1) == "no" and re.match(r"(?:one|matter)\b", after): continue     # "no one", "no matter": a determiner, never the answer
+        if (s := _SPEECH.search(before)) and not re.search(r"\b(?:i|we|you|as)\s*$", before[:s.start()]): continue   # reported speech of someone else: the story, not the answer
         if not before or not before[-1].isalnum() or not after or not after[0].isalnum(): out.append(m)
     return out
 
