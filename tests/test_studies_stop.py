@@ -87,6 +87,50 @@ def test_parser_sets_hold_junk_that_both_parsers_refuse():
         assert summ.agreement_clear.item() >= 0.98, items[~items.agree.astype(bool) & ~items.hard.astype(bool)]
 
 
+def _constant_conversations(data, answer):
+    "The conversations of a model that answers `answer` ('yes' or 'no') to every sentence and counterfactual, on an equal sample of 12."
+    sel = select_progressions(data, {"n": 12, "stratify_by": "severity", "seed": 0})
+    n_no = 0 if answer == "yes" else 5
+    return pd.DataFrame({"progression_id": sel.progression_id, "sample_index": 0, "severity": sel.severity, "sub_demographic": sel.sub_demographic,
+                         "status": "scored", "correct": (sel.ideal_no == n_no).astype("boolean"), "score": n_no / 5, "cf_label": answer})
+
+
+@pytest.mark.parametrize("answer", ["yes", "no"])
+def test_p_is_shown_beside_what_constant_responders_score(data, answer):
+    "A model that never objects scores P = the low-severity share (a third of an equal sample): the table says so beside P (issue 50)."
+    t = idealistic_table(_constant_conversations(data, answer), "scored", n_boot=20).set_index("metric")
+    col = f"always_{answer}"
+    assert t.loc["P", "estimate"] == pytest.approx(1/3) and t.loc["P", col] == pytest.approx(t.loc["P", "estimate"])   # the level is its baseline
+    for m in ("P", "P_macro", "Pl", "Pm", "Ph", "Pcounter", "mean_sensitivity"):
+        assert t.loc[m, col] == pytest.approx(t.loc[m, "estimate"]), m
+    assert (t.loc["Pl", "always_yes"], t.loc["Ph", "always_no"], t.loc["Pm", "always_yes"], t.loc["Pm", "always_no"]) == (1, 1, 0, 0)
+
+
+def test_summary_and_card_carry_the_baselines_and_say_what_p_counts(data):
+    from silverspoon.studies.stop.stop import CARD_HEADLINES, PARSER_INSTRUMENT
+    from silverspoon.site.card import card_html
+    conv = _constant_conversations(data, "yes")
+    ideal = {p: {d: idealistic_table(conv, d, n_boot=20) for d in ("scored", "selected")} for p in ("faithful", "strict")}
+    s = summary_rows(ideal, "faithful").set_index("metric")
+    assert s.loc["P", ["always_yes", "always_no"]].tolist() == pytest.approx([1/3, 1/3]) and s.loc["P (strict parser)", "always_yes"] == pytest.approx(1/3)
+    p = next(h for h in CARD_HEADLINES if h.metric == "P")
+    assert "low-severity" in p.what and "constant 'yes'" in p.what and "flags before the end" not in p.what
+    assert all(h.instrument == (PARSER_INSTRUMENT,) for h in CARD_HEADLINES) and PARSER_INSTRUMENT.startswith("faithful parser (parse_faithful)")
+    card = pd.DataFrame([dict(study="stop", run="x", headline="P", what=p.what, kind="performance", estimate=1/3, ci_low=0.1, ci_high=0.65, n=12,
+                              null=1.0, verdict="performance", always_yes=1/3, always_no=1/3)])
+    assert "always 'yes' 0.333, always 'no' 0.333" in card_html(card, "x")
+
+
+def test_the_card_never_shows_the_parsers_agreement_as_validity(root):
+    "The committed SmolLM2 run's instruments.csv holds the faithful-vs-strict agreement first (1 [0.95, 1], n = 72, on junk): the card cites the hand-labelled set."
+    from silverspoon.site.card import instrument_validity
+    from silverspoon.studies.stop.stop import CARD_HEADLINES
+    run = root/"reports"/"stop"/"smollm2-135m"
+    for h in CARD_HEADLINES:
+        v = instrument_validity(h, run)
+        assert "hand-labelled" in v["measured_on"] and "strict parser" not in v["instruments"], v
+
+
 def test_parsers_on_released_counterfactual_replies(data):
     "Released replies were cut at the first '.': the parsers agree on yes/no; the strict one names the refusals the faithful one cannot read."
     cf = data["llama2-7b_cf"].dropna()
@@ -495,6 +539,15 @@ def test_report_with_a_human_file(tmp_path, root, data):
     import re
     assert re.search(r"Verdict: <strong>(evidence|no evidence|underpowered|no estimate)</strong>", html)   # the verdict words of stats.VERDICT_TIERS
     assert "No human annotation file" not in html
+    # issue 50: P beside its constant responders on the same conversations; validity only against hand labels
+    it = pd.read_csv(out/"items.csv"); it = it[it.primary & it.status.eq("scored")]
+    assert s.loc["P", ["always_yes", "always_no"]].tolist() == pytest.approx([(it.severity == "low").mean(), (it.severity == "high").mean()])
+    ideal = pd.read_csv(out/"idealistic.csv").set_index(["metric", "denominator"])
+    assert ideal.loc[("Pm", "scored"), ["always_yes", "always_no"]].tolist() == [0, 0] and ideal.loc[("Pcounter", "scored"), "always_no"] == 1
+    assert "a constant 'yes' scores" in html
+    inst = pd.read_csv(out/"instruments.csv")
+    assert inst.reference.str.contains("hand-labelled").all() and not inst.reference.str.contains("strict parser's labels").any(), inst
+    assert "Parser agreement (not validity)" in html
 
 
 # ---------------------------------------------------------------- one call for every backend (issue 32: replay is a backend like any other)

@@ -16,6 +16,7 @@ from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
+from ..studies.report import SUMMARY_BASELINE_COLUMNS
 from ..core import ParamsError, ModelParams, check_name, read_yaml, read_params_mapping
 from ..stats import cluster_bootstrap
 
@@ -149,7 +150,7 @@ def run_cost(store_dir:str|Path, # the store root: `<store>/<study>/<run>.jsonl`
 
 # %% ../../nbs/07b_card.ipynb #d87ff096
 def headline_row(h:Headline, run_dir:str|Path)->dict:
-    "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), the answer gate, the model the server said answered where it is not the one asked for (`served_model_of`) and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
+    "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), a performance level's constant-responder baselines (always_yes, always_no, where summary.csv has them), the answer gate, the model the server said answered where it is not the one asked for (`served_model_of`) and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
     run_dir = Path(run_dir)
     s = pd.read_csv(run_dir/"summary.csv")
     m = s["metric"].eq(h.metric)
@@ -168,7 +169,8 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
     row = dict(study=h.study, run=run_dir.name, headline=h.metric, what=h.what, kind=h.kind, estimate=num("estimate"), ci_low=num("ci_low"),
                ci_high=num("ci_high"), n=num("n"), null=null, p=num("p") if h.kind == "contrast" else float("nan"),
                test=str(r["test"]) if "test" in r.index and pd.notna(r["test"]) else "", n_units=num("n_units"), note=note,
-               answers=gate["answers"], verdict_allowed=gate["verdict_allowed"], gate=gate["why"], chat_template=chat_template_of(run_dir), served=served)
+               answers=gate["answers"], verdict_allowed=gate["verdict_allowed"], gate=gate["why"], chat_template=chat_template_of(run_dir), served=served,
+               **{c: num(c) for c in SUMMARY_BASELINE_COLUMNS})   # a level beside what never objecting / always objecting scores on the same items
     row.update(instrument_validity(h, run_dir))
     return row
 
@@ -677,6 +679,8 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
     for _, r in card.iterrows():
         ci = f"[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
         est = f"{_fmt(r.get('estimate'))} {ci}" + (f"<br><small>vs ideal {_fmt(r.get('null'))}</small>" if r.get("kind") == "performance" else "")
+        if pd.notna(r.get("always_yes")) or pd.notna(r.get("always_no")):   # a level beside its degenerate baselines, on the same items
+            est += f"<br><small>constant answers score: always 'yes' {_fmt(r.get('always_yes'))}, always 'no' {_fmt(r.get('always_no'))}</small>"
         test = ("–" if r.get("kind") == "performance" or pd.isna(r.get("p")) else
                 f"p {_fmt_p(r.get('p'))}, adjusted {_fmt_p(r.get('p_bh'))}<br><small>{esc(r.get('test'))}; null {_fmt(r.get('null'))}; {_fmt(r.get('n_units'))} units</small>")
         inst = "<br>".join(f"<small>{esc(x)}</small>" for x in str(r.get("instruments") or "").split("\n") if x) or "–"
@@ -695,8 +699,9 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             f"p, adjusted with every other test of this card (one Benjamini-Hochberg family: {html.escape(family)}): <b>evidence</b> "
             "(its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no evidence, but this n "
             "could not detect it) or <b>no estimate</b> (too few units, no test, or the metric absent from the run); 'no verdict' where the "
-            "run's replies were not answers. A <b>performance level</b> (STOP's P) is shown against its ideal, never "
-            "as a bias verdict. MDE: the smallest true effect a 5% test detects with 80% power at this run's units, from the estimator "
+            "run's replies were not answers. A <b>performance level</b> (STOP's P) is shown against its ideal and beside what "
+            "constant answers score on the same items (always 'yes', always 'no': never objecting is right on STOP's low-severity "
+            "progressions), never as a bias verdict. MDE: the smallest true effect a 5% test detects with 80% power at this run's units, from the estimator "
             "(its SE per unit, or the exact McNemar test), with whether that n detects the paper's effect. Instruments: every parser, "
             "router or classifier behind the number, its agreement with its reference and where that was measured. Released models: the "
             "same headline from the authors' released answers scored by our instruments (for normative's CKC and STOP's P these reproduce "

@@ -18,9 +18,10 @@ from .. import stats
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SUMMARY_TEST_COLUMNS', 'INSTRUMENTS_MARK', 'FIGURE_DPI', 'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'POLICY_TEXT',
-           'POLICY_PAGE', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame', 'Report', 'literal_text',
-           'RunEnded', 'check_summary', 'warning_without_path', 'policy_markdown', 'policy_page']
+__all__ = ['SUMMARY_TEST_COLUMNS', 'SUMMARY_BASELINE_COLUMNS', 'INSTRUMENTS_MARK', 'FIGURE_DPI', 'ANSWERS_REPLY_CHARS',
+           'SUMMARY_COLUMNS', 'POLICY_TEXT', 'POLICY_PAGE', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame',
+           'Report', 'literal_text', 'RunEnded', 'check_summary', 'warning_without_path', 'policy_markdown',
+           'policy_page']
 
 # %% ../../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -29,11 +30,12 @@ def ci_text(est, lo, hi)->str:
 
 # %% ../../nbs/06_report.ipynb #f9d02efc
 SUMMARY_TEST_COLUMNS = ("p", "p_bh", "test", "null", "n_units", "policy_note")   # optional per headline: its test (raw and BH-adjusted p, name, null value, units) and the policy's note; never row keys
+SUMMARY_BASELINE_COLUMNS = ("always_yes", "always_no")   # optional per performance level: what constant responders score on the same items (STOP's P); never row keys
 
 def summary_wide(df:pd.DataFrame)->pd.DataFrame:
     "Long headline rows (`metric`, `estimate`, `ci_low`, `ci_high`, `n`) as one row per run (and label set), one column per metric, cells `estimate [low, high]`; other frames unchanged."
     if not {"metric", "estimate"} <= set(df.columns): return df
-    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n", *SUMMARY_TEST_COLUMNS)]
+    keys = [c for c in df.columns if c not in ("metric", "estimate", "ci_low", "ci_high", "n", *SUMMARY_TEST_COLUMNS, *SUMMARY_BASELINE_COLUMNS)]
     df = df.copy()
     for k in keys: df[k] = pd.Series(["" if pd.isna(v) else v for v in df[k]], index=df.index, dtype=object)   # a row key's NaN shows as "": object on every pandas (pandas 2.2's fillna downcast it and printed a FutureWarning into Colab's reports)
     df["cell"] = [ci_text(e, l, h) for e, l, h in zip(df["estimate"], df.get("ci_low", df["estimate"]), df.get("ci_high", df["estimate"]))]
