@@ -547,7 +547,7 @@ def test_report_with_a_human_file(tmp_path, root, data):
     assert "a constant 'yes' scores" in html
     inst = pd.read_csv(out/"instruments.csv")
     assert inst.reference.str.contains("hand-labelled").all() and not inst.reference.str.contains("strict parser's labels").any(), inst
-    assert "Parser agreement (not validity)" in html
+    assert "Parser agreement (not validity)" in html and "{opts." not in html   # every caption's numbers filled in
 
 
 # ---------------------------------------------------------------- one call for every backend (issue 32: replay is a backend like any other)
