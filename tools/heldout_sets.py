@@ -16,7 +16,8 @@ import pandas as pd
 STUDIES = {   # study -> (sample.n, max_new_tokens, extra task fields): small samples, a few CPU minutes each
     "normative": (45, 48, {}), "stop": (3, 12, {}), "professions": (60, 16, {}),
     "narratives": (16, 96, {"sentiment_model": None}), "letters": (8, 128, {"formality_model": None, "sentiment_model": None, "nli_model": None})}
-SETS = {"normative_heldout": "normative", "professions_heldout": "professions", "stop_faithful_heldout": "stop", "stop_strict_heldout": "stop"}
+SETS = {"normative_heldout": "normative", "professions_heldout": "professions", "stop_faithful_heldout": "stop", "stop_strict_heldout": "stop",
+        "narratives_heldout": "narratives", "letters_heldout": "letters"}
 
 
 def write_params(model_dir, gguf_file, template, run, out):
