@@ -482,6 +482,13 @@ CHAT_TEMPLATES = {   # name -> template; the format each model was trained on is
         "'<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}"
         "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}",
         ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|eot_id|>"),
+    "gemma": KnownChatTemplate(    # Gemma 1/2/3: <start_of_turn>user|model ... <end_of_turn>; no system role (it opens the first user turn)
+        "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{% set first = messages[0]['content'] | trim + '\\n\\n' %}"
+        "{% set loop_messages = messages[1:] %}{% else %}{% set first = '' %}{% set loop_messages = messages %}{% endif %}"
+        "{% for message in loop_messages %}{% set role = 'model' if message['role'] == 'assistant' else message['role'] %}"
+        "{{ '<start_of_turn>' + role + '\\n' + (first if loop.first else '') + message['content'] | trim + '<end_of_turn>\\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<start_of_turn>model\\n' }}{% endif %}",
+        ("<start_of_turn>", "<end_of_turn>"), "<end_of_turn>"),
 }
 
 # %% ../nbs/00_core.ipynb #c7a70003

