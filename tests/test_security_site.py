@@ -108,3 +108,35 @@ def test_report_figure_draws_any_unparsable_text_literally(tmp_path):
     rep.figure(fig, "tex", "a figure")
     assert (tmp_path/"tex.png").stat().st_size > 0 and "tex.png" in rep.written
     assert ax.get_title() == r"org/\$\bad\$: a title built without literal_text" and ax.get_xlabel() == r"$\alpha$"
+
+
+# ----------------------------------------------------------------------------------------------------
+# A rejected reply shown in the report (issue 51 B09): a backtick closed its Markdown code span and the rest became a live
+# remote image (a tracking pixel on every view) and a link. Replies are now escaped HTML inside <code>, never Markdown.
+HOSTILE_REPLIES = ["ok` ![p](http://attacker.invalid/pixel.png) [click](http://attacker.invalid/go) `",
+                   "`` ![p](https://attacker.invalid/a.png) <img src=http://attacker.invalid/b.png> <a href='http://attacker.invalid/c'>x</a>",
+                   "line\n\n![p](http://attacker.invalid/d.png)\n\n[l]: http://attacker.invalid/e"]
+
+
+def test_a_rejected_reply_cannot_put_an_image_or_link_on_the_published_page(tmp_path, monkeypatch):
+    import re, nbformat, pandas as pd, IPython.display
+    from silverspoon.core import load_params
+    from silverspoon.studies.report import Report
+    from silverspoon.instruments.parse import ReplyGate
+    from silverspoon.site.runner import _nb_html
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    rep = Report(load_params(dict(study="normative", run="hostile", model=dict(backend="scripted", id="text:x"))), tmp_path)
+    replies = HOSTILE_REPLIES*2
+    gate = ReplyGate(checks=())
+    parsed = pd.DataFrame(dict(status="not_an_answer", value=None, rule="not an answer"), index=range(len(replies)))
+    rep.answers(parsed, gate.screen(replies), replies=replies, gate=gate)
+    outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": o.data} if isinstance(o, IPython.display.Markdown) else {"text/html": o.data})
+               for o in shown if isinstance(o, (IPython.display.Markdown, IPython.display.HTML))]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("rep.answers(...)", outputs=outputs)])
+    page = _nb_html(nb)
+    assert "Replies that are not answers" in page
+    assert "attacker.invalid" in page                                          # the replies are shown ...
+    assert not re.search(r"<img[^>]*attacker", page), page                     # ... as text: no remote image
+    assert not re.search(r"<a\b[^>]*href[^>]*attacker", page), page            # and no link
+    assert not re.search(r"<(img|a|script)\b", page.split("Replies that are not answers")[1])
