@@ -149,3 +149,16 @@ def test_a_run_file_changed_after_the_check_is_not_run(root, tmp_path, monkeypat
     f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 60}\n")
     with pytest.raises(SilverspoonError, match="changed since this command checked it"): run_params_file(f, tmp_path/"reports", expect=checked)
     assert not (tmp_path/"reports"/"normative"/"x").exists()
+
+
+@pytest.mark.parametrize("args, option, lo, hi", [(["plan", "--model", "params/models/llama3-8b-instruct.yaml", "--n-boot", "-5"], "--n-boot", 1, 100000),
+                                                   (["run", "--jobs", "0", "params/normative/gpt4-replay.yaml", "--dry-run"], "--jobs", 1, 1024),
+                                                   (["annotate", "sheet", "{tmp}/sheets", "--annotators", "a", "--seed", "-1"], "--seed", 0, 4294967295),
+                                                   (["audit", "sheet", "reports/normative/smollm2-135m", "--out", "{tmp}/audit", "--seed", "-1"], "--seed", 0, 4294967295)])
+def test_a_negative_number_on_the_command_line_is_one_line_naming_the_option(cli, tmp_path, args, option, lo, hi):
+    "Issue 51: `--seed -1` was a traceback. Every number on the command line is checked against its one range before anything runs."
+    r = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith(f"error: command line: field `{option}` = ") and line.endswith(f"must be in [{lo}, {hi}]."), line
+    assert not list(tmp_path.iterdir())   # nothing written
