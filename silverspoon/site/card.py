@@ -820,7 +820,7 @@ def read_model_file(path:str|Path)->dict:
             "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
 
 # %% ../../nbs/07b_card.ipynb #b13res02
-PLANNED_FILE = "new run file (written by `silverspoon run`)"   # the status of a run file `model_plan` computes but does not write
+PLANNED_FILE = "new: `silverspoon run` writes it"   # the status of a run file `model_plan` computes but does not write
 
 def resolved_mapping(doc:dict,           # a run file's mapping as it would be written, with `include:`
                      base:str|Path,      # the file its `include:` names (absolute or relative to the working directory)
