@@ -204,3 +204,15 @@ def test_a_full_disk_names_the_file_being_written_and_the_fix(reports, cli, monk
     assert r.returncode == 2 and "Traceback" not in r.stderr
     line, = r.stderr.strip().splitlines()                                  # one line
     assert re.match(rf"error: {re.escape(str(reports))}/\S+\.html: No space left on device\. Fix: free space on the disk that holds it", line), line
+
+
+def test_a_full_disk_inside_a_run_names_the_table_being_written(tmp_path, monkeypatch):
+    "The run's failure line quotes the notebook's error: a CSV the report could not write is named in it."
+    import errno, pandas as pd
+    from silverspoon.core import load_params
+    from silverspoon.studies.report import Report
+    rep = Report(load_params(dict(study="normative", run="x", model=dict(backend="scripted", id="text:x"))), tmp_path)
+    def full(self, *a, **kw): raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    with pytest.raises(OSError) as e: rep.items(pd.DataFrame({"item": [1, 2], "y": [0, 1]}))
+    assert e.value.filename == str(tmp_path/"items.csv") and str(tmp_path/"items.csv") in str(e.value) and e.value.errno == errno.ENOSPC

@@ -133,8 +133,13 @@ def _styled(self:Report, df:pd.DataFrame, name:str):   # cells hold model answer
 # %% ../../nbs/06_report.ipynb #cddf1ae6
 @patch
 def _write(self:Report, df, name:str):
+    "Write `df` as `<out_dir>/<name>.csv`; a write that fails (a full disk fails in `write`, an `OSError` naming no file) names the file, so the run's failure line says which."
     if self.out_dir:
-        df.to_csv(self.out_dir/f"{name}.csv", index=False)
+        path = self.out_dir/f"{name}.csv"
+        try: df.to_csv(path, index=False)
+        except OSError as e:
+            if e.filename is None: raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+            raise
         self.written.append(f"{name}.csv")
 
 # %% ../../nbs/06_report.ipynb #4d42b3a4
