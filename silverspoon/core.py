@@ -85,7 +85,7 @@ def sha256_file(path:Path|str, chunk:int=1<<20)->str:
 def write_atomic(path:Path|str,        # the file to (re)write
                  data:str|bytes,       # its whole new content; `str` is written as UTF-8
                  )->Path:
-    "Write `data` to `path` whole or not at all: a temporary sibling, fsync, then `os.replace`; on any error the old file is untouched and the temporary removed."
+    "Write `data` to `path` whole or not at all: a temporary sibling, fsync, then `os.replace`; on any error the old file is untouched, the temporary removed, and an `OSError` (a full disk included) names `path`, never the temporary or nothing."
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
@@ -93,6 +93,10 @@ def write_atomic(path:Path|str,        # the file to (re)write
         with open(tmp, "wb") as f:
             f.write(body); f.flush(); os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:   # a full disk fails in write or fsync, an OSError that names no file: name the one being written
+        tmp.unlink(missing_ok=True)
+        if e.filename is None or str(e.filename) == str(tmp): raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True); raise
     return path

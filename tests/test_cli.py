@@ -117,3 +117,48 @@ def test_local_bases_let_a_new_model_be_one_short_file(root):
             variant |= {"task"}   # the stand-ins named instead of the base's `auto`: the committed report never depends on the hub
         assert own <= {"study", "run", "description", "model"} | variant, (f, own)
         assert read_params_mapping(f)["model"]["backend"] == "hf"
+
+
+# --- issue 51 B13: `run --dry-run`, `plan`, `check` and `index` rewrote the tmp/models/ run files a running `run --model`
+# reads; its next study ran with the edited setting. Read-only commands now write nothing; `run` runs what it checked.
+def test_read_only_commands_write_nothing_a_running_run_reads(root, tmp_path, cli, monkeypatch):
+    import inspect
+    from silverspoon.site.card import model_plan
+    t = tmp_path/"p"
+    shutil.copytree(root/"params", t/"params"); (t/"adapters").symlink_to(root/"adapters"); (t/"reports").mkdir()
+    monkeypatch.setenv("SILVERSPOON_ROOT", str(t))
+    m = t/"params"/"models"/"new.yaml"
+    m.write_text("name: new\nmodel: {backend: hf, id: some/model}\nstudies: {normative: {sample: {n: 30}}}\n")
+    model_plan(m, root=t, **({"write": True} if "write" in inspect.signature(model_plan).parameters else {}))   # `run --model` wrote its run
+    # files (as on 06e24b4, where every caller wrote them) and is running them, one study after another
+    running = {f: f.read_bytes() for f in (t/"tmp").rglob("*.yaml")}
+    assert t/"tmp"/"models"/"new"/"normative.yaml" in running
+    m.write_text(m.read_text().replace("n: 30", "n: 60"))   # meanwhile the model file is edited, and looked at again
+    for cmd in (["run", "--dry-run", "--model", m], ["check", m], ["plan", "--model", m], ["index", "--reports-dir", t/"reports"]):
+        cli(*cmd)
+        assert {f: f.read_bytes() for f in (t/"tmp").rglob("*.yaml")} == running, f"{cmd[0]} rewrote a file the run reads"
+
+
+def test_a_run_file_changed_after_the_check_is_not_run(root, tmp_path, monkeypatch):
+    "A second `run --model` of an edited model file rewrites the run files: the first run refuses a file that is no longer what it checked."
+    from silverspoon.site.runner import read_params_file, run_params_file
+    from silverspoon.core import SilverspoonError
+    f = tmp_path/"x.yaml"
+    f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30}\n")
+    checked = read_params_file(f)
+    f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 60}\n")
+    with pytest.raises(SilverspoonError, match="changed since this command checked it"): run_params_file(f, tmp_path/"reports", expect=checked)
+    assert not (tmp_path/"reports"/"normative"/"x").exists()
+
+
+@pytest.mark.parametrize("args, option, lo, hi", [(["plan", "--model", "params/models/llama3-8b-instruct.yaml", "--n-boot", "-5"], "--n-boot", 1, 100000),
+                                                   (["run", "--jobs", "0", "params/normative/gpt4-replay.yaml", "--dry-run"], "--jobs", 1, 1024),
+                                                   (["annotate", "sheet", "{tmp}/sheets", "--annotators", "a", "--seed", "-1"], "--seed", 0, 4294967295),
+                                                   (["audit", "sheet", "reports/normative/smollm2-135m", "--out", "{tmp}/audit", "--seed", "-1"], "--seed", 0, 4294967295)])
+def test_a_negative_number_on_the_command_line_is_one_line_naming_the_option(cli, tmp_path, args, option, lo, hi):
+    "Issue 51: `--seed -1` was a traceback. Every number on the command line is checked against its one range before anything runs."
+    r = cli(*[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert line.startswith(f"error: command line: field `{option}` = ") and line.endswith(f"must be in [{lo}, {hi}]."), line
+    assert not list(tmp_path.iterdir())   # nothing written

@@ -67,7 +67,7 @@ def varied_studies(monkeypatch):
 def test_planner_files_for_smollm2(root, tmp_path, varied_studies):
     "Names follow the binding rule; each file differs from the study's run file only in run, sample.n, the level's field, description."
     shutil.copytree(root/"params", tmp_path/"params")
-    plan = factor_plan(tmp_path/SMOL, root=tmp_path)
+    plan = factor_plan(tmp_path/SMOL, root=tmp_path, write=True)   # the files `silverspoon run` writes (other commands: in memory)
     skipped = plan[plan.params.isna()].set_index(["study", "factor"]).status
     assert skipped["downstream", "quantization"].startswith("skipped: needs a LoRA adapter per level")
     assert skipped["stop_scale", "prompt_variant"].startswith("skipped: the study has no headlines_from_items")
@@ -91,7 +91,7 @@ def test_planner_files_for_smollm2(root, tmp_path, varied_studies):
             assert doc.get("task.prompt_variant") == {"reference": "paper", "prompt_variant": r.level}.get(r.factor, base.get("task.prompt_variant"))
             assert doc["description"].startswith(base["description"] + "; factor run: ")
     # --vary replaces the file's factors (its n stays); a level a study lacks is skipped, the reference always runs
-    plan = factor_plan(tmp_path/SMOL, ["stop"], {"prompt_variant": ["short", "nope"]}, root=tmp_path)
+    plan = factor_plan(tmp_path/SMOL, ["stop"], {"prompt_variant": ["short", "nope"]}, root=tmp_path, write=True)
     assert plan.run.dropna().tolist() == ["smollm2-135m--reference", "smollm2-135m--prompt_variant-short"]
     assert plan.status[plan.level.eq("nope")].iloc[0] == "skipped: the study has no prompt variant 'nope' (it has paper, plain, short, options_reversed, system)"
     assert read_params_mapping(tmp_path/plan.params.dropna().iloc[0])["sample"]["n"] == 6
@@ -354,3 +354,13 @@ def test_factor_tests_give_the_same_numbers_on_several_processes():
     two, one = _map_paired_deltas(jobs, 2), _map_paired_deltas(jobs, 1)
     for a, b in zip(two, one): pd.testing.assert_frame_equal(a, b)   # NaN where 4 items are too few for a test
     assert one[0]["delta"].item() == 0.5 and one[1]["delta"].item() == -0.5 and one[2]["delta"].item() == 0
+
+
+def test_an_unknown_vary_level_or_an_empty_studies_list_is_an_error(cli):
+    "Issue 51 (round 3's A26): an unknown --vary level was a skip line with exit 0; --studies ',,,' selected every study."
+    r = cli("run", "--model", SMOL, "--vary", "task.prompt_variant=nope", "--dry-run")
+    assert r.returncode == 2 and "--vary task.prompt_variant: unknown level(s) ['nope']" in r.stderr, r.stdout + r.stderr
+    assert "would run" not in r.stdout
+    r = cli("run", "--model", SMOL, "--studies", ",,,", "--dry-run")
+    assert r.returncode == 2 and "--studies ',,,' names no study" in r.stderr and "known studies: downstream, letters" in r.stderr
+    assert "would run" not in r.stdout

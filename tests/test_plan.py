@@ -87,7 +87,7 @@ def test_paper_effects_and_binomial_floor():
 def test_scale_paper_writes_the_papers_n_and_leaves_committed_runs_alone(root, tmp_path):
     shutil.copytree(root/"params", tmp_path/"params")
     before = {f: f.read_bytes() for f in (tmp_path/"params").rglob("*.yaml")}
-    plan = scale_plan(tmp_path/"params"/"models"/"smollm2-135m.yaml", root=tmp_path).set_index("study")
+    plan = scale_plan(tmp_path/"params"/"models"/"smollm2-135m.yaml", root=tmp_path, write=True).set_index("study")   # as `run --scale paper` writes them
     assert {f: f.read_bytes() for f in (tmp_path/"params").rglob("*.yaml")} == before   # no committed params file touched
     for s in STUDIES_RUN + ["downstream"]:
         m = read_params_mapping(tmp_path/plan.params[s])
@@ -117,3 +117,48 @@ def test_detect_line_answers_the_question_per_headline():
     assert detect_line(r, "paper").startswith("yes: 400 name units can")
     d = headline_power(h["answer rate change, BBQ (adapter - base)"], 240, BBQ_ITEMS)
     assert detect_line(d).startswith("no answer: paper: none") and d["n_needed"] is None
+
+
+# --- issue 51 B14: every size checked once, the same error in plan, check, run and index; the model's max_new_tokens; CPU time
+def _project(root, t:Path)->Path:
+    "A project folder with the committed params and adapters and an empty reports/ (a model file in it is planned, not run)."
+    shutil.copytree(root/"params", t/"params"); (t/"adapters").symlink_to(root/"adapters"); (t/"reports").mkdir()
+    return t
+
+
+@pytest.mark.parametrize("bad, said", [("{sample: {n: many}}", "field `sample.n` = 'many' must be one of: int, null."),
+                                       ("{sample: {n: 100000000}}", "field `sample.n` = 100000000 is more than the 3000 items"),
+                                       ("{generation: {max_new_tokens: -5}}", "field `generation.max_new_tokens` = -5 must be in [1, 1000000]."),
+                                       ("{generation: {max_new_tokens: 4096.5}}", "field `generation.max_new_tokens` must be int, got float")])
+def test_a_bad_size_in_a_model_file_is_one_error_in_plan_check_run_and_index(root, tmp_path, cli, monkeypatch, bad, said):
+    t = _project(root, tmp_path/"p")
+    monkeypatch.setenv("SILVERSPOON_ROOT", str(t))
+    m = t/"params"/"models"/"new.yaml"
+    m.write_text(f"name: new\nmodel: {{backend: hf, id: some/model, device: cpu}}\nstudies: {{normative: {bad}}}\n")
+    for cmd in (["plan", "--model", m], ["check", m], ["run", "--dry-run", "--model", m], ["run", "--model", m], ["index", "--reports-dir", t/"reports"]):
+        r = cli(*cmd)
+        assert r.returncode == 2, (cmd, r.stdout, r.stderr)
+        assert r.stderr.startswith(f"error: {m} (studies.normative): {said}"), (cmd, r.stderr)   # one place, one message
+        assert "detects" not in r.stdout
+    assert not (t/"tmp").exists()                                                               # and nothing written
+
+
+def test_plan_times_use_the_models_max_new_tokens_and_a_measured_cpu_rate_for_device_cpu(root, tmp_path):
+    from silverspoon.site.card import plan_table, plan_text, gpu_time_estimate
+    head = "name: planned-x\nmodel: {backend: hf, id: some/model, device: %s}\n"
+    (tmp_path/"gpu.yaml").write_text(head % "cuda")
+    (tmp_path/"long.yaml").write_text(head % "cuda" + "studies: {normative: {generation: {max_new_tokens: 4096}}}\n")
+    (tmp_path/"cpu.yaml").write_text(head % "cpu")
+    g, l, c = (plan_table(tmp_path/f, "default", n_boot=20) for f in ("gpu.yaml", "long.yaml", "cpu.yaml"))
+    gs, ls, cs = (p["studies"].set_index("study") for p in (g, l, c))
+    base = read_params_mapping(root/"params"/"normative"/"_base-local.yaml")["generation"]["max_new_tokens"]
+    assert (ls.max_new_tokens["normative"], gs.max_new_tokens["normative"]) == (4096, base)
+    assert ls.h100_seconds_target["normative"] == pytest.approx(gs.h100_seconds_target["normative"]*4096/base)   # ~85x the 48-token time
+    assert ls.h100_seconds_target["stop"] == gs.h100_seconds_target["stop"]                                       # no override: unchanged
+    assert re.search(r"^  GPU at the target n 60: 180 generations, H100 .*; max_new_tokens 4,096$", plan_text(l), re.M)
+    est = gpu_time_estimate().set_index("study")
+    assert est.cpu_seconds.gt(0).all()                                   # the committed SmolLM2 runs' wall time, measured on a CPU
+    for s in ("normative", "stop"): assert cs.cpu_seconds_target[s] > 10*gs.h100_seconds_target[s]
+    text = plan_text(c)
+    assert "H100" not in text and "A100" not in text and "no rate is measured for some/model" in text
+    assert re.search(r"^  CPU at the target n 60: 180 generations, at least [\d.]+ (s|min|h); max_new_tokens [\d,]+$", text, re.M), text

@@ -1,6 +1,6 @@
 """Attacks on what the site publishes (red-team round 3, issue 31): a full disk while the index or a card is written leaves the
 old page whole (atomic writes), and a model id with TeX in it is drawn literally in every figure."""
-import sys, shutil, hashlib, subprocess, textwrap
+import re, sys, shutil, hashlib, subprocess, textwrap
 from pathlib import Path
 import pytest
 from conftest import ROOT
@@ -108,3 +108,111 @@ def test_report_figure_draws_any_unparsable_text_literally(tmp_path):
     rep.figure(fig, "tex", "a figure")
     assert (tmp_path/"tex.png").stat().st_size > 0 and "tex.png" in rep.written
     assert ax.get_title() == r"org/\$\bad\$: a title built without literal_text" and ax.get_xlabel() == r"$\alpha$"
+
+
+# ----------------------------------------------------------------------------------------------------
+# A rejected reply shown in the report (issue 51 B09): a backtick closed its Markdown code span and the rest became a live
+# remote image (a tracking pixel on every view) and a link. Replies are now escaped HTML inside <code>, never Markdown.
+HOSTILE_REPLIES = ["ok` ![p](http://attacker.invalid/pixel.png) [click](http://attacker.invalid/go) `",
+                   "`` ![p](https://attacker.invalid/a.png) <img src=http://attacker.invalid/b.png> <a href='http://attacker.invalid/c'>x</a>",
+                   "line\n\n![p](http://attacker.invalid/d.png)\n\n[l]: http://attacker.invalid/e"]
+
+
+def test_a_rejected_reply_cannot_put_an_image_or_link_on_the_published_page(tmp_path, monkeypatch):
+    import re, nbformat, pandas as pd, IPython.display
+    from silverspoon.core import load_params
+    from silverspoon.studies.report import Report
+    from silverspoon.instruments.parse import ReplyGate
+    from silverspoon.site.runner import _nb_html
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
+    rep = Report(load_params(dict(study="normative", run="hostile", model=dict(backend="scripted", id="text:x"))), tmp_path)
+    replies = HOSTILE_REPLIES*2
+    gate = ReplyGate(checks=())
+    parsed = pd.DataFrame(dict(status="not_an_answer", value=None, rule="not an answer"), index=range(len(replies)))
+    rep.answers(parsed, gate.screen(replies), replies=replies, gate=gate)
+    outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": o.data} if isinstance(o, IPython.display.Markdown) else {"text/html": o.data})
+               for o in shown if isinstance(o, (IPython.display.Markdown, IPython.display.HTML))]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("rep.answers(...)", outputs=outputs)])
+    page = _nb_html(nb)
+    assert "Replies that are not answers" in page
+    assert "attacker.invalid" in page                                          # the replies are shown ...
+    assert not re.search(r"<img[^>]*attacker", page), page                     # ... as text: no remote image
+    assert not re.search(r"<a\b[^>]*href[^>]*attacker", page), page            # and no link
+    assert not re.search(r"<(img|a|script)\b", page.split("Replies that are not answers")[1])
+
+
+# ----------------------------------------------------------------------------------------------------
+# A publish killed between its steps (issue 51, round 3's A24): after a kill -9 mid-publish the index showed the run's new
+# summary.csv beside its old HTML page. The summary now goes last; the next run of that name completes or undoes the rest.
+class _Killed(BaseException): "Stands in for a kill -9: nothing after it runs."
+
+
+def _finished_run(tmp:Path, version:int):
+    "What a run leaves in its temporary folder before `_publish`: its folder (CSVs, summary.csv), HTML page and notebook."
+    (tmp/"r").mkdir(parents=True)
+    (tmp/"r"/"items.csv").write_text(f"item,v\n1,{version}\n")
+    (tmp/"r"/"summary.csv").write_text(f"run,metric,estimate\nr,m,{version}\n")
+    (tmp/"r.html").write_text(f"<p>version {version}</p>")
+    (tmp/"r.ipynb").write_text(f'{{"version": {version}}}')
+
+
+def _shown(study_dir:Path):
+    "(the version of the summary the index would list, the version of the page it links): None for the summary when no summary.csv is published."
+    import pandas as pd
+    from silverspoon.site.runner import collect_summaries
+    s = collect_summaries(study_dir.parent).get(study_dir.name)
+    page = (study_dir/"r.html").read_text()
+    return (int(s.estimate.iloc[0]) if s is not None else None), int(page.split()[-1].removesuffix("</p>"))
+
+
+@pytest.mark.parametrize("kill_at", range(1, 7))
+def test_a_publish_killed_at_any_step_never_shows_the_new_summary_with_the_old_page(tmp_path, monkeypatch, kill_at):
+    import os, tempfile
+    from silverspoon.site import runner
+    study_dir = tmp_path/"reports"/"normative"; study_dir.mkdir(parents=True)
+    first = Path(tempfile.mkdtemp(prefix=".r.partial-", dir=study_dir)); _finished_run(first, 1)
+    runner._publish(first, study_dir, "r"); shutil.rmtree(first)
+    assert _shown(study_dir) == (1, 1)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"]); dead.wait()    # the pid of a process that is gone: the killed run's
+    second = Path(tempfile.mkdtemp(prefix=f".r.partial-{dead.pid}-", dir=study_dir)); _finished_run(second, 2)
+    real, calls, pid = os.replace, [], os.getpid
+    monkeypatch.setattr(runner.os, "getpid", lambda: dead.pid)             # the publishing process is the one killed
+    def replace(a, b):
+        calls.append(a)
+        if len(calls) == kill_at: raise _Killed()
+        return real(a, b)
+    monkeypatch.setattr(runner.os, "replace", replace)
+    try: runner._publish(second, study_dir, "r")
+    except _Killed: pass
+    monkeypatch.setattr(runner.os, "replace", real); monkeypatch.setattr(runner.os, "getpid", pid)
+    summary, page = _shown(study_dir)
+    assert summary in (None, page), f"killed at step {kill_at}: the index lists summary {summary} beside page {page}"
+    runner._remove_abandoned(study_dir, "r")                                # what the next run of r does first
+    summary, page = _shown(study_dir)
+    assert summary == page and (study_dir/"r"/"items.csv").read_text().endswith(f",{page}\n"), (kill_at, summary, page)
+    assert not list(study_dir.glob(".r.*"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# A full disk (issue 51, round 3's A23): the error named no file. It names the file being written and says what to do.
+def test_a_full_disk_names_the_file_being_written_and_the_fix(reports, cli, monkeypatch):
+    import errno, os
+    def full(fd): raise OSError(errno.ENOSPC, "No space left on device")   # the disk fills while a page is written
+    monkeypatch.setattr(os, "fsync", full)
+    r = cli("index", "--reports-dir", reports)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    line, = r.stderr.strip().splitlines()                                  # one line
+    assert re.match(rf"error: {re.escape(str(reports))}/\S+\.html: No space left on device\. Fix: free space on the disk that holds it", line), line
+
+
+def test_a_full_disk_inside_a_run_names_the_table_being_written(tmp_path, monkeypatch):
+    "The run's failure line quotes the notebook's error: a CSV the report could not write is named in it."
+    import errno, pandas as pd
+    from silverspoon.core import load_params
+    from silverspoon.studies.report import Report
+    rep = Report(load_params(dict(study="normative", run="x", model=dict(backend="scripted", id="text:x"))), tmp_path)
+    def full(self, *a, **kw): raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(pd.DataFrame, "to_csv", full)
+    with pytest.raises(OSError) as e: rep.items(pd.DataFrame({"item": [1, 2], "y": [0, 1]}))
+    assert e.value.filename == str(tmp_path/"items.csv") and str(tmp_path/"items.csv") in str(e.value) and e.value.errno == errno.ENOSPC

@@ -17,22 +17,23 @@ from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, 
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
-from ..core import ParamsError, ModelParams, check_name, read_yaml, read_params_mapping
+from ..core import ParamsError, ModelParams, GenerationParams, RunParams, check_name, read_yaml, read_params_mapping, load_params
 from ..stats import cluster_bootstrap
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'FACTOR_RESAMPLES',
-           'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words', 'answer_gate',
-           'chat_template_of', 'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run',
-           'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model', 'normal_power', 'normal_n',
-           'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd',
-           'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power',
-           'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas', 'card_rows',
-           'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
-           'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas',
-           'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html',
-           'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'plan_table',
-           'plan_text']
+__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'PLANNED_FILE',
+           'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
+           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost',
+           'headline_row', 'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run',
+           'model_run_names', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power',
+           'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
+           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
+           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
+           'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
+           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
+           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
+           'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params', 'check_model_runs',
+           'write_model_runs', 'plan_table', 'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -823,11 +824,27 @@ def read_model_file(path:str|Path)->dict:
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
             "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
 
+# %% ../../nbs/07b_card.ipynb #b13res02
+PLANNED_FILE = "new: `silverspoon run` writes it"   # the status of a run file `model_plan` computes but does not write
+
+def resolved_mapping(doc:dict,           # a run file's mapping as it would be written, with `include:`
+                     base:str|Path,      # the file its `include:` names (absolute or relative to the working directory)
+                     src:str="<params>"  # the run file's path, for messages
+                    )->dict:
+    "`doc` with its base merged in, as `read_params_mapping` reads the written file (the base's `run` refused the same way)."
+    import os
+    base = Path(os.path.normpath(base))   # `..` taken away by name: the run file's folder may not exist (not written)
+    b = read_params_mapping(base)
+    if "run" in b: raise ParamsError(f"{base} (included by {src}): field `run` must not be set in a base; the run is named by the including file.")
+    return merge_params(b, {k: v for k, v in doc.items() if k != "include"})
+
 # %% ../../nbs/07b_card.ipynb #b02d4850
 def model_plan(models_file:str|Path,        # params/models/<name>.yaml
                studies:list[str]|None=None,  # only these studies (default: every study with a params/<study>/_base-local.yaml)
-               root:str|Path|None=None)->pd.DataFrame:
-    "One row per study: the params file that runs it for this model (existing run file, or one written under tmp/models/), or why it is skipped."
+               root:str|Path|None=None,
+               write:bool=False              # write the new run files under tmp/models/<name>/: only `silverspoon run` does (a running job reads them)
+              )->pd.DataFrame:
+    "One row per study: the params file that runs it for this model (an existing run file, or a new one under tmp/models/, written only with `write`), its `doc` (the file's mapping, `include:` unresolved) and `mapping` (resolved), or why it is skipped."
     import yaml, os
     root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
     for other in sorted((root/"params"/"models").glob("*.yaml")):   # one name, one model: its runs, reports and card are found by name
@@ -842,8 +859,8 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
     for study in sorted(STUDY_REGISTRY):
         base = root/"params"/study/"_base-local.yaml"
         if studies and study not in studies: continue
-        if not base.exists(): rows.append(dict(study=study, run=None, params=None, status="skipped: the study has no local base (params/<study>/_base-local.yaml)")); continue
-        if study in m["skip"]: rows.append(dict(study=study, run=None, params=None, status=f"skipped: listed under `skip` in {models_file}")); continue
+        if not base.exists(): rows.append(dict(study=study, run=None, params=None, status="skipped: the study has no local base (params/<study>/_base-local.yaml)", doc=None, mapping=None)); continue
+        if study in m["skip"]: rows.append(dict(study=study, run=None, params=None, status=f"skipped: listed under `skip` in {models_file}", doc=None, mapping=None)); continue
         over = dict(m["studies"].get(study) or {}); run = over.pop("run", name)
         want = merge_params(read_params_mapping(base).get("model", {}), m["model"])
         existing = root/"params"/study/f"{run}.yaml"
@@ -857,16 +874,18 @@ def model_plan(models_file:str|Path,        # params/models/<name>.yaml
             got = read_params_mapping(existing).get("model", {})
             diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
             if diff: raise ParamsError(f"{existing}: its model block differs from {models_file} in {diff}; make them equal, or give this study another `run:` under `studies:`.")
-            rows.append(dict(study=study, run=run, params=str(existing.relative_to(root)), status="run file")); continue
+            rows.append(dict(study=study, run=run, params=str(existing.relative_to(root)), status="run file", doc=read_yaml(existing),
+                             mapping=read_params_mapping(existing))); continue
         need = get_study(study).needs   # e.g. downstream: a LoRA adapter
         if need and _dotted(over, need[0]) is None:
-            rows.append(dict(study=study, run=run, params=None, status=f"skipped: needs {need[0]}: {need[1]}")); continue
-        out = root/"tmp"/"models"/name/f"{study}.yaml"; out.parent.mkdir(parents=True, exist_ok=True)
+            rows.append(dict(study=study, run=run, params=None, status=f"skipped: needs {need[0]}: {need[1]}", doc=None, mapping=None)); continue
+        out = root/"tmp"/"models"/name/f"{study}.yaml"
         doc = merge_params({"study": study, "include": os.path.relpath(base, out.parent), "run": run,
                       "description": f"{m['description'] or name}: {study} with its default task settings (from {models_file})", "model": m["model"]}, over)
-        write_atomic(out, yaml.safe_dump(doc, sort_keys=False))
-        rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written"))
-    return pd.DataFrame(rows)
+        if write: out.parent.mkdir(parents=True, exist_ok=True); write_atomic(out, yaml.safe_dump(doc, sort_keys=False))
+        rows.append(dict(study=study, run=run, params=str(out.relative_to(root)), status="written" if write else PLANNED_FILE, doc=doc,
+                         mapping=resolved_mapping(doc, base, str(out.relative_to(root)))))
+    return pd.DataFrame(rows, columns=["study", "run", "params", "status", "doc", "mapping"])
 
 # %% ../../nbs/07b_card.ipynb #c25252ba
 def factor_run_name(run:str,           # the study's run for this model, e.g. smollm2-135m
@@ -879,25 +898,27 @@ def factor_run_name(run:str,           # the study's run for this model, e.g. sm
 def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
                 studies:list[str]|None=None,  # only these studies (default: every study `model_plan` runs)
                 vary:dict|None=None,          # factor -> levels, instead of the file's `factors` (its `n` still applies), e.g. {"quantization": ["none", "4bit"]}
-                root:str|Path|None=None)->pd.DataFrame:
-    "One row per (study, factor, level): the factor run's params file, written under tmp/models/<name>/factors/<study>/, or why it is skipped."
+                root:str|Path|None=None,
+                write:bool=False              # write the files (only `silverspoon run` does); else computed in memory (`doc`, `mapping`)
+               )->pd.DataFrame:
+    "One row per (study, factor, level): the factor run's params file under tmp/models/<name>/factors/<study>/ (written only with `write`) with its `doc` and resolved `mapping`, or why it is skipped."
     import yaml, os
     root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
     factors = m["factors"] if vary is None else check_factors({**vary, "n": m["factors"].get("n", {})}, "--vary")
     want = {f: factors[f] for f in FACTOR_FIELDS if f in factors}
-    cols = ["study", "factor", "level", "run", "params", "status"]
+    cols = ["study", "factor", "level", "run", "params", "status", "doc", "mapping"]
     if not want: return pd.DataFrame(columns=cols)
     rows = []
-    for p in model_plan(models_file, studies, root).itertuples():
+    for p in model_plan(models_file, studies, root, write).itertuples():
         def skip(why, factors=want, level=None):
-            rows.extend(dict(study=p.study, factor=f, level=level, run=None, params=None, status=f"skipped: {why}") for f in factors)
+            rows.extend(dict(study=p.study, factor=f, level=level, run=None, params=None, status=f"skipped: {why}", doc=None, mapping=None) for f in factors)
         if pd.isna(p.params): skip(p.status.removeprefix("skipped: ")); continue
         s = get_study(p.study)
         if s.factor_skip: skip(s.factor_skip); continue
         if s.headlines_from_items is None: skip("the study has no headlines_from_items (the deltas are recomputed from each run's items.csv)"); continue
         src = root/p.params
-        resolved = read_params_mapping(src)
-        base, run = read_yaml(src) or {}, resolved.get("run") or src.stem
+        resolved = p.mapping
+        base, run = dict(p.doc or {}), resolved.get("run") or src.stem
         headline_n = (resolved.get("sample") or {}).get("n")   # the factor runs draw their items inside the headline run's (sample.within): deltas compare like with like
         variants = list(s.prompt_variants)
         levels = [(None, None)]
@@ -907,7 +928,8 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
             for x in (variants if lv == "all" else lv):
                 if x not in variants: skip(f"the study has no prompt variant {x!r} (it has {', '.join(variants)})", [f], x)
                 elif x != variants[0]: levels.append((f, x))
-        out = root/"tmp"/"models"/name/"factors"/p.study; out.mkdir(parents=True, exist_ok=True)
+        out = root/"tmp"/"models"/name/"factors"/p.study
+        if write: out.mkdir(parents=True, exist_ok=True)
         for f, x in levels:
             doc, frun = dict(base), factor_run_name(run, f, x)
             if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
@@ -919,10 +941,11 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
             if variants and f in (None, "prompt_variant"): doc["task"] = {**(doc.get("task") or {}), "prompt_variant": x or variants[0]}
             what = "reference (quantization none, the paper's prompt)" if f is None else f"{FACTOR_FIELDS[f]} = {x}"
             doc["description"] = f"{base.get('description') or run}; factor run: {what}"
-            write_atomic(out/f"{frun}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-            status = "written" + ("" if p.study in factors["n"] else f" (no factors.n.{p.study}: the run file's sample)")
+            if write: write_atomic(out/f"{frun}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+            status = ("written" if write else PLANNED_FILE) + ("" if p.study in factors["n"] else f" (no factors.n.{p.study}: the run file's sample)")
+            mapping = resolved_mapping(doc, out/doc["include"], str((out/f"{frun}.yaml").relative_to(root))) if "include" in doc else doc
             rows.append(dict(study=p.study, factor=f or "reference", level=x or "reference", run=frun,
-                             params=str((out/f"{frun}.yaml").relative_to(root)), status=status))
+                             params=str((out/f"{frun}.yaml").relative_to(root)), status=status, doc=doc, mapping=mapping))
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../../nbs/07b_card.ipynb #392ed682
@@ -1158,8 +1181,8 @@ def replan(params_file:str|None,          # a run's params file as its provenanc
             try:
                 if read_model_file(f)["name"] != parts[2]: continue
             except ParamsError: continue
-            if parts[3] == "factors" and len(parts) == 6: factor_plan(f, [parts[4]], root=root)
-            elif len(parts) == 4: model_plan(f, [Path(parts[3]).stem], root=root)
+            if parts[3] == "factors" and len(parts) == 6: factor_plan(f, [parts[4]], root=root, write=True)
+            elif len(parts) == 4: model_plan(f, [Path(parts[3]).stem], root=root, write=True)
     return root/params_file
 
 # %% ../../nbs/07b_card.ipynb #a40bdac8
@@ -1168,7 +1191,9 @@ A100_H100_BANDWIDTH = 1555/3350   # A100-40GB vs H100-SXM HBM bandwidth (GB/s, v
 def gpu_rates(results_dir:str|Path|None=None)->dict:
     "Tokens per second of batched HF generation (`hf auto` rows) for Llama-3-8B: the H100 median, and the A100-40GB estimate."
     results_dir = Path(results_dir or project_root()/"benchmarks"/"results")
-    rows = pd.concat([pd.read_csv(f).assign(file=f.name) for f in sorted(results_dir.glob("h100-*llama3-8b*.csv"))], ignore_index=True)
+    files = sorted(results_dir.glob("h100-*llama3-8b*.csv"))
+    if not files: raise FileNotFoundError(f"{results_dir}: no GPU benchmark results (h100-*llama3-8b*.csv); run benchmarks/bench_gpu.py on a GPU.")
+    rows = pd.concat([pd.read_csv(f).assign(file=f.name) for f in files], ignore_index=True)
     auto = rows[rows["path"].eq("hf auto") & rows["tokens_per_s"].notna()]
     full, as40 = auto[~auto.card.str.contains("40 GB")], auto[auto.card.str.contains("40 GB")]
     if full.empty or as40.empty: raise FileNotFoundError(f"{results_dir}: no `hf auto` rows for the full H100 and the 40 GB setting; run benchmarks/bench_gpu.py.")
@@ -1178,17 +1203,17 @@ def gpu_rates(results_dir:str|Path|None=None)->dict:
 # %% ../../nbs/07b_card.ipynb #d794dd9c
 def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give each study's number of generations
                       root:str|Path|None=None)->pd.DataFrame:
-    "Per study: generations at its default sample, max_new_tokens, a token upper bound, and estimated seconds on an H100 and an A100-40GB."
+    "Per study: generations at its default sample, max_new_tokens, a token upper bound, estimated seconds on an H100 and an A100-40GB, and `cpu_seconds`: the wall time the reference runs took on the CPU that made them (their store records; SmolLM2-135M on this project's machine)."
     root = Path(root or project_root()); rates = gpu_rates(root/"benchmarks"/"results")
     rows = []
     for study, run_dir in runs_for_model(reference, root/"reports", root/"params"/"models").items():
         base = root/"params"/study/"_base-local.yaml"
         if not base.exists(): continue
-        gen = run_cost(project_store(root), study, run_dir.name)["generations"]
+        cost = run_cost(project_store(root), study, run_dir.name); gen = cost["generations"]
         mnt = int(read_params_mapping(base).get("generation", {}).get("max_new_tokens", 0))
         tok = gen*mnt
         rows.append(dict(study=study, generations=gen, max_new_tokens=mnt, tokens_upper_bound=tok,
-                         h100_seconds=round(tok/rates["h100"], 1), a100_seconds=round(tok/rates["a100_40gb"], 1)))
+                         h100_seconds=round(tok/rates["h100"], 1), a100_seconds=round(tok/rates["a100_40gb"], 1), cpu_seconds=cost["wall_seconds"]))
     return pd.DataFrame(rows)
 
 # %% ../../nbs/07b_card.ipynb #d1799e88
@@ -1208,7 +1233,13 @@ def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no 
                if len(ran) else "<p>No factor runs: the file has no <code>factors:</code> (add quantization and prompt-variant levels to measure them).</p>")
     try: est = gpu_time_estimate(root=root)
     except (FileNotFoundError, ValueError): est = None
-    if est is not None and len(est): est = est[est.study.isin(plan.study[plan.params.notna()])]   # the studies this model would run
+    if est is not None and len(est):
+        est = est[est.study.isin(plan.study[plan.params.notna()])]   # the studies this model would run
+        mnt = {r.study: (r.mapping.get("generation") or {}).get("max_new_tokens", GenerationParams().max_new_tokens) for r in plan.itertuples() if pd.notna(r.params)}
+        own = est.study.map(mnt).fillna(est.max_new_tokens)   # the model's max_new_tokens (an override counts), not the base's
+        scale = (own/est.max_new_tokens.where(est.max_new_tokens > 0)).fillna(1.0)
+        est = est.assign(max_new_tokens=own.astype(int), tokens_upper_bound=(est.generations*own).astype(int),
+                         h100_seconds=(est.h100_seconds*scale).round(1), a100_seconds=(est.a100_seconds*scale).round(1))
     return (f"<h1>Bias card: {esc(name)} <small>(planned, not run)</small></h1><p>{esc(m['description'])}</p>"
             f"<p class='note'>No run of this model is in <code>reports/</code> yet, so this card is its plan. Run it with "
             f"<code>silverspoon run --model {esc(rel.as_posix())}</code> (one study: add <code>--studies normative</code>); this page "
@@ -1315,27 +1346,79 @@ def models_overview_html(ov:pd.DataFrame)->str:
 def scale_plan(models_file:str|Path,        # params/models/<name>.yaml
                studies:list[str]|None=None,  # only these studies (default: every study `model_plan` runs)
                scale:str="paper",            # "paper": each study's `paper_scale`, the papers' full item sets
-               root:str|Path|None=None)->pd.DataFrame:
-    "`model_plan`'s rows with each study's run file rewritten at `scale`: run `<run>-paper` (its own report folder and store file: no committed run changes), written under tmp/models/<name>/paper/."
+               root:str|Path|None=None,
+               write:bool=False              # write the files (only `silverspoon run` does); else computed in memory (`doc`, `mapping`)
+              )->pd.DataFrame:
+    "`model_plan`'s rows with each study's run file rewritten at `scale`: run `<run>-paper` (its own report folder and store file: no committed run changes), under tmp/models/<name>/paper/ (written only with `write`)."
     import yaml, os
     if scale != "paper": raise ParamsError(f"--scale {scale!r}: the one scale is `paper` (the papers' full item sets, each `Study.paper_scale`).")
     root = Path(root or project_root()); name = read_model_file(models_file)["name"]
     rows = []
-    for p in model_plan(models_file, studies, root).itertuples():
-        if pd.isna(p.params): rows.append(dict(study=p.study, run=p.run, params=None, status=p.status)); continue
+    for p in model_plan(models_file, studies, root, write).itertuples():
+        if pd.isna(p.params): rows.append(dict(study=p.study, run=p.run, params=None, status=p.status, doc=None, mapping=None)); continue
         paper = get_study(p.study).paper_scale
         if paper is None:
-            rows.append(dict(study=p.study, run=None, params=None, status="skipped: no paper scale (the study declares no `paper_scale`)")); continue
+            rows.append(dict(study=p.study, run=None, params=None, status="skipped: no paper scale (the study declares no `paper_scale`)", doc=None, mapping=None)); continue
         src, out = root/p.params, root/"tmp"/"models"/name/"paper"
-        out.mkdir(parents=True, exist_ok=True)
-        doc = dict(read_yaml(src) or {})
+        doc = dict(p.doc or {})
         if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
         doc["run"] = f"{p.run}-paper"
         doc = merge_params(doc, paper)
         doc["description"] = f"{doc.get('description') or p.run}; the paper's full item set (--scale paper)"
-        f = write_atomic(out/f"{p.study}.yaml", yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
-        rows.append(dict(study=p.study, run=doc["run"], params=str(f.relative_to(root)), status="written (paper scale)"))
-    return pd.DataFrame(rows, columns=["study", "run", "params", "status"])
+        f = out/f"{p.study}.yaml"
+        if write: out.mkdir(parents=True, exist_ok=True); write_atomic(f, yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+        mapping = resolved_mapping(doc, out/doc["include"], str(f.relative_to(root))) if "include" in doc else doc
+        rows.append(dict(study=p.study, run=doc["run"], params=str(f.relative_to(root)), status=("written" if write else PLANNED_FILE) + " (paper scale)",
+                         doc=doc, mapping=mapping))
+    return pd.DataFrame(rows, columns=["study", "run", "params", "status", "doc", "mapping"])
+
+# %% ../../nbs/07b_card.ipynb #b14chk02
+def model_run_source(models_file:str|Path, # the model file
+                     study:str,            # the study of the run
+                     run:str|None=None     # a factor run's name, else None
+                    )->str:
+    "How an error names a run a model file makes: the file, then where in it (`studies.<study>`, and the factor run)."
+    return f"{models_file} (studies.{study}" + (f", factor run {run})" if run else ")")
+
+def check_study_params(p:RunParams,         # loaded params (`load_params`: types and `BOUNDS` checked)
+                       src:str="<params>"   # the file (and where in it), for messages
+                      ):
+    "The study's own check of `p` (`Study.validate`), then one no study may skip: `sample.n` at most the study's full item set (its `paper_scale`'s sample.n), so no size a run cannot draw is planned, powered or timed. Returns the study's task options."
+    s = get_study(p.study, src)
+    opts = s.validate(p, src)
+    full = ((s.paper_scale or {}).get("sample") or {}).get("n")
+    if p.sample.n is not None and isinstance(full, int) and p.sample.n > full:
+        raise ParamsError(f"{src}: field `sample.n` = {p.sample.n} is more than the {full} answers of the study's full item set (its paper scale, "
+                          f"{full/s.units[1]:,.0f} {s.units[0]} units). Fix: use at most {full}, or null for every item.")
+    return opts
+
+def check_model_runs(models_file:str|Path,        # params/models/<name>.yaml
+                     studies:list[str]|None=None,  # only these studies
+                     vary:dict|None=None,          # `--vary` levels instead of the file's factors
+                     scale:str|None=None,          # "paper": the `scale_plan` runs instead (no factor runs)
+                     root:str|Path|None=None,
+                     factors:bool=True             # also the factor runs (`factor_plan`)
+                    )->pd.DataFrame:
+    "Every row of the runs `models_file` makes (`model_plan`, or `scale_plan`; then `factor_plan`; `factor` is None for a study's own run), each run with a params file given `checked`: its `RunParams`, validated in memory as `run` validates a file (skipped rows: None). The first bad field is a `ParamsError` naming the model file, the study and the field (`model_run_source`). Writes nothing."
+    root = Path(root or project_root())
+    plans = [(scale_plan(models_file, studies, scale, root) if scale else model_plan(models_file, studies, root)).assign(factor=None)]
+    if factors and not scale: plans.append(factor_plan(models_file, studies, vary, root))
+    rows = pd.concat([p for p in plans if len(p)], ignore_index=True)
+    checked = []
+    for r in rows.itertuples():
+        if pd.isna(r.params): checked.append(None); continue
+        src = model_run_source(models_file, r.study, r.run if isinstance(r.factor, str) else None)
+        p = load_params({"run": Path(r.params).stem, **r.mapping}, src)
+        check_study_params(p, src)
+        checked.append(p)
+    return rows.assign(checked=checked)
+
+def write_model_runs(models_file:str|Path, studies:list[str]|None=None, vary:dict|None=None, scale:str|None=None,
+                     root:str|Path|None=None, factors:bool=True):
+    "Write the run files `check_model_runs` checked (same arguments) under tmp/models/<name>/: what `silverspoon run` does, and no other command."
+    if scale: scale_plan(models_file, studies, scale, root, write=True)
+    else: model_plan(models_file, studies, root, write=True)
+    if factors and not scale: factor_plan(models_file, studies, vary, root, write=True)
 
 # %% ../../nbs/07b_card.ipynb #d2967600
 def plan_table(models_file:str|Path,         # params/models/<name>.yaml
@@ -1343,9 +1426,10 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
                root:str|Path|None=None,
                n_boot:int=100, seed:int=0,   # replicates of the per-unit SD's bootstrap (100: the SD within about 7%, n within about 15%)
                power:float=0.8, alpha:float=0.05)->dict:
-    "`headlines`: one `headline_power` row per card headline of every study the model runs; `studies`: per study its units (default, paper, target, needed: the most any headline needs) and their generations and GPU seconds (H100 measured, A100-40GB estimated: `gpu_time_estimate` per unit)."
+    "`headlines`: one `headline_power` row per card headline of every study the model runs; `studies`: per study its units (default, paper, target, needed: the most any headline needs) and their generations, GPU seconds (H100 measured, A100-40GB estimated: `gpu_time_estimate` per unit, at the model's own max_new_tokens) and CPU seconds (SmolLM2-135M's measured rate). Every run is checked first (`check_model_runs`): a size no run would accept is an error, never a power."
     if target not in ("paper", "default"): raise ParamsError(f"--target {target!r}: use paper (the papers' full item sets) or default (the local bases' samples).")
     root = Path(root or project_root()); reports = root/"reports"
+    checked = check_model_runs(models_file, root=root, factors=False).dropna(subset=["params"]).set_index("study").checked   # the checks and errors of check, run and index
     plan = model_plan(models_file, root=root)
     est = gpu_time_estimate(root=root).set_index("study")
     ref = runs_for_model("smollm2-135m", reports)   # the runs whose generations `gpu_time_estimate` counts
@@ -1354,7 +1438,7 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
         s = get_study(p.study)
         if not s.headlines:
             studies.append(dict(study=p.study, status="no card headline: not planned")); continue
-        n_default = sample_units(p.study, read_params_mapping(root/p.params)) if pd.notna(p.params) else \
+        n_default = sample_units(p.study, p.mapping) if pd.notna(p.params) else \
                     sample_units(p.study, read_params_mapping(root/"params"/p.study/"_base-local.yaml"))
         n_paper = sample_units(p.study, s.paper_scale) if s.paper_scale is not None else np.nan
         rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha) for h in s.headlines]
@@ -1367,13 +1451,19 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
             f = root/"params"/p.study/f"{ref[p.study].name}.yaml"
             per = sample_units(p.study, read_params_mapping(f if f.exists() else root/"params"/p.study/"_base-local.yaml"))
             e = est.loc[p.study]
+            mnt = checked[p.study].generation.max_new_tokens if p.study in checked.index else e.max_new_tokens   # the model's own (an override counts)
+            tokens = mnt/e.max_new_tokens if e.max_new_tokens else 1.0   # the estimate's tokens per answer are the base's
+            row["max_new_tokens"] = mnt
             for k in ("target", "needed"):
                 n = row[f"n_{k}"]
                 row.update({f"generations_{k}": round(e.generations*n/per) if np.isfinite(n) else np.nan,
-                            f"h100_seconds_{k}": e.h100_seconds*n/per if np.isfinite(n) else np.nan,
-                            f"a100_seconds_{k}": e.a100_seconds*n/per if np.isfinite(n) else np.nan})
+                            f"h100_seconds_{k}": e.h100_seconds*tokens*n/per if np.isfinite(n) else np.nan,
+                            f"a100_seconds_{k}": e.a100_seconds*tokens*n/per if np.isfinite(n) else np.nan,
+                            f"cpu_seconds_{k}": e.cpu_seconds*tokens*n/per if np.isfinite(n) else np.nan})
         studies.append(row)
-    return dict(headlines=pd.DataFrame(heads), studies=pd.DataFrame(studies), target=target, name=read_model_file(models_file)["name"], power=power, alpha=alpha)
+    m = read_model_file(models_file)["model"]
+    return dict(headlines=pd.DataFrame(heads), studies=pd.DataFrame(studies), target=target, name=read_model_file(models_file)["name"], power=power, alpha=alpha,
+                device=str(m.get("device") or "auto"), model_id=str(m.get("id")))
 
 # %% ../../nbs/07b_card.ipynb #9d794b02
 def _duration(s:float)->str:
@@ -1382,15 +1472,21 @@ def _duration(s:float)->str:
     return f"{s:.0f} s" if s < 120 else f"{s/60:.0f} min" if s < 7200 else f"{s/3600:.1f} h"
 
 # %% ../../nbs/07b_card.ipynb #323a99ef
+CPU_TIME_NOTE = ("CPU time (device: cpu): no rate is measured for {id}; shown is the rate measured for SmolLM2-135M (Q4_1 GGUF, 135M "
+                 "parameters) on this project's 2-core machine (the wall time of its committed runs, store/), scaled by n and by the model's "
+                 "max_new_tokens: a larger model is slower, about in proportion to its size")
+
 def plan_text(plan:dict # `plan_table(...)`
              )->str:
     "The plan as terminal text: per study its units, a line per headline (the paper's effect, the n needed, power and verdict at the default and the paper's n) with sources, and the GPU time of the target n and of the n needed."
     h, s, tgt = plan["headlines"], plan["studies"], plan["target"]
     n = lambda x: "–" if x is None or pd.isna(x) else f"{x:,.0f}"
     what = "the papers' full item sets (--scale paper)" if tgt == "paper" else "the local bases' default samples"
+    cpu = plan.get("device") == "cpu"   # a model file with device: cpu runs on this machine's CPU: GPU times would mislead
     out = [f"{plan['name']}: can this n detect the paper's effect? ({plan['power']:.0%} power, two-sided alpha {plan['alpha']:g}); "
            f"target: {what}",
-           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); max_new_tokens per answer (an upper bound)"]
+           CPU_TIME_NOTE.format(id=plan.get("model_id")) if cpu else
+           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); the model's max_new_tokens per answer (an upper bound)"]
     for r in s.itertuples():
         if pd.isna(getattr(r, "unit", np.nan)): out.append(f"\n== {r.study}: {r.status}"); continue
         out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; {r.status}"
@@ -1405,11 +1501,14 @@ def plan_text(plan:dict # `plan_table(...)`
             out.append(f"      method: {x.method}" + (f"; SD per unit {x.sd:.3g}: {x.sd_source}" if pd.notna(x.sd) else ""))
         for k, what in (("target", f"at the target n {n(r.n_target)}"), ("needed", f"at the n needed {n(r.n_needed)}")):
             g = getattr(r, f"generations_{k}", np.nan)
-            if pd.isna(g): out.append(f"  GPU {what}: –"); continue
+            if pd.isna(g): out.append(f"  {'CPU' if cpu else 'GPU'} {what}: –"); continue
             more = f" (more than the paper's {n(r.n_paper)}: {r.unit} units)" if k == "needed" and r.n_needed > r.n_paper else ""
+            mnt = f"; max_new_tokens {r.max_new_tokens:,.0f}" if pd.notna(getattr(r, "max_new_tokens", np.nan)) else ""
+            if cpu: out.append(f"  CPU {what}: {n(g)} generations, at least {_duration(getattr(r, f'cpu_seconds_{k}'))}{more}{mnt}"); continue
             out.append(f"  GPU {what}: {n(g)} generations, H100 {_duration(getattr(r, f'h100_seconds_{k}'))}, "
-                       f"A100-40GB {_duration(getattr(r, f'a100_seconds_{k}'))}{more}")
+                       f"A100-40GB {_duration(getattr(r, f'a100_seconds_{k}'))}{more}{mnt}")
     s2 = s[s.params.notna() & s.generations_target.notna()] if "generations_target" in s else s.iloc[:0]   # the studies this model runs
     if len(s2): out.append(f"\nthe {len(s2)} studies this model runs, at the target n: {n(s2.generations_target.sum())} generations, "
-                           f"H100 {_duration(s2.h100_seconds_target.sum())}, A100-40GB {_duration(s2.a100_seconds_target.sum())}")
+                           + (f"CPU at least {_duration(s2.cpu_seconds_target.sum())}" if cpu else
+                              f"H100 {_duration(s2.h100_seconds_target.sum())}, A100-40GB {_duration(s2.a100_seconds_target.sum())}"))
     return "\n".join(out)

@@ -5,6 +5,7 @@
 # %% ../../nbs/07_cli.ipynb #b7e25329
 from __future__ import annotations
 import re, sys, argparse, time, dataclasses
+import pandas as pd
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from ..core import *
@@ -12,14 +13,15 @@ from .runner import read_params_file, run_params_file, build_index, reports_fold
 from .runner import write_card, check_model_files
 from ..studies import STUDY_REGISTRY, get_study
 from ..engine.backends.openai import OPENAI_URL, public_url
-from .card import FACTOR_FIELDS, factor_plan, model_plan, read_model_file, scale_plan, runs_for_model, sample_units, plan_table, plan_text
+from .card import FACTOR_FIELDS, read_model_file, runs_for_model, sample_units, plan_table, plan_text, check_model_runs, write_model_runs
 from ..engine.data import fetch_all
 from ..studies.stop.stop_annotate import write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file
 from ..instruments.audit import write_audit_sheet, collect_audit
 
 # %% auto #0
-__all__ = ['EXIT_INCOMPLETE', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
-           'factor_files', 'model_files', 'model_cards', 'validate_runs', 'is_model_file', 'main']
+__all__ = ['EXIT_INCOMPLETE', 'CLI_BOUNDS', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base',
+           'parse_vary', 'factor_files', 'model_files', 'model_cards', 'validate_runs', 'is_model_file',
+           'check_arguments', 'disk_fix', 'main']
 
 # %% ../../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -81,33 +83,63 @@ def parse_vary(values:list[str]|None # the `--vary` arguments, e.g. ["model.quan
 # %% ../../nbs/07_cli.ipynb #df232242
 def factor_files(models_file:str|Path,         # params/models/<name>.yaml
                  studies:list[str]|None=None,   # only these studies
-                 vary:dict|None=None            # `parse_vary(...)`: instead of the file's `factors:`
-                )->list[Path]:
-    "The factor run files of a model file (`silverspoon.site.card.factor_plan`); prints one `skip` line per study and reason."
-    plan = factor_plan(models_file, studies, vary)
-    for (study, why), g in plan[plan.params.isna()].groupby(["study", "status"], sort=False):
-        print(printable(f"skip  {study} factor runs ({', '.join(dict.fromkeys(g.factor))}): {why.removeprefix('skipped: ')}"), flush=True)
-    return [project_root()/p for p in plan.params.dropna()]
+                 vary:dict|None=None,           # `parse_vary(...)`: instead of the file's `factors:`
+                 write:bool=False               # write them under tmp/models/ (`run` only; a running job reads them)
+                )->dict[Path, RunParams]:
+    "The factor run files of a model file (`silverspoon.site.card.factor_plan`), each with its checked `RunParams` (`check_model_runs`); prints one `skip` line per study and reason."
+    return _planned(check_model_runs(models_file, studies, vary), models_file, studies, vary, write=write, own=False)
+
+def _planned(rows:pd.DataFrame, models_file, studies, vary, scale=None, write:bool=False, own:bool=True, factors:bool=True)->dict:
+    "Path -> `RunParams` of the checked runs in `rows` (a study's own runs when `own`, its factor runs when `factors`); one `skip` line per study (and factor) it cannot run; the files written when `write`."
+    mine, fac = rows[rows.factor.isna()], rows[rows.factor.notna()]
+    if own:
+        for r in mine[mine.params.isna()].itertuples(): print(printable(f"skip  {r.study}: {r.status.removeprefix('skipped: ')}"), flush=True)
+    if factors:
+        for (study, why), g in fac[fac.params.isna()].groupby(["study", "status"], sort=False):
+            print(printable(f"skip  {study} factor runs ({', '.join(dict.fromkeys(g.factor))}): {why.removeprefix('skipped: ')}"), flush=True)
+    keep = pd.concat([mine] if not factors else [fac] if not own else [mine, fac])
+    keep = keep[keep.params.notna()]
+    if write: write_model_runs(models_file, studies, vary, scale, factors=factors)   # checked first: nothing is written for a bad file
+    return {project_root()/p: c for p, c in zip(keep.params, keep.checked)}
 
 # %% ../../nbs/07_cli.ipynb #c05b4d9c
-def model_files(args)->list[Path]:
-    "The params files `--model` adds (its studies, then its factor runs) and `--all` adds (every model file's factor runs); prints one `skip` line per study or factor it cannot run."
+def _studies_arg(value:str|None)->list[str]|None:
+    "`--studies a,b` as a list; None without it; an error for a value that names no study (`--studies ',,,'` is not every study)."
+    if value is None: return None
+    names = [s.strip() for s in value.split(",") if s.strip()]
+    if not names: raise ParamsError(f"--studies {value!r} names no study. Fix: give study names separated by commas, e.g. --studies normative,stop "
+                                    f"(known studies: {', '.join(sorted(STUDY_REGISTRY))}), or leave --studies out to run every study.")
+    return names
+
+def _check_vary_levels(rows:pd.DataFrame, vary:dict|None):
+    "Refuse a `--vary task.prompt_variant` level that none of the planned studies declares (it would only be a skip line), naming the levels they have."
+    levels = (vary or {}).get("prompt_variant")
+    if not isinstance(levels, list): return
+    studies = [s for s in dict.fromkeys(rows.study) if get_study(s).prompt_variants]
+    known = list(dict.fromkeys(v for s in studies for v in get_study(s).prompt_variants))
+    bad = [x for x in levels if x not in known]
+    if bad: raise ParamsError(f"--vary task.prompt_variant: unknown level(s) {bad}: " + (f"the studies planned ({', '.join(studies)}) declare "
+                              f"{', '.join(known)}. Fix: name levels from that list, or task.prompt_variant=all." if known else
+                              "no study planned declares prompt variants. Fix: leave task.prompt_variant out of --vary."))
+
+def model_files(args,
+                write:bool=False   # write the model's run files under tmp/models/ (`run` only, not `--dry-run`)
+               )->dict[Path, RunParams]:
+    "The params files `--model` adds (its studies, then its factor runs) and `--all` adds (every model file's factor runs), each with its checked `RunParams` (`check_model_runs`: the checks and errors of `plan`, `check` and `index`); prints one `skip` line per study or factor it cannot run."
     vary = parse_vary(getattr(args, "vary", None))
     if not getattr(args, "model", None):
-        if getattr(args, "studies", None): raise ParamsError("--studies needs --model (a params/models/<name>.yaml).")
+        if getattr(args, "studies", None) is not None: raise ParamsError("--studies needs --model (a params/models/<name>.yaml).")
         if vary: raise ParamsError("--vary needs --model (a params/models/<name>.yaml): the factor runs start from that model's run of each study.")
         if getattr(args, "scale", None): raise ParamsError("--scale needs --model (a params/models/<name>.yaml): it rewrites that model's run of each study.")
-        if not getattr(args, "all", False): return []
-        return [f for m in sorted((project_root()/"params"/"models").glob("*.yaml")) for f in factor_files(m, [args.study] if args.study else None)]
-    studies = [s.strip() for s in args.studies.split(",") if s.strip()] if args.studies else None
-    if getattr(args, "scale", None):   # the papers' full item sets: each study's run file rewritten as run <run>-paper (`scale_plan`)
-        plan = scale_plan(args.model, studies, args.scale)
-    else: plan = model_plan(args.model, studies)
-    for _, r in plan[plan.params.isna()].iterrows(): print(printable(f"skip  {r.study}: {r.status.removeprefix('skipped: ')}"), flush=True)
-    if getattr(args, "scale", None):   # the paper-scale runs only: factor runs are a separate experiment (run without --scale)
-        if read_model_file(args.model)["factors"] or vary: print("skip  factor runs: not with --scale (run them without it)", flush=True)
-        return [project_root()/p for p in plan.params.dropna()]
-    return [project_root()/p for p in plan.params.dropna()] + factor_files(args.model, studies, vary)
+        if not getattr(args, "all", False): return {}
+        out = {}
+        for m in sorted((project_root()/"params"/"models").glob("*.yaml")): out.update(factor_files(m, [args.study] if args.study else None, write=write))
+        return out
+    studies, scale = _studies_arg(getattr(args, "studies", None)), getattr(args, "scale", None)
+    rows = check_model_runs(args.model, studies, vary, scale, factors=not scale)   # the papers' full item sets with --scale (`scale_plan`: run <run>-paper)
+    _check_vary_levels(rows, vary)
+    if scale and (read_model_file(args.model)["factors"] or vary): print("skip  factor runs: not with --scale (run them without it)", flush=True)
+    return _planned(rows, args.model, studies, vary, scale, write=write, factors=not scale)
 
 # %% ../../nbs/07_cli.ipynb #e132c75c
 def model_cards(args)->list[str]:
@@ -175,12 +207,13 @@ def _finetune(args)->int:
 
 # %% ../../nbs/07_cli.ipynb #ec1f3410
 def validate_runs(files:list[Path],              # params files, each named once
-                  reports_dir:str|Path|None=None  # where their reports go (default: <project>/reports)
+                  reports_dir:str|Path|None=None, # where their reports go (default: <project>/reports)
+                  checked:dict|None=None          # resolved path -> its `RunParams` already checked in memory (`model_files`: a run file not written yet)
                  )->list[RunParams]:
     "Validate every params file; refuse two files that are one run (same study and run name, case aside: both would write one report folder), and a run whose published report another params file made (`check_report_owner`)."
-    seen, out = {}, []
+    seen, out, checked = {}, [], checked or {}
     for f in files:
-        p = read_params_file(f)
+        p = checked[f] if f in checked else read_params_file(f)
         if (p.study, p.run.casefold()) in seen:   # `GPT4-Replay` and `gpt4-replay`: one folder on macOS, Windows and a Drive in Colab
             other, run = seen[p.study, p.run.casefold()]
             how = f"both run `{p.run}`" if run == p.run else f"runs `{run}` and `{p.run}`, one name on a case-insensitive file system,"
@@ -209,12 +242,14 @@ def _check(args)->int:
         if n in names: raise ParamsError(f"{names[n]} and {m} are both model `{n}` (field `name`): their runs, reports and bias card would be one. "
                                          "Fix: give one of them another `name:`; nothing was checked further.")
         names[n] = m
-    owner = {}   # resolved params file -> the file named on the command line that brings it
+    owner, checked = {}, {}   # resolved params file -> the file named on the command line that brings it; -> its RunParams, checked in memory
     for f in given:
-        runs = [project_root()/x for x in model_plan(f).params.dropna()] + factor_files(f) if f in models else [f]
-        for x in runs: owner.setdefault(Path(x).resolve(), f)
+        runs = {Path(x).resolve(): p for x, p in _planned(check_model_runs(f), f, None, None).items()} if f in models else {f: None}
+        for x, p in runs.items():
+            owner.setdefault(x, f)
+            if p is not None: checked.setdefault(x, p)
     files = list(owner)
-    ps = validate_runs(files)
+    ps = validate_runs(files, None, checked)   # nothing written: a model's new run files are checked in memory
     for m in models:
         mine = [p for f, p in zip(files, ps) if owner[f] == m]
         keys = "".join(dict.fromkeys(key_destinations(p) for p in mine))
@@ -225,15 +260,17 @@ def _check(args)->int:
 
 # %% ../../nbs/07_cli.ipynb #ba2472c6
 def _run(args)->int:
-    files = _runs_only(args.params) + (default_params_files(args.study) if args.all else []) + model_files(args)
+    dry = getattr(args, "dry_run", False)         # a dry run writes nothing: a model's new run files are checked in memory
+    planned = {f.resolve(): p for f, p in model_files(args, write=not dry).items()}
+    files = _runs_only(args.params) + (default_params_files(args.study) if args.all else []) + list(planned)
     files = list(dict.fromkeys(f.resolve() for f in files))   # a file named twice runs once (one store, one writer)
     if not files: raise ParamsError("no params files given: pass files or --all.")
     reports_folder(args.reports_dir)              # a --reports-dir that is a file stops here
-    runs = validate_runs(files, args.reports_dir) # validate everything first (never over another params file's report)
+    runs = validate_runs(files, args.reports_dir, planned)   # validate everything first (never over another params file's report)
     if not args.no_index: check_model_files(args.reports_dir)   # the index the run ends with reads every params/models/ file
     if getattr(args, "model", None):              # where a model file sends its keys, before anything is sent
         for d in dict.fromkeys(key_destinations(p) for p in runs if key_destinations(p)): print(printable(f"keys  {args.model}{d}"), flush=True)
-    if getattr(args, "dry_run", False): return _dry_run(files, runs)
+    if dry: return _dry_run(files, runs)
     if notebooks_note(): print(printable(notebooks_note()), flush=True)   # which checkout's notebooks run, when it is not the project's
     for f, p in zip(files, runs): preflight_model(p.model, str(f))   # every hf/vllm model's chat template, before any notebook
     # then every data file the runs read, fetched (downloaded or built) and verified
@@ -242,10 +279,10 @@ def _run(args)->int:
     except DataError as e:                        # one terminal line per file, each made printable
         for i, line in enumerate(getattr(e, "lines", [str(e)])): print(printable(f"error: {line}" if i == 0 else line), file=sys.stderr)
         return 2
-    t0, failed, incomplete = time.time(), [], []
+    t0, failed, incomplete, expected = time.time(), [], [], dict(zip(files, runs))
     def one(f):
         try:
-            r = run_params_file(f, args.reports_dir, kernel=args.kernel)
+            r = run_params_file(f, args.reports_dir, kernel=args.kernel, expect=expected[f])   # what was checked above, or nothing
             if r.get("failed_calls"):             # published, but not every call was answered: never a plain `ok`
                 incomplete.append(f)
                 print(printable(f"INCOMPLETE  {f}  ->  {r['html']}  ({r['seconds']} s): {calls_text(r['failed_calls'])}; "
@@ -264,7 +301,7 @@ def _run(args)->int:
 def _dry_run(files:list[Path], runs:list[RunParams])->int:
     "`run --dry-run`: one line per validated run (study, run, params file, its sample), nothing fetched or run."
     for f, p in zip(files, runs):
-        m = read_params_mapping(f)
+        m = dataclasses.asdict(p)   # the checked parameters: a model's new run file is not written by a dry run
         n = (m.get("sample") or {}).get("n")
         units = sample_units(p.study, m)
         if p.study == "downstream":   # each benchmark its own n; null = every item present here
@@ -285,6 +322,22 @@ def _plan(args)->int:
     if args.csv: plan["headlines"].to_csv(args.csv, index=False); print(f"csv   ->  {args.csv}")
     return 0
 
+# %% ../../nbs/07_cli.ipynb #a23cli02
+CLI_BOUNDS = {"jobs": (1, 1024), "k": (1, 100_000)}   # command-line numbers that are no params field; the others use `BOUNDS`
+
+def check_arguments(args)->None:
+    "Every number among the parsed `args` in its range (`CLI_BOUNDS`, else `BOUNDS` of the params field of that name); else a `ParamsError` naming the option."
+    for name, v in vars(args).items():
+        bounds = CLI_BOUNDS.get(name) or BOUNDS.get(name)
+        if bounds is not None and v is not None: check_bounds(name, v, "--" + name.replace("_", "-"), "command line", bounds)
+
+def disk_fix(e:OSError)->str:
+    "What to do about a write that failed for room (full disk, quota, file-size limit); '' for any other error."
+    import errno
+    if e.errno not in {errno.ENOSPC, getattr(errno, "EDQUOT", -1), errno.EFBIG}: return ""
+    return (". Fix: free space on the disk that holds it (or raise the quota or file-size limit), then run the command again: "
+            "files are written whole or not at all, so the old one is intact")
+
 # %% ../../nbs/07_cli.ipynb #fa3ebde8
 def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
@@ -293,6 +346,7 @@ def main(argv:list[str]|None=None)->int:
     for name in ("reports_dir", "model", "output_dir", "csv"):   # the same for path arguments: papermill chdirs (process-wide) while
         if getattr(args, name, None): setattr(args, name, str(Path(getattr(args, name)).absolute()))   # parallel runs execute
     try:
+        check_arguments(args)   # every number on the command line in its one range, before anything is read or written
         if args.cmd == "run": return _run(args)
         if args.cmd == "check": return _check(args)   # the same checks as `run` makes before running anything, two files of one run included
         if args.cmd == "resolve":   # validated first; papermill reads YAML itself and knows nothing of `include:`
@@ -310,8 +364,8 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "audit": return _audit(args)
     except SilverspoonError as e:
         print(printable(f"error: {e}"), file=sys.stderr); return 2
-    except OSError as e:   # a folder that cannot be created, a full disk: one line, not a traceback
-        print(printable(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": ")), file=sys.stderr); return 2
+    except OSError as e:   # a folder that cannot be created, a full disk: one line, naming the file, not a traceback
+        print(printable(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": ") + disk_fix(e)), file=sys.stderr); return 2
 
 # %% ../../nbs/07_cli.ipynb #47773099
 def _annotate_parser(sub):

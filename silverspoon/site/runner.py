@@ -12,7 +12,7 @@ from ..engine.provenance import *
 from ..studies.report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
 from ..studies import STUDY_REGISTRY, get_study, find_study
 from ..stats import metric_definition
-from .card import replan, _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_factor_run, plan_card_html, read_model_file, is_released_run, model_plan, runs_for_model, models_overview, models_overview_html, PLANNED, bias_card, card_html, gpu_time_estimate, factor_deltas
+from .card import replan, _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_factor_run, plan_card_html, read_model_file, is_released_run, check_model_runs, check_study_params, runs_for_model, models_overview, models_overview_html, PLANNED, bias_card, card_html, gpu_time_estimate, factor_deltas
 import silverspoon
 from ..engine.backends.hf import HFBackend
 from ..engine.backends.openai import scrub
@@ -254,8 +254,8 @@ def study_notebook(study:str, src:str="<params>")->Path:
 
 # %% ../../nbs/07a_runner.ipynb #6e4610cd
 def validate_task(params:RunParams, src:str="<params>"):
-    "Run the study's own check of `task` (so a bad `task` field fails before any notebook starts)."
-    return get_study(params.study, src).validate(params, src)
+    "Run the study's own check of `task` (so a bad `task` field fails before any notebook starts), and the checks every study shares (`card.check_study_params`: the ones `plan`, `check` and `index` make)."
+    return check_study_params(params, src)
 
 # %% ../../nbs/07a_runner.ipynb #bb341ea3
 def read_params_file(path:str|Path)->RunParams:
@@ -365,8 +365,8 @@ def _partials(study_dir:Path, run:str): return sorted(study_dir.glob(f".{run}.pa
 def _remove_abandoned(study_dir:Path, run:str):
     """Clean up after earlier runs of `run` whose process is gone (a killed run leaves a temporary folder behind). A run
     killed inside `_publish` is completed or undone first, so a report folder stays one run's complete output: with no
-    report folder in place, the previous one (`.<run>.old-*`) is put back; with the new folder in place but its HTML
-    still in the temporary folder, the HTML and notebook follow it."""
+    report folder in place, the previous one (`.<run>.old-*`) is put back; with the new folder in place but its HTML or its
+    summary still in the temporary folder, the HTML and notebook follow it, then the summary (`_publish`'s order)."""
     def dead(d:Path)->bool:
         try: pid = int(d.name.rsplit(".", 1)[-1].split("-")[1])
         except (IndexError, ValueError): return False
@@ -376,21 +376,27 @@ def _remove_abandoned(study_dir:Path, run:str):
     final = study_dir/run
     for d in [d for d in _partials(study_dir, run) if dead(d)]:
         if d.name.startswith(f".{run}.old-") and not final.exists(): os.replace(d, final); continue     # killed between the two folder moves
-        if d.name.startswith(f".{run}.partial-") and not (d/run).exists() and (d/f"{run}.html").exists() and final.is_dir():
+        moved = [d/f"{run}.html", d/f"{run}.summary.csv"]
+        if d.name.startswith(f".{run}.partial-") and not (d/run).exists() and any(f.exists() for f in moved) and final.is_dir():
             for ext in (".html", ".ipynb"):                                                          # killed after the folder move
                 if (d/f"{run}{ext}").exists(): os.replace(d/f"{run}{ext}", study_dir/f"{run}{ext}")
+            if moved[1].exists(): os.replace(moved[1], final/"summary.csv")                          # the summary last
             for ext in (".failed.html", ".failed.ipynb"): (study_dir/f"{run}{ext}").unlink(missing_ok=True)
         shutil.rmtree(d, ignore_errors=True)
 
 # %% ../../nbs/07a_runner.ipynb #228a8393
 def _publish(tmp:Path, study_dir:Path, run:str):
-    "Move a finished run's folder, HTML and notebook from `tmp` into place, replacing the previous report as a whole."
-    final, old = study_dir/run, None
+    """Move a finished run's folder, HTML and notebook from `tmp` into place, replacing the previous report as a whole. Its
+    `summary.csv` (what the index lists) goes last: a publish stopped at any step (kill -9, a full disk) never shows a run's
+    new summary beside its old page (issue 51 A24); `_remove_abandoned` completes or undoes it."""
+    final, old, held = study_dir/run, None, tmp/f"{run}.summary.csv"
+    if (tmp/run/"summary.csv").exists(): os.replace(tmp/run/"summary.csv", held)   # held back: the index shows no row of the run meanwhile
     if final.exists() or final.is_symlink():
         old = study_dir/f".{run}.old-{os.getpid()}-{os.urandom(4).hex()}"
         os.replace(final, old)
     os.replace(tmp/run, final)
     for ext in (".html", ".ipynb"): os.replace(tmp/f"{run}{ext}", study_dir/f"{run}{ext}")
+    if held.exists(): os.replace(held, final/"summary.csv")   # last: the index lists the new run with its new page
     for ext in (".failed.html", ".failed.ipynb"): (study_dir/f"{run}{ext}").unlink(missing_ok=True)
     if old is not None: shutil.rmtree(old, ignore_errors=True) if old.is_dir() else old.unlink()
 
@@ -489,11 +495,16 @@ def _notebook_for(p:RunParams, tmp:Path)->Path:
 
 def run_params_file(path:str|Path,               # a file in params/
                     reports_dir:str|Path|None=None, # default: <project>/reports
-                    kernel:str="python3", progress:bool=False)->dict:
+                    kernel:str="python3", progress:bool=False,
+                    expect:RunParams|None=None      # the parameters the command checked before running anything: a file changed since is refused
+                   )->dict:
     "Execute the study notebook for one params file; publish `<reports>/<study>/<run>.html` and `<run>/*.csv` only if it succeeds; say which calls failed (`failed_calls`)."
     import papermill as pm
     absolute_path_settings()   # relative SILVERSPOON_* folders mean this process's folder, not nbs/ where the kernel runs
     p = read_params_file(path)
+    if expect is not None and p != expect:   # e.g. another `silverspoon run --model` rewrote tmp/models/ with an edited model file
+        raise SilverspoonError(f"{path}: changed since this command checked it (another command rewrote it?), so this run would not be the "
+                               "one checked; nothing of it was run. Fix: run the command again (one `silverspoon run` per model file at a time).")
     preflight_model(p.model, str(path))   # a model without a chat template is refused now, before papermill starts
     plain_data(dataclasses.asdict(p), "", str(path))   # only plain data reaches papermill's generated code cell (checked again below)
     check_report_owner(path, p, reports_dir)   # never over another params file's report (or into its store)
@@ -680,12 +691,12 @@ def released_answers_note(reports_dir:str|Path # the reports folder (its letters
 # %% ../../nbs/07a_runner.ipynb #2d583685
 def check_model_files(reports_dir:str|Path|None=None # the reports folder the index is built in; None = <project>/reports
                      )->list[Path]:
-    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`; a model with no run: its plan, `card.model_plan`); one `ParamsError` naming the file, field and fix for the first broken one."
+    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`), and, for a model with no run (the index writes its plan card), every run it makes checked as `plan`, `check` and `run` check it (`card.check_model_runs`, in memory: nothing written); one `ParamsError` naming the file, field and fix for the first broken one."
     reports_dir, files = reports_folder(reports_dir), sorted((project_root()/"params"/"models").glob("*.yaml"))
     for f in files:
         try:
             name = read_model_file(f)["name"]
-            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): model_plan(f)   # the index writes its plan card
+            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): check_model_runs(f)   # its plan card: the checks and one-line errors of `plan`, `check`, `run`
         except ParamsError as e:
             raise ParamsError(f"{e} Every `silverspoon run` rebuilds the index, which lists every model file in params/models/: fix the file, "
                               "or keep drafts outside params/models/ (or pass --no-index to run without the index); nothing was run or written.") from None

@@ -135,8 +135,13 @@ def _styled(self:Report, df:pd.DataFrame, name:str):   # cells hold model answer
 # %% ../../nbs/06_report.ipynb #cddf1ae6
 @patch
 def _write(self:Report, df, name:str):
+    "Write `df` as `<out_dir>/<name>.csv`; a write that fails (a full disk fails in `write`, an `OSError` naming no file) names the file, so the run's failure line says which."
     if self.out_dir:
-        df.to_csv(self.out_dir/f"{name}.csv", index=False)
+        path = self.out_dir/f"{name}.csv"
+        try: df.to_csv(path, index=False)
+        except OSError as e:
+            if e.filename is None: raise OSError(e.errno, e.strerror or str(e), str(path)) from e
+            raise
         self.written.append(f"{name}.csv")
 
 # %% ../../nbs/06_report.ipynb #4d42b3a4
@@ -235,7 +240,7 @@ def answers(self:Report,
             gate=None                   # the `ReplyGate`; None: the report's study's `reply_gate`
            )->pd.DataFrame:
     "Write `answers.csv` (per reply) and `answer_summary.csv` (per part, and whether a verdict is allowed), show the summary, return it; a run with an audit (`silverspoon.instruments.audit.audit_validity`) gets its parser-validity row in `instruments.csv` too."
-    from IPython.display import display, Markdown
+    from IPython.display import display, Markdown, HTML
     gate = gate or getattr(self.study, "reply_gate", None) or ReplyGate()
     if isinstance(parsed, pd.DataFrame): status, value, rule = (parsed[c].tolist() for c in ("status", "value", "rule"))
     else: status, value, rule = [p.status for p in parsed], [p.value for p in parsed], [p.rule for p in parsed]
@@ -263,7 +268,10 @@ def answers(self:Report,
     display(self._styled(summ, "answer_summary"))
     bad = df[df.status.eq("not_an_answer")]
     if len(bad) and replies is not None:
-        display(Markdown("Replies that are not answers (first 3): " + "; ".join(f"`{html.escape(str(r)[:120])}` ({c})" for r, c in zip(bad.get("reply", [""]*len(bad)), bad.rule) if isinstance(r, str))[:1500]))
+        # a reply is the model's text, not ours: escaped inside <code> as HTML, never Markdown (a backtick in it would end a
+        # code span and the rest would become a live image or link: issue 51 B09)
+        shown = [(r, c) for r, c in zip(bad.get("reply", [""]*len(bad)), bad.rule) if isinstance(r, str)][:3]
+        display(HTML("<p>Replies that are not answers (first 3): " + "; ".join(f"<code>{html.escape(r[:120])}</code> ({html.escape(str(c))})" for r, c in shown) + "</p>"))
     # a human audit of this run's replies: the parser's validity measured on this run
     try: self.audit_instruments = audit_validity(self.params.study, self.params.run, df)
     except DataError as e: self.audit_instruments = None; display(Markdown(f"**The audit of this run is not used.** {html.escape(str(e))}"))
