@@ -55,6 +55,7 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     out += data_differences(rec["data"], declared.data_files if declared else ())   # against the data registry, never the record's own sha256
     out += store_differences(rec.get("stores"), root, rec["params_file"])         # the store content the run read
     out += output_differences(run_dir, rec.get("outputs"), rec["params_file"])    # the files it published
+    out += input_differences(rec.get("inputs"), root, rec["params_file"])       # the parser sets and audit files it read
     return out
 
 

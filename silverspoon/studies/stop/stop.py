@@ -1223,4 +1223,4 @@ def paper_values()->dict:
 STUDY = Study(name="stop", title="STOP: sensitivity testing on offensive progressions (Morabito et al.)", notebook="30_stop.ipynb",
               task=StopTask, validate=stop_task, data_files=STOP_FILES, summary_rows=summary_rows, describe=describe_run, headlines=CARD_HEADLINES, units=("progression", 1), paper_values=paper_values, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
-              reply_gate=REPLY_GATE)
+              reply_gate=REPLY_GATE, answer_labels=("yes", "no"))
