@@ -337,8 +337,8 @@ def _annotate(args)->int:
         for a, (csv, page) in w["sheets"].items(): print(f"{a:<8} ->  {csv}  |  {page}")
         return 0
     h = read_annotation_sheets(args.key, args.sheets)
+    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)   # --n-boot and --seed checked before the human file is written
     out = write_human_file(h, args.out)
-    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)
     for r in ag.itertuples():
         print(f"{r.measure:<42} {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  ({r.n_progressions} progressions, {r.n_annotators} annotators)")
     print(f"human file ->  {out}  (set task.human_file to it in a STOP params file)")
