@@ -353,12 +353,13 @@ def _audit_parser(sub):
     asub = a.add_subparsers(dest="audit_cmd", required=True)
     s = asub.add_parser("sheet", help="write sheet.csv, form.html (for the humans), key.csv and audit.json (for you) for k replies drawn at random",
                         description="Draw k replies of a run at random (seeded; failed calls have no reply and are not drawn) and write them "
-                                    "blinded: the sheet shows each reply and the labels allowed (the answer values seen in the run, refusal, "
-                                    "not_an_answer, unparseable), never the parser's reading. Refuses a folder holding a key, an audit or a filled sheet.")
+                                    "blinded: the sheet shows each reply beside its prompt and the labels allowed (the study's whole answer vocabulary and any "
+                                    "value the parser read, refusal, not_an_answer, unparseable), never the parser's reading. Refuses a folder holding a key, "
+                                    "an audit or a filled sheet, and a published report folder.")
     s.add_argument("run_dir", help="the run's report folder, reports/<study>/<run> (its answers.csv is read)")
     s.add_argument("--k", type=int, default=30, help="replies to draw (default 30: a Wilson CI of about +-0.17 at 50%% agreement)")
     s.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
-    s.add_argument("--out", default=None, help="the audit folder (default audits/<study>/<run>/, where the run's report looks for it)")
+    s.add_argument("--out", default=None, help="the audit folder (default audits/<study>/<run>/, where the run's report looks for it; never a published report folder)")
     c = asub.add_parser("collect", help="check filled sheets against the key, write audit.csv and audit_summary.csv, print the agreement",
                         description="Read the filled sheets (default: the folder's sheet.csv), refuse any row whose reply text is not the one "
                                     "drawn (sha256 in key.csv), compare the human labels with the parser's (status for non-answers, value for "
