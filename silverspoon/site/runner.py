@@ -31,7 +31,7 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'check_report_owner', 'ended_early', 'without_examples', 'run_params_file', 'notebook_to_html_safe',
            'failed_calls', 'published_runs', 'collect_summaries', 'index_headline', 'index_headline_note',
            'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'check_model_files',
-           'build_index', 'validity_page', 'refresh_verdicts', 'write_card']
+           'build_index', 'validity_page', 'verdict_fragment', 'refresh_verdicts', 'write_card']
 
 # %% ../../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -778,10 +778,19 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.instruments.parse.gather
     return _page(title, "".join(parts))
 
 # %% ../../nbs/07a_runner.ipynb #refrv001
+def verdict_fragment(study:str,          # the run's study
+                     run_dir:str|Path    # its published folder
+                    )->str:
+    "The verdict block exactly as a report page shows it: `verdict_html` rendered by the page's own path (nbconvert's markup, `fit_tables`), from `VERDICT_START` to `VERDICT_END`."
+    import nbformat
+    cell = below_run_line([nbformat.v4.new_code_cell("")], verdict_html(study, run_dir), VERDICT_CELL_ID)[1]
+    out = fit_tables(_nb_html(nbformat.v4.new_notebook(cells=[cell])))
+    return out[out.find(VERDICT_START):out.find(VERDICT_END) + len(VERDICT_END)]
+
 def refresh_verdicts(name:str,                       # the model's name (its card)
                      reports_dir:str|Path|None=None  # a reports folder; None = <project>/reports
                     )->list[Path]:
-    "Rewrite the verdict block of each of model `name`'s published reports (`runs_for_model`) from the card family as it is now (`verdict_html`), re-pinning the page in its provenance (`pin_outputs`); returns the pages that changed."
+    "Rewrite the verdict block of each of model `name`'s published reports (`runs_for_model`) from the card family as it is now (`verdict_fragment`), re-pinning the page in its provenance (`pin_outputs`); returns the pages that changed."
     reports_dir = reports_folder(reports_dir)
     changed = []
     for study, run_dir in runs_for_model(name, reports_dir).items():
@@ -790,7 +799,7 @@ def refresh_verdicts(name:str,                       # the model's name (its car
         text = page.read_text(encoding="utf-8")
         a, b = text.find(VERDICT_START), text.find(VERDICT_END)
         if a < 0 or b < a: continue   # a page published before the markers: its next run writes them
-        new = text[:a] + fit_tables(verdict_html(study, run_dir)) + text[b + len(VERDICT_END):]
+        new = text[:a] + verdict_fragment(study, run_dir) + text[b + len(VERDICT_END):]
         if new == text: continue
         write_atomic(page, new)
         pin_outputs(run_dir)
