@@ -380,7 +380,7 @@ def _warnings_as_in_a_kernel():
 @contextlib.contextmanager
 def _store_reads_of_its_own():
     "The run starts with no store read and no input file read, as a fresh kernel does (`stores_read` and `provenance.inputs_read` are what its report pins), and the caller's reads come back after it."
-    from .engine import provenance
+    from silverspoon.engine import provenance   # here, beside its one use: the in-process runs are the only ones whose input reads must be kept apart
     caller, inputs = dict(store._READ), dict(provenance._INPUTS)
     store._READ.clear(); provenance._INPUTS.clear()
     try: yield

@@ -42,9 +42,9 @@ def fill(sheet_path, out, label=human):
 
 def test_sheet_is_seeded_and_blinded(tmp_path):
     run = tmp_path/"reports"/"normative"/"junk"; write_answers(run, ROWS)
-    a = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"a")
-    b = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"b")
-    c = write_audit_sheet(run, k=6, seed=5, out_dir=tmp_path/"c")
+    a = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"a", vocabulary=("P1", "other", "both", "neither"))   # normative's answers, as `audit sheet` passes them
+    b = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"b", vocabulary=("P1", "other", "both", "neither"))
+    c = write_audit_sheet(run, k=6, seed=5, out_dir=tmp_path/"c", vocabulary=("P1", "other", "both", "neither"))
     sheet = pd.read_csv(a["sheet"], dtype=str, keep_default_na=False)
     assert list(sheet.columns) == ["row", "prompt", "reply", "label"] and (sheet.label == "").all()
     assert sheet.equals(pd.read_csv(b["sheet"], dtype=str, keep_default_na=False))                       # seeded
@@ -204,6 +204,7 @@ def test_scripted_run_audit_and_report(tmp_path, monkeypatch, cli):
     assert r.returncode == 0, r.stderr
     folder = tmp_path/"audits"/"normative"/"scripted-junk"
     assert "key.csv" in r.stdout and (folder/"form.html").is_file()
+    assert {"both", "neither", "other", "p1"} <= set(json.loads((folder/"audit.json").read_text())["labels"])   # normative's whole vocabulary (Study.answer_labels)
     sheet = fill(folder/"sheet.csv", folder/"sheet.csv")
     n_junk = int(sheet.label.eq("not_an_answer").sum())
     assert 0 < n_junk < 15
@@ -253,7 +254,7 @@ def test_cli_help_texts(capsys):
 def collected(tmp_path, rows=ROWS, k=11, seed=0, study="normative", run="junk"):
     "A run's answers, an audit drawn, filled by `human` and collected under audits/<study>/<run>/ of a project in tmp_path."
     rd = tmp_path/"reports"/study/run; write_answers(rd, rows)
-    w = write_audit_sheet(rd, k=k, seed=seed, out_dir=tmp_path/"audits"/study/run)
+    w = write_audit_sheet(rd, k=k, seed=seed, out_dir=tmp_path/"audits"/study/run, vocabulary=("P1", "other", "both", "neither"))
     fill(w["sheet"], tmp_path/"filled.csv")
     collect_audit(w["key"].parent, [tmp_path/"filled.csv"])
     return w["key"].parent, pd.read_csv(rd/"answers.csv", dtype=str, keep_default_na=False)
@@ -322,7 +323,7 @@ def test_labels_offered_are_the_study_vocabulary(tmp_path):
     "A parser that only ever read 'P1' offered only 'p1': the annotator could not record the true answer."
     rows = [("answer", "P1", f"P1 is wrong {i}.") for i in range(4)] + [("answer", "P1", "The landlord is wrong.")]
     rd = tmp_path/"reports"/"normative"/"p1only"; write_answers(rd, rows)
-    w = write_audit_sheet(rd, k=5, seed=0, out_dir=tmp_path/"a")
+    w = write_audit_sheet(rd, k=5, seed=0, out_dir=tmp_path/"a", vocabulary=("P1", "other", "both", "neither"))
     labels = json.loads(w["about"].read_text())["labels"]
     assert {"p1", "other", "both", "neither"} <= set(labels)
     fill(w["sheet"], tmp_path/"f.csv", label=lambda r: "other" if "landlord" in r else "P1")

@@ -11,13 +11,14 @@ import pandas as pd
 from ..core import DataError, ParamsError, project_root, is_missing, write_atomic
 from .parse import STATUSES, instrument_validity, INSTRUMENT_COLUMNS
 from ..engine.provenance import note_input
+from ..engine.store import store_file
 
 # %% auto #0
 __all__ = ['NON_ANSWER_LABELS', 'AUDIT_INSTRUMENT', 'SHEET_UNSAFE', 'PROMPT_CHARS', 'DISPUTED', 'AUDIT_FIELDS', 'normal_label',
            'parser_label', 'reply_sha256', 'sheet_cell', 'sheet_text', 'read_answers', 'audit_sample',
-           'study_vocabulary', 'audit_label_choices', 'check_new_audit_folder', 'audit_form', 'reply_prompts',
-           'audits_folder', 'write_audit_sheet', 'read_audit_sheets', 'audit_summary', 'collect_audit', 'StaleAudit',
-           'audit_validity', 'merge_instruments']
+           'audit_label_choices', 'check_new_audit_folder', 'audit_form', 'reply_prompts', 'audits_folder',
+           'write_audit_sheet', 'read_audit_sheets', 'audit_summary', 'collect_audit', 'StaleAudit', 'audit_validity',
+           'merge_instruments']
 
 # %% ../../nbs/35_audit.ipynb #41aeefa4
 NON_ANSWER_LABELS = {"refusal": "the model declines to answer",
@@ -89,13 +90,6 @@ def audit_sample(answers:pd.DataFrame, # `read_answers`
     return s.assign(row=[f"R{i + 1:0{width}d}" for i in range(k)])[["row", "answer_row", "item_id", "part", "reply", "status", "value"]]
 
 # %% ../../nbs/35_audit.ipynb #8bfc8ecc
-def study_vocabulary(study:str # the run's study (reports/<study>/)
-                    )->tuple:
-    "The answers a reply of `study` may give (its `Study.answer_labels`); () for an open vocabulary (e.g. a profession) or a study not registered."
-    from silverspoon.studies import find_study   # the study layer, read only to learn the answer vocabulary it declares
-    s = find_study(study)
-    return tuple(getattr(s, "answer_labels", ()) or ()) if s is not None else ()
-
 def audit_label_choices(answers:pd.DataFrame,  # `read_answers`
                         vocabulary=()          # the study's answer vocabulary (`study_vocabulary`); () = open
                        )->list[str]:
@@ -168,7 +162,6 @@ def reply_prompts(run_dir:str|Path,      # the report folder (its provenance.jso
                   root:str|Path|None=None # the project the store labels are relative to
                  )->list[str]:
     "The prompt of each sampled reply, from the run's store records (same item and answer, else the one record with that answer); '' where none is found."
-    from silverspoon.engine.store import store_file
     f = Path(run_dir)/"provenance.json"
     try: labels = list((json.loads(f.read_text(encoding="utf-8")).get("content") or {}).get("stores") or {})
     except (OSError, ValueError, AttributeError): labels = []
@@ -199,13 +192,13 @@ def audits_folder()->Path:
 def write_audit_sheet(run_dir:str|Path,          # the report folder, reports/<study>/<run> (its answers.csv is read)
                       k:int=30,                  # replies to draw
                       seed:int=0,                # seeds the draw
-                      out_dir:str|Path|None=None # default audits/<study>/<run>/ in the project; never a published report folder
+                      out_dir:str|Path|None=None, # default audits/<study>/<run>/ in the project; never a published report folder
+                      vocabulary=()              # the study's answers (`Study.answer_labels`, which `silverspoon audit sheet` passes); () = open
                      )->dict:
     "Write sheet.csv (row, prompt, reply, label; formula characters neutralised), form.html, key.csv, audit.json and INSTRUCTIONS.txt for a seeded, blinded sample; returns their paths."
     run_dir = Path(run_dir); study, run = run_dir.resolve().parent.name, run_dir.resolve().name
     answers = read_answers(run_dir)
     sample = audit_sample(answers, k, seed)
-    vocabulary = study_vocabulary(study)
     labels = audit_label_choices(answers, vocabulary)
     out = Path(out_dir) if out_dir else audits_folder()/study/run
     check_new_audit_folder(out)

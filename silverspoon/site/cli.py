@@ -370,7 +370,9 @@ def _audit_parser(sub):
 # %% ../../nbs/07_cli.ipynb #2b2d9fc2
 def _audit(args)->int:
     if args.audit_cmd == "sheet":
-        w = write_audit_sheet(args.run_dir, args.k, args.seed, args.out)
+        name = Path(args.run_dir).resolve().parent.name   # reports/<study>/<run>: the study's whole answer vocabulary is offered
+        vocabulary = get_study(name).answer_labels if name in STUDY_REGISTRY else ()
+        w = write_audit_sheet(args.run_dir, args.k, args.seed, args.out, vocabulary=vocabulary)
         print(printable(f"sheet    ->  {w['sheet']}  |  {w['form']}  (for the humans: label each reply)"))
         print(printable(f"key      ->  {w['key']}  (keep it from the humans)"))
         print(printable(f"then     ->  silverspoon audit collect {w['key'].parent} [filled sheets]"))
