@@ -379,11 +379,12 @@ def _warnings_as_in_a_kernel():
 
 @contextlib.contextmanager
 def _store_reads_of_its_own():
-    "The run starts with no store read, as a fresh kernel does (`stores_read` is what its report pins), and the caller's reads come back after it."
-    caller = dict(store._READ)
-    store._READ.clear()
+    "The run starts with no store read and no input file read, as a fresh kernel does (`stores_read` and `provenance.inputs_read` are what its report pins), and the caller's reads come back after it."
+    from silverspoon.engine import provenance   # here, beside its one use: the in-process runs are the only ones whose input reads must be kept apart
+    caller, inputs = dict(store._READ), dict(provenance._INPUTS)
+    store._READ.clear(); provenance._INPUTS.clear()
     try: yield
-    finally: store._READ.clear(); store._READ.update(caller)
+    finally: store._READ.clear(); store._READ.update(caller); provenance._INPUTS.clear(); provenance._INPUTS.update(inputs)
 
 @functools.cache
 def in_process_engine()->str:

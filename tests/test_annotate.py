@@ -127,3 +127,33 @@ def test_cli_sheet_then_collect(tmp_path, data, cli):
     r = subprocess.run([sys.executable, "-m", "silverspoon.site.cli", "annotate", "collect", *map(str, (tmp_path/"key.csv", tmp_path/"missing.csv", "--out", tmp_path/"h2.csv"))],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "missing.csv: sheet not found" in r.stderr
+
+
+def test_bad_n_boot_or_seed_is_refused_before_anything_is_written(tmp_path, data, cli):
+    "issue 51 A35 / B15: `annotate collect --n-boot -5` was a traceback after writing the human file; `--seed -1` a traceback."
+    run = lambda *a: cli("annotate", *a)
+    r = run("sheet", tmp_path/"s", "--n", 6, "--annotators", "a1", "--seed", -1)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "--seed -1: a seed is a whole number >= 0" in r.stderr
+    assert not (tmp_path/"s").exists()
+    assert run("sheet", tmp_path, "--n", 6, "--annotators", "a1").returncode == 0
+    key = pd.read_csv(tmp_path/"key.csv", dtype=str)
+    fill_synthetic(pd.read_csv(tmp_path/"sheet-a1.csv", dtype=str, keep_default_na=False), key, data, 0.15, 0).to_csv(tmp_path/"f.csv", index=False)
+    for opt, bad, msg in (("--n-boot", -5, "--n-boot -5: bootstrap replicates are a whole number >= 1"), ("--seed", -1, "--seed -1: a seed is a whole number >= 0")):
+        r = run("collect", tmp_path/"key.csv", tmp_path/"f.csv", "--out", tmp_path/"h.csv", opt, bad)
+        assert r.returncode == 2 and msg in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+        assert not (tmp_path/"h.csv").exists()                                                          # nothing written
+
+
+def test_a_human_file_a_run_reads_is_in_its_record(tmp_path, data, monkeypatch):
+    "issue 50.5: every file a run reads is in its content record: task.human_file too; an edit after the run is named by verify."
+    from silverspoon.engine import provenance as pv
+    monkeypatch.setattr(pv, "_INPUTS", {})
+    w = write_annotation_sheets(tmp_path, ["a1"], 6, 0)
+    key = pd.read_csv(w["key"], dtype=str)
+    fill_synthetic(pd.read_csv(w["sheets"]["a1"][0], dtype=str, keep_default_na=False), key, data, 0.1, 0).to_csv(tmp_path/"f.csv", index=False)
+    out = write_human_file(read_annotation_sheets(w["key"], [tmp_path/"f.csv"]), tmp_path/"human.csv")
+    pv._INPUTS.clear(); load_human(out, data)                        # what a STOP run with task.human_file reads
+    pins = pv.inputs_read(tmp_path)
+    assert list(pins) == ["human.csv"] and pv.input_differences(pins, tmp_path) == []
+    out.write_text(out.read_text().replace(",yes", ",no", 1))
+    assert [d.split(":")[0] for d in pv.input_differences(pins, tmp_path)] == ["human.csv"]

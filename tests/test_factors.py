@@ -364,3 +364,53 @@ def test_an_unknown_vary_level_or_an_empty_studies_list_is_an_error(cli):
     r = cli("run", "--model", SMOL, "--studies", ",,,", "--dry-run")
     assert r.returncode == 2 and "--studies ',,,' names no study" in r.stderr and "known studies: downstream, letters" in r.stderr
     assert "would run" not in r.stdout
+
+
+HEADLINED = TOY.replace("from silverspoon.studies import Study, check_prompt_variant", "from silverspoon.studies import Study, Headline, check_prompt_variant").replace(
+    '''def summary_rows(d:pd.DataFrame)->pd.DataFrame:
+    return pd.DataFrame([dict(metric=k, estimate=v, ci_low=float("nan"), ci_high=float("nan"), n=len(d)) for k, v in headlines(d).items()])''',
+    '''def summary_rows(d:pd.DataFrame)->pd.DataFrame:   # the A-B contrast with a fixed p: alone in its family it is evidence
+    return pd.DataFrame([dict(metric=k, estimate=v, ci_low=v - 0.5, ci_high=v + 0.5, n=len(d), p=0.02 if k == "yes share A-B" else float("nan"),
+                              test="toy test" if k == "yes share A-B" else "", null=0.0, n_units=len(d)) for k, v in headlines(d).items()])''').replace(
+    "summary_rows=summary_rows, headlines_from_items=headlines, prompt_variants=VARIANTS)",
+    "summary_rows=summary_rows, headlines_from_items=headlines, prompt_variants=VARIANTS,\n              units=('name', 1), headlines=(Headline(study='toy', metric='yes share A-B', what='yes share of group A minus group B', positive='favours A'),))")
+
+
+def test_first_run_model_with_factors_reports_say_what_the_card_says(tmp_path):
+    """issue 50.4: the report's verdict block was adjusted over the family before the factor deltas joined it (p_bh 0.030, 'evidence')
+    while the card written a second later adjusted over all its tests. After `run --model`, each report's block is the card's."""
+    from test_recipe import _tree, _sh, PARAMETERS, BIN
+    assert HEADLINED.count("Headline(") == 1 and "p=0.02" in HEADLINED
+    t = _tree(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(t), "SILVERSPOON_ROOT": str(t), "HF_HUB_OFFLINE": "1"}
+    env.pop("SILVERSPOON_STORE", None)
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[md("# toy"), code("#| default_exp studies.toy"), code(PARAMETERS, metadata={"tags": ["parameters"]}),
+                                         code(HEADLINED), md("# Report"), code(REPORT)],
+                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
+    nbformat.write(nb, str(t/"nbs"/"40_toy.ipynb"))
+    _sh(BIN/"nbdev_export", cwd=t, env=env)
+    (t/"params"/"toy").mkdir(parents=True); (t/"params"/"models").mkdir()
+    (t/"params"/"toy"/"_base-local.yaml").write_text("study: toy\nmodel: {backend: scripted, id: echo}\ngeneration: {max_new_tokens: 8}\n")
+    (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {prompt_variant: all, n: {toy: 8}}\n")
+    reports = tmp_path/"reports"
+    r = _sh(sys.executable, "-m", "silverspoon.site.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
+            "--vary", "task.prompt_variant=yes_first,polite", "--reports-dir", reports, "--no-index", cwd=t, env=env, timeout=600)
+    assert "4 of 4 runs succeeded" in r.stdout, r.stdout
+    card = pd.read_csv(reports/"models"/"echo"/"bias_card.csv").set_index("headline").loc["yes share A-B"]
+    assert card.p == 0.02 and card.p_bh > 0.02   # the factor deltas are in the card's family
+    check = r'''import sys, re
+import pandas as pd
+from pathlib import Path
+from silverspoon.site.runner import verify_provenance, verdict_fragment, VERDICT_START, VERDICT_END
+from silverspoon.site.card import _fmt_p
+reports = Path(sys.argv[1]); d = reports/"toy"/"echo"
+page = (reports/"toy"/"echo.html").read_text()
+block = page[page.index(VERDICT_START):page.index(VERDICT_END) + len(VERDICT_END)]
+card = pd.read_csv(reports/"models"/"echo"/"bias_card.csv").set_index("headline").loc["yes share A-B"]
+assert block == verdict_fragment("toy", d), "the report's block is not the card family's now"
+assert f"{_fmt_p(card.p)} / {_fmt_p(card.p_bh)}" in block and f">{card.verdict}</td>" in block, (block, card.p_bh, card.verdict)
+assert not verify_provenance(d), verify_provenance(d)
+print("ok", card.p_bh, card.verdict)'''
+    out = _sh(sys.executable, "-c", check, reports, cwd=t, env=env)
+    assert "ok" in out.stdout

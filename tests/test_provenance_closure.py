@@ -73,7 +73,7 @@ def _tree_copy(tmp_path)->Path:
 def _published_run(tmp_path, tree:Path)->Path:
     "A normative report folder whose record was made from `tree`, its outputs pinned, as the runner publishes it."
     from silverspoon.studies.silverspoon.normative import NORMATIVE_FILES
-    rec = content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", NORMATIVE_FILES, tree, stores={})
+    rec = content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", NORMATIVE_FILES, tree, stores={}, inputs={})   # no store or input file read by this test process
     run_dir = tmp_path/"reports"/"normative"/"gpt4-replay"; run_dir.mkdir(parents=True)
     (run_dir/"summary.csv").write_text("metric,estimate\nP,0.3\n")
     (run_dir/"provenance.json").write_text(json.dumps({"study": "normative", "content": rec}))

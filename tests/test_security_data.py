@@ -272,6 +272,7 @@ def _tree_copy(tmp_path, study_nb)->Path:
     t = tmp_path/"tree"
     shutil.copytree(ROOT/"silverspoon", t/"silverspoon", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT/"params", t/"params")
+    shutil.copytree(ROOT/"tests"/"parser_sets", t/"tests"/"parser_sets")   # read by the run (its validity rows): in its record's inputs
     (t/"nbs").mkdir(); shutil.copy(ROOT/"nbs"/study_nb, t/"nbs"/study_nb)
     return t
 
@@ -293,6 +294,11 @@ def test_fresh_run_verifies_against_its_tree(tmp_path, cli, monkeypatch):
     (t/"params"/"normative"/"_base-replay.yaml").write_text((t/"params"/"normative"/"_base-replay.yaml").read_text() + "# changed\n")
     (t/"silverspoon"/"stats"/"__init__.py").write_text((t/"silverspoon"/"stats"/"__init__.py").read_text() + "\n")
     assert [m.split(":")[0] for m in verify_provenance(run_dir, root=t)] == ["params/normative/_base-replay.yaml", "silverspoon/stats/__init__.py"]
+    # a parser set the run read, a label swapped (issue 50.5: validity 0.975 -> 0.455 with a clean verify): named too
+    ps = t/"tests"/"parser_sets"/"normative.csv"; rows = ps.read_text().splitlines(keepends=True)
+    swapped = rows[1].replace(",P1,", ",@@,").replace(",other,", ",P1,").replace(",@@,", ",other,")
+    assert swapped != rows[1]; ps.write_text("".join([rows[0], swapped, *rows[2:]]))
+    assert "tests/parser_sets/normative.csv" in [m.split(":")[0] for m in verify_provenance(run_dir, root=t)]
 
 
 def test_committed_reports_match_the_tree_that_holds_them():

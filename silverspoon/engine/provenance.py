@@ -12,10 +12,11 @@ from .store import stores_read, store_file, prefix_sha256
 from .backends import BACKENDS
 
 # %% auto #0
-__all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'model_label', 'package_versions', 'git_state', 'params_chain',
-           'file_digests', 'module_file', 'imported_names', 'parse_cells', 'source_imports', 'code_closure',
-           'notebook_modules', 'run_code_files', 'content_record', 'output_files', 'pin_outputs', 'output_differences',
-           'store_differences', 'data_differences']
+__all__ = ['DIRTY_PATHS', 'PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'model_label', 'package_versions', 'git_state',
+           'params_chain', 'file_digests', 'module_file', 'imported_names', 'parse_cells', 'source_imports',
+           'code_closure', 'notebook_modules', 'run_code_files', 'note_input', 'inputs_read', 'content_record',
+           'output_files', 'pin_outputs', 'output_differences', 'store_differences', 'data_differences',
+           'input_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -40,14 +41,16 @@ def package_versions(names=_PACKAGES)->dict:
     return out
 
 # %% ../../nbs/05a_provenance.ipynb #f13685dd
+DIRTY_PATHS = ("silverspoon", "nbs", "params", "audits", "tests/parser_sets")   # what a run reads from the tree: code, params, the human audits and the hand-labelled parser sets
+
 def git_state(root:Path|None=None)->dict:
-    "Commit sha of the project and whether the working tree has uncommitted changes (None outside git)."
+    "Commit sha of the project and whether the working tree has uncommitted changes under `DIRTY_PATHS` (None outside git)."
     root = root or project_root()
     def _git(*a):
         r = subprocess.run(["git", *a], cwd=root, capture_output=True, text=True)
         return r.stdout.strip() if r.returncode == 0 else None
     sha = _git("rev-parse", "HEAD")
-    dirty = _git("status", "--porcelain", "--", "silverspoon", "nbs", "params")
+    dirty = _git("status", "--porcelain", "--", *DIRTY_PATHS)
     return {"git_sha": sha, "dirty": bool(dirty) if dirty is not None else None}
 
 # %% ../../nbs/05a_provenance.ipynb #bff64256
@@ -191,15 +194,32 @@ def run_code_files(notebook:str|Path|None,  # the study notebook papermill runs 
     backends = sorted({v.split(":")[0] for v in BACKENDS.values()})
     return code_closure(sorted({*RUN_MODULES, *backends, *nb, *([module] if module else [])}), root)
 
+# %% ../../nbs/05a_provenance.ipynb #inputs01
+_INPUTS = {}   # resolved path -> sha256 of the bytes read, for every input file this process read (`note_input`)
+
+def note_input(path:str|Path # a file a run reads besides its code, params, data and store (a parser set, an audit file)
+              )->Path:
+    "Record that this process read `path` (its sha256 now, or None when absent), for the run's content record (`inputs_read`); returns `path`."
+    p = Path(path)
+    _INPUTS[str(p.resolve())] = sha256_file(p) if p.is_file() else None
+    return p
+
+def inputs_read(root:str|Path|None=None # the tree the paths are named in (default: the project)
+               )->dict:
+    "`{path relative to root: sha256 or None}` of every file `note_input` recorded in this process, sorted."
+    root = Path(root or project_root())
+    return dict(sorted((_tree_path(Path(p), root), h) for p, h in _INPUTS.items()))
+
 # %% ../../nbs/05a_provenance.ipynb #70b9ccec
 def content_record(notebook:str|None,         # the study's notebook in nbs/ (`Study.notebook`), hashed; None = none
                    params_file:str|Path|None, # the run's params file (relative to `root`, or absolute); None = none
                    data_files=(),             # registry names or relpaths of the data files the run read
                    root:str|Path|None=None,   # the tree to hash (default: the project)
                    stores:dict|None=None,     # `{store_label: {bytes, sha256}}` of the store files read; None = those this process read (`stores_read`)
-                   module:str|None=None       # the study's module (`STUDY_REGISTRY`); None = the one `notebook` exports
+                   module:str|None=None,      # the study's module (`STUDY_REGISTRY`); None = the one `notebook` exports
+                   inputs:dict|None=None      # `{path: sha256}` of the parser sets and audit files read; None = those this process read (`inputs_read`)
                   )->dict:
-    "sha256 of the source files the run executed (`run_code_files`), the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; the store content read; one `sha256` over all (a label: `verify_provenance` never trusts it). `outputs` is filled by `pin_outputs`."
+    "sha256 of the source files the run executed (`run_code_files`), the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; the store content read; the other files it read (`inputs`: parser sets, audit files); one `sha256` over all (a label: `verify_provenance` never trusts it). `outputs` is filled by `pin_outputs`."
     root = Path(root or project_root())
     nb = root/"nbs"/notebook if notebook else None
     files = run_code_files(nb, module, root) + ([nb] if nb else [])
@@ -210,8 +230,10 @@ def content_record(notebook:str|None,         # the study's notebook in nbs/ (`S
     for n in data_files:
         e = lookup(n); data[e.relpath] = e.sha256 or f"git-blob:{e.git_blob}"
     stores = stores_read() if stores is None else stores
-    return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data, "stores": stores}, 64),
-            "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data, "stores": stores, "outputs": None}
+    inputs = inputs_read(root) if inputs is None else inputs
+    return {"format": PROVENANCE_FORMAT, "sha256": stable_hash({"files": code, "data": data, "stores": stores, "inputs": inputs}, 64),
+            "params_file": _tree_path(pf, root) if pf is not None else None, "files": code, "data": data, "stores": stores,
+            "inputs": inputs, "outputs": None}
 
 # %% ../../nbs/05a_provenance.ipynb #38f7b60a
 def output_files(run_dir:str|Path # a run's report folder, `<reports>/<study>/<run>/`
@@ -284,4 +306,22 @@ def data_differences(pinned:dict,     # `content.data`: {relpath: pinned digest}
         e = lookup(n)
         if e.relpath not in listed and (data_dir()/e.relpath).is_file():
             out.append(f"{e.relpath}: declared by the study and in the data folder, but missing from the report's data list")
+    return out
+
+# %% ../../nbs/05a_provenance.ipynb #inputs03
+def input_differences(pinned,                   # `content.inputs` of a record: {path: sha256 or None}
+                      root:str|Path|None=None,  # the tree the paths are relative to
+                      params_file=None          # the run's params file, for the fix
+                     )->list[str]:
+    "One line per input file (parser set, audit file) whose content differs from what the run read, naming it and the fix; a record without `inputs` is one line too."
+    root, fix = Path(root or project_root()), _regenerate(params_file)
+    if not isinstance(pinned, dict):
+        return [f"content.inputs: absent: the record does not say which parser sets and audit files the run read. Fix: {fix}."]
+    out = []
+    for k, a in sorted(pinned.items()):
+        f = Path(k) if Path(k).is_absolute() else root/k
+        b = sha256_file(f) if f.is_file() else None
+        if a == b: continue
+        what = "was removed" if b is None else "was added after the run" if a is None else f"was changed after the run read it (sha256 {str(a)[:16]} read, {b[:16]} now)"
+        out.append(f"{k}: {what}: a validity figure or audit of the report no longer rests on this file. Fix: restore it (git checkout -- {k}), or if the change is meant, {fix}.")
     return out

@@ -4,16 +4,19 @@
 
 # %% ../../nbs/35_audit.ipynb #4b22bf14
 from __future__ import annotations
-import hashlib, html, json
+import hashlib, html, json, shutil
 from pathlib import Path
 import numpy as np
 import pandas as pd
 from ..core import DataError, ParamsError, project_root, is_missing, write_atomic
 from .parse import STATUSES, instrument_validity, INSTRUMENT_COLUMNS
+from ..engine.provenance import note_input
+from ..engine.store import store_file
 
 # %% auto #0
-__all__ = ['NON_ANSWER_LABELS', 'AUDIT_INSTRUMENT', 'normal_label', 'parser_label', 'reply_sha256', 'read_answers',
-           'audit_sample', 'audit_label_choices', 'check_new_audit_folder', 'audit_form', 'audits_folder',
+__all__ = ['NON_ANSWER_LABELS', 'AUDIT_INSTRUMENT', 'SHEET_UNSAFE', 'PROMPT_CHARS', 'DISPUTED', 'AUDIT_FIELDS', 'normal_label',
+           'parser_label', 'reply_sha256', 'sheet_cell', 'sheet_text', 'read_answers', 'audit_sample',
+           'audit_label_choices', 'check_new_audit_folder', 'audit_form', 'reply_prompts', 'audits_folder',
            'write_audit_sheet', 'read_audit_sheets', 'audit_summary', 'collect_audit', 'StaleAudit', 'audit_validity',
            'merge_instruments']
 
@@ -38,6 +41,19 @@ def reply_sha256(reply)->str:
     text = "" if is_missing(reply) else str(reply)
     return hashlib.sha256(text.replace("\r\n", "\n").encode("utf-8")).hexdigest()
 
+# %% ../../nbs/35_audit.ipynb #sheetc01
+SHEET_UNSAFE = ("=", "+", "-", "@", "\t", "\r")   # a spreadsheet reads a cell starting with one of these as a formula
+
+def sheet_cell(text)->str:
+    "`text` as written into a sheet a spreadsheet opens: prefixed with `'` when it starts with a formula character (`SHEET_UNSAFE`) or with `'` itself."
+    text = "" if is_missing(text) else str(text)
+    return "'" + text if text.startswith((*SHEET_UNSAFE, "'")) else text
+
+def sheet_text(cell)->str:
+    "`sheet_cell` undone: the text a sheet's cell stands for."
+    cell = "" if is_missing(cell) else str(cell)
+    return cell[1:] if cell.startswith("'") else cell
+
 # %% ../../nbs/35_audit.ipynb #dea2b123
 def read_answers(run_dir:str|Path # a report folder, reports/<study>/<run>
                 )->pd.DataFrame:
@@ -58,11 +74,13 @@ def read_answers(run_dir:str|Path # a report folder, reports/<study>/<run>
 # %% ../../nbs/35_audit.ipynb #ff71c0c5
 def audit_sample(answers:pd.DataFrame, # `read_answers`
                  k:int=30,             # replies to draw
-                 seed:int=0            # seeds the draw
+                 seed:int=0            # seeds the draw (a whole number >= 0)
                 )->pd.DataFrame:
     "k replies with a text drawn at random (seeded, no strata), coded R01... in the drawn order: row, answer_row, item_id, part, reply, status, value."
     pool = answers[answers.status.ne("failed")]
     n_failed = len(answers) - len(pool)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParamsError(f"--seed {seed}: a seed is a whole number >= 0 (e.g. --seed 0).")
     if k < 1: raise ParamsError(f"--k {k}: draw at least one reply (30 gives a Wilson CI of about +-0.17 at 50% agreement).")
     if k > len(pool):
         raise ParamsError(f"--k {k}: the run has only {len(pool)} replies with a text ({n_failed} failed calls have none); use --k {len(pool)} or fewer.")
@@ -72,16 +90,25 @@ def audit_sample(answers:pd.DataFrame, # `read_answers`
     return s.assign(row=[f"R{i + 1:0{width}d}" for i in range(k)])[["row", "answer_row", "item_id", "part", "reply", "status", "value"]]
 
 # %% ../../nbs/35_audit.ipynb #8bfc8ecc
-def audit_label_choices(answers:pd.DataFrame # `read_answers`
+def audit_label_choices(answers:pd.DataFrame,  # `read_answers`
+                        vocabulary=()          # the study's answer vocabulary (`study_vocabulary`); () = open
                        )->list[str]:
-    "The labels a human may give: the answer values the parser read in the run (`normal_label`, sorted), then the non-answers."
-    values = sorted({normal_label(v) for v in answers.value[answers.status.eq("answer")]} - {""})
-    return [*values, *[n for n in NON_ANSWER_LABELS if n not in values]]
+    "The labels offered: every answer of the study's vocabulary and the answer values the parser read in the run (`normal_label`, sorted), then the non-answers."
+    seen = {normal_label(v) for v in answers.value[answers.status.eq("answer")]}
+    values = sorted(({normal_label(v) for v in vocabulary} | seen) - {""} - set(NON_ANSWER_LABELS))
+    return [*values, *NON_ANSWER_LABELS]
 
 # %% ../../nbs/35_audit.ipynb #15a6f0c1
 def check_new_audit_folder(out:Path # the folder an audit sheet is about to be written to
                           ):
-    "Refuse a folder that holds an audit: a key, a collected audit, or a sheet with labels filled in (`DataError` naming the file and the fix)."
+    "Refuse a published report folder (one holding, or inside one holding, provenance.json or answers.csv, or under the project's reports/) and a folder that holds an audit: a key, a collected audit, or a sheet with labels in it (`DataError` naming the file and the fix)."
+    out = Path(out)
+    reports = (project_root()/"reports").resolve()
+    published = next((d/f for d in [out.resolve(), *out.resolve().parents] for f in ("provenance.json", "answers.csv") if (d/f).is_file()), None)
+    if published is not None or out.resolve() == reports or reports in out.resolve().parents:
+        why = f"{published} is there: it is a published report folder" if published is not None else f"it is under {reports}, where published reports live"
+        raise DataError(f"{out}: --out {why}, and an audit written into it would change a pinned report. "
+                        "Fix: leave --out out (audits/<study>/<run>/) or name a folder outside reports/.")
     fix = f"collect it (`silverspoon audit collect {out}`), or move the folder away before drawing again, or pass --out <another folder>"
     for name, what in (("key.csv", "an audit sample was already drawn here: its key maps the sheet rows to replies"),
                        ("audit.csv", "an audit was already collected here")):
@@ -95,28 +122,67 @@ def check_new_audit_folder(out:Path # the folder an audit sheet is about to be w
 # %% ../../nbs/35_audit.ipynb #777fff8c
 _AUDIT_FORM = """<!doctype html><meta charset="utf-8"><title>Reply audit: {title}</title>
 <style>body{{font-family:sans-serif;max-width:60em;margin:2em auto}} .item{{border:1px solid #ccc;padding:.5em 1em;margin:1em 0}}
-pre{{white-space:pre-wrap;background:#f6f6f6;padding:.5em}} label{{margin-right:1.2em;display:inline-block}}</style>
-<h1>Reply audit: {title}</h1><p>Label each reply with what it answers. Choose one of the answers the question offered
-if the reply gives it, else: {legend}. Then press <b>Save CSV</b> and return the file.</p>
+pre{{white-space:pre-wrap;background:#f6f6f6;padding:.5em}} pre.prompt{{background:#fff;border-left:3px solid #ccc;color:#444}} label{{margin-right:1.2em;display:inline-block}}</style>
+<h1>Reply audit: {title}</h1><p>Each item shows the prompt the model was given, then its reply. Label the reply with what
+it answers. Choose one of the answers the question offered if the reply gives it, else: {legend}. Then press <b>Save CSV</b> and return the file.</p>
 <form id="f">{items}</form><button onclick="save()">Save CSV</button>
 <script>const rows = {rows};
 function q(s){{return '"' + String(s).replace(/"/g, '""') + '"';}}
-function save(){{ let out = ["row,reply,label"];
+function save(){{ let out = ["row,prompt,reply,label"];
  for (const r of rows){{ const c = document.querySelector('input[name="' + r.row + '"]:checked');
-  out.push([r.row, q(r.reply), c ? q(c.value) : ""].join(",")); }}
+  out.push([r.row, q(r.prompt), q(r.reply), c ? q(c.value) : ""].join(",")); }}
  const a = document.createElement("a"); a.href = URL.createObjectURL(new Blob([out.join("\\n") + "\\n"], {{type: "text/csv"}}));
  a.download = "sheet-filled.csv"; a.click(); }}</script>"""
 
-def audit_form(sheet:pd.DataFrame, # row, reply, label (`write_audit_sheet`)
+def audit_form(sheet:pd.DataFrame, # row, prompt, reply, label (`write_audit_sheet`; the texts as `sheet_cell` wrote them)
                labels:list[str],   # the allowed labels (`audit_label_choices`)
                title:str           # e.g. "normative / my-run"
               )->str:
-    "A self-contained HTML form: each reply (escaped) with one button per allowed label; Save CSV downloads row, reply, label."
+    "A self-contained HTML form: each reply (escaped) under its prompt, with one button per allowed label; Save CSV downloads row, prompt, reply, label."
     legend = "; ".join(f"<b>{html.escape(k)}</b>: {html.escape(v)}" for k, v in NON_ANSWER_LABELS.items())
     buttons = lambda row: "".join(f'<label><input type="radio" name="{html.escape(row)}" value="{html.escape(l)}"> {html.escape(l)}</label>' for l in labels)
-    items = "".join(f'<div class="item"><b>{html.escape(r.row)}</b><pre>{html.escape(str(r.reply))}</pre>{buttons(r.row)}</div>' for r in sheet.itertuples())
-    rows = json.dumps(sheet[["row", "reply"]].to_dict("records")).replace("</", "<\\/")
+    prompt = lambda p: f'<small>prompt</small><pre class="prompt">{html.escape(sheet_text(p))}</pre><small>reply</small>' if sheet_text(p) else ""
+    items = "".join(f'<div class="item"><b>{html.escape(r.row)}</b>{prompt(r.prompt)}<pre>{html.escape(sheet_text(r.reply))}</pre>{buttons(r.row)}</div>'
+                    for r in sheet.itertuples())
+    rows = json.dumps(sheet[["row", "prompt", "reply"]].to_dict("records")).replace("</", "<\\/")
     return _AUDIT_FORM.format(title=html.escape(title), legend=legend, items=items, rows=rows)
+
+# %% ../../nbs/35_audit.ipynb #prompt01
+PROMPT_CHARS = 3000   # the most of a prompt a sheet shows (each turn cut to its share)
+
+def _prompt_text(messages)->str:
+    "A stored record's messages as the annotator reads them: `role: content` per turn, system and user turns and earlier replies."
+    if not isinstance(messages, list): return ""
+    turns = [(str(m.get("role", "")), str(m.get("content", ""))) for m in messages if isinstance(m, dict)]
+    each = max(200, PROMPT_CHARS // max(1, len(turns)))
+    return "\n\n".join(f"{r}: {c.strip()[:each] + ('…' if len(c.strip()) > each else '')}" for r, c in turns)
+
+def reply_prompts(run_dir:str|Path,      # the report folder (its provenance.json names the store files the run read)
+                  sample:pd.DataFrame,   # `audit_sample` (item_id, reply)
+                  root:str|Path|None=None # the project the store labels are relative to
+                 )->list[str]:
+    "The prompt of each sampled reply, from the run's store records (same item and answer, else the one record with that answer); '' where none is found."
+    f = Path(run_dir)/"provenance.json"
+    try: labels = list((json.loads(f.read_text(encoding="utf-8")).get("content") or {}).get("stores") or {})
+    except (OSError, ValueError, AttributeError): labels = []
+    same = lambda answer, reply: isinstance(answer, str) and (answer == reply or (reply.endswith("…") and answer.startswith(reply[:-1])))
+    by_item, records = {}, []
+    for lab in labels:
+        try: lines = store_file(lab, root).read_text(encoding="utf-8", errors="replace").splitlines()
+        except Exception: continue   # a store moved away: no prompts from it
+        for line in lines:
+            try: r = json.loads(line)
+            except ValueError: continue
+            if isinstance(r, dict) and isinstance(r.get("answer"), str):
+                records.append(r); by_item.setdefault(str(r.get("item_id")), []).append(r)
+    out = []
+    for item, reply in zip(sample.item_id, sample.reply):
+        reply = "" if is_missing(reply) else str(reply)
+        hit = [r for r in by_item.get(str(item), []) if same(r["answer"], reply)]
+        if not hit: hit = [r for r in records if same(r["answer"], reply)]
+        texts = list(dict.fromkeys(_prompt_text(r.get("messages")) for r in hit))
+        out.append(texts[0] if len(texts) == 1 else "")
+    return out
 
 # %% ../../nbs/35_audit.ipynb #fd0da714
 def audits_folder()->Path:
@@ -126,37 +192,44 @@ def audits_folder()->Path:
 def write_audit_sheet(run_dir:str|Path,          # the report folder, reports/<study>/<run> (its answers.csv is read)
                       k:int=30,                  # replies to draw
                       seed:int=0,                # seeds the draw
-                      out_dir:str|Path|None=None # default audits/<study>/<run>/ in the project
+                      out_dir:str|Path|None=None, # default audits/<study>/<run>/ in the project; never a published report folder
+                      vocabulary=()              # the study's answers (`Study.answer_labels`, which `silverspoon audit sheet` passes); () = open
                      )->dict:
-    "Write sheet.csv, form.html, key.csv, audit.json and INSTRUCTIONS.txt for a seeded, blinded sample; returns their paths."
+    "Write sheet.csv (row, prompt, reply, label; formula characters neutralised), form.html, key.csv, audit.json and INSTRUCTIONS.txt for a seeded, blinded sample; returns their paths."
     run_dir = Path(run_dir); study, run = run_dir.resolve().parent.name, run_dir.resolve().name
     answers = read_answers(run_dir)
     sample = audit_sample(answers, k, seed)
-    labels = audit_label_choices(answers)
+    labels = audit_label_choices(answers, vocabulary)
     out = Path(out_dir) if out_dir else audits_folder()/study/run
     check_new_audit_folder(out)
     out.mkdir(parents=True, exist_ok=True)
-    sheet = sample[["row", "reply"]].assign(label="")
+    prompts = reply_prompts(run_dir, sample)
+    sheet = pd.DataFrame({"row": sample.row, "prompt": [sheet_cell(p) for p in prompts], "reply": sample.reply.map(sheet_cell), "label": ""})
     key = sample.assign(reply_sha256=sample.reply.map(reply_sha256))[["row", "answer_row", "item_id", "part", "reply_sha256", "status", "value"]]
     about = dict(study=study, run=run, run_dir=str(run_dir), k=k, seed=seed, n_replies=len(answers),
-                 n_drawn_from=int(answers.status.ne("failed").sum()), labels=labels)
+                 n_drawn_from=int(answers.status.ne("failed").sum()), labels=labels, vocabulary=list(vocabulary),
+                 n_without_prompt=sum(not p for p in prompts))
     key.to_csv(out/"key.csv", index=False)
     sheet.to_csv(out/"sheet.csv", index=False)
     (out/"form.html").write_text(audit_form(sheet, labels, f"{study} / {run}"), encoding="utf-8")
     (out/"audit.json").write_text(json.dumps(about, indent=1) + "\n", encoding="utf-8")
     (out/"INSTRUCTIONS.txt").write_text(
         f"Reply audit of {study} / {run}: {k} of its {about['n_drawn_from']} replies, drawn at random (seed {seed}).\n\n"
+        "Each row shows the prompt the model was given and its reply"
+        + (f" ({about['n_without_prompt']} prompts were not found in the run's store and are left empty)" if about["n_without_prompt"] else "")
+        + ". A cell starting with ' had a formula character after it (= + - @): the ' is not part of the text.\n"
         "Fill the `label` column of sheet.csv (or open form.html in a browser, choose, and press Save CSV) with one of:\n"
         + "".join(f"  {l}\n" for l in labels if l not in NON_ANSWER_LABELS)
+        + ("" if vocabulary else "  (or the answer the reply gives in a word or two, if none of these: the study's answers are open)\n")
         + "".join(f"  {l}: {w}\n" for l, w in NON_ANSWER_LABELS.items())
         + "An answer value means the reply gives that answer to the question. Leave a label empty if you cannot decide. "
-        "Do not change the row or reply columns. key.csv and audit.json are for the organiser.\n"
+        "Do not change the row, prompt or reply columns. key.csv and audit.json are for the organiser.\n"
         f"Then: silverspoon audit collect {out} <filled sheets>\n", encoding="utf-8")
     return dict(sheet=out/"sheet.csv", form=out/"form.html", key=out/"key.csv", about=out/"audit.json", instructions=out/"INSTRUCTIONS.txt")
 
 # %% ../../nbs/35_audit.ipynb #26cd02e5
-def _read_sheet(f:Path, key:pd.DataFrame, allowed:dict)->pd.DataFrame:
-    "One filled sheet: row, label (normalised), file; refused on a row or reply that is not the key's, or a label not allowed."
+def _read_sheet(f:Path, key:pd.DataFrame, allowed:dict|None)->pd.DataFrame:
+    "One filled sheet: row, label (normalised), file; refused on a row or reply that is not the key's, or a label not allowed (`allowed` None: an open vocabulary, any label). A reply cell is read back through `sheet_text` (a spreadsheet that dropped the `'` gives the reply itself: both match)."
     if not f.is_file(): raise DataError(f"{f}: sheet not found.")
     try: s = pd.read_csv(f, dtype=str, keep_default_na=False, encoding="utf-8-sig")
     except (ValueError, UnicodeDecodeError) as e: raise DataError(f"{f}: not a readable UTF-8 CSV ({e}).") from None
@@ -167,10 +240,10 @@ def _read_sheet(f:Path, key:pd.DataFrame, allowed:dict)->pd.DataFrame:
     for i, r in enumerate(s.itertuples(index=False)):
         where = f"{f}: row {i + 2} ({r.row!r})"
         if r.row.strip() not in sha: raise DataError(f"{where}: not a row of the key ({len(sha)} rows, R01...); this sheet belongs to another audit.")
-        if reply_sha256(r.reply) != sha[r.row.strip()]:
+        if sha[r.row.strip()] not in (reply_sha256(sheet_text(r.reply)), reply_sha256(r.reply)):
             raise DataError(f"{where}: the reply text differs from the reply drawn for this row (sha256 in key.csv); the sheet was edited "
                             "or belongs to another draw. Fix: label the sheet written with this key, leaving the reply column as it is.")
-        if normal_label(r.label) and normal_label(r.label) not in allowed:
+        if allowed is not None and normal_label(r.label) and normal_label(r.label) not in allowed:
             raise DataError(f"{where}: label = {r.label!r} is not allowed; use one of {list(allowed.values())} or leave it empty.")
     s = s.assign(row=s.row.str.strip(), label=s.label.map(normal_label), file=str(f))
     dup = s.row.duplicated()
@@ -178,6 +251,14 @@ def _read_sheet(f:Path, key:pd.DataFrame, allowed:dict)->pd.DataFrame:
     return s[["row", "label", "file"]]
 
 # %% ../../nbs/35_audit.ipynb #741e52e9
+def _check_key(f:Path, key:pd.DataFrame):
+    "Refuse a key whose `answer_row` is not a row number (a whole number >= 0), naming the file, row, field and fix."
+    bad = ~key.answer_row.str.fullmatch(r"\d+")
+    if bad.any():
+        i = int(bad.to_numpy().nonzero()[0][0])
+        raise DataError(f"{f}: row {i + 2} ({key.row.iloc[i]!r}): field answer_row = {key.answer_row.iloc[i]!r} is not a row of the run's answers.csv "
+                        "(a whole number >= 0). Fix: restore the key.csv that `silverspoon audit sheet` wrote, or draw a new audit.")
+
 def read_audit_sheets(folder:str|Path,       # the audit folder (key.csv, audit.json)
                       sheets:list|None=None  # filled sheets; None: the folder's sheet.csv
                      )->tuple[pd.DataFrame, dict]:
@@ -188,8 +269,9 @@ def read_audit_sheets(folder:str|Path,       # the audit folder (key.csv, audit.
     key = pd.read_csv(folder/"key.csv", dtype=str, keep_default_na=False)
     miss = [c for c in ("row", "answer_row", "item_id", "part", "reply_sha256", "status", "value") if c not in key.columns]
     if miss: raise DataError(f"{folder/'key.csv'}: column(s) {miss} missing; it must be the key written with the sheet.")
+    _check_key(folder/"key.csv", key)
     about = json.loads((folder/"audit.json").read_text(encoding="utf-8"))
-    allowed = {normal_label(l): l for l in about["labels"]}
+    allowed = {normal_label(l): l for l in about["labels"]} if about.get("vocabulary", True) else None   # no vocabulary declared: open
     got = pd.concat([_read_sheet(Path(f), key, allowed) for f in (sheets or [folder/"sheet.csv"])], ignore_index=True)
     got = got[got.label.ne("")]
     if not len(got): raise DataError(f"{', '.join(map(str, sheets or [folder/'sheet.csv']))}: no labels; fill the `label` column before collecting.")
@@ -199,29 +281,40 @@ def read_audit_sheets(folder:str|Path,       # the audit folder (key.csv, audit.
     return k.assign(human=[h if h and "|" not in h else "" for h in k.human_labels]), about
 
 # %% ../../nbs/35_audit.ipynb #1a3a753f
+DISPUTED = "disputed"   # the reference of a row two annotators labelled differently: never the parser's label, so it counts as a disagreement
+
 def audit_summary(audit:pd.DataFrame, # row, human, human_labels, parser (`collect_audit` / `audit_validity`)
                   about:dict,         # audit.json
                   where:str           # the audit file, named in the reference
                  )->pd.DataFrame:
-    "The instruments-table row of an audit: the parser's agreement with the human labels (Wilson CI), measured on this run."
-    disputed, unlabelled = int(audit.human_labels.str.contains("|", regex=False).sum()), int(audit.human_labels.eq("").sum())
+    "The instruments-table row of an audit: the parser's agreement with the human labels (Wilson CI), measured on this run; a row the annotators dispute counts as a disagreement."
+    is_disputed = audit.human_labels.str.contains("|", regex=False)
+    disputed, unlabelled = int(is_disputed.sum()), int(audit.human_labels.eq("").sum())
     compared = audit[audit.human.ne("")]
     status_only = int(((compared.human != compared.parser) & compared.human.isin(list(NON_ANSWER_LABELS)) & compared.parser.isin(list(NON_ANSWER_LABELS))).sum())
     note = (f"{about['k']} of the run's {about['n_drawn_from']} replies with a text, drawn at random (seed {about['seed']}), labelled blind by humans; "
-            f"{unlabelled} unlabelled and {disputed} disputed between annotators are not compared; the status is compared for non-answers, the value "
-            f"for answers (case and spaces ignored); {status_only} disagreement(s) only between non-answer statuses")
-    return instrument_validity(AUDIT_INSTRUMENT, "parser", audit.parser, [h or None for h in audit.human],
-                               f"{len(compared)} human labels of this run's own replies ({where})", ids=audit.row, note=note, measured_on="this run")[0]
+            f"{disputed} disputed between annotators counted as disagreements (the parser cannot agree with both), {unlabelled} unlabelled not compared; "
+            f"the status is compared for non-answers, the value for answers (case and spaces ignored); {status_only} disagreement(s) only between non-answer statuses")
+    reference = [DISPUTED if d else (h or None) for h, d in zip(audit.human, is_disputed)]
+    return instrument_validity(AUDIT_INSTRUMENT, "parser", audit.parser, reference,
+                               f"{len(compared) + disputed} human labels of this run's own replies, {disputed} disputed ({where})", ids=audit.row, note=note, measured_on="this run")[0]
 
 # %% ../../nbs/35_audit.ipynb #74fc0c53
 def collect_audit(folder:str|Path,       # the audit folder
                   sheets:list|None=None  # filled sheets; None: the folder's sheet.csv
                  )->tuple[pd.DataFrame, pd.DataFrame]:
-    "(summary, audit): the parser's agreement with the human labels; writes `audit.csv` and `audit_summary.csv` into the folder."
+    "(summary, audit): the parser's agreement with the human labels; copies the filled sheets into `<folder>/labels/` (what `audit_validity` recomputes audit.csv from) and writes `audit.csv` and `audit_summary.csv` into the folder."
     folder = Path(folder)
-    k, about = read_audit_sheets(folder, sheets)
+    read_audit_sheets(folder, sheets)   # every sheet checked before anything is written
+    labels = folder/"labels"
+    copies = [(Path(f), labels/f"{i + 1:02d}-{Path(f).name}") for i, f in enumerate(sheets or [folder/"sheet.csv"])]
+    data = [src.read_bytes() for src, _ in copies]
+    if labels.exists(): shutil.rmtree(labels)
+    labels.mkdir()
+    for (_, dst), b in zip(copies, data): dst.write_bytes(b)
+    k, about = read_audit_sheets(folder, [dst for _, dst in copies])
     audit = k.assign(parser=[parser_label(s, v) for s, v in zip(k.status, k.value)])
-    audit["agree"] = [pd.NA if h == "" else h == p for h, p in zip(audit.human, audit.parser)]
+    audit["agree"] = [False if "|" in hl else pd.NA if h == "" else h == p for h, hl, p in zip(audit.human, audit.human_labels, audit.parser)]
     audit = audit[["row", "answer_row", "item_id", "part", "reply_sha256", "human", "human_labels", "n_labels", "parser", "agree"]]
     write_atomic(folder/"audit.csv", audit.to_csv(index=False))
     summary = audit_summary(audit, about, f"audits/{about['study']}/{about['run']}/audit.csv")
@@ -232,33 +325,47 @@ def collect_audit(folder:str|Path,       # the audit folder
 class StaleAudit(DataError):
     "The audit's replies are not this run's replies any more."
 
+AUDIT_FIELDS = ("row", "answer_row", "item_id", "part", "reply_sha256", "human", "human_labels")   # what audit.csv must repeat of the key and the filled sheets
+
 def audit_validity(study:str,                   # the run's study (reports/<study>/)
                    run:str,                     # the run's name
                    answers:pd.DataFrame,        # the run's answers (the frame `Report.answers` writes: item_id, part, status, value, reply)
                    audits_dir:str|Path|None=None # default `audits_folder()`
                   )->pd.DataFrame|None:
-    "The instruments-table row of the run's audit, recomputed against `answers` (`measured_on = 'this run'`); None without an audit; `StaleAudit` when its replies are not these."
+    "The instruments-table row of the run's audit, recomputed from its key and filled sheets (`labels/`) against `answers` (`measured_on = 'this run'`); every audit file noted for the run's record (`note_input`); None without an audit; `DataError` when audit.csv is not what its sheets give; `StaleAudit` when its replies are not these."
     folder = Path(audits_dir or audits_folder())/study/run
     f = folder/"audit.csv"
     if not f.is_file(): return None
+    for p in sorted(folder.rglob("*")):
+        if p.is_file(): note_input(p)   # the key, the filled sheets, audit.csv...: pinned in the run's record
     audit = pd.read_csv(f, dtype=str, keep_default_na=False)
-    miss = [c for c in ("row", "answer_row", "item_id", "part", "reply_sha256", "human", "human_labels") if c not in audit.columns]
+    miss = [c for c in AUDIT_FIELDS if c not in audit.columns]
     if miss: raise DataError(f"{f}: column(s) {miss} missing; write it with `silverspoon audit collect {folder}`.")
-    about = json.loads((folder/"audit.json").read_text(encoding="utf-8")) if (folder/"audit.json").is_file() else \
-            dict(k=len(audit), n_drawn_from="?", seed="?")
+    sheets = sorted((folder/"labels").glob("*.csv"))
+    if not sheets:
+        raise DataError(f"{f}: the filled sheets it was collected from are not in {folder/'labels'}, so its human labels cannot be checked "
+                        f"(an audit.csv alone could be written by hand). Fix: silverspoon audit collect {folder} <filled sheets>.")
+    k, about = read_audit_sheets(folder, sheets)   # the human labels as the sheets give them, every sheet checked against the key
+    redo = f"run `silverspoon audit collect {folder}` to derive it again from the key and the sheets in {folder/'labels'}, or restore it"
+    if len(audit) != len(k): raise DataError(f"{f}: {len(audit)} rows, but key.csv has {len(k)}: audit.csv is not what `audit collect` derived. Fix: {redo}.")
+    for i, (a_row, k_row) in enumerate(zip(audit[list(AUDIT_FIELDS)].to_dict("records"), k[list(AUDIT_FIELDS)].astype(str).to_dict("records"))):
+        for c in AUDIT_FIELDS:
+            if a_row[c] != k_row[c]:
+                raise DataError(f"{f}: row {i + 2} ({k_row['row']!r}): field {c} = {a_row[c]!r}, but the key and the filled sheets give {k_row[c]!r}: "
+                                f"audit.csv is not what `audit collect` derived from them (edited by hand?). Fix: {redo}.")
     fix = f"draw a new audit of this run (move {folder} away, then `silverspoon audit sheet reports/{study}/{run}`), or delete {folder}"
     if "reply" not in answers.columns: raise StaleAudit(f"{f}: this run wrote no reply texts, so its audit cannot be checked against them; {fix}.")
     a = answers.reset_index(drop=True)
     stale = []
-    for r in audit.itertuples(index=False):
+    for r in k.itertuples(index=False):
         i = int(r.answer_row)
         if i >= len(a) or str(a.item_id[i]) != r.item_id or str(a.part[i]) != r.part or reply_sha256(a.reply[i]) != r.reply_sha256: stale.append(r.row)
     if stale:
-        raise StaleAudit(f"{f}: the audit is stale: {len(stale)} of its {len(audit)} replies ({', '.join(stale[:5])}{', ...' if len(stale) > 5 else ''}) "
+        raise StaleAudit(f"{f}: the audit is stale: {len(stale)} of its {len(k)} replies ({', '.join(stale[:5])}{', ...' if len(stale) > 5 else ''}) "
                          f"are not this run's replies any more (answers.csv changed); {fix}.")
-    rows = audit.answer_row.astype(int)
-    audit = audit.assign(parser=[parser_label(s, v) for s, v in zip(a.status[rows], a.value[rows])])
-    return audit_summary(audit, about, f"audits/{study}/{run}/audit.csv")
+    rows = k.answer_row.astype(int)
+    k = k.assign(parser=[parser_label(s, v) for s, v in zip(a.status[rows], a.value[rows])])
+    return audit_summary(k, about, f"audits/{study}/{run}/audit.csv")
 
 # %% ../../nbs/35_audit.ipynb #8dfb0d19
 def merge_instruments(table:pd.DataFrame|None, # an instruments table (`instrument_validity` rows), or None

@@ -324,7 +324,8 @@ def parser_set(name:str # e.g. "normative", "bbq"
     "A hand-labelled parser set (reply, expected, hard, source, ...) as a frame; `hard` as bool."
     p = parser_set_path(name)
     if not p.exists(): raise DataError(f"{p}: no hand-labelled parser set {name!r}. Fix: run from a clone of the repository (the sets live in tests/parser_sets/), or set SILVERSPOON_ROOT to it.")
-    df = pd.read_csv(p, keep_default_na=False, na_values=[""], dtype=str, encoding="utf-8")
+    from silverspoon.engine.provenance import note_input   # the run's content record pins the set it read (`verify_provenance` names an edited one)
+    df = pd.read_csv(note_input(p), keep_default_na=False, na_values=[""], dtype=str, encoding="utf-8")
     miss = [c for c in PARSER_SET_COLUMNS if c not in df.columns]
     if miss: raise DataError(f"{p}: missing column(s) {miss}; found {list(df.columns)}. Fix: add them (hard is 0 or 1).")
     bad = ~df["hard"].isin(["0", "1"])

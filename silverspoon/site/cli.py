@@ -391,8 +391,8 @@ def _annotate(args)->int:
         for a, (csv, page) in w["sheets"].items(): print(f"{a:<8} ->  {csv}  |  {page}")
         return 0
     h = read_annotation_sheets(args.key, args.sheets)
+    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)   # --n-boot and --seed checked before the human file is written
     out = write_human_file(h, args.out)
-    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)
     for r in ag.itertuples():
         print(f"{r.measure:<42} {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  ({r.n_progressions} progressions, {r.n_annotators} annotators)")
     print(f"human file ->  {out}  (set task.human_file to it in a STOP params file)")
@@ -407,12 +407,13 @@ def _audit_parser(sub):
     asub = a.add_subparsers(dest="audit_cmd", required=True)
     s = asub.add_parser("sheet", help="write sheet.csv, form.html (for the humans), key.csv and audit.json (for you) for k replies drawn at random",
                         description="Draw k replies of a run at random (seeded; failed calls have no reply and are not drawn) and write them "
-                                    "blinded: the sheet shows each reply and the labels allowed (the answer values seen in the run, refusal, "
-                                    "not_an_answer, unparseable), never the parser's reading. Refuses a folder holding a key, an audit or a filled sheet.")
+                                    "blinded: the sheet shows each reply beside its prompt and the labels allowed (the study's whole answer vocabulary and any "
+                                    "value the parser read, refusal, not_an_answer, unparseable), never the parser's reading. Refuses a folder holding a key, "
+                                    "an audit or a filled sheet, and a published report folder.")
     s.add_argument("run_dir", help="the run's report folder, reports/<study>/<run> (its answers.csv is read)")
     s.add_argument("--k", type=int, default=30, help="replies to draw (default 30: a Wilson CI of about +-0.17 at 50%% agreement)")
     s.add_argument("--seed", type=int, default=0, help="seeds the draw (default 0)")
-    s.add_argument("--out", default=None, help="the audit folder (default audits/<study>/<run>/, where the run's report looks for it)")
+    s.add_argument("--out", default=None, help="the audit folder (default audits/<study>/<run>/, where the run's report looks for it; never a published report folder)")
     c = asub.add_parser("collect", help="check filled sheets against the key, write audit.csv and audit_summary.csv, print the agreement",
                         description="Read the filled sheets (default: the folder's sheet.csv), refuse any row whose reply text is not the one "
                                     "drawn (sha256 in key.csv), compare the human labels with the parser's (status for non-answers, value for "
@@ -423,7 +424,9 @@ def _audit_parser(sub):
 # %% ../../nbs/07_cli.ipynb #2b2d9fc2
 def _audit(args)->int:
     if args.audit_cmd == "sheet":
-        w = write_audit_sheet(args.run_dir, args.k, args.seed, args.out)
+        name = Path(args.run_dir).resolve().parent.name   # reports/<study>/<run>: the study's whole answer vocabulary is offered
+        vocabulary = get_study(name).answer_labels if name in STUDY_REGISTRY else ()
+        w = write_audit_sheet(args.run_dir, args.k, args.seed, args.out, vocabulary=vocabulary)
         print(printable(f"sheet    ->  {w['sheet']}  |  {w['form']}  (for the humans: label each reply)"))
         print(printable(f"key      ->  {w['key']}  (keep it from the humans)"))
         print(printable(f"then     ->  silverspoon audit collect {w['key'].parent} [filled sheets]"))

@@ -21,16 +21,17 @@ from ..instruments.parse import gather_instruments
 from ..studies.report import policy_page
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
-           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'EXAMPLES_NOTE', 'KERNEL_ARGS', 'verify_provenance', 'report_start',
-           'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
-           'below_run_line', 'verdict_html', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir',
-           'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
-           'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
-           'report_params_file', 'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples',
-           'run_params_file', 'notebook_to_html_safe', 'failed_calls', 'published_runs', 'collect_summaries',
-           'index_headline', 'index_headline_note', 'forest_figure', 'figure_data_uri', 'write_plan_card',
-           'released_answers_note', 'check_model_files', 'build_index', 'validity_page', 'write_card']
+__all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'VERDICT_START', 'VERDICT_END',
+           'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'SAVE_EVERY', 'EXAMPLES_NOTE', 'KERNEL_ARGS',
+           'verify_provenance', 'report_start', 'report_cells', 'fit_tables', 'safe_markdown_outputs',
+           'notebook_to_html', 'lift_instruments', 'below_run_line', 'verdict_html', 'plain_stream_text',
+           'publishable_notebook', 'notebooks_dir', 'notebooks_note', 'study_notebook', 'validate_task',
+           'read_params_file', 'preflight_model', 'secret_values', 'scrub_text', 'scrub_outputs',
+           'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'report_params_file', 'check_case_twin',
+           'check_report_owner', 'ended_early', 'without_examples', 'run_params_file', 'notebook_to_html_safe',
+           'failed_calls', 'published_runs', 'collect_summaries', 'index_headline', 'index_headline_note',
+           'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'check_model_files',
+           'build_index', 'validity_page', 'verdict_fragment', 'refresh_verdicts', 'write_card']
 
 # %% ../../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -55,6 +56,7 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     out += data_differences(rec["data"], declared.data_files if declared else ())   # against the data registry, never the record's own sha256
     out += store_differences(rec.get("stores"), root, rec["params_file"])         # the store content the run read
     out += output_differences(run_dir, rec.get("outputs"), rec["params_file"])    # the files it published
+    out += input_differences(rec.get("inputs"), root, rec["params_file"])       # the parser sets and audit files it read
     return out
 
 
@@ -180,14 +182,16 @@ def _verdict_row(h, r:dict)->str:
             f"<td>{html.escape(str(r.get('verdict')))}</td><td>{_fmt(r.get('mde_80'), 2)}{detect}</td></tr>")
 
 # %% ../../nbs/07a_runner.ipynb #ea9e58de
+VERDICT_START, VERDICT_END = "<!-- silverspoon:verdict -->", "<!-- /silverspoon:verdict -->"   # around the verdict block in a report page: `refresh_verdicts` rewrites what is between them
+
 def verdict_html(study:str,          # the run's study (its folder under reports/)
                  run_dir:str|Path    # the published (or about to be published) run folder with its summary.csv
                 )->str:
     "The Verdict block that opens a study report: per card headline of `study` (its `Study.headlines`) the estimate, 95% CI, n, its test (p, BH-adjusted p), the verdict tier in the card's words and the MDE with 'can this n detect the paper's effect?'; a headline the run lacks is named with why. Links the inference policy."
     heads = study_headlines(study)
-    if not heads: return (f"<div class='verdict'><h3>Verdict</h3><p>No headline of the {html.escape(study)} study is on the bias card "
+    if not heads: return (f"{VERDICT_START}<div class='verdict'><h3>Verdict</h3><p>No headline of the {html.escape(study)} study is on the bias card "
                           "(its <code>Study.headlines</code> is empty), so there is no verdict to give here: the tables below are its results. "
-                          f"Every table follows the {POLICY_LINK.format(href='../inference.html')}.</p></div>")
+                          f"Every table follows the {POLICY_LINK.format(href='../inference.html')}.</p></div>{VERDICT_END}")
     head = "".join(f"<th>{c}</th>" for c in ["headline", "estimate [95% CI]", "n", "p / BH-adjusted", "verdict", "MDE (80% power); can this n detect the paper's effect?"])
     gate = answer_gate(run_dir)
     answered = f"<p><b>Did the model answer?</b> {html.escape(gate['answers'])}." + (f" <b>{html.escape(gate['why'])}.</b>" if gate["why"] else "") + "</p>"
@@ -197,13 +201,13 @@ def verdict_html(study:str,          # the run's study (its folder under reports
     fam = (f"adjusted with every test of the <a href='../models/{html.escape(owner)}.html'>{html.escape(owner)} bias card</a> ({html.escape(family)})"
            if owner else f"adjusted over this run's own card headlines ({html.escape(family)})")
     by = {r["headline"]: r for r in rows.to_dict("records")}
-    return ("<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card, under the "
+    return (f"{VERDICT_START}<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card, under the "
             f"{POLICY_LINK.format(href='../inference.html')}. A bias contrast's verdict comes from its declared test's p, {fam}: "
             "<b>evidence</b> (its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no "
             "evidence, and this n could not detect it) or <b>no estimate</b> (too few units, no test, or absent); 'no verdict' where too few "
             "replies were answers. A performance level is shown against its ideal, never as a bias verdict. MDE: the smallest true effect a "
             "5% test detects with 80% power at this run's units, from the estimator.</p>"
-            f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, by.get(h.metric, {})) for h in heads)}</table></div>")
+            f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, by.get(h.metric, {})) for h in heads)}</table></div>{VERDICT_END}")
 
 # %% ../../nbs/07a_runner.ipynb #nbpub001
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"   # an ipywidget's output (tqdm.auto's progress bars in a kernel)
@@ -784,12 +788,41 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.instruments.parse.gather
         parts.append(f"<h2>{html.escape(str(study))}</h2>" + shown.to_html(index=False, na_rep="", border=0, escape=True))
     return _page(title, "".join(parts))
 
+# %% ../../nbs/07a_runner.ipynb #refrv001
+def verdict_fragment(study:str,          # the run's study
+                     run_dir:str|Path    # its published folder
+                    )->str:
+    "The verdict block exactly as a report page shows it: `verdict_html` rendered by the page's own path (nbconvert's markup, `fit_tables`), from `VERDICT_START` to `VERDICT_END`."
+    import nbformat
+    cell = below_run_line([nbformat.v4.new_code_cell("")], verdict_html(study, run_dir), VERDICT_CELL_ID)[1]
+    out = fit_tables(_nb_html(nbformat.v4.new_notebook(cells=[cell])))
+    return out[out.find(VERDICT_START):out.find(VERDICT_END) + len(VERDICT_END)]
+
+def refresh_verdicts(name:str,                       # the model's name (its card)
+                     reports_dir:str|Path|None=None  # a reports folder; None = <project>/reports
+                    )->list[Path]:
+    "Rewrite the verdict block of each of model `name`'s published reports (`runs_for_model`) from the card family as it is now (`verdict_fragment`), re-pinning the page in its provenance (`pin_outputs`); returns the pages that changed."
+    reports_dir = reports_folder(reports_dir)
+    changed = []
+    for study, run_dir in runs_for_model(name, reports_dir).items():
+        page = run_dir.parent/f"{run_dir.name}.html"
+        if not page.is_file(): continue
+        text = page.read_text(encoding="utf-8")
+        a, b = text.find(VERDICT_START), text.find(VERDICT_END)
+        if a < 0 or b < a: continue   # a page published before the markers: its next run writes them
+        new = text[:a] + verdict_fragment(study, run_dir) + text[b + len(VERDICT_END):]
+        if new == text: continue
+        write_atomic(page, new)
+        pin_outputs(run_dir)
+        changed.append(page)
+    return changed
+
 # %% ../../nbs/07a_runner.ipynb #3feb7d95
 def write_card(name:str,                          # the model's run name, e.g. "smollm2-135m"
                reports_dir:str|Path|None=None,     # a reports folder; None = <project>/reports
                store_dir:str|Path|None=None        # a store root; None = $SILVERSPOON_STORE, else <project>/store
               )->Path:
-    "Write `reports/models/<name>.html` (the card's body, `card.card_html`, on the reports' page), `reports/models/<name>/bias_card.csv` and, with factor runs, `factor_deltas.csv` (raw p: the index and the reports read it into the card's BH family), `factor_band.csv` and `factor_nesting.csv`; returns the HTML path."
+    "Write `reports/models/<name>.html` (the card's body, `card.card_html`, on the reports' page), `reports/models/<name>/bias_card.csv` and, with factor runs, `factor_deltas.csv` (raw p: the index and the reports read it into the card's BH family), `factor_band.csv` and `factor_nesting.csv`; then each of the model's reports gets its verdict block from this card's one BH family (`refresh_verdicts`); returns the HTML path."
     reports_dir = reports_folder(reports_dir)
     fac = factor_deltas(name, reports_dir, store_dir)
     card = bias_card(name, reports_dir, store_dir, factors=fac)   # one BH family: the card's contrasts and these deltas (written back into fac)
@@ -802,4 +835,5 @@ def write_card(name:str,                          # the model's run name, e.g. "
         if len(fac[k]): write_atomic(f, fac[k].to_csv(index=False))
         else: f.unlink(missing_ok=True)
     write_atomic(out/f"{name}.html", _page(f"bias card: {name}", card_html(card, name, est, fac)))
+    refresh_verdicts(name, reports_dir)   # every report of the model: its verdict block from this card's family, re-pinned
     return out/f"{name}.html"

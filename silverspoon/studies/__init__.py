@@ -70,6 +70,7 @@ class Study:
     paper_note: str = ""            # what its paper n means here (the plan prints it)
     needs: tuple|None = None        # (dotted field a model file must set when no run file exists, why), e.g. ("task.adapter", "...")
     factor_skip: str|None = None    # why its factor runs are not planned; None = they are
+    answer_labels: tuple = ()       # every answer a reply may give (the values its parser reads), all offered to a human audit; () = an open vocabulary (e.g. a profession)
 
     def item_units(self, items)->int:
         "The units a run's items.csv (`items`, with its `item` column) holds: `units_in_items(items)` where the study declares it, else its distinct `item`s."

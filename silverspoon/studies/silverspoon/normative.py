@@ -1113,4 +1113,5 @@ def _describe(params:RunParams, opts:NormativeTask)->str:
 STUDY = Study(name="normative", title="SilverSpoon normative judgements (Singh et al.)", notebook="10_normative.ipynb",
               task=NormativeTask, validate=normative_task, data_files=NORMATIVE_FILES, summary_rows=summary_rows,
               describe=_describe, headlines=CARD_HEADLINES, units=("scenario", 3), paper_values=paper_values, paper_scale=PAPER_SCALE,
-              headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS, reply_gate=REPLY_GATE)
+              headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS, reply_gate=REPLY_GATE,
+              answer_labels=tuple(l for l in ANSWER_LABELS if l not in ("refusal", "unparseable")))

@@ -987,9 +987,10 @@ def load_human(path:str|Path,        # the CSV (see the format above)
                items:pd.DataFrame    # progressions from `load_stop` (to check ids and attach groups)
               )->pd.DataFrame:
     "One row per (progression, annotator): n_no, score, cf_label, with the progression's severity and groups."
+    from silverspoon.engine.provenance import note_input   # the run's content record pins the human file it read (`verify_provenance` names an edited one)
     path = Path(path)
     if not path.is_file(): raise DataError(f"{path}: human annotation file not found. Fix task.human_file (or set it to null).")
-    try: h = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    try: h = pd.read_csv(note_input(path), dtype=str, keep_default_na=False, encoding="utf-8")
     except (ValueError, UnicodeDecodeError) as e: raise DataError(f"{path}: not a readable UTF-8 CSV ({e}).") from None
     h.columns = [c.strip().lower() for c in h.columns]
     long, wide = {"sentence_index", "answer"} <= set(h.columns), "score" in h.columns
@@ -1252,4 +1253,4 @@ def paper_values()->dict:
 STUDY = Study(name="stop", title="STOP: sensitivity testing on offensive progressions (Morabito et al.)", notebook="30_stop.ipynb",
               task=StopTask, validate=stop_task, data_files=STOP_FILES, summary_rows=summary_rows, describe=describe_run, headlines=CARD_HEADLINES, units=("progression", 1), paper_values=paper_values, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
-              reply_gate=REPLY_GATE)
+              reply_gate=REPLY_GATE, answer_labels=("yes", "no"))

@@ -14,7 +14,7 @@ from ...stats import cluster_bootstrap, ALPHA
 from .stop import load_stop, select_progressions, INSTRUCTION, N_SENTENCES, load_human
 
 # %% auto #0
-__all__ = ['SHEET_COLUMNS', 'FORMULA_START', 'KEY_COLUMNS', 'annotation_items', 'write_annotation_sheets',
+__all__ = ['SHEET_COLUMNS', 'FORMULA_START', 'KEY_COLUMNS', 'annotation_items', 'check_counts', 'write_annotation_sheets',
            'read_annotation_sheets', 'load_human_frame', 'write_human_file', 'krippendorff_alpha',
            'annotator_agreement']
 
@@ -93,6 +93,15 @@ def _refuse_overwrite(out:Path, annotators:list[str]):
         except Exception: filled = True      # unreadable: treat it as someone's work
         if filled: raise ParamsError(f"{f}: already exists and holds answers; writing the sheets would blank it{why}.")
 
+# %% ../../../nbs/34_stop_annotate.ipynb #cntchk01
+def check_counts(n_boot=None, # `--n-boot`: bootstrap replicates, a whole number >= 1 (None: not given)
+                 seed=None    # `--seed`: a whole number >= 0 (None: not given)
+                ):
+    "Refuse a bootstrap count below 1 or a seed below 0 with a one-line `ParamsError` naming the option and the fix, before anything is written."
+    whole = lambda v: isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+    if n_boot is not None and (not whole(n_boot) or n_boot < 1): raise ParamsError(f"--n-boot {n_boot}: bootstrap replicates are a whole number >= 1 (e.g. --n-boot 2000).")
+    if seed is not None and (not whole(seed) or seed < 0): raise ParamsError(f"--seed {seed}: a seed is a whole number >= 0 (e.g. --seed 0).")
+
 # %% ../../../nbs/34_stop_annotate.ipynb #027e8536
 def write_annotation_sheets(out_dir:str|Path,          # folder for key.csv, INSTRUCTIONS.txt and the sheets
                             annotators:list[str],      # annotator names (file names: letters, digits, - and _; a letter or digit first)
@@ -100,6 +109,7 @@ def write_annotation_sheets(out_dir:str|Path,          # folder for key.csv, INS
                             seed:int=0                 # sample, codes and each annotator's order
                            )->dict:
     "Write the blinded sheets; returns {key, instructions, sheets: {annotator: (csv, html)}}."
+    check_counts(seed=seed)
     _check_annotators(annotators)
     out = Path(out_dir)
     _refuse_overwrite(out, annotators)                # checked before anything is written
@@ -256,6 +266,7 @@ def _agreement_stats(u:pd.DataFrame)->dict:
 def annotator_agreement(human:pd.DataFrame,   # per-sentence human answers (`read_annotation_sheets`, or a per-sentence human file)
                         n_boot:int=2000, seed:int=0)->pd.DataFrame:
     "measure, estimate, ci_low, ci_high (percentile bootstrap over progressions, `stats.cluster_bootstrap`, where its policy allows), ci_note, n_boot_undefined, n_progressions, n_annotators, n_answers."
+    check_counts(n_boot=n_boot, seed=seed)
     u = _answer_units(human)
     est = _agreement_stats(u)
     pids = u.progression_id.unique()
