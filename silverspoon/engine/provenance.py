@@ -257,13 +257,20 @@ def store_differences(pinned:dict|None,       # `content.stores`: {store_label: 
                       root:str|Path|None=None, # the project the labels are relative to
                       params_file=None         # the run's params file, for the fix
                      )->list[str]:
-    "One line per store file whose bytes the run read are no longer the same (an edited or removed record, a truncated file), naming it and the fix."
+    "One line per store file that is no longer exactly the file the run read (an edited or removed record, a truncated file, or lines appended after it), naming it and the fix."
     out = []
     for lab, pin in sorted((pinned or {}).items()):
         f = store_file(lab, root)
         try: now = prefix_sha256(f, int(pin["bytes"]))
         except SilverspoonError as e: now = None
-        if now == pin["sha256"]: continue
+        if now == pin["sha256"]:
+            size = f.stat().st_size
+            if size == int(pin["bytes"]): continue
+            out.append(f"{lab}: {size - int(pin['bytes'])} bytes were appended after the run read its {pin['bytes']} bytes: the report pins the "
+                       f"whole store file it read, so lines added later (a copy of a record with another answer, say) are refused rather than "
+                       f"trusted. Fix: restore the store file (git checkout -- {lab}, or truncate -s {pin['bytes']} {lab}), or if the addition is "
+                       f"meant, {_regenerate(params_file)}" + (" (with SILVERSPOON_STORE set to the store root it was made with)." if lab.startswith("$") else "."))
+            continue
         what = "is absent or shorter than the run read it" if now is None else "was edited after the run read it"
         out.append(f"{lab}: the first {pin['bytes']} bytes {what} (sha256 {str(pin['sha256'])[:16]} pinned, {str(now)[:16]} now): "
                    f"a stored answer no longer is the one the report was made from. Fix: restore the store file (git checkout -- {lab}), "

@@ -307,7 +307,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
         prov["store"] = {"path": (store_label(store.path) or _relpath(store.path)) if getattr(store, "path", None) else None,   # `$SILVERSPOON_STORE/...` outside the project
                          "hits": store.hits, "misses": store.misses}
         if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
-            prov["store"].update(unusable_lines=store.n_bad_lines, answers_by_batch_size=store.batch_sizes(),
+            prov["store"].update(unusable_lines=store.n_bad_lines, superseded_lines=len(getattr(store, "superseded", {})), answers_by_batch_size=store.batch_sizes(),
                                  batch_size_note="each stored answer records the batch size that made it; batched greedy "
                                                  "decoding can give other answers at another batch size (padding, kernels)")
     if "torch" in sys.modules:
