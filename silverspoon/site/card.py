@@ -16,7 +16,7 @@ from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
-from ..core import ParamsError, ModelParams, check_name, read_yaml, read_params_mapping
+from ..core import ParamsError, ModelParams, check_name, check_urls_and_keys, read_yaml, read_params_mapping
 from ..stats import cluster_bootstrap
 
 # %% auto #0
@@ -795,7 +795,7 @@ MODEL_FILE_FIXED = {   # per-study override fields a model file may not set, and
 }
 
 def read_model_file(path:str|Path)->dict:
-    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies` (per known study, overrides that never set `MODEL_FILE_FIXED`), `skip`, `description`."
+    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies` (per known study, overrides that never set `MODEL_FILE_FIXED`), `skip`, `description`; no key or URL login anywhere in `model` or `studies` (`core.check_urls_and_keys`, the rule `check` applies)."
     path = Path(path)
     if not path.is_file(): raise ParamsError(f"{path}: model file not found. Pass a file from params/models/ (e.g. params/models/smollm2-135m.yaml).")
     d = read_yaml(path) or {}
@@ -815,6 +815,7 @@ def read_model_file(path:str|Path)->dict:
                 raise ParamsError(f"{path}: field `studies.{s}.{k}` may not be set: {MODEL_FILE_FIXED[k]}. Fix: remove `{k}:` from `studies.{s}`.")
         if "run" in (over or {}): check_name(str(over["run"]), f"studies.{s}.run", str(path), why="it picks the run file params/" + s + "/<run>.yaml")
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
+    check_urls_and_keys({"model": d["model"], "studies": studies}, str(path))   # a key pasted as `api_key_env`, a URL login: refused as `check` refuses them, before any page shows the block
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
             "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
 
@@ -1219,13 +1220,17 @@ def _model_key(run:str, released:bool=True)->str:
 # %% ../../nbs/07b_card.ipynb #0dbfd021
 PLANNED = "planned (not run)"   # the index's `kind` of a model file none of whose runs is in reports/: its card is the plan
 
-def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None)->pd.DataFrame:
+def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None,
+                    exclude=()   # model files left out (`runner.check_model_files` found them broken: they get an error page, not a row)
+                   )->pd.DataFrame:
     "One row per (model, study headline): the model's run of that study and the headline's estimate, CI, n and verdict; a model file with no run yet gets one row, `kind` 'planned (not run)'."
     reports_dir = Path(reports_dir or project_root()/"reports"); models_dir = Path(models_dir or project_root()/"params"/"models")
     first = {}
     for h in card_headlines(): first.setdefault(h.study, h)
     claimed, rows = set(), []
+    skip = {Path(x).resolve() for x in exclude}
     for f in sorted(models_dir.glob("*.yaml")):
+        if f.resolve() in skip: continue
         name = read_model_file(f)["name"]
         runs = runs_for_model(name, reports_dir, models_dir)
         if not runs: rows.append(dict(model=name, kind=PLANNED, study=None, headline=None, run=None, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)); continue
