@@ -174,6 +174,27 @@ def test_a_key_echoed_in_the_reply_never_reaches_the_store(tmp_path, key):
     assert key not in json.dumps(be.served_models()) and key not in json.dumps(be.engine_stats(), default=str)
 
 
+# --- issue 51 B16: a proxy that echoes the Authorization header cut short stores no fragment of the key -----------------
+
+class TruncatingEchoServer(FakeChatServer):
+    "A proxy that echoes the first 16 characters of the key it got (and, in the finish reason, a piece from its middle)."
+    def _handle(self, h):
+        tok = h.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.script = {"": {"id": "x", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "finish_reason": f"stop {tok[10:22]}",
+                            "message": {"role": "assistant", "content": f"auth: {tok[:16]}... (truncated)"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}}
+        return super()._handle(h)
+
+
+def test_a_truncated_echo_of_the_key_never_reaches_the_store(tmp_path, key):
+    with TruncatingEchoServer() as srv:
+        be = OpenAIBackend(srv.model_params(api_key_env=KEY_VAR, max_retries=0))
+        store = GenerationStore(tmp_path/"store"/"normative"/"echo.jsonl")
+        df = generate_all(be, _reqs(), GenerationParams(max_new_tokens=16), store, run="echo", progress=False)
+    text = store.path.read_text()
+    for a in range(len(key) - 8 + 1): assert key[a:a + 8] not in text, (a, text)   # no 8 characters of the key in a row
+    assert list(df["answer"]) == ["auth: ***... (truncated)"] * 3
+
+
 # --- 8. only this machine is local: names that look local are not -------------------------------------------------------
 
 LOOKALIKES = ["127.0.0.1.attacker.example", "127.x.example", "127.0.0.1.nip.io", "app.10.0.0.1.nip.io", "evil.localhost"]

@@ -158,3 +158,16 @@ def test_plan_and_bias_cards_are_scrubbed_as_run_pages_are(tmp_path, monkeypatch
     f.write_text(f'name: described\ndescription: "our key {KEY} behind https://{LOGIN}@proxy.example.com"\nmodel: {{backend: hf, id: HuggingFaceTB/SmolLM2-135M-Instruct, revision: abc}}\n')
     page = write_plan_card(f, t/"reports").read_text()
     assert KEY not in page and "hunter2" not in page and "proxy.example.com" in page
+
+
+# --- issue 51 A34: ordinary words that look like key markers are published as written ----------------------------------
+def test_scrubbing_keeps_ordinary_words_and_removes_key_shapes(tmp_path):
+    from silverspoon.site.runner import scrub_outputs
+    d = tmp_path/"run"; d.mkdir()
+    prose = "the bearer of the warrant; see the sk-learn docs; a Bearer bond; sk-1 and sk-abc"
+    secrets = f"Authorization: Bearer abc.def; Bearer eyJhbGciOiJIUzI1NiJ9.payload; {KEY}; sk-ant-api03-AbCdEf0123456789xyz; sk-proj-ab**********yz"
+    (d/"items.csv").write_text(f"answer\n{prose}\n{secrets}\n")
+    scrub_outputs(d)
+    text = (d/"items.csv").read_text()
+    assert prose in text, text                                               # published as written, never "bearer ***" / "sk-***"
+    for s in ("abc.def", "eyJhbGciOiJIUzI1NiJ9", KEY, "AbCdEf0123456789", "ab**********yz"): assert s not in text, (s, text)

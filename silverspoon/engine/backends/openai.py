@@ -15,11 +15,11 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.engine.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
-           'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning', 'warn_if_key_in_clear', 'Secret',
-           'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge',
-           'RedirectRefused', 'RedirectLoop', 'redirect_loop_text', 'BadReply', 'capped_http_client',
-           'reply_error_message', 'failure_text', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'FRAGMENT_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT',
+           'FAIL_FAST_AFTER', 'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning',
+           'warn_if_key_in_clear', 'Secret', 'hide_secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable',
+           'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'RedirectLoop', 'redirect_loop_text',
+           'BadReply', 'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -104,16 +104,50 @@ def get(self:Secret)->str: return self._v
 def __reduce__(self:Secret): raise TypeError("a Secret cannot be pickled")
 
 # %% ../../../nbs/02c_openai.ipynb #20302060
+FRAGMENT_CHARS = 8   # any run of this many characters of a secret is hidden too: a proxy that echoes a cut `Authorization` header leaks a part
+
+def _secret_spans(text:str, secret:str)->list[tuple[int, int]]:
+    "(start, end) of every occurrence in `text` of `secret` or of a run of `FRAGMENT_CHARS` or more of its characters."
+    if not secret or len(secret) < 4 or secret == "EMPTY": return []
+    if len(secret) < FRAGMENT_CHARS: return [(m.start(), m.end()) for m in re.finditer(re.escape(secret), text)]
+    n, starts = FRAGMENT_CHARS, {}
+    for i in range(len(secret) - n + 1): starts.setdefault(secret[i:i + n], []).append(i)
+    find = re.compile("|".join(map(re.escape, starts))).search   # the regex engine finds the next fragment start (a report can be megabytes)
+    out, j = [], 0
+    while (m := find(text, j)) is not None:
+        j, longest = m.start(), 0
+        for i in starts[m.group(0)]:   # the longest run of the secret that starts here
+            k = n
+            while j + k < len(text) and i + k < len(secret) and text[j + k] == secret[i + k]: k += 1
+            longest = max(longest, k)
+        out.append((j, j + longest)); j += longest
+    return out
+
+def hide_secret(text:str,  # any text
+                *secrets:str # values sent as credentials (shorter than 4 characters: placeholders, never hidden)
+               )->str:
+    "`text` with each secret and every fragment of one of `FRAGMENT_CHARS` or more characters (a prefix, a cut-off middle) replaced by `***` (overlapping ones as one)."
+    spans = sorted(sp for s in secrets for sp in _secret_spans(text, s))
+    out, last = [], 0
+    for a, b in spans:
+        if b <= last: continue
+        if a >= last: out.append(text[last:a] + "***")
+        last = b
+    return "".join(out) + text[last:]
+
+_AUTH_HEADER = re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?bearer\s+)[^\s'\",;)\]}]+")   # an echoed header: whatever follows is the token
+_BEARER = re.compile(r"(?i)(\bbearer\s+)(?=[A-Za-z0-9\-._~+/]*\d)[A-Za-z0-9\-._~+/]{16,}=*")   # a token-like value: 16+ token characters, a digit among them
+_SK_KEY = re.compile(r"\bsk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{16,}|\bsk-[A-Za-z0-9_\-]*\*{4,}[A-Za-z0-9_\-]*")   # a key's shape (sk-proj-..., sk-ant-...), or one masked by a server
+
 def scrub(text:str,       # any message that may end up in a log, an error column or a report
           secrets=()      # exact strings to hide (the API key)
          )->str:
-    "Replace `secrets`, `Bearer <token>` and `sk-...` keys in `text` by `***`."
+    "Replace `secrets` (and fragments of them, `hide_secret`), an echoed `Authorization: Bearer` value, `Bearer <token-like value>` and key-shaped `sk-...` strings in `text` by `***`; ordinary words (\"the bearer of the warrant\", \"sk-learn\") stay."
     text = str(text)
-    for s in secrets:
-        s = s.get() if isinstance(s, Secret) else s
-        if s and len(s) >= 4 and s != "EMPTY": text = text.replace(s, "***")
-    text = re.sub(r"(?i)\b(bearer\s+)[^\s'\",;)\]}]+", r"\1***", text)
-    return re.sub(r"\bsk-[A-Za-z0-9_\-*.]{3,}", "sk-***", text)
+    text = hide_secret(text, *(s.get() if isinstance(s, Secret) else s for s in secrets))
+    text = _AUTH_HEADER.sub(r"\1***", text)
+    text = _BEARER.sub(r"\1***", text)
+    return _SK_KEY.sub("sk-***", text)
 
 # %% ../../../nbs/02c_openai.ipynb #a398c974
 def chat_kwargs(model_id:str, messages:list, gen:GenerationParams, sample_index:int=0,
@@ -439,12 +473,9 @@ def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, self.secrets())
 @patch
 def scrub_reply(self:OpenAIBackend, text:str|None # an answer (or another string field) as the server sent it
                )->str|None:
-    "`text` with every value sent as a secret (`secrets`) replaced by `***`: exact matches only, so the rest of an answer is kept as it came."
+    "`text` with every value sent as a secret (`secrets`), and every fragment of `FRAGMENT_CHARS` or more characters of one (`hide_secret`), replaced by `***`: nothing else, so the rest of an answer is kept as it came."
     if not isinstance(text, str): return text
-    for s in self.secrets():
-        v = s.get()
-        if v and len(v) >= 4 and v != "EMPTY": text = text.replace(v, "***")
-    return text
+    return hide_secret(text, *(s.get() for s in self.secrets()))
 
 
 # %% ../../../nbs/02c_openai.ipynb #f15532c1
