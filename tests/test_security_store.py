@@ -412,6 +412,27 @@ def test_edited_data_list_with_recomputed_sha256_still_fails(env_store):
     finally: p.write_bytes(before)
 
 
+# ---------------------------------------------------------------- issue 51 B10: provenance.json itself is pinned
+@needs_data
+@pytest.mark.parametrize("attack", ["replay backend", "served model fields deleted"])
+def test_edited_provenance_json_fails_verification_and_is_not_trusted_by_the_card(env_store, attack):
+    from silverspoon.site.card import is_released_run, served_model_of
+    p = env_store["run_dir"]/"provenance.json"; before = p.read_bytes()
+    prov = json.loads(before)
+    assert not is_released_run(env_store["run_dir"]) and served_model_of(env_store["run_dir"]) == ""
+    if attack == "replay backend": prov["params"]["model"]["backend"] = "replay"           # puts the run into the released-models column
+    else: prov["engine"] = {k: v for k, v in (prov.get("engine") or {}).items() if "served" not in k}   # hides a mismatch warning
+    if attack != "replay backend": prov["wall_seconds"] = prov.get("wall_seconds", 0) + 1  # (a scripted run records no served model: change something besides)
+    try:
+        p.write_text(json.dumps(prov, indent=1))
+        diff = verify_provenance(env_store["run_dir"])
+        assert len(diff) == 1 and diff[0].startswith(f"{p}: was edited after the run wrote it"), diff
+        assert not is_released_run(env_store["run_dir"])                                  # the edited record is never read for the card
+        assert served_model_of(env_store["run_dir"]).startswith("served model unknown: provenance.json is not the record the run wrote")
+    finally: p.write_bytes(before)
+    assert verify_provenance(env_store["run_dir"]) == [] and served_model_of(env_store["run_dir"]) == ""
+
+
 def test_fifo_store_file_is_refused_at_once(tmp_path):
     os.mkfifo(tmp_path/"run.jsonl")
     with pytest.raises(StoreError, match=r"is a FIFO \(named pipe\), not a regular file.*Fix: remove it"):

@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05a_provenance.ipynb #prov0002
 from __future__ import annotations
-import re, ast, json, subprocess, functools
+import re, ast, json, hashlib, subprocess, functools
 from pathlib import Path
 from ..core import *
 from .data import lookup, data_dir
@@ -12,10 +12,11 @@ from .store import stores_read, store_file, prefix_sha256
 from .backends import BACKENDS
 
 # %% auto #0
-__all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'model_label', 'package_versions', 'git_state', 'params_chain',
-           'file_digests', 'module_file', 'imported_names', 'parse_cells', 'source_imports', 'code_closure',
-           'notebook_modules', 'run_code_files', 'content_record', 'output_files', 'pin_outputs', 'output_differences',
-           'store_differences', 'data_differences']
+__all__ = ['PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'PROVENANCE_DIGEST_LABEL', 'model_label', 'package_versions',
+           'git_state', 'params_chain', 'file_digests', 'module_file', 'imported_names', 'parse_cells',
+           'source_imports', 'code_closure', 'notebook_modules', 'run_code_files', 'content_record', 'output_files',
+           'pin_outputs', 'output_differences', 'store_differences', 'data_differences', 'provenance_digest',
+           'recorded_provenance_digest', 'provenance_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -292,3 +293,35 @@ def data_differences(pinned:dict,     # `content.data`: {relpath: pinned digest}
         if e.relpath not in listed and (data_dir()/e.relpath).is_file():
             out.append(f"{e.relpath}: declared by the study and in the data folder, but missing from the report's data list")
     return out
+
+# %% ../../nbs/05a_provenance.ipynb #pr0vd1g5
+PROVENANCE_DIGEST_LABEL = "provenance.json sha256"   # how the executed notebook and the HTML report name the record's digest (`provenance_digest`)
+_DIGEST_RE = re.compile(re.escape(PROVENANCE_DIGEST_LABEL) + r".{0,300}?\b([0-9a-f]{64})\b", re.S)
+
+def provenance_digest(prov:dict # a provenance record (as written, or as read back from provenance.json)
+                     )->str:
+    "sha256 of the record's canonical JSON with `content.outputs` left out (`pin_outputs` adds it after the notebook showed the digest)."
+    p = json.loads(json.dumps(prov, default=str))
+    if isinstance(p.get("content"), dict): p["content"]["outputs"] = None
+    return hashlib.sha256(canonical_json(p).encode("utf-8")).hexdigest()
+
+def recorded_provenance_digest(run_dir:str|Path # a published run folder
+                              )->str|None:
+    "The digest of provenance.json that the run's executed notebook showed (`<run>.ipynb`, else `<run>.html` beside the folder; both are pinned outputs); None when neither shows one."
+    d = Path(run_dir)
+    for f in (d.parent/f"{d.name}.ipynb", d.parent/f"{d.name}.html"):
+        if f.is_file() and (m := _DIGEST_RE.findall(f.read_text(encoding="utf-8", errors="replace"))): return m[-1]   # the last one shown: the record as written
+    return None
+
+def provenance_differences(run_dir:str|Path, # a published run folder
+                           params_file=None  # the run's params file, for the fix
+                          )->list[str]:
+    "One line when `<run_dir>/provenance.json` is not the record the run's notebook wrote (its digest differs from the one the executed notebook shows, or none is shown), naming it and the fix."
+    f = Path(run_dir)/"provenance.json"
+    try: now = provenance_digest(json.loads(f.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as e: return [f"{f}: cannot be read as JSON ({type(e).__name__}). Fix: restore it (git checkout -- {f}), or {_regenerate(params_file)}."]
+    want = recorded_provenance_digest(run_dir)
+    if want is None: return [f"{f}: its digest is shown in no published file of the run (the report was made before provenance.json was pinned, or its notebook was edited). Fix: {_regenerate(params_file)}."]
+    if want == now: return []
+    return [f"{f}: was edited after the run wrote it (sha256 {want[:16]} shown in its executed notebook, {now[:16]} now): the card and index read "
+            f"its fields (backend, served model), so it is no longer trusted. Fix: restore it (git checkout -- {f}), or {_regenerate(params_file)}."]

@@ -22,16 +22,16 @@ from ..stats import cluster_bootstrap
 # %% auto #0
 __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'FACTOR_RESAMPLES',
            'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words', 'answer_gate',
-           'chat_template_of', 'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run',
-           'released_values', 'is_factor_run', 'model_run_names', 'runs_for_model', 'normal_power', 'normal_n',
-           'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd',
-           'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power',
-           'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas', 'card_rows',
-           'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file', 'model_plan',
-           'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas',
-           'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html',
-           'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'plan_table',
-           'plan_text']
+           'chat_template_of', 'trusted_provenance', 'served_model_of', 'run_cost', 'headline_row',
+           'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run', 'model_run_names',
+           'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n',
+           'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
+           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
+           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
+           'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs',
+           'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates',
+           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
+           'models_overview_html', 'scale_plan', 'plan_table', 'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -102,13 +102,32 @@ def chat_template_of(run_dir:str|Path # a published run folder
     arms = {k: v["chat_template"] for k, v in (prov.get("engine") or {}).items() if isinstance(v, dict) and isinstance(v.get("chat_template"), dict)}
     return "; ".join(f"{k}: {one(t)}" for k, t in arms.items())   # a run of several models (downstream's base and adapter): one each
 
+# %% ../../nbs/07b_card.ipynb #trustpv1
+def trusted_provenance(run_dir:str|Path # a published run folder
+                      )->dict|None:
+    "`<run_dir>/provenance.json` when it is the record the run wrote (its digest is the one its executed notebook shows: `provenance.provenance_differences`), else None: an edited record is never read for the card."
+    f, d = Path(run_dir)/"provenance.json", Path(run_dir)
+    stamp = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None for p in (f, d.parent/f"{d.name}.ipynb", d.parent/f"{d.name}.html"))
+    return _trusted_provenance(str(f.absolute()), stamp)
+
+@functools.lru_cache(maxsize=4096)
+def _trusted_provenance(f:str, stamp:tuple)->dict|None:
+    from silverspoon.engine.provenance import provenance_differences
+    f = Path(f)
+    if not f.is_file() or provenance_differences(f.parent): return None
+    try: prov = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError): return None
+    return prov if isinstance(prov, dict) else None
+
+
 # %% ../../nbs/07b_card.ipynb #8fdf9941
 def served_model_of(run_dir:str|Path # a published run folder
                    )->str:
     "'' when every reply named the model asked for (or the backend records none: local models, replays); else a flag per model: 'served: <name> (asked <model.id>) in n of N replies'."
     f = Path(run_dir)/"provenance.json"
-    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    except (OSError, ValueError): return ""
+    if not f.is_file(): return ""
+    prov = trusted_provenance(run_dir)
+    if prov is None: return "served model unknown: provenance.json is not the record the run wrote (verify_provenance names the difference)"
     eng = prov.get("engine") if isinstance(prov, dict) and isinstance(prov.get("engine"), dict) else {}
     asked = ((prov.get("params") or {}).get("model") or {}).get("id")
     def one(e, asked):
@@ -203,11 +222,9 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
 # %% ../../nbs/07b_card.ipynb #d8c44392
 def is_released_run(run_dir:str|Path # a published run folder
                    )->bool:
-    "True when the run scored the authors' released answers: its provenance.json records `params.model.backend` 'replay' (its name does not count)."
-    f = Path(run_dir)/"provenance.json"
-    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    except (OSError, ValueError): return False
-    model = (prov.get("params") or {}).get("model") if isinstance(prov, dict) else None
+    "True when the run scored the authors' released answers: its provenance.json (`trusted_provenance`: unedited) records `params.model.backend` 'replay' (its name does not count)."
+    prov = trusted_provenance(run_dir) or {}
+    model = (prov.get("params") or {}).get("model")
     return isinstance(model, dict) and model.get("backend") == "replay"
 
 # %% ../../nbs/07b_card.ipynb #b2027fd0

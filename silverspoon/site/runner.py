@@ -37,7 +37,7 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
                       root:str|Path|None=None    # the tree to check against (default: the project)
                      )->list[str]:
-    "Every difference between what `<run_dir>/provenance.json` pins (code, params, data list, store content read, published files) and the tree `root`, the store and the report folder; [] when they match. Each entry is checked on its own: the record's `sha256` is never trusted."
+    "Every difference between what `<run_dir>/provenance.json` pins (code, params, data list, store content read, published files, and provenance.json itself against the digest its executed notebook shows) and the tree `root`, the store and the report folder; [] when they match. Each entry is checked on its own: the record's `sha256` is never trusted."
     f = Path(run_dir)/"provenance.json"
     prov = json.loads(f.read_text(encoding="utf-8"))
     rec = prov.get("content")
@@ -56,6 +56,7 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     out += data_differences(rec["data"], declared.data_files if declared else ())   # against the data registry, never the record's own sha256
     out += store_differences(rec.get("stores"), root, rec["params_file"])         # the store content the run read
     out += output_differences(run_dir, rec.get("outputs"), rec["params_file"])    # the files it published
+    out += provenance_differences(run_dir, rec["params_file"])                    # provenance.json itself: its digest as the executed notebook showed it
     return out
 
 

@@ -325,7 +325,8 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
         (self.out_dir/"provenance.json").write_text(json.dumps(prov, indent=1, default=_jsonable), encoding="utf-8")
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
                    for k, v in prov.items())
-    display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
+    digest = f"<p>{PROVENANCE_DIGEST_LABEL} (without <code>content.outputs</code>, checked by <code>verify_provenance</code>): <code>{provenance_digest(json.loads(json.dumps(prov, default=_jsonable)))}</code></p>"
+    display(HTML(f"<h3>Provenance</h3><table>{rows}</table>{digest}"))
 
 # %% ../../nbs/06_report.ipynb #66157ad6
 class RunEnded(Exception):
