@@ -24,14 +24,14 @@ __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', '
            'A100_H100_BANDWIDTH', 'PLANNED', 'study_headlines', 'min_detectable_effect', 'verdict_words', 'answer_gate',
            'chat_template_of', 'trusted_provenance', 'served_model_of', 'run_cost', 'headline_row',
            'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run', 'model_run_names',
-           'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n',
-           'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
-           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
-           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
-           'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs',
-           'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates',
-           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html', 'scale_plan', 'plan_table', 'plan_text']
+           'model_params_files', 'made_by', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical',
+           'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd',
+           'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line',
+           'run_units', 'headline_power_row', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html',
+           'answers_html', 'check_factors', 'read_model_file', 'model_plan', 'factor_run_name', 'factor_plan',
+           'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line',
+           'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview',
+           'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'plan_table', 'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -273,16 +273,49 @@ def model_run_names(name:str,                       # the model's name (its mode
     return base + [r + PAPER_SCALE_SUFFIX for r in base]
 
 # %% ../../nbs/07b_card.ipynb #fb659310
+def model_params_files(name:str,                       # the model's name (its model file's `name:`)
+                       study:str,                      # a study
+                       models_dir:str|Path|None=None,  # None = <project>/params/models
+                       root:str|Path|None=None         # the project whose params/ holds the run files
+                      )->set[str]:
+    "The params files (as provenance names them) whose runs are model `name`'s own runs of `study`, as `model_plan` would pick them without writing anything: the run file params/<study>/<run>.yaml when a model file named `name` runs it (it exists and loads this model's block), and the files only a model named `name` writes: tmp/models/<name>/<study>.yaml and its paper-scale tmp/models/<name>/paper/<study>.yaml."
+    from silverspoon.site.card import read_model_file   # the module's own name, defined further down its notebook
+    root, out = Path(root or project_root()), {f"tmp/models/{name}/{study}.yaml", f"tmp/models/{name}/paper/{study}.yaml"}   # only `model_plan`/`scale_plan` of a model named `name` write these (its file may lie outside params/models)
+    for f in sorted(Path(models_dir or root/"params"/"models").glob("*.yaml")):
+        try: m = read_model_file(f)
+        except Exception: continue   # a broken model file owns nothing (`silverspoon check` and the index name it)
+        base = root/"params"/study/"_base-local.yaml"
+        if m["name"] != name or study in m["skip"] or not base.exists(): continue
+        over = dict(m["studies"].get(study) or {}); run = str(over.pop("run", name))
+        existing = root/"params"/study/f"{run}.yaml"
+        if existing.exists():
+            try: want, got = merge_params(read_params_mapping(base).get("model", {}), m["model"]), read_params_mapping(existing).get("model", {})
+            except Exception: continue
+            if over or any(want.get(k) != got.get(k) for k in set(want) | set(got)): continue   # `model_plan` refuses it: not this model's run
+            out.add(f"params/{study}/{run}.yaml")
+    return out
+
+def made_by(run_dir:str|Path, # a published run folder
+            allowed:set       # params files, as `model_params_files` gives them
+           )->bool:
+    "Does the run's provenance (`trusted_provenance`: unedited) say one of `allowed` made it (`content.params_file`)?"
+    prov = trusted_provenance(run_dir) or {}
+    content = prov.get("content") if isinstance(prov.get("content"), dict) else {}
+    return content.get("params_file") in allowed
+
 def runs_for_model(name:str,                       # the model's name, e.g. smollm2-135m
                    reports_dir:str|Path,           # a reports folder
                    models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
                   )->dict[str,Path]:
-    "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv (never a factor run, never a run merely named like it)."
+    "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv whose provenance says this model file made it (`made_by` one of `model_params_files`): never a factor run, a run merely named like it, a run of another model file that declares its name, or someone else's `<name>-paper`."
     if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
     declared, out = _declared_runs(name, models_dir), {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
-        got = next((study_dir/r for r in model_run_names(name, study_dir.name, declared=declared) if (study_dir/r/"summary.csv").exists()), None)
-        if got is not None: out[study_dir.name] = got
+        allowed = None
+        for r in model_run_names(name, study_dir.name, declared=declared):
+            if not (study_dir/r/"summary.csv").exists(): continue
+            if allowed is None: allowed = model_params_files(name, study_dir.name, models_dir)
+            if made_by(study_dir/r, allowed): out[study_dir.name] = study_dir/r; break
     return out
 
 # %% ../../nbs/07b_card.ipynb #5533568f
@@ -1274,7 +1307,7 @@ def _cell(card:pd.DataFrame, h:Headline)->dict:
 def card_owner(run_dir:str|Path,                  # a run folder (published, or about to be: <reports>/<study>/.<run>.partial-*/<run>)
                models_dir:str|Path|None=None      # None = <project>/params/models
               )->tuple[str|None, Path]:
-    "(the model file name whose card shows this run, or None; the reports folder): the model whose own runs of the study (`model_run_names`) include this one and whose card would pick it (`runs_for_model`)."
+    "(the model file name whose card shows this run, or None; the reports folder): the model whose own runs of the study (`model_run_names`) include this one, whose model file made it (`made_by`) and whose card would pick it (`runs_for_model`)."
     run_dir = Path(run_dir); parent = run_dir.parent
     if parent.name.startswith("."): parent = parent.parent   # a run being published
     study, reports_dir = parent.name, parent.parent
@@ -1284,7 +1317,7 @@ def card_owner(run_dir:str|Path,                  # a run folder (published, or 
         try: names.append(read_model_file(f)["name"])
         except Exception: continue
     for n in dict.fromkeys(names):
-        if run_dir.name not in model_run_names(n, study, models_dir): continue
+        if run_dir.name not in model_run_names(n, study, models_dir) or not made_by(run_dir, model_params_files(n, study, models_dir)): continue   # its provenance must say this model file made it
         shown = runs_for_model(n, reports_dir, models_dir).get(study) if reports_dir.is_dir() else None
         if shown is None or shown.name == run_dir.name: return n, reports_dir
     return None, reports_dir

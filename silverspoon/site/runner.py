@@ -710,12 +710,11 @@ _INDEX_LISTS = ("Every `silverspoon run` rebuilds the index, which lists every m
 def check_model_files(reports_dir:str|Path|None=None, # the reports folder the index is built in; None = <project>/reports
                       collect:bool=False               # return every broken file's error instead of raising on the first (`build_index`)
                      )->list[Path]|dict[Path, str]:
-    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`, which refuses a pasted key or URL login as `check` does; a model with no run: its plan, `card.model_plan`); one `ParamsError` naming the file, field and fix for the first broken one, or with `collect` `{file: error}` of every broken one."
+    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`, which refuses a pasted key or URL login as `check` does, and its plan, `card.model_plan`, as `check` reads it); one `ParamsError` naming the file, field and fix for the first broken one, or with `collect` `{file: error}` of every broken one."
     reports_dir, files, bad = reports_folder(reports_dir), sorted((project_root()/"params"/"models").glob("*.yaml")), {}
     for f in files:
         try:
-            name = read_model_file(f)["name"]
-            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): model_plan(f)   # the index writes its plan card
+            read_model_file(f); model_plan(f)   # refused as `check` refuses it (a declared `run:` of another model, a name that is another model's run file), run or not
         except ParamsError as e:
             if collect: bad[f] = str(e); continue
             raise ParamsError(f"{e} {_INDEX_LISTS}; nothing was run or written.") from None
