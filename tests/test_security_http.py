@@ -436,3 +436,27 @@ def test_timeout_s_counts_time_queued_at_a_one_at_a_time_server():
     prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").replace("\n", " ")
     assert "the time the request waits in the server's queue" in prose and "**`concurrency: 1`**" in prose
     assert "**`timeout_s >= concurrency x (slowest reply)`**" in prose
+
+
+# --- issue 51 A52: 100,000 reply headers are said as such, not as "Connection error." ----------------------------------
+
+def test_a_reply_with_100000_headers_is_named_not_a_connection_error(key):
+    import socket
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4); srv.settimeout(30); port = srv.getsockname()[1]
+    served = []
+    def serve():   # bounded: answers at most 4 connections, each with ~1.1 MB of headers, then stops
+        for _ in range(4):
+            try: c, _ = srv.accept()
+            except OSError: return
+            with c:
+                c.settimeout(10)
+                try: c.recv(65536); served.append(1); c.sendall(b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(100_000)) + b"Content-Length: 2\r\n\r\n{}")
+                except OSError: pass
+    t = threading.Thread(target=serve, daemon=True); t.start()
+    try:
+        be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url=f"http://u:{key}@127.0.0.1:{port}/v1", api_key_env=KEY_VAR, max_retries=2, timeout_s=20))
+        with pytest.raises(SilverspoonError) as e: be.generate(_reqs(1), GenerationParams(max_new_tokens=8))
+    finally: srv.close()
+    msg = str(e.value)
+    assert "too many reply headers" in msg and f"host 127.0.0.1" in msg and "header limit" in msg and "Connection error" not in msg, msg
+    assert key not in msg and "u:" not in msg and len(served) == 1      # the URL login is not shown; not retried: every request would get the same

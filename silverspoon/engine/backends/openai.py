@@ -15,11 +15,12 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.engine.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'FRAGMENT_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT',
-           'FAIL_FAST_AFTER', 'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning',
-           'warn_if_key_in_clear', 'Secret', 'hide_secret', 'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable',
-           'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused', 'RedirectLoop', 'redirect_loop_text',
-           'BadReply', 'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'FRAGMENT_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'HEADER_LIMIT_BYTES',
+           'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER', 'is_local_url', 'public_url', 'resolve_api_key',
+           'UnencryptedKeyWarning', 'warn_if_key_in_clear', 'Secret', 'hide_secret', 'scrub', 'chat_kwargs',
+           'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused',
+           'RedirectLoop', 'redirect_loop_text', 'TooManyHeaders', 'header_limit_text', 'BadReply',
+           'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -223,6 +224,20 @@ def redirect_loop_text(exc,           # the HTTP library's TooManyRedirects
             f"(a redirect loop{f', the last one to {last}' if last else ''}). Fix: set base_url to the address the server answers at itself "
             f"(often a missing or extra /v1 or trailing slash, or http:// where a proxy redirects to https://); "
             f"`curl -sI {public_url(base_url)}/chat/completions` shows the redirect.")
+
+# %% ../../../nbs/02c_openai.ipynb #hdrlim01
+HEADER_LIMIT_BYTES = 16 * 1024   # h11's (httpx's HTTP/1.1 parser) most bytes of a reply's status line and headers
+
+class TooManyHeaders(Exception):
+    "A reply whose header section is larger than the HTTP client reads (tens of thousands of header lines): the SDK says only \"Connection error.\"; every request would get the same."
+
+def header_limit_text(exc,            # the HTTP library's RemoteProtocolError ("Receive buffer too long")
+                      base_url:str)->str:
+    "What a reply with too many (or too long) headers means, naming the host (`public_url`: no user:password@, no query) and the fix."
+    return (f"too many reply headers: the server at {public_url(base_url)} (host {urlsplit(base_url).hostname}) sent a reply whose status line and "
+            f"headers pass the HTTP client's header limit ({HEADER_LIMIT_BYTES // 1024} KiB; {type(exc).__name__}: {str(exc)[:80]}), so it was not read. "
+            f"No chat server sends that many headers: base_url points at something else, or a proxy in between is broken. Fix: check "
+            f"base_url; `curl -sI {public_url(base_url)}/models | head` shows the headers.")
 
 # %% ../../../nbs/02c_openai.ipynb #cdd85907
 _DEADLINE = threading.local()   # `.end`: the monotonic time by which this thread's current attempt must be done (None: no deadline)
@@ -534,10 +549,10 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
 # %% ../../../nbs/02c_openai.ipynb #9f94a689
 @patch
 def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
-    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, a redirect loop, or the server unreachable; else None."
+    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, a redirect loop, too many reply headers, or the server unreachable; else None."
     import openai
     url = public_url(self.base_url)
-    if isinstance(exc, RedirectLoop): return f"{self.scrub(str(exc))} Nothing more was sent."
+    if isinstance(exc, (RedirectLoop, TooManyHeaders)): return f"{self.scrub(str(exc))} Nothing more was sent."
     if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
         return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
                 f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
@@ -569,6 +584,8 @@ def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
         except Exception as e:
             last = _cause(e, (ReplyTooLarge, RedirectRefused, BadReply)) or e   # an SDK may wrap them in a connection error; they are not one
             if (loop := _cause(e, _http_library(openai).TooManyRedirects)) is not None: last = RedirectLoop(redirect_loop_text(loop, self.base_url))
+            if (bad := _cause(e, _http_library(openai).RemoteProtocolError)) is not None and "Receive buffer too long" in str(bad):
+                last = TooManyHeaders(header_limit_text(bad, self.base_url))   # not a "Connection error.": said, not retried
             if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
             d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
             _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(failure_text(last)),
