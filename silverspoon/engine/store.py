@@ -286,7 +286,7 @@ def append(self:GenerationStore, records:list[dict]):
     for r in records:
         why = self.check(r)
         if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
-        if not self._keeps(r): raise ValueError(f"{self.path or 'the in-memory store'}: key {r['key'][:16]} already holds an answer; a store never replaces one (append only new keys and retries of failures)")
+        if not self._keeps(r) and r != self._recs[r["key"]]: raise ValueError(f"{self.path or 'the in-memory store'}: key {r['key'][:16]} already holds an answer; a store never replaces one (append only new keys and retries of failures)")
     if self.path is not None:
         buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
         _refuse_link(self.path, len(records))
