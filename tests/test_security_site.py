@@ -19,7 +19,9 @@ def reports(tmp_path_factory):
     "A small reports folder (two committed normative runs) with its index and the SmolLM2 card written once: the old pages."
     from silverspoon.site.runner import build_index, write_card
     d = tmp_path_factory.mktemp("atomic")/"reports"
-    for run in ("smollm2-135m", "gpt4-replay"): shutil.copytree(ROOT/"reports"/"normative"/run, d/"normative"/run)
+    for run in ("smollm2-135m", "gpt4-replay"):
+        shutil.copytree(ROOT/"reports"/"normative"/run, d/"normative"/run)
+        shutil.copy(ROOT/"reports"/"normative"/f"{run}.ipynb", d/"normative")   # it shows provenance.json's digest: the card trusts the record only with it
     build_index(d); write_card("smollm2-135m", d)
     return d
 
