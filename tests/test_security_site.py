@@ -135,6 +135,12 @@ def test_pasted_key_in_a_model_file_is_published_nowhere(leaky_project, cli):
     env = {"SILVERSPOON_ROOT": str(leaky_project), "SILVERSPOON_STORE": str(leaky_project/"store")}
     checked = cli("check", leaky_project/"params"/"models"/"leak.yaml", env=env)
     assert checked.returncode == 2 and "field `model.api_key_env` must be the NAME" in checked.stderr and KEY not in checked.stderr + checked.stdout
+    unrelated = leaky_project/"mine.yaml"   # an unrelated run, which rebuilds the index at its end: refused before anything runs
+    unrelated.write_text("study: normative\nmodel: {backend: scripted, id: 'text:P1'}\nsample: {n: 6}\n")
+    before = sorted(str(f) for f in (leaky_project/"reports").rglob("*"))
+    ran = cli("run", unrelated, "--reports-dir", leaky_project/"reports", env=env)
+    assert ran.returncode == 2 and "field `model.api_key_env` must be the NAME" in ran.stderr and KEY not in ran.stderr + ran.stdout
+    assert sorted(str(f) for f in (leaky_project/"reports").rglob("*")) == before
     r = cli("index", "--reports-dir", leaky_project/"reports", env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
     assert checked.stderr.strip().rstrip(".") in r.stderr                   # the message `check` gives, word for word
