@@ -6,6 +6,13 @@ from silverspoon.site.card import model_plan, read_model_file, bias_card, runs_f
 from silverspoon.site.runner import write_card, _CSS
 from silverspoon.core import ParamsError
 
+
+def _copy_published(run_dir, study_dir):
+    "Copy a published run folder and its executed notebook (which shows its provenance.json digest: the card trusts a record only with it) into `study_dir`."
+    shutil.copytree(run_dir, study_dir/run_dir.name)
+    nb = run_dir.parent/f"{run_dir.name}.ipynb"
+    if nb.exists(): shutil.copy(nb, study_dir/nb.name)
+
 def copy_params(root, d):
     shutil.copytree(root/"params", Path(d)/"params")
     return Path(d)
@@ -45,7 +52,7 @@ def test_studies_needs_model(cli):
 def test_card_of_the_committed_smollm2_runs(root, tmp_path):
     "Every headline of the six studies has a row; estimates, CIs and n are the summary rows; a contract metric the committed run predates is named, not dropped."
     runs = runs_for_model("smollm2-135m", root/"reports")
-    for s, r in runs.items(): shutil.copytree(r, tmp_path/s/r.name)
+    for s, r in runs.items(): _copy_published(r, tmp_path/s)
     card = bias_card("smollm2-135m", tmp_path)
     assert len(card) == len(card_headlines()) and (card.estimate.notna() | card.verdict.str.startswith("no estimate: absent")).all()
     stop = card[card.headline.eq("P")].iloc[0]
@@ -63,7 +70,7 @@ def test_card_of_the_committed_smollm2_runs(root, tmp_path):
 
 def test_a_study_without_a_run_is_listed_not_dropped(root, tmp_path):
     r = runs_for_model("smollm2-135m", root/"reports")["normative"]
-    shutil.copytree(r, tmp_path/"normative"/r.name)
+    _copy_published(r, tmp_path/"normative")
     card = bias_card("smollm2-135m", tmp_path)
     assert set(card.study) == {h.study for h in card_headlines()}
     assert card[card.study.ne("normative")].verdict.eq("no run for this model").all()
@@ -170,7 +177,7 @@ def test_a_model_file_not_yet_run_gets_a_plan_card_linked_from_the_index(root, t
     from silverspoon.site.runner import build_index
     from silverspoon.site.card import PLANNED
     r = runs_for_model("smollm2-135m", root/"reports")["normative"]
-    shutil.copytree(r, tmp_path/"normative"/r.name)
+    _copy_published(r, tmp_path/"normative")
     index = build_index(tmp_path).read_text()
     plan = (tmp_path/"models"/"llama3-8b-instruct.html").read_text()
     assert "href='models/llama3-8b-instruct.html'" in index and PLANNED in index

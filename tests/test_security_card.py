@@ -21,6 +21,8 @@ def _hashes(*paths)->dict:
 def _copy_run(root, to, study, run, as_name=None):
     "Copy a committed run folder (and its store file, where there is one) into the reports/store folders `to`."
     shutil.copytree(root/"reports"/study/run, to/"reports"/study/(as_name or run))
+    for ext in (".ipynb", ".html"):   # the executed notebook shows provenance.json's digest: without it the card trusts no field of it (issue 51 B10)
+        if (root/"reports"/study/f"{run}{ext}").exists(): shutil.copy(root/"reports"/study/f"{run}{ext}", to/"reports"/study/f"{as_name or run}{ext}")
     src = root/"store"/study/f"{run}.jsonl"
     if src.exists():
         (to/"store"/study).mkdir(parents=True, exist_ok=True); shutil.copy(src, to/"store"/study/f"{as_name or run}.jsonl")
@@ -120,6 +122,7 @@ def _served_provenance(run_dir, other_model:str|None):
     prov["params"]["model"] = {**prov["params"]["model"], "backend": "openai", "id": be.model.id}
     prov["engine"], prov["chat_template"] = {k: v for k, v in eng.items() if k != "chat_template"}, eng["chat_template"]
     (run_dir/"provenance.json").write_text(json.dumps(prov))
+    _stamp(run_dir)   # as the run's notebook would have shown it
     return be.model.id
 
 
@@ -178,3 +181,45 @@ def test_every_stop_paper_value_belongs_to_a_card_headline():
     from silverspoon.site.card import _paper_values
     stop = {k for k in _paper_values() if k[0] == "stop"}
     assert stop == {(h.study, h.metric) for h in card_headlines() if h.study == "stop"}   # ("stop", "mean sensitivity") left the card; so did its entry
+
+
+# --- issue 51 B06: a run counts for a model file only when its provenance says that model file made it ------------------
+
+def _stamp(run_dir, **content):
+    "Make a copied run's provenance.json the record its notebook showed (as a fresh run of this version writes it), after setting `content` fields."
+    from silverspoon.engine.provenance import provenance_digest, PROVENANCE_DIGEST_LABEL
+    f = run_dir/"provenance.json"; prov = json.loads(f.read_text()); prov["content"].update(content); f.write_text(json.dumps(prov, indent=1))
+    nb = run_dir.parent/f"{run_dir.name}.ipynb"
+    nb.write_text((nb.read_text() if nb.exists() else "") + f"\n{PROVENANCE_DIGEST_LABEL}: {provenance_digest(prov)}\n")
+
+
+def test_no_model_file_takes_over_another_models_runs(root, tmp_path, committed):
+    for run in ("gpt4-replay", "smollm2-135m"): _copy_run(root, tmp_path, "normative", run)
+    _copy_run(root, tmp_path, "normative", "smollm2-135m", "smollm2-135m-paper")   # someone else's run, named like the model's paper-scale run
+    reports, models = tmp_path/"reports", tmp_path/"models"; models.mkdir()
+    for run in ("gpt4-replay", "smollm2-135m"): _stamp(reports/"normative"/run)
+    _stamp(reports/"normative"/"smollm2-135m-paper", params_file="params/normative/someone-else.yaml")
+    shutil.copy(root/"params"/"models"/"smollm2-135m.yaml", models)
+    (models/"x.yaml").write_text("name: x\nmodel: {backend: hf, id: some/model}\nstudies: {normative: {run: gpt4-replay}}\n")   # a declared run of another model
+    (models/"gpt4-replay.yaml").write_text("name: gpt4-replay\nmodel: {backend: hf, id: some/model}\n")                   # a model named like a run
+    assert runs_for_model("x", reports, models) == {} and runs_for_model("gpt4-replay", reports, models) == {}
+    assert runs_for_model("smollm2-135m", reports, models) == {"normative": reports/"normative"/"smollm2-135m"}
+    shutil.rmtree(reports/"normative"/"smollm2-135m")                       # its own run gone: the look-alike `-paper` run is still not it
+    assert runs_for_model("smollm2-135m", reports, models) == {}
+    assert card_owner(reports/"normative"/"gpt4-replay", models)[0] is None
+    ov = models_overview(reports, models).set_index(["model", "kind"])
+    assert ov.loc[("gpt4", "released answers"), "run"] == "gpt4-replay"    # the released run keeps its own row
+    assert ("x", "planned (not run)") in ov.index and ("gpt4-replay", "planned (not run)") in ov.index
+
+
+def test_the_index_refuses_a_model_file_that_declares_another_models_run(root, tmp_path, monkeypatch, cli):
+    "`check` refused `studies.normative.run: gpt4-replay` in a model file with another model, `index` did not; now it does, with the same message."
+    t = tmp_path/"project"; shutil.copytree(root/"params", t/"params"); (t/"settings.ini").write_text((root/"settings.ini").read_text())
+    shutil.copytree(root/"reports"/"normative"/"gpt4-replay", t/"reports"/"normative"/"gpt4-replay")
+    x = t/"params"/"models"/"x.yaml"; x.write_text("name: x\nmodel: {backend: hf, id: some/model}\nstudies: {normative: {run: gpt4-replay}}\n")
+    env = {"SILVERSPOON_ROOT": str(t), "SILVERSPOON_STORE": str(t/"store")}
+    checked = cli("check", x, env=env)
+    assert checked.returncode == 2 and "its model block differs" in checked.stderr
+    r = cli("index", "--reports-dir", t/"reports", env=env)
+    assert r.returncode == 2 and checked.stderr.strip().rstrip(".") in r.stderr, r.stderr
+    assert (t/"reports"/"index.html").is_file() and "its model block differs" in (t/"reports"/"models"/"x.html").read_text()

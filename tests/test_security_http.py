@@ -174,6 +174,27 @@ def test_a_key_echoed_in_the_reply_never_reaches_the_store(tmp_path, key):
     assert key not in json.dumps(be.served_models()) and key not in json.dumps(be.engine_stats(), default=str)
 
 
+# --- issue 51 B16: a proxy that echoes the Authorization header cut short stores no fragment of the key -----------------
+
+class TruncatingEchoServer(FakeChatServer):
+    "A proxy that echoes the first 16 characters of the key it got (and, in the finish reason, a piece from its middle)."
+    def _handle(self, h):
+        tok = h.headers.get("Authorization", "").removeprefix("Bearer ")
+        self.script = {"": {"id": "x", "object": "chat.completion", "model": "m", "choices": [{"index": 0, "finish_reason": f"stop {tok[10:22]}",
+                            "message": {"role": "assistant", "content": f"auth: {tok[:16]}... (truncated)"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 5}}}
+        return super()._handle(h)
+
+
+def test_a_truncated_echo_of_the_key_never_reaches_the_store(tmp_path, key):
+    with TruncatingEchoServer() as srv:
+        be = OpenAIBackend(srv.model_params(api_key_env=KEY_VAR, max_retries=0))
+        store = GenerationStore(tmp_path/"store"/"normative"/"echo.jsonl")
+        df = generate_all(be, _reqs(), GenerationParams(max_new_tokens=16), store, run="echo", progress=False)
+    text = store.path.read_text()
+    for a in range(len(key) - 8 + 1): assert key[a:a + 8] not in text, (a, text)   # no 8 characters of the key in a row
+    assert list(df["answer"]) == ["auth: ***... (truncated)"] * 3
+
+
 # --- 8. only this machine is local: names that look local are not -------------------------------------------------------
 
 LOOKALIKES = ["127.0.0.1.attacker.example", "127.x.example", "127.0.0.1.nip.io", "app.10.0.0.1.nip.io", "evil.localhost"]
@@ -415,3 +436,27 @@ def test_timeout_s_counts_time_queued_at_a_one_at_a_time_server():
     prose = " ".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown").replace("\n", " ")
     assert "the time the request waits in the server's queue" in prose and "**`concurrency: 1`**" in prose
     assert "**`timeout_s >= concurrency x (slowest reply)`**" in prose
+
+
+# --- issue 51 A52: 100,000 reply headers are said as such, not as "Connection error." ----------------------------------
+
+def test_a_reply_with_100000_headers_is_named_not_a_connection_error(key):
+    import socket
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(4); srv.settimeout(30); port = srv.getsockname()[1]
+    served = []
+    def serve():   # bounded: answers at most 4 connections, each with ~1.1 MB of headers, then stops
+        for _ in range(4):
+            try: c, _ = srv.accept()
+            except OSError: return
+            with c:
+                c.settimeout(10)
+                try: c.recv(65536); served.append(1); c.sendall(b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(100_000)) + b"Content-Length: 2\r\n\r\n{}")
+                except OSError: pass
+    t = threading.Thread(target=serve, daemon=True); t.start()
+    try:
+        be = OpenAIBackend(ModelParams(backend="openai", id="m", base_url=f"http://u:{key}@127.0.0.1:{port}/v1", api_key_env=KEY_VAR, max_retries=2, timeout_s=20))
+        with pytest.raises(SilverspoonError) as e: be.generate(_reqs(1), GenerationParams(max_new_tokens=8))
+    finally: srv.close()
+    msg = str(e.value)
+    assert "too many reply headers" in msg and f"host 127.0.0.1" in msg and "header limit" in msg and "Connection error" not in msg, msg
+    assert key not in msg and "u:" not in msg and len(served) == 1      # the URL login is not shown; not retried: every request would get the same

@@ -19,7 +19,9 @@ def reports(tmp_path_factory):
     "A small reports folder (two committed normative runs) with its index and the SmolLM2 card written once: the old pages."
     from silverspoon.site.runner import build_index, write_card
     d = tmp_path_factory.mktemp("atomic")/"reports"
-    for run in ("smollm2-135m", "gpt4-replay"): shutil.copytree(ROOT/"reports"/"normative"/run, d/"normative"/run)
+    for run in ("smollm2-135m", "gpt4-replay"):
+        shutil.copytree(ROOT/"reports"/"normative"/run, d/"normative"/run)
+        shutil.copy(ROOT/"reports"/"normative"/f"{run}.ipynb", d/"normative")   # it shows provenance.json's digest: the card trusts the record only with it
     build_index(d); write_card("smollm2-135m", d)
     return d
 
@@ -216,3 +218,71 @@ def test_a_full_disk_inside_a_run_names_the_table_being_written(tmp_path, monkey
     monkeypatch.setattr(pd.DataFrame, "to_csv", full)
     with pytest.raises(OSError) as e: rep.items(pd.DataFrame({"item": [1, 2], "y": [0, 1]}))
     assert e.value.filename == str(tmp_path/"items.csv") and str(tmp_path/"items.csv") in str(e.value) and e.value.errno == errno.ENOSPC
+
+
+# Issue 51 B02: a key pasted into a model file is never published (plan cards included); `index` refuses the file as
+# `check` does and builds the index for the other model files.
+KEY = "sk-proj-Zq81LmX0vT4pKs9WbN2yHc7RdJ5eFgA3uQ6iOo"   # not a real key: the shape of one
+LOGIN = "alice:hunter2-s3cret-pw"
+
+
+@pytest.fixture
+def leaky_project(tmp_path):
+    "A copy of params/ (with two model files holding a secret) and one committed normative run; a plan card an earlier version wrote with the key in it."
+    t = tmp_path/"project"
+    shutil.copytree(ROOT/"params", t/"params"); (t/"settings.ini").write_text((ROOT/"settings.ini").read_text())
+    (t/"params"/"models"/"leak.yaml").write_text(f'name: leak\nmodel: {{backend: openai, id: gpt-4o, api_key_env: "{KEY}"}}\n')
+    (t/"params"/"models"/"login.yaml").write_text(f'name: login\nmodel: {{backend: openai, id: gpt-4o, base_url: "https://{LOGIN}@api.example.com/v1"}}\n')
+    shutil.copytree(ROOT/"reports"/"normative"/"smollm2-135m", t/"reports"/"normative"/"smollm2-135m")
+    (t/"reports"/"models").mkdir(parents=True); (t/"reports"/"models"/"leak.html").write_text(f"<td>api_key_env</td><td><code>{KEY}</code></td>")
+    return t
+
+
+def test_pasted_key_in_a_model_file_is_published_nowhere(leaky_project, cli):
+    env = {"SILVERSPOON_ROOT": str(leaky_project), "SILVERSPOON_STORE": str(leaky_project/"store")}
+    checked = cli("check", leaky_project/"params"/"models"/"leak.yaml", env=env)
+    assert checked.returncode == 2 and "field `model.api_key_env` must be the NAME" in checked.stderr and KEY not in checked.stderr + checked.stdout
+    unrelated = leaky_project/"mine.yaml"   # an unrelated run, which rebuilds the index at its end: refused before anything runs
+    unrelated.write_text("study: normative\nmodel: {backend: scripted, id: 'text:P1'}\nsample: {n: 6}\n")
+    before = sorted(str(f) for f in (leaky_project/"reports").rglob("*"))
+    ran = cli("run", unrelated, "--reports-dir", leaky_project/"reports", env=env)
+    assert ran.returncode == 2 and "field `model.api_key_env` must be the NAME" in ran.stderr and KEY not in ran.stderr + ran.stdout
+    assert sorted(str(f) for f in (leaky_project/"reports").rglob("*")) == before
+    r = cli("index", "--reports-dir", leaky_project/"reports", env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+    assert checked.stderr.strip().rstrip(".") in r.stderr                   # the message `check` gives, word for word
+    assert "The index was written without it" in r.stderr and "1 more model file(s) refused" in r.stderr
+    reports = leaky_project/"reports"
+    index = (reports/"index.html").read_text()
+    assert "smollm2-135m" in index and "llama3-8b-instruct" in index       # the other model files' rows and plan cards are built
+    assert "must be the NAME" in (reports/"models"/"leak.html").read_text()   # the error instead of a card (the old plan card replaced)
+    assert "must not carry credentials" in (reports/"models"/"login.html").read_text()
+    for f in reports.rglob("*"):
+        if f.is_file():
+            text = f.read_bytes()
+            for secret in (KEY, KEY[8:24], LOGIN, "hunter2"): assert secret.encode() not in text, (f, secret)
+
+
+def test_plan_and_bias_cards_are_scrubbed_as_run_pages_are(tmp_path, monkeypatch):
+    "A key that reaches a card by another way (a description quoting it) is scrubbed from the page like from a run's report."
+    from silverspoon.site.runner import write_plan_card
+    t = tmp_path/"project"
+    shutil.copytree(ROOT/"params", t/"params"); (t/"settings.ini").write_text((ROOT/"settings.ini").read_text())
+    monkeypatch.setenv("SILVERSPOON_ROOT", str(t))
+    f = t/"params"/"models"/"described.yaml"
+    f.write_text(f'name: described\ndescription: "our key {KEY} behind https://{LOGIN}@proxy.example.com"\nmodel: {{backend: hf, id: HuggingFaceTB/SmolLM2-135M-Instruct, revision: abc}}\n')
+    page = write_plan_card(f, t/"reports").read_text()
+    assert KEY not in page and "hunter2" not in page and "proxy.example.com" in page
+
+
+# --- issue 51 A34: ordinary words that look like key markers are published as written ----------------------------------
+def test_scrubbing_keeps_ordinary_words_and_removes_key_shapes(tmp_path):
+    from silverspoon.site.runner import scrub_outputs
+    d = tmp_path/"run"; d.mkdir()
+    prose = "the bearer of the warrant; see the sk-learn docs; a Bearer bond; sk-1 and sk-abc"
+    secrets = f"Authorization: Bearer abc.def; Bearer eyJhbGciOiJIUzI1NiJ9.payload; {KEY}; sk-ant-api03-AbCdEf0123456789xyz; sk-proj-ab**********yz"
+    (d/"items.csv").write_text(f"answer\n{prose}\n{secrets}\n")
+    scrub_outputs(d)
+    text = (d/"items.csv").read_text()
+    assert prose in text, text                                               # published as written, never "bearer ***" / "sk-***"
+    for s in ("abc.def", "eyJhbGciOiJIUzI1NiJ9", KEY, "AbCdEf0123456789", "ab**********yz"): assert s not in text, (s, text)

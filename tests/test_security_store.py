@@ -318,9 +318,71 @@ def test_edited_stored_answer_fails_verification_naming_the_store(env_store):
         diff = verify_provenance(env_store["run_dir"])
         assert len(diff) == 1 and diff[0].startswith("$SILVERSPOON_STORE/normative/pin--scripted.jsonl: ")
         assert "was edited after the run read it" in diff[0] and "silverspoon run " in diff[0]
-        st.write_bytes(before + json.dumps(recs[0]).encode() + b"\n")                       # a later append keeps the pin
-        assert verify_provenance(env_store["run_dir"]) == []
     finally: st.write_bytes(before)
+    assert verify_provenance(env_store["run_dir"]) == []
+
+
+# ---------------------------------------------------------------- issue 51 B12: an appended store line never replaces an answer
+def test_appended_copy_with_another_answer_is_superseded_not_used(tmp_path):
+    path = tmp_path/"s.jsonl"
+    df = generate_all(counting(), REQS, GenerationParams(), GenerationStore(path), run="r", progress=False)
+    good = {r["item_id"]: r for r in _lines(path)}
+    _append_lines(path, {**good["q0"], "answer": "forged"}, {**good["q1"], "answer": None, "error": "boom"}, good["q2"])  # another answer, a failure, an identical copy
+    with pytest.warns(UserWarning, match=r"skipped 2 superseded line\(s\) \(line\(s\) 7, 8\)"): st = GenerationStore(path)
+    assert st.get(good["q0"]["key"])["answer"] == "ok q0" and st.get(good["q1"]["key"])["answer"] == "ok q1"   # the first answer stands
+    assert st.summary()["superseded_lines"] == 2 and st.summary()["superseded"][0].startswith("line 7: key ")
+    be = counting()
+    df2 = generate_all(be, REQS, GenerationParams(), st, run="r", progress=False)
+    assert be.calls == [] and df2.answer.tolist() == df.answer.tolist()
+
+
+def test_retried_failure_still_gets_its_answer(tmp_path):
+    "First usable answer wins, but a failure is not an answer: a rerun's retry replaces it (and is read back after a reload)."
+    flaky = ScriptedBackend(lambda r: Generation(None, error="Boom") if r.item_id == "q1" else Generation(f"ok {r.item_id}", "stop"), identity={"backend": "counting"})
+    path = tmp_path/"s.jsonl"
+    generate_all(flaky, REQS[:3], GenerationParams(), GenerationStore(path), run="r", progress=False)
+    df = generate_all(counting(), REQS[:3], GenerationParams(), GenerationStore(path), run="r", progress=False)
+    assert df.answer.tolist() == ["ok q0", "ok q1", "ok q2"] and GenerationStore(path).get(df.key[1])["answer"] == "ok q1"
+    assert GenerationStore(path).summary()["superseded_lines"] == 0
+
+
+def test_appended_instrument_cache_line_never_replaces_an_output(tmp_path):
+    "Round 3's poisoned cache, by appending: a record with the right key and instrument but another output is never used."
+    from silverspoon.instruments.text import Instrument, InstrumentStore, score_cached, text_key, instrument_id
+    class Positive(Instrument):
+        name = "sentiment"
+        def __init__(self): self.calls = 0
+        def identity(self): return {"model": "real-classifier"}
+        def score(self, texts): self.calls += 1; return [{"positive": 1.0} for _ in texts]
+    inst, texts, f = Positive(), ["a kind story", "a brave story"], tmp_path/"narr.instruments.jsonl"
+    score_cached(inst, texts, InstrumentStore(f), progress=False)
+    _append_lines(f, *({"key": text_key(inst.identity(), t), "instrument": instrument_id(inst.identity()), "out": {"positive": 0.0}} for t in texts))
+    with pytest.warns(UserWarning, match="skipped 2 superseded line"): store = InstrumentStore(f)
+    assert score_cached(inst, texts, store, progress=False) == [{"positive": 1.0}] * 2 and inst.calls == 1
+    assert store.summary()["superseded_lines"] == 2
+
+
+@needs_data
+def test_resumed_run_is_pinned_whole_and_an_append_fails_verification(tmp_path, monkeypatch):
+    "A run that adds new keys to its store (a larger sample) pins the whole file; a copy of a record appended afterwards is named by verify_provenance."
+    from silverspoon.site.cli import main
+    monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
+    f = tmp_path/"grow--scripted.yaml"
+    spec = {"study": "normative", "model": {"backend": "scripted", "id": "text:P1"}, "sample": {"n": 6, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 20}}
+    f.write_text(yaml.safe_dump(spec))
+    assert main(["run", str(f), "--reports-dir", str(tmp_path/"reports"), "--no-index"]) == 0
+    st = tmp_path/"store"/"normative"/"grow--scripted.jsonl"; n1 = st.stat().st_size
+    spec["sample"]["n"] = 10; f.write_text(yaml.safe_dump(spec))                          # resumed: only the new keys are generated and appended
+    assert main(["run", str(f), "--reports-dir", str(tmp_path/"reports"), "--no-index"]) == 0
+    run_dir = tmp_path/"reports"/"normative"/"grow--scripted"
+    prov = json.loads((run_dir/"provenance.json").read_text())
+    pin = prov["content"]["stores"]["$SILVERSPOON_STORE/normative/grow--scripted.jsonl"]
+    assert st.stat().st_size > n1 and pin["bytes"] == st.stat().st_size and prov["store"]["superseded_lines"] == 0
+    assert verify_provenance(run_dir) == []
+    first = st.read_bytes().splitlines()[0]
+    _append_lines(st, {**json.loads(first), "answer": "forged"})
+    diff = verify_provenance(run_dir)
+    assert len(diff) == 1 and diff[0].startswith("$SILVERSPOON_STORE/normative/grow--scripted.jsonl: ") and "appended after the run read" in diff[0], diff
 
 
 @needs_data
@@ -348,6 +410,27 @@ def test_edited_data_list_with_recomputed_sha256_still_fails(env_store):
         diff = verify_provenance(env_store["run_dir"])
         assert diff and diff[0].startswith(f"{dropped}: declared by the study") and "missing from the report's data list" in diff[0]
     finally: p.write_bytes(before)
+
+
+# ---------------------------------------------------------------- issue 51 B10: provenance.json itself is pinned
+@needs_data
+@pytest.mark.parametrize("attack", ["replay backend", "served model fields deleted"])
+def test_edited_provenance_json_fails_verification_and_is_not_trusted_by_the_card(env_store, attack):
+    from silverspoon.site.card import is_released_run, served_model_of
+    p = env_store["run_dir"]/"provenance.json"; before = p.read_bytes()
+    prov = json.loads(before)
+    assert not is_released_run(env_store["run_dir"]) and served_model_of(env_store["run_dir"]) == ""
+    if attack == "replay backend": prov["params"]["model"]["backend"] = "replay"           # puts the run into the released-models column
+    else: prov["engine"] = {k: v for k, v in (prov.get("engine") or {}).items() if "served" not in k}   # hides a mismatch warning
+    if attack != "replay backend": prov["wall_seconds"] = prov.get("wall_seconds", 0) + 1  # (a scripted run records no served model: change something besides)
+    try:
+        p.write_text(json.dumps(prov, indent=1))
+        diff = verify_provenance(env_store["run_dir"])
+        assert len(diff) == 1 and diff[0].startswith(f"{p}: was edited after the run wrote it"), diff
+        assert not is_released_run(env_store["run_dir"])                                  # the edited record is never read for the card
+        assert served_model_of(env_store["run_dir"]).startswith("served model unknown: provenance.json is not the record the run wrote")
+    finally: p.write_bytes(before)
+    assert verify_provenance(env_store["run_dir"]) == [] and served_model_of(env_store["run_dir"]) == ""
 
 
 def test_fifo_store_file_is_refused_at_once(tmp_path):

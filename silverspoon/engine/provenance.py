@@ -4,7 +4,7 @@
 
 # %% ../../nbs/05a_provenance.ipynb #prov0002
 from __future__ import annotations
-import re, ast, json, subprocess, functools
+import re, ast, json, hashlib, subprocess, functools
 from pathlib import Path
 from ..core import *
 from .data import lookup, data_dir
@@ -12,10 +12,11 @@ from .store import stores_read, store_file, prefix_sha256
 from .backends import BACKENDS
 
 # %% auto #0
-__all__ = ['DIRTY_PATHS', 'PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'model_label', 'package_versions', 'git_state',
-           'params_chain', 'file_digests', 'module_file', 'imported_names', 'parse_cells', 'source_imports',
-           'code_closure', 'notebook_modules', 'run_code_files', 'note_input', 'inputs_read', 'content_record',
-           'output_files', 'pin_outputs', 'output_differences', 'store_differences', 'data_differences',
+__all__ = ['DIRTY_PATHS', 'PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'PROVENANCE_DIGEST_LABEL', 'model_label',
+           'package_versions', 'git_state', 'params_chain', 'file_digests', 'module_file', 'imported_names',
+           'parse_cells', 'source_imports', 'code_closure', 'notebook_modules', 'run_code_files', 'note_input',
+           'inputs_read', 'content_record', 'output_files', 'pin_outputs', 'output_differences', 'store_differences',
+           'data_differences', 'provenance_digest', 'recorded_provenance_digest', 'provenance_differences',
            'input_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
@@ -279,13 +280,20 @@ def store_differences(pinned:dict|None,       # `content.stores`: {store_label: 
                       root:str|Path|None=None, # the project the labels are relative to
                       params_file=None         # the run's params file, for the fix
                      )->list[str]:
-    "One line per store file whose bytes the run read are no longer the same (an edited or removed record, a truncated file), naming it and the fix."
+    "One line per store file that is no longer exactly the file the run read (an edited or removed record, a truncated file, or lines appended after it), naming it and the fix."
     out = []
     for lab, pin in sorted((pinned or {}).items()):
         f = store_file(lab, root)
         try: now = prefix_sha256(f, int(pin["bytes"]))
         except SilverspoonError as e: now = None
-        if now == pin["sha256"]: continue
+        if now == pin["sha256"]:
+            size = f.stat().st_size
+            if size == int(pin["bytes"]): continue
+            out.append(f"{lab}: {size - int(pin['bytes'])} bytes were appended after the run read its {pin['bytes']} bytes: the report pins the "
+                       f"whole store file it read, so lines added later (a copy of a record with another answer, say) are refused rather than "
+                       f"trusted. Fix: restore the store file (git checkout -- {lab}, or truncate -s {pin['bytes']} {lab}), or if the addition is "
+                       f"meant, {_regenerate(params_file)}" + (" (with SILVERSPOON_STORE set to the store root it was made with)." if lab.startswith("$") else "."))
+            continue
         what = "is absent or shorter than the run read it" if now is None else "was edited after the run read it"
         out.append(f"{lab}: the first {pin['bytes']} bytes {what} (sha256 {str(pin['sha256'])[:16]} pinned, {str(now)[:16]} now): "
                    f"a stored answer no longer is the one the report was made from. Fix: restore the store file (git checkout -- {lab}), "
@@ -307,6 +315,38 @@ def data_differences(pinned:dict,     # `content.data`: {relpath: pinned digest}
         if e.relpath not in listed and (data_dir()/e.relpath).is_file():
             out.append(f"{e.relpath}: declared by the study and in the data folder, but missing from the report's data list")
     return out
+
+# %% ../../nbs/05a_provenance.ipynb #pr0vd1g5
+PROVENANCE_DIGEST_LABEL = "provenance.json sha256"   # how the executed notebook and the HTML report name the record's digest (`provenance_digest`)
+_DIGEST_RE = re.compile(re.escape(PROVENANCE_DIGEST_LABEL) + r".{0,300}?\b([0-9a-f]{64})\b", re.S)
+
+def provenance_digest(prov:dict # a provenance record (as written, or as read back from provenance.json)
+                     )->str:
+    "sha256 of the record's canonical JSON with `content.outputs` left out (`pin_outputs` adds it after the notebook showed the digest)."
+    p = json.loads(json.dumps(prov, default=str))
+    if isinstance(p.get("content"), dict): p["content"]["outputs"] = None
+    return hashlib.sha256(canonical_json(p).encode("utf-8")).hexdigest()
+
+def recorded_provenance_digest(run_dir:str|Path # a published run folder
+                              )->str|None:
+    "The digest of provenance.json that the run's executed notebook showed (`<run>.ipynb`, else `<run>.html` beside the folder; both are pinned outputs); None when neither shows one."
+    d = Path(run_dir)
+    for f in (d.parent/f"{d.name}.ipynb", d.parent/f"{d.name}.html"):
+        if f.is_file() and (m := _DIGEST_RE.findall(f.read_text(encoding="utf-8", errors="replace"))): return m[-1]   # the last one shown: the record as written
+    return None
+
+def provenance_differences(run_dir:str|Path, # a published run folder
+                           params_file=None  # the run's params file, for the fix
+                          )->list[str]:
+    "One line when `<run_dir>/provenance.json` is not the record the run's notebook wrote (its digest differs from the one the executed notebook shows, or none is shown), naming it and the fix."
+    f = Path(run_dir)/"provenance.json"
+    try: now = provenance_digest(json.loads(f.read_text(encoding="utf-8")))
+    except (OSError, ValueError) as e: return [f"{f}: cannot be read as JSON ({type(e).__name__}). Fix: restore it (git checkout -- {f}), or {_regenerate(params_file)}."]
+    want = recorded_provenance_digest(run_dir)
+    if want is None: return [f"{f}: its digest is shown in no published file of the run (the report was made before provenance.json was pinned, or its notebook was edited). Fix: {_regenerate(params_file)}."]
+    if want == now: return []
+    return [f"{f}: was edited after the run wrote it (sha256 {want[:16]} shown in its executed notebook, {now[:16]} now): the card and index read "
+            f"its fields (backend, served model), so it is no longer trusted. Fix: restore it (git checkout -- {f}), or {_regenerate(params_file)}."]
 
 # %% ../../nbs/05a_provenance.ipynb #inputs03
 def input_differences(pinned,                   # `content.inputs` of a record: {path: sha256 or None}

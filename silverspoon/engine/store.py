@@ -138,7 +138,7 @@ def notice(message:str):
 
 # %% ../../nbs/03_store.ipynb #d4d57efd
 class GenerationStore:
-    "Append-only JSONL store of generation records; the latest usable record per key wins."
+    "Append-only JSONL store of generation records; the first usable answer per key is kept (a later record replaces only a failure)."
     def __init__(self, path:Path|str|None, # JSONL file (created on first append); None = in memory only
                  check=None                   # why a record is unusable (None when usable); default `record_problem`
                 ):
@@ -154,7 +154,8 @@ def _forget(self:GenerationStore):
     self._recs: dict[str, dict] = {}
     self.n_lines = 0                     # usable records read from the file
     self.bad_lines: dict[int, str] = {}  # line number -> why it is not used
-    self._offset = self._line_no = 0     # bytes and lines read so far (complete lines only)
+    self.superseded: dict[int, str] = {} # line number -> key of a later record skipped because its key already holds an answer
+    self._offset = self._line_no = self._seen_superseded = 0     # bytes and lines read so far (complete lines only)
     self._sha = hashlib.sha256()         # of those bytes: what `content_record` pins (`stores_read`)
 
 
@@ -166,12 +167,20 @@ def n_bad_lines(self:GenerationStore)->int:
 
 # %% ../../nbs/03_store.ipynb #b7d296a7
 @patch
-def _take(self:GenerationStore, line:bytes)->str|None:
-    "Use one line if it is a usable record; else say why not."
+def _keeps(self:GenerationStore, rec:dict)->bool:
+    "May `rec` be stored under its key? Yes for a new key or when the held record is a failure (a retry); an answer once held is never replaced."
+    old = self._recs.get(rec["key"])
+    return old is None or old.get("error") is not None
+
+@patch
+def _take(self:GenerationStore, line:bytes, no:int|None=None)->str|None:
+    "Use one line if it is a usable record (a later record of a key that holds an answer is superseded: counted, never used); else say why not."
     try: rec = json.loads(line)
     except (ValueError, RecursionError): return "not JSON (a write torn by a killed run, or garbage)"
     why = self.check(rec)
-    if why is None: self._recs[rec["key"]] = rec
+    if why is None:
+        if self._keeps(rec): self._recs[rec["key"]] = rec
+        elif rec != self._recs[rec["key"]] and no is not None: self.superseded[no] = rec["key"]   # an identical copy changes nothing
     return why
 
 # %% ../../nbs/03_store.ipynb #31cd9e9b
@@ -221,7 +230,7 @@ def refresh(self:GenerationStore)->int:
                 *lines, tail = (tail + chunk).split(b"\n")
                 for line in lines:
                     no += 1
-                    why = self._take(line) if line.strip() else None
+                    why = self._take(line, no) if line.strip() else None
                     if why is None: self.bad_lines.pop(no, None); n_new += bool(line.strip())
                     else: new[no] = why
                     self._sha.update(line + b"\n"); self._offset += len(line) + 1
@@ -230,9 +239,16 @@ def refresh(self:GenerationStore)->int:
             raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
         finally: self._line_no = no; self.n_lines += n_new; _note_read(self)
     if tail.strip():                     # kept unread: read again (complete, perhaps) next time
-        why = self._take(tail)
+        why = self._take(tail, no + 1)
         if why is None: self.bad_lines.pop(no + 1, None)
         else: new[no + 1] = why
+    sup = {n: k for n, k in self.superseded.items() if n > self._seen_superseded}
+    if sup:
+        self._seen_superseded = max(sup)
+        warnings.warn(f"{self.path}: skipped {len(sup)} superseded line(s) (line(s) {', '.join(map(str, list(sup)[:10]))}{', ...' if len(sup) > 10 else ''}): "
+                      f"each repeats the key of an earlier answer with other content. The first answer is kept and these are never used; "
+                      f"a store is only appended to by silverspoon with answers for keys it does not hold, so these lines were added by "
+                      f"something else. Fix: remove them (or restore the file: git checkout -- <file>).", stacklevel=2)
     fresh = {n: w for n, w in new.items() if self.bad_lines.get(n) != w}
     self.bad_lines.update(new)
     if fresh:
@@ -245,7 +261,7 @@ def refresh(self:GenerationStore)->int:
 # %% ../../nbs/03_store.ipynb #33ab4c6f
 @patch
 def get(self:GenerationStore, key:str)->dict|None:
-    "The latest usable record stored under `key`, or None."
+    "The record stored under `key` (its first answer, or its latest failure), or None."
     return self._recs.get(key)
 
 # %% ../../nbs/03_store.ipynb #12d3636c
@@ -259,7 +275,7 @@ def __len__(self:GenerationStore): return len(self._recs)
 # %% ../../nbs/03_store.ipynb #16c2d2c8
 @patch
 def records(self:GenerationStore)->list[dict]:
-    "The latest record of every key, in first-written order."
+    "The record of every key (`get`), in first-written order."
     return list(self._recs.values())
 
 # %% ../../nbs/03_store.ipynb #7acb6aa7
@@ -270,6 +286,7 @@ def append(self:GenerationStore, records:list[dict]):
     for r in records:
         why = self.check(r)
         if why: raise ValueError(f"not a usable store record ({why}): {str(r)[:200]}")
+        if not self._keeps(r) and r != self._recs[r["key"]]: raise ValueError(f"{self.path or 'the in-memory store'}: key {r['key'][:16]} already holds an answer; a store never replaces one (append only new keys and retries of failures)")
     if self.path is not None:
         buf = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records).encode("utf-8", "backslashreplace")  # a lone surrogate becomes a JSON \u escape
         _refuse_link(self.path, len(records))
@@ -287,7 +304,7 @@ def append(self:GenerationStore, records:list[dict]):
                              f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
         if at == self._offset:                        # nothing unread before this batch: its bytes count as read (and pinned)
             self._sha.update(buf); self._offset += len(buf); self._line_no += buf.count(b"\n"); self.n_lines += len(records); _note_read(self)
-    for r in records: self._recs[r["key"]] = r
+    for r in records: self._recs[r["key"]] = r   # `_keeps` checked above
 
 # %% ../../nbs/03_store.ipynb #e6428918
 @patch
@@ -372,11 +389,13 @@ def prefix_sha256(path:str|Path, # a store file
 # %% ../../nbs/03_store.ipynb #75a2fc39
 @patch
 def summary(self:GenerationStore)->dict:
-    "What a report shows about the store: file, keys, hits/misses, and the unused lines with their reasons."
+    "What a report shows about the store: file, keys, hits/misses, the unused lines with their reasons, and the superseded lines (a later record of a key that holds an answer)."
     return {"path": (store_label(self.path) or str(self.path)) if self.path else None,   # `$SILVERSPOON_STORE/...` outside the project
             "keys": len(self), "hits": self.hits, "misses": self.misses,
             "unusable_lines": self.n_bad_lines,
-            "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]]}
+            "unusable": [f"line {n}: {w}" for n, w in sorted(self.bad_lines.items())[:20]],
+            "superseded_lines": len(self.superseded),   # later records of a key that already held an answer: never used
+            "superseded": [f"line {n}: key {k[:16]}" for n, k in sorted(self.superseded.items())[:20]]}
 
 # %% ../../nbs/03_store.ipynb #febc9704
 @patch

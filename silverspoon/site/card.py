@@ -17,21 +17,22 @@ from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, 
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
-from ..core import ParamsError, ModelParams, GenerationParams, RunParams, check_name, read_yaml, read_params_mapping, load_params
+from ..core import ParamsError, ModelParams, GenerationParams, RunParams, check_name, check_urls_and_keys, read_yaml, read_params_mapping, load_params
 from ..stats import cluster_bootstrap
 
 # %% auto #0
 __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'PLANNED_FILE',
            'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
-           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'run_cost',
-           'headline_row', 'instrument_validity', 'is_released_run', 'released_values', 'is_factor_run',
-           'model_run_names', 'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power',
-           'mcnemar_n', 'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
-           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
-           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
-           'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
-           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
-           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
+           'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'trusted_provenance',
+           'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run', 'released_values',
+           'is_factor_run', 'model_run_names', 'model_params_files', 'made_by', 'runs_for_model', 'normal_power',
+           'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
+           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
+           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
+           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file',
+           'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs',
+           'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates',
+           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
            'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params', 'check_model_runs',
            'write_model_runs', 'plan_table', 'plan_text']
 
@@ -104,13 +105,32 @@ def chat_template_of(run_dir:str|Path # a published run folder
     arms = {k: v["chat_template"] for k, v in (prov.get("engine") or {}).items() if isinstance(v, dict) and isinstance(v.get("chat_template"), dict)}
     return "; ".join(f"{k}: {one(t)}" for k, t in arms.items())   # a run of several models (downstream's base and adapter): one each
 
+# %% ../../nbs/07b_card.ipynb #trustpv1
+def trusted_provenance(run_dir:str|Path # a published run folder
+                      )->dict|None:
+    "`<run_dir>/provenance.json` when it is the record the run wrote (its digest is the one its executed notebook shows: `provenance.provenance_differences`), else None: an edited record is never read for the card."
+    f, d = Path(run_dir)/"provenance.json", Path(run_dir)
+    stamp = tuple((p.stat().st_mtime_ns, p.stat().st_size) if p.is_file() else None for p in (f, d.parent/f"{d.name}.ipynb", d.parent/f"{d.name}.html"))
+    return _trusted_provenance(str(f.absolute()), stamp)
+
+@functools.lru_cache(maxsize=4096)
+def _trusted_provenance(f:str, stamp:tuple)->dict|None:
+    from silverspoon.engine.provenance import provenance_differences
+    f = Path(f)
+    if not f.is_file() or provenance_differences(f.parent): return None
+    try: prov = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError): return None
+    return prov if isinstance(prov, dict) else None
+
+
 # %% ../../nbs/07b_card.ipynb #8fdf9941
 def served_model_of(run_dir:str|Path # a published run folder
                    )->str:
     "'' when every reply named the model asked for (or the backend records none: local models, replays); else a flag per model: 'served: <name> (asked <model.id>) in n of N replies'."
     f = Path(run_dir)/"provenance.json"
-    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    except (OSError, ValueError): return ""
+    if not f.is_file(): return ""
+    prov = trusted_provenance(run_dir)
+    if prov is None: return "served model unknown: provenance.json is not the record the run wrote (verify_provenance names the difference)"
     eng = prov.get("engine") if isinstance(prov, dict) and isinstance(prov.get("engine"), dict) else {}
     asked = ((prov.get("params") or {}).get("model") or {}).get("id")
     def one(e, asked):
@@ -206,11 +226,9 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
 # %% ../../nbs/07b_card.ipynb #d8c44392
 def is_released_run(run_dir:str|Path # a published run folder
                    )->bool:
-    "True when the run scored the authors' released answers: its provenance.json records `params.model.backend` 'replay' (its name does not count)."
-    f = Path(run_dir)/"provenance.json"
-    try: prov = json.loads(f.read_text(encoding="utf-8")) if f.is_file() else {}
-    except (OSError, ValueError): return False
-    model = (prov.get("params") or {}).get("model") if isinstance(prov, dict) else None
+    "True when the run scored the authors' released answers: its provenance.json (`trusted_provenance`: unedited) records `params.model.backend` 'replay' (its name does not count)."
+    prov = trusted_provenance(run_dir) or {}
+    model = (prov.get("params") or {}).get("model")
     return isinstance(model, dict) and model.get("backend") == "replay"
 
 # %% ../../nbs/07b_card.ipynb #b2027fd0
@@ -259,16 +277,49 @@ def model_run_names(name:str,                       # the model's name (its mode
     return base + [r + PAPER_SCALE_SUFFIX for r in base]
 
 # %% ../../nbs/07b_card.ipynb #fb659310
+def model_params_files(name:str,                       # the model's name (its model file's `name:`)
+                       study:str,                      # a study
+                       models_dir:str|Path|None=None,  # None = <project>/params/models
+                       root:str|Path|None=None         # the project whose params/ holds the run files
+                      )->set[str]:
+    "The params files (as provenance names them) whose runs are model `name`'s own runs of `study`, as `model_plan` would pick them without writing anything: the run file params/<study>/<run>.yaml when a model file named `name` runs it (it exists and loads this model's block), and the files only a model named `name` writes: tmp/models/<name>/<study>.yaml and its paper-scale tmp/models/<name>/paper/<study>.yaml."
+    from silverspoon.site.card import read_model_file   # the module's own name, defined further down its notebook
+    root, out = Path(root or project_root()), {f"tmp/models/{name}/{study}.yaml", f"tmp/models/{name}/paper/{study}.yaml"}   # only `model_plan`/`scale_plan` of a model named `name` write these (its file may lie outside params/models)
+    for f in sorted(Path(models_dir or root/"params"/"models").glob("*.yaml")):
+        try: m = read_model_file(f)
+        except Exception: continue   # a broken model file owns nothing (`silverspoon check` and the index name it)
+        base = root/"params"/study/"_base-local.yaml"
+        if m["name"] != name or study in m["skip"] or not base.exists(): continue
+        over = dict(m["studies"].get(study) or {}); run = str(over.pop("run", name))
+        existing = root/"params"/study/f"{run}.yaml"
+        if existing.exists():
+            try: want, got = merge_params(read_params_mapping(base).get("model", {}), m["model"]), read_params_mapping(existing).get("model", {})
+            except Exception: continue
+            if over or any(want.get(k) != got.get(k) for k in set(want) | set(got)): continue   # `model_plan` refuses it: not this model's run
+            out.add(f"params/{study}/{run}.yaml")
+    return out
+
+def made_by(run_dir:str|Path, # a published run folder
+            allowed:set       # params files, as `model_params_files` gives them
+           )->bool:
+    "Does the run's provenance (`trusted_provenance`: unedited) say one of `allowed` made it (`content.params_file`)?"
+    prov = trusted_provenance(run_dir) or {}
+    content = prov.get("content") if isinstance(prov.get("content"), dict) else {}
+    return content.get("params_file") in allowed
+
 def runs_for_model(name:str,                       # the model's name, e.g. smollm2-135m
                    reports_dir:str|Path,           # a reports folder
                    models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
                   )->dict[str,Path]:
-    "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv (never a factor run, never a run merely named like it)."
+    "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv whose provenance says this model file made it (`made_by` one of `model_params_files`): never a factor run, a run merely named like it, a run of another model file that declares its name, or someone else's `<name>-paper`."
     if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
     declared, out = _declared_runs(name, models_dir), {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
-        got = next((study_dir/r for r in model_run_names(name, study_dir.name, declared=declared) if (study_dir/r/"summary.csv").exists()), None)
-        if got is not None: out[study_dir.name] = got
+        allowed = None
+        for r in model_run_names(name, study_dir.name, declared=declared):
+            if not (study_dir/r/"summary.csv").exists(): continue
+            if allowed is None: allowed = model_params_files(name, study_dir.name, models_dir)
+            if made_by(study_dir/r, allowed): out[study_dir.name] = study_dir/r; break
     return out
 
 # %% ../../nbs/07b_card.ipynb #5533568f
@@ -801,7 +852,7 @@ MODEL_FILE_FIXED = {   # per-study override fields a model file may not set, and
 }
 
 def read_model_file(path:str|Path)->dict:
-    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies` (per known study, overrides that never set `MODEL_FILE_FIXED`), `skip`, `description`."
+    "A `params/models/<name>.yaml` mapping, checked: `name` (a run name), `model` (a mapping), optional `studies` (per known study, overrides that never set `MODEL_FILE_FIXED`), `skip`, `description`; no key or URL login anywhere in `model` or `studies` (`core.check_urls_and_keys`, the rule `check` applies)."
     path = Path(path)
     if not path.is_file(): raise ParamsError(f"{path}: model file not found. Pass a file from params/models/ (e.g. params/models/smollm2-135m.yaml).")
     d = read_yaml(path) or {}
@@ -821,6 +872,7 @@ def read_model_file(path:str|Path)->dict:
                 raise ParamsError(f"{path}: field `studies.{s}.{k}` may not be set: {MODEL_FILE_FIXED[k]}. Fix: remove `{k}:` from `studies.{s}`.")
         if "run" in (over or {}): check_name(str(over["run"]), f"studies.{s}.run", str(path), why="it picks the run file params/" + s + "/<run>.yaml")
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
+    check_urls_and_keys({"model": d["model"], "studies": studies}, str(path))   # a key pasted as `api_key_env`, a URL login: refused as `check` refuses them, before any page shows the block
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
             "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
 
@@ -1255,13 +1307,17 @@ def _model_key(run:str, released:bool=True)->str:
 # %% ../../nbs/07b_card.ipynb #0dbfd021
 PLANNED = "planned (not run)"   # the index's `kind` of a model file none of whose runs is in reports/: its card is the plan
 
-def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None)->pd.DataFrame:
+def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=None,
+                    exclude=()   # model files left out (`runner.check_model_files` found them broken: they get an error page, not a row)
+                   )->pd.DataFrame:
     "One row per (model, study headline): the model's run of that study and the headline's estimate, CI, n and verdict; a model file with no run yet gets one row, `kind` 'planned (not run)'."
     reports_dir = Path(reports_dir or project_root()/"reports"); models_dir = Path(models_dir or project_root()/"params"/"models")
     first = {}
     for h in card_headlines(): first.setdefault(h.study, h)
     claimed, rows = set(), []
+    skip = {Path(x).resolve() for x in exclude}
     for f in sorted(models_dir.glob("*.yaml")):
+        if f.resolve() in skip: continue
         name = read_model_file(f)["name"]
         runs = runs_for_model(name, reports_dir, models_dir)
         if not runs: rows.append(dict(model=name, kind=PLANNED, study=None, headline=None, run=None, estimate=np.nan, ci_low=np.nan, ci_high=np.nan, n=np.nan)); continue
@@ -1288,7 +1344,7 @@ def _cell(card:pd.DataFrame, h:Headline)->dict:
 def card_owner(run_dir:str|Path,                  # a run folder (published, or about to be: <reports>/<study>/.<run>.partial-*/<run>)
                models_dir:str|Path|None=None      # None = <project>/params/models
               )->tuple[str|None, Path]:
-    "(the model file name whose card shows this run, or None; the reports folder): the model whose own runs of the study (`model_run_names`) include this one and whose card would pick it (`runs_for_model`)."
+    "(the model file name whose card shows this run, or None; the reports folder): the model whose own runs of the study (`model_run_names`) include this one, whose model file made it (`made_by`) and whose card would pick it (`runs_for_model`)."
     run_dir = Path(run_dir); parent = run_dir.parent
     if parent.name.startswith("."): parent = parent.parent   # a run being published
     study, reports_dir = parent.name, parent.parent
@@ -1298,7 +1354,7 @@ def card_owner(run_dir:str|Path,                  # a run folder (published, or 
         try: names.append(read_model_file(f)["name"])
         except Exception: continue
     for n in dict.fromkeys(names):
-        if run_dir.name not in model_run_names(n, study, models_dir): continue
+        if run_dir.name not in model_run_names(n, study, models_dir) or not made_by(run_dir, model_params_files(n, study, models_dir)): continue   # its provenance must say this model file made it
         shown = runs_for_model(n, reports_dir, models_dir).get(study) if reports_dir.is_dir() else None
         if shown is None or shown.name == run_dir.name: return n, reports_dir
     return None, reports_dir

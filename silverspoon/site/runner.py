@@ -30,14 +30,14 @@ __all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_C
            'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'report_params_file', 'check_case_twin',
            'check_report_owner', 'ended_early', 'without_examples', 'run_params_file', 'notebook_to_html_safe',
            'failed_calls', 'published_runs', 'collect_summaries', 'index_headline', 'index_headline_note',
-           'forest_figure', 'figure_data_uri', 'write_plan_card', 'released_answers_note', 'check_model_files',
-           'build_index', 'validity_page', 'verdict_fragment', 'refresh_verdicts', 'write_card']
+           'forest_figure', 'figure_data_uri', 'write_plan_card', 'write_model_file_error', 'released_answers_note',
+           'check_model_files', 'build_index', 'validity_page', 'verdict_fragment', 'refresh_verdicts', 'write_card']
 
 # %% ../../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
                       root:str|Path|None=None    # the tree to check against (default: the project)
                      )->list[str]:
-    "Every difference between what `<run_dir>/provenance.json` pins (code, params, data list, store content read, published files) and the tree `root`, the store and the report folder; [] when they match. Each entry is checked on its own: the record's `sha256` is never trusted."
+    "Every difference between what `<run_dir>/provenance.json` pins (code, params, data list, store content read, published files, and provenance.json itself against the digest its executed notebook shows) and the tree `root`, the store and the report folder; [] when they match. Each entry is checked on its own: the record's `sha256` is never trusted."
     f = Path(run_dir)/"provenance.json"
     prov = json.loads(f.read_text(encoding="utf-8"))
     rec = prov.get("content")
@@ -57,6 +57,7 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     out += store_differences(rec.get("stores"), root, rec["params_file"])         # the store content the run read
     out += output_differences(run_dir, rec.get("outputs"), rec["params_file"])    # the files it published
     out += input_differences(rec.get("inputs"), root, rec["params_file"])       # the parser sets and audit files it read
+    out += provenance_differences(run_dir, rec["params_file"])                    # provenance.json itself: its digest as the executed notebook showed it
     return out
 
 
@@ -671,10 +672,34 @@ def figure_data_uri(fig, dpi:int=100)->str:
 def write_plan_card(models_file:str|Path,               # params/models/<name>.yaml with no run in reports/ yet
                     reports_dir:str|Path|None=None       # a reports folder; None = <project>/reports
                    )->Path:
-    "Write `reports/models/<name>.html` for a model not yet run: its plan (`card.plan_card_html`) on the reports' page; returns the path. `build_index` calls it."
-    name = read_model_file(models_file)["name"]
+    "Write `reports/models/<name>.html` for a model not yet run: its plan (`card.plan_card_html`) on the reports' page, scrubbed (`scrub_text`) like every published page; returns the path. `build_index` calls it."
+    m = read_model_file(models_file); name = m["name"]
     out = reports_folder(reports_dir)/"models"; out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out/f"{name}.html", _page(f"bias card: {name} (planned)", plan_card_html(models_file)))
+    page = _page(f"bias card: {name} (planned)", plan_card_html(models_file))
+    write_atomic(out/f"{name}.html", scrub_text(page, secret_values({"model": m["model"], "studies": m["studies"]})))
+    return out/f"{name}.html"
+
+# %% ../../nbs/07a_runner.ipynb #m0de1err
+def _model_file_name(f:Path)->str:
+    "The `name:` of a model file that may not read (a plain run name), else its file name's stem: where its card would be."
+    try:
+        d = read_yaml(f); n = d.get("name") if isinstance(d, dict) else None
+        if isinstance(n, str): check_name(n, "name", str(f)); return n
+    except Exception: pass
+    return f.stem
+
+def write_model_file_error(models_file:Path,   # a params/models/ file that `check_model_files` refused
+                           error:str,          # its error (never the offending value: `check` does not echo a key)
+                           reports_dir:str|Path|None=None,
+                           taken=()            # names of the model files that read: their cards are never replaced
+                          )->Path|None:
+    "Write `reports/models/<name>.html` as the error instead of a card (replacing a plan card an earlier version may have written with the key in it); None when a good model file owns that name."
+    name = _model_file_name(Path(models_file))
+    if name in set(taken): return None
+    out = reports_folder(reports_dir)/"models"; out.mkdir(parents=True, exist_ok=True)
+    body = (f"<h1>Bias card: {html.escape(name)} <small>(model file refused)</small></h1><p class='note'>{html.escape(error)}</p>"
+            f"<p>No card or plan is shown for this model file until <code>silverspoon check {html.escape(str(models_file))}</code> passes.</p>")
+    write_atomic(out/f"{name}.html", scrub_text(_page(f"bias card: {name} (refused)", body)))
     return out/f"{name}.html"
 
 # %% ../../nbs/07a_runner.ipynb #cc39f148
@@ -693,19 +718,22 @@ def released_answers_note(reports_dir:str|Path # the reports folder (its letters
             f"which disagrees with the authors' own scores{r}: it is our measurement of their letters, not their number.")
 
 # %% ../../nbs/07a_runner.ipynb #2d583685
-def check_model_files(reports_dir:str|Path|None=None # the reports folder the index is built in; None = <project>/reports
-                     )->list[Path]:
-    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`), and, for a model with no run (the index writes its plan card), every run it makes checked as `plan`, `check` and `run` check it (`card.check_model_runs`, in memory: nothing written); one `ParamsError` naming the file, field and fix for the first broken one."
-    reports_dir, files = reports_folder(reports_dir), sorted((project_root()/"params"/"models").glob("*.yaml"))
+_INDEX_LISTS = ("Every `silverspoon run` rebuilds the index, which lists every model file in params/models/: fix the file, "
+                "or keep drafts outside params/models/ (or pass --no-index to run without the index)")
+
+def check_model_files(reports_dir:str|Path|None=None, # the reports folder the index is built in; None = <project>/reports
+                      collect:bool=False               # return every broken file's error instead of raising on the first (`build_index`)
+                     )->list[Path]|dict[Path, str]:
+    "Every `params/models/*.yaml`, read as `build_index` reads it (`card.read_model_file`, which refuses a pasted key or URL login as `check` does, and its plan, `card.model_plan`, in memory, as `check` reads it), and, for a model with no run (the index writes its plan card), every run it makes checked as `plan`, `check` and `run` check it (`card.check_model_runs`); one `ParamsError` naming the file, field and fix for the first broken one, or with `collect` `{file: error}` of every broken one."
+    reports_dir, files, bad = reports_folder(reports_dir), sorted((project_root()/"params"/"models").glob("*.yaml")), {}
     for f in files:
         try:
-            name = read_model_file(f)["name"]
+            name = read_model_file(f)["name"]; model_plan(f)   # refused as `check` refuses it (a declared `run:` of another model, a name that is another model's run file), run or not
             if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): check_model_runs(f)   # its plan card: the checks and one-line errors of `plan`, `check`, `run`
         except ParamsError as e:
-            raise ParamsError(f"{e} Every `silverspoon run` rebuilds the index, which lists every model file in params/models/: fix the file, "
-                              "or keep drafts outside params/models/ (or pass --no-index to run without the index); nothing was run or written.") from None
-    return files
-
+            if collect: bad[f] = str(e); continue
+            raise ParamsError(f"{e} {_INDEX_LISTS}; nothing was run or written.") from None
+    return bad if collect else files
 
 # %% ../../nbs/07a_runner.ipynb #87a3a643
 def build_index(reports_dir:str|Path|None=None)->Path:
@@ -719,11 +747,13 @@ def build_index(reports_dir:str|Path|None=None)->Path:
              "Every test, interval and verdict follows one <a href='inference.html'>inference policy</a>. "
              "In the wide tables, a cell is estimate [95% CI]; <i>n</i> = items the row's metrics rest on, and a cell resting on a different "
              "number says (n=...); each run's report has per-metric n, the corrected (positive-class) Jaccard/Dice beside the paper's, parse accounting and provenance.</p>"]
-    check_model_files(reports_dir)   # a broken file in params/models/: one clear error before anything is written
-    ov = models_overview(reports_dir)
+    bad = check_model_files(reports_dir, collect=True)   # a broken file in params/models/ (a pasted key, a draft): the index is built without it
+    ov = models_overview(reports_dir, exclude=bad)
     planned = set(ov.model[ov.kind.eq(PLANNED)]) if len(ov) else set()
-    for f in sorted((project_root()/"params"/"models").glob("*.yaml")):   # a model file with no run yet: its card is its plan (the index links it)
+    good = [f for f in sorted((project_root()/"params"/"models").glob("*.yaml")) if f not in bad]
+    for f in good:   # a model file with no run yet: its card is its plan (the index links it)
         if read_model_file(f)["name"] in planned: write_plan_card(f, reports_dir)
+    for f, e in bad.items(): write_model_file_error(f, e, reports_dir, taken=[read_model_file(g)["name"] for g in good])
     if len(ov): parts.append("<h2>Models x studies</h2><p class='note'>One row per model: a model file's runs (with its bias card) and every replay of "
                              f"the authors' released answers, scored by our instruments. {released_answers_note(reports_dir)} One column per study's "
                              "first bias contrast: estimate [95% CI], n and its verdict (evidence / no evidence / underpowered / no estimate, from the "
@@ -762,7 +792,12 @@ def build_index(reports_dir:str|Path|None=None)->Path:
                      + wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3g}", border=0, escape=wide is df) + "</div></details>")
     policy_page(reports_dir)   # the page every report, card and this index link
     out = reports_dir/"index.html"
-    write_atomic(out, _page("silverspoon reports", "".join(parts)))
+    write_atomic(out, scrub_text(_page("silverspoon reports", "".join(parts))))
+    if bad:   # said after the index is written for the other model files, with the error `check` gives
+        f, e = next(iter(bad.items()))
+        more = f" ({len(bad) - 1} more model file(s) refused: silverspoon check params/models/*.yaml lists them)" if len(bad) > 1 else ""
+        raise ParamsError(f"{e} The index was written without it, and reports/models/{_model_file_name(f)}.html shows this error instead of a card{more}. "
+                          f"{_INDEX_LISTS}.")
     return out
 
 # %% ../../nbs/07a_runner.ipynb #valid001
@@ -834,6 +869,6 @@ def write_card(name:str,                          # the model's run name, e.g. "
         f = out/name/f"factor_{k}.csv"
         if len(fac[k]): write_atomic(f, fac[k].to_csv(index=False))
         else: f.unlink(missing_ok=True)
-    write_atomic(out/f"{name}.html", _page(f"bias card: {name}", card_html(card, name, est, fac)))
+    write_atomic(out/f"{name}.html", scrub_text(_page(f"bias card: {name}", card_html(card, name, est, fac))))   # scrubbed like every published page
     refresh_verdicts(name, reports_dir)   # every report of the model: its verdict block from this card's family, re-pinned
     return out/f"{name}.html"

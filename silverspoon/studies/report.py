@@ -317,7 +317,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
         prov["store"] = {"path": (store_label(store.path) or _relpath(store.path)) if getattr(store, "path", None) else None,   # `$SILVERSPOON_STORE/...` outside the project
                          "hits": store.hits, "misses": store.misses}
         if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
-            prov["store"].update(unusable_lines=store.n_bad_lines, answers_by_batch_size=store.batch_sizes(),
+            prov["store"].update(unusable_lines=store.n_bad_lines, superseded_lines=len(getattr(store, "superseded", {})), answers_by_batch_size=store.batch_sizes(),
                                  batch_size_note="each stored answer records the batch size that made it; batched greedy "
                                                  "decoding can give other answers at another batch size (padding, kernels)")
     if "torch" in sys.modules:
@@ -335,7 +335,8 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
         (self.out_dir/"provenance.json").write_text(json.dumps(prov, indent=1, default=_jsonable), encoding="utf-8")
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"
                    for k, v in prov.items())
-    display(HTML(f"<h3>Provenance</h3><table>{rows}</table>"))
+    digest = f"<p>{PROVENANCE_DIGEST_LABEL} (without <code>content.outputs</code>, checked by <code>verify_provenance</code>): <code>{provenance_digest(json.loads(json.dumps(prov, default=_jsonable)))}</code></p>"
+    display(HTML(f"<h3>Provenance</h3><table>{rows}</table>{digest}"))
 
 # %% ../../nbs/06_report.ipynb #66157ad6
 class RunEnded(Exception):

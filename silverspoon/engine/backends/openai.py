@@ -15,11 +15,12 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.engine.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
-           'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning', 'warn_if_key_in_clear', 'Secret',
-           'scrub', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge',
-           'RedirectRefused', 'RedirectLoop', 'redirect_loop_text', 'BadReply', 'capped_http_client',
-           'reply_error_message', 'failure_text', 'OpenAIBackend']
+__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'FRAGMENT_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'HEADER_LIMIT_BYTES',
+           'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER', 'is_local_url', 'public_url', 'resolve_api_key',
+           'UnencryptedKeyWarning', 'warn_if_key_in_clear', 'Secret', 'hide_secret', 'scrub', 'chat_kwargs',
+           'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused',
+           'RedirectLoop', 'redirect_loop_text', 'TooManyHeaders', 'header_limit_text', 'BadReply',
+           'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -104,16 +105,50 @@ def get(self:Secret)->str: return self._v
 def __reduce__(self:Secret): raise TypeError("a Secret cannot be pickled")
 
 # %% ../../../nbs/02c_openai.ipynb #20302060
+FRAGMENT_CHARS = 8   # any run of this many characters of a secret is hidden too: a proxy that echoes a cut `Authorization` header leaks a part
+
+def _secret_spans(text:str, secret:str)->list[tuple[int, int]]:
+    "(start, end) of every occurrence in `text` of `secret` or of a run of `FRAGMENT_CHARS` or more of its characters."
+    if not secret or len(secret) < 4 or secret == "EMPTY": return []
+    if len(secret) < FRAGMENT_CHARS: return [(m.start(), m.end()) for m in re.finditer(re.escape(secret), text)]
+    n, starts = FRAGMENT_CHARS, {}
+    for i in range(len(secret) - n + 1): starts.setdefault(secret[i:i + n], []).append(i)
+    find = re.compile("|".join(map(re.escape, starts))).search   # the regex engine finds the next fragment start (a report can be megabytes)
+    out, j = [], 0
+    while (m := find(text, j)) is not None:
+        j, longest = m.start(), 0
+        for i in starts[m.group(0)]:   # the longest run of the secret that starts here
+            k = n
+            while j + k < len(text) and i + k < len(secret) and text[j + k] == secret[i + k]: k += 1
+            longest = max(longest, k)
+        out.append((j, j + longest)); j += longest
+    return out
+
+def hide_secret(text:str,  # any text
+                *secrets:str # values sent as credentials (shorter than 4 characters: placeholders, never hidden)
+               )->str:
+    "`text` with each secret and every fragment of one of `FRAGMENT_CHARS` or more characters (a prefix, a cut-off middle) replaced by `***` (overlapping ones as one)."
+    spans = sorted(sp for s in secrets for sp in _secret_spans(text, s))
+    out, last = [], 0
+    for a, b in spans:
+        if b <= last: continue
+        if a >= last: out.append(text[last:a] + "***")
+        last = b
+    return "".join(out) + text[last:]
+
+_AUTH_HEADER = re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?bearer\s+)[^\s'\",;)\]}]+")   # an echoed header: whatever follows is the token
+_BEARER = re.compile(r"(?i)(\bbearer\s+)(?=[A-Za-z0-9\-._~+/]*\d)[A-Za-z0-9\-._~+/]{16,}=*")   # a token-like value: 16+ token characters, a digit among them
+_SK_KEY = re.compile(r"\bsk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{16,}|\bsk-[A-Za-z0-9_\-]*\*{4,}[A-Za-z0-9_\-]*")   # a key's shape (sk-proj-..., sk-ant-...), or one masked by a server
+
 def scrub(text:str,       # any message that may end up in a log, an error column or a report
           secrets=()      # exact strings to hide (the API key)
          )->str:
-    "Replace `secrets`, `Bearer <token>` and `sk-...` keys in `text` by `***`."
+    "Replace `secrets` (and fragments of them, `hide_secret`), an echoed `Authorization: Bearer` value, `Bearer <token-like value>` and key-shaped `sk-...` strings in `text` by `***`; ordinary words (\"the bearer of the warrant\", \"sk-learn\") stay."
     text = str(text)
-    for s in secrets:
-        s = s.get() if isinstance(s, Secret) else s
-        if s and len(s) >= 4 and s != "EMPTY": text = text.replace(s, "***")
-    text = re.sub(r"(?i)\b(bearer\s+)[^\s'\",;)\]}]+", r"\1***", text)
-    return re.sub(r"\bsk-[A-Za-z0-9_\-*.]{3,}", "sk-***", text)
+    text = hide_secret(text, *(s.get() if isinstance(s, Secret) else s for s in secrets))
+    text = _AUTH_HEADER.sub(r"\1***", text)
+    text = _BEARER.sub(r"\1***", text)
+    return _SK_KEY.sub("sk-***", text)
 
 # %% ../../../nbs/02c_openai.ipynb #a398c974
 def chat_kwargs(model_id:str, messages:list, gen:GenerationParams, sample_index:int=0,
@@ -189,6 +224,20 @@ def redirect_loop_text(exc,           # the HTTP library's TooManyRedirects
             f"(a redirect loop{f', the last one to {last}' if last else ''}). Fix: set base_url to the address the server answers at itself "
             f"(often a missing or extra /v1 or trailing slash, or http:// where a proxy redirects to https://); "
             f"`curl -sI {public_url(base_url)}/chat/completions` shows the redirect.")
+
+# %% ../../../nbs/02c_openai.ipynb #hdrlim01
+HEADER_LIMIT_BYTES = 16 * 1024   # h11's (httpx's HTTP/1.1 parser) most bytes of a reply's status line and headers
+
+class TooManyHeaders(Exception):
+    "A reply whose header section is larger than the HTTP client reads (tens of thousands of header lines): the SDK says only \"Connection error.\"; every request would get the same."
+
+def header_limit_text(exc,            # the HTTP library's RemoteProtocolError ("Receive buffer too long")
+                      base_url:str)->str:
+    "What a reply with too many (or too long) headers means, naming the host (`public_url`: no user:password@, no query) and the fix."
+    return (f"too many reply headers: the server at {public_url(base_url)} (host {urlsplit(base_url).hostname}) sent a reply whose status line and "
+            f"headers pass the HTTP client's header limit ({HEADER_LIMIT_BYTES // 1024} KiB; {type(exc).__name__}: {str(exc)[:80]}), so it was not read. "
+            f"No chat server sends that many headers: base_url points at something else, or a proxy in between is broken. Fix: check "
+            f"base_url; `curl -sI {public_url(base_url)}/models | head` shows the headers.")
 
 # %% ../../../nbs/02c_openai.ipynb #cdd85907
 _DEADLINE = threading.local()   # `.end`: the monotonic time by which this thread's current attempt must be done (None: no deadline)
@@ -439,12 +488,9 @@ def scrub(self:OpenAIBackend, text:str)->str: return scrub(text, self.secrets())
 @patch
 def scrub_reply(self:OpenAIBackend, text:str|None # an answer (or another string field) as the server sent it
                )->str|None:
-    "`text` with every value sent as a secret (`secrets`) replaced by `***`: exact matches only, so the rest of an answer is kept as it came."
+    "`text` with every value sent as a secret (`secrets`), and every fragment of `FRAGMENT_CHARS` or more characters of one (`hide_secret`), replaced by `***`: nothing else, so the rest of an answer is kept as it came."
     if not isinstance(text, str): return text
-    for s in self.secrets():
-        v = s.get()
-        if v and len(v) >= 4 and v != "EMPTY": text = text.replace(v, "***")
-    return text
+    return hide_secret(text, *(s.get() for s in self.secrets()))
 
 
 # %% ../../../nbs/02c_openai.ipynb #f15532c1
@@ -503,10 +549,10 @@ def _to_generation(self:OpenAIBackend, resp, seconds:float)->Generation:
 # %% ../../../nbs/02c_openai.ipynb #9f94a689
 @patch
 def fatal_error(self:OpenAIBackend, exc:BaseException)->str|None:
-    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, a redirect loop, or the server unreachable; else None."
+    "What to tell the user when `exc` is a failure every later request would repeat: the key refused (HTTP 401/403), an unknown model or path (404), requests rejected (400/422) before any answer, a redirect loop, too many reply headers, or the server unreachable; else None."
     import openai
     url = public_url(self.base_url)
-    if isinstance(exc, RedirectLoop): return f"{self.scrub(str(exc))} Nothing more was sent."
+    if isinstance(exc, (RedirectLoop, TooManyHeaders)): return f"{self.scrub(str(exc))} Nothing more was sent."
     if isinstance(exc, openai.APIStatusError) and exc.status_code in (401, 403):
         return (f"the server at {url} refused the request with HTTP {exc.status_code} ({type(exc).__name__}): check the key in the environment "
                 f"variable `{self.model.api_key_env}` (named by api_key_env), and that it may use model {self.model.id!r}. Nothing more was sent.")
@@ -538,6 +584,8 @@ def _one(self:OpenAIBackend, req:GenRequest, gen:GenerationParams)->Generation:
         except Exception as e:
             last = _cause(e, (ReplyTooLarge, RedirectRefused, BadReply)) or e   # an SDK may wrap them in a connection error; they are not one
             if (loop := _cause(e, _http_library(openai).TooManyRedirects)) is not None: last = RedirectLoop(redirect_loop_text(loop, self.base_url))
+            if (bad := _cause(e, _http_library(openai).RemoteProtocolError)) is not None and "Receive buffer too long" in str(bad):
+                last = TooManyHeaders(header_limit_text(bad, self.base_url))   # not a "Connection error.": said, not retried
             if attempt == n_try - 1 or not is_retryable(last) or self._fatal: break
             d = backoff_delay(attempt, self.backoff_s, self.max_backoff_s, retry_after_s(last))
             _log.info("%s #%d: %s; retry %d/%d in %.2fs", req.item_id, req.sample_index, self.scrub(failure_text(last)),
