@@ -145,8 +145,9 @@ REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: 
                           "or 8+ words of which at least 80% of the word 4-grams occur in the prompt while covering at least half of the prompt's "
                           "4-grams. Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
     "repeated": (True, "the same or nearly the same reply of 20+ words (longer than any short answer) given to 3 or more different items: "
-                       "identical once case, spaces, punctuation, numbers and the words of its prompt are ignored, or with a word 4-gram "
-                       "Jaccard similarity of 0.8 or more to replies of 2+ other items"),
+                       "identical once case, spaces, punctuation, numbers and the words of its prompt are ignored, or in a group of replies "
+                       "to 3+ items each with a word 4-gram Jaccard similarity of 0.8 or more to another of the group (e.g. a 24-word "
+                       "boilerplate varied by one number)"),
     "other_language": (True, "the reply is not in a language the study declares (`ReplyGate.languages`; default English, the prompts' "
                              "language), at any length (CJK and Thai have no spaces): under half of its letters are in the declared "
                              "languages' scripts (Latin for English; Han, kana, Hangul, Thai, Arabic, Cyrillic, Devanagari, ... are other scripts; "
@@ -316,7 +317,7 @@ class ReplyGate:
 
 # %% ../../nbs/04a_parse.ipynb #9c47496d
 def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, jaccard:float=0.8)->list[bool]:
-    "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and identical to replies of 2+ other items once numbers and its prompts' words are removed, or 4-gram Jaccard >= 0.8 with replies of 2+ other items (candidates by prefix filtering on rare 4-grams)."
+    "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and identical to replies of 2+ other items once numbers and its prompts' words are removed, or in a group of replies of 3+ items chained by word 4-gram Jaccard >= 0.8 (candidate pairs by prefix filtering on rare 4-grams)."
     from collections import Counter, defaultdict
     n = len(replies); words = [_words(r) if r is not None else [] for r in replies]
     long = [i for i in range(n) if len(words[i]) >= min_words]
@@ -341,10 +342,16 @@ def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, j
                 if a < b and items[a] != items[b] and b not in near[a]:
                     ga, gb = grams[a], grams[b]
                     if ga and gb and len(ga & gb) >= jaccard*len(ga | gb): near[a].add(b); near[b].add(a)
+    root = {i: i for i in long}   # near-duplicates chain into groups (union-find): a group of 3+ items is repeated
+    def find(i):
+        while root[i] != i: root[i] = root[root[i]]; i = root[i]
+        return i
+    for a, bs in near.items():
+        for b in bs: root[find(a)] = find(b)
+    group_items = defaultdict(set)
+    for i in long: group_items[find(i)].add(items[i])
     out = [False]*n
-    for i in long:
-        out[i] = len(same[sig[i]]) >= 3 if sig[i] else False
-        out[i] = out[i] or len({items[j] for j in near[i]} - {items[i]}) >= 2
+    for i in long: out[i] = (bool(sig[i]) and len(same[sig[i]]) >= 3) or len(group_items[find(i)]) >= 3
     return out
 
 @patch
