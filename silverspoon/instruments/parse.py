@@ -315,7 +315,7 @@ class ReplyGate:
     @property
     def all_checks(self)->tuple: return (*self.checks, *(c for c in SHORT_ANSWER_CHECKS if self.short_answer and c not in self.checks))
 
-# %% ../../nbs/04a_parse.ipynb #9c47496d
+# %% ../../nbs/04a_parse.ipynb #neardup1
 def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, jaccard:float=0.8)->list[bool]:
     "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and identical to replies of 2+ other items once numbers and its prompts' words are removed, or in a group of replies of 3+ items chained by word 4-gram Jaccard >= 0.8 (candidate pairs by prefix filtering on rare 4-grams)."
     from collections import Counter, defaultdict
@@ -354,6 +354,7 @@ def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, j
     for i in long: out[i] = (bool(sig[i]) and len(same[sig[i]]) >= 3) or len(group_items[find(i)]) >= 3
     return out
 
+# %% ../../nbs/04a_parse.ipynb #9c47496d
 @patch
 def screen(self:ReplyGate,
            replies,                 # one reply per row (None/NaN: a failed generation)
