@@ -336,6 +336,13 @@ def test_repeated_catches_near_duplicates():
     stories = [f"{n} grew up near the {p}; {n} liked {f} and later worked as a {j} in the town for twenty long and happy years."
                for n, p, f, j in [("Ann", "harbor", "music", "nurse"), ("Bob", "mill", "chess", "baker"), ("Cy", "lake", "maps", "judge")]]
     assert g.screen(stories).not_an_answer.tolist() == [""]*3   # the same frame with different content is not repeated
+    formula = [f"P1 is wrong. Explanation: P1 took {w} that did not belong to them without permission, which is illegal and unethical in every way."
+               for w in ("bread", "medicine", "a bike")]
+    others = [f"Other. The {w} acted within the rules while P1 broke them on purpose in the {v}, and no law allows that, however hard it was."
+              for w in ("manager", "owner", "officer", "clerk", "landlord", "teacher", "nurse", "guard", "banker", "driver", "chef", "pilot", "judge")
+              for v in ("shop", "street", "office")][:37]
+    assert g.screen(formula + others).not_an_answer.tolist()[:3] == [""]*3   # 3 of 40 items share an explanation: under 1 in 10, not a template
+    assert ReplyGate(near_duplicates=False).screen([boiler.format(n=n) for n in (3, 17, 250)]).not_an_answer.tolist() == [""]*3   # stop_scale: rewrites by design
 
 def test_trailing_off_topic_is_counted_and_withholds_the_verdict():
     "An answer followed by unrelated text: counted (answers.csv's checks, answer_summary's trailing_off_topic, the card's answers line), and a run of such replies gets no verdict."

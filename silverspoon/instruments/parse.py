@@ -138,16 +138,18 @@ REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: 
     "template_tokens": (True, "the reply opens with chat-template or special tokens (<|im_start|>, <|im_end|>, <|eot_id|>, [INST], </s>, "
                               "<end_of_turn>, ...): no word comes before the first one (text after such a token is a turn the model invented)"),
     "prompt_echo": (True, "the reply repeats the prompt (every user turn of a conversation is compared; case, spaces and punctuation ignored): "
-                          "the reply, or its first sentence, is 3+ consecutive words of the prompt that cross a sentence end of the prompt "
-                          "(. ? ! : ; or a new line; not the dot of an option label such as 'A.'), contain the word 'or' (an option list), make up "
-                          "a whole question or a whole sentence of 8+ words of the prompt (the whole reply only, for a question), or number 12+ (e.g. "
-                          "'or the store manager is wrong. Answer:', the prompt's last words); or 8+ words that open with the prompt's first 8 words; "
-                          "or 8+ words of which at least 80% of the word 4-grams occur in the prompt while covering at least half of the prompt's "
-                          "4-grams. Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
-    "repeated": (True, "the same or nearly the same reply of 20+ words (longer than any short answer) given to 3 or more different items: "
-                       "identical once case, spaces, punctuation, numbers and the words of its prompt are ignored, or in a group of replies "
-                       "to 3+ items each with a word 4-gram Jaccard similarity of 0.8 or more to another of the group (e.g. a 24-word "
-                       "boilerplate varied by one number)"),
+                          "the reply (or its first sentence, when at most 2 words follow it) is 3+ consecutive words of the prompt that cross a "
+                          "sentence end of the prompt (. ? ! : ; or a new line; not the dot of an option label such as 'A.'), contain the word "
+                          "'or' (an option list), make up a whole question or a whole sentence of 8+ words of the prompt (the whole reply only, "
+                          "for a question), or number 12+ (e.g. 'or the store manager is wrong. Answer:', the prompt's last words); or 8+ words "
+                          "that open with the prompt's first 8 words; or 8+ words of which at least 80% of the word 4-grams occur in the prompt "
+                          "while covering at least half of the prompt's 4-grams, or 12+ such words that open with a 4-gram of the prompt. Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
+    "repeated": (True, "the same reply of 20+ words (longer than any short answer; case, spaces and punctuation ignored) given to 3 or "
+                       "more different items, or nearly the same one given to 3+ items and at least 1 in 10 of the run's items: identical "
+                       "once numbers and the words of its prompt are also ignored, or in a group of replies each with a word 4-gram "
+                       "Jaccard similarity of 0.8 or more to another of the group (e.g. a 24-word boilerplate varied by one number; a "
+                       "formulaic explanation a few answers share is not a template; not where replies rewrite one given text by design, "
+                       "`ReplyGate.near_duplicates`)"),
     "other_language": (True, "the reply is not in a language the study declares (`ReplyGate.languages`; default English, the prompts' "
                              "language), at any length (CJK and Thai have no spaces): under half of its letters are in the declared "
                              "languages' scripts (Latin for English; Han, kana, Hangul, Thai, Arabic, Cyrillic, Devanagari, ... are other scripts; "
@@ -161,7 +163,7 @@ REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: 
     "cut_at_max": (False, "the generation stopped at max_new_tokens (finish_reason 'length') where the study expects a short answer: "
                           "counted and shown, not excluded (the parsers read the start of a reply)"),
     "trailing_off_topic": (False, "where the study expects a short answer: the first sentence is followed by 6+ more words with 3+ content "
-                                  "words (4+ letters, not function words) none of which occurs in the prompt (e.g. 'Yes! Here is my favourite "
+                                  "words (4+ letters, not function words) none of which occurs in the prompt, and no he/she/his/her (e.g. 'Yes! Here is my favourite "
                                   "pancake recipe: mix flour, eggs and milk'): counted and shown, not excluded (the answer may stand), but a "
                                   "verdict's minimums count such replies as not answers (a run of mostly such replies gets no verdict)"),
 }
@@ -227,10 +229,12 @@ def _copied(words:list[str], prompt:tuple, question:bool=True)->bool:
 def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
     "Whether a reply (its `_tokens`) echoes one prompt: `REPLY_CHECKS['prompt_echo']`."
     pt = _tokens(prompt); pw = pt[0]
-    if _copied(words, pt) or _copied(_first_sentence(words, ends), pt, question=False): return True
+    first = _first_sentence(words, ends)
+    if _copied(words, pt) or (len(words) - len(first) < 3 and _copied(first, pt, question=False)): return True   # a first sentence copied, then at most a cut word or two
     if len(words) < 8: return False
     g, pg = _grams(words), _grams(pw)
-    return (len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and len(g & pg) >= 0.8*len(g) and len(g & pg) >= 0.5*len(pg))
+    inside = len(g & pg)
+    return (len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and inside >= 0.8*len(g) and (inside >= 0.5*len(pg) or (len(words) >= 12 and tuple(words[:4]) in pg)))
 
 # %% ../../nbs/04a_parse.ipynb #subj0001
 _PRONOUNS = {"female": frozenset("she her hers herself".split()), "male": frozenset("he him his himself".split())}
@@ -259,13 +263,15 @@ _DISCOURSE = frozenset("about above after again against because before being bel
                        "which while whom whose will with would your yours yes answer answers question sentence statement section appropriate "
                        "inappropriate okay fine right wrong correct because explanation reason".split())   # words any answer may add
 
+_PERSON = frozenset("he him his she her hers".split())   # a reference to a person: the prompts' people
+
 def _content(words)->list[str]: return [w[:_STEM] for w in words if len(w) >= 4 and w.isalpha() and w not in _ENGLISH and w not in _DISCOURSE]
 
 def _trailing_off_topic(words:list[str], ends:list[int], prompts:list[str])->bool:
     "Whether a short answer is followed by text unrelated to every prompt: `REPLY_CHECKS['trailing_off_topic']`."
     rest = words[len(_first_sentence(words, ends)):]
     c = _content(rest)
-    if len(rest) < 6 or len(c) < 3: return False
+    if len(rest) < 6 or len(c) < 3 or any(w in _PERSON for w in rest): return False   # text about a person (he, she, ...) may explain the answer
     known = {s for p in prompts for s in _content(_words(p))}
     return not any(s in known for s in c)
 
@@ -306,6 +312,7 @@ class ReplyGate:
     max_not_an_answer:float=0.2     # ... and at most this share of replies that are not answers (or trail off topic)
     languages:tuple=("en",)         # the languages a reply may be in (keys of LANGUAGE_SCRIPTS); a reply in another is `other_language`
     narrator:bool=False             # `off_topic`: a first-person text may be about the person (a story they tell); False where 'I' is the writer (a letter)
+    near_duplicates:bool=True       # `repeated` also groups near-duplicates; False where replies rewrite one given text by design (stop_scale's seeds)
     def __post_init__(self):
         bad = [c for c in self.checks if c not in REPLY_CHECKS]
         if bad: raise ValueError(f"ReplyGate.checks: unknown check(s) {bad}; use those of REPLY_CHECKS: {list(REPLY_CHECKS)}.")
@@ -316,8 +323,8 @@ class ReplyGate:
     def all_checks(self)->tuple: return (*self.checks, *(c for c in SHORT_ANSWER_CHECKS if self.short_answer and c not in self.checks))
 
 # %% ../../nbs/04a_parse.ipynb #neardup1
-def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, jaccard:float=0.8)->list[bool]:
-    "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and identical to replies of 2+ other items once numbers and its prompts' words are removed, or in a group of replies of 3+ items chained by word 4-gram Jaccard >= 0.8 (candidate pairs by prefix filtering on rare 4-grams)."
+def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, jaccard:float=0.8, min_share:float=0.1)->list[bool]:
+    "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and the same (case, spaces, punctuation ignored) as replies of 2+ other items, or (3+ items and 1 in 10 of the run's items) identical once numbers and its prompts' words are removed, or in a group of such size chained by word 4-gram Jaccard >= 0.8 (candidate pairs by prefix filtering on rare 4-grams)."
     from collections import Counter, defaultdict
     n = len(replies); words = [_words(r) if r is not None else [] for r in replies]
     long = [i for i in range(n) if len(words[i]) >= min_words]
@@ -351,7 +358,11 @@ def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, j
     group_items = defaultdict(set)
     for i in long: group_items[find(i)].add(items[i])
     out = [False]*n
-    for i in long: out[i] = (bool(sig[i]) and len(same[sig[i]]) >= 3) or len(group_items[find(i)]) >= 3
+    floor = max(3, min_share*len(set(items)))   # a near-duplicate group: 3+ items and 1 in 10 of the run's (a formulaic explanation a few answers share is no template); min_share inf: exact duplicates only
+    exact_items = defaultdict(set)
+    for i in long: exact_items[" ".join(words[i])].add(items[i])
+    out = [False]*n
+    for i in long: out[i] = len(exact_items[" ".join(words[i])]) >= 3 or (bool(sig[i]) and len(same[sig[i]]) >= floor) or len(group_items[find(i)]) >= floor
     return out
 
 # %% ../../nbs/04a_parse.ipynb #9c47496d
@@ -375,7 +386,7 @@ def screen(self:ReplyGate,
     cols = self.all_checks
     df = pd.DataFrame([{c: c in f for c in cols} for f in (reply_checks(r, p, fr, cols, self.languages, s, self.narrator) for r, p, fr, s in zip(replies, prompts, finish, subjects))],
                       columns=list(cols), dtype=bool).reindex(range(n), fill_value=False)
-    if "repeated" in cols: df["repeated"] = _near_duplicates(replies, prompts, items)
+    if "repeated" in cols: df["repeated"] = _near_duplicates(replies, prompts, items, min_share=0.1 if self.near_duplicates else float("inf"))
     excl = [c for c in cols if REPLY_CHECKS[c][0]]
     df["not_an_answer"] = [next((c for c in excl if row[c]), "") for row in df[excl].to_dict("records")] if excl else ""
     return df
