@@ -196,6 +196,7 @@ def _script_share(text:str, scripts:frozenset)->tuple[int, float]:
     return len(letters), sum(unicodedata.name(c, "?").split(" ", 1)[0] in scripts for c in letters) / len(letters)
 
 # %% ../../nbs/04a_parse.ipynb #echo0001
+import functools
 _BREAK = re.compile(r"[.?!:;\n]")
 
 def _tokens(text:str)->tuple[list[str], list[int]]:
@@ -226,13 +227,19 @@ def _copied(words:list[str], prompt:tuple, question:bool=True)->bool:
         pos = hay.find(needle, pos + 1)
     return False
 
+@functools.lru_cache(maxsize=4096)
+def _prompt_tokens(prompt:str)->tuple:
+    "`_tokens` of a prompt and its 4-grams, remembered: a run asks many replies the same prompt (STOP's first turn, every item's instruction)."
+    words, ends = _tokens(prompt)
+    return words, ends, _grams(words)
+
 def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
     "Whether a reply (its `_tokens`) echoes one prompt: `REPLY_CHECKS['prompt_echo']`."
-    pt = _tokens(prompt); pw = pt[0]
+    pw, pends, pg = _prompt_tokens(prompt); pt = (pw, pends)
     first = _first_sentence(words, ends)
     if _copied(words, pt) or (len(words) - len(first) < 3 and _copied(first, pt, question=False)): return True   # a first sentence copied, then at most a cut word or two
     if len(words) < 8: return False
-    g, pg = _grams(words), _grams(pw)
+    g = _grams(words)
     inside = len(g & pg)
     return (len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and inside >= 0.8*len(g) and (inside >= 0.5*len(pg) or (len(words) >= 12 and tuple(words[:4]) in pg)))
 
