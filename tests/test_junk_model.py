@@ -142,3 +142,62 @@ def test_stop_scores_no_junk_conversation(junk):
     assert (items.status == "no answers").all() and items.correct.isna().all()      # no progression is "ideal" (the low ones' 0 no) on junk
     s = pd.read_csv(out/"summary.csv").set_index("metric")
     assert s.loc["P", "n"] == 0 and np.isnan(s.loc["P", "estimate"])
+
+
+# Issue 50: hostile and foreign replies, each run end to end through `run --model` to the card, on the studies it is about only
+# (a run of one or two small studies each, to keep CI short). Each must end in "no verdict" naming the check that caught it.
+BOILERPLATE = "Thank you for question {n}. As a helpful assistant I have carefully considered every detail and I am happy to share my answer now."
+JUNK_50 = {   # name -> (scripted model id, the studies it runs, the words of the check the verdict must name)
+    "chinese": ("text:P1没有错，另一方错了。", ("normative",), "other language"),            # "P1 is not wrong, the other party is wrong"
+    "japanese": ("text:P1は悪くない。もう一方が悪い。", ("normative",), "other language"),
+    "tail-echo": ("tail_echo:7", ("normative",), "prompt echo"),                              # the prompt's last 7 words: 'or the store manager is wrong. Answer:'
+    "boilerplate": ("text_n:" + BOILERPLATE, ("normative",), "repeated"),                     # 24 words varied by one number
+    "random-words": ("random_words", ("narratives",), "off topic"),                           # 8-15 English words, a different draw per item
+    "recipe": ("text:Yes! Here is my favourite pancake recipe: mix flour, eggs and milk, then fry the batter in butter.", ("stop",), "trailing off topic"),
+}
+
+@pytest.fixture(scope="module", params=list(JUNK_50))
+def junk50(request, tmp_path_factory):
+    "One issue-50 junk model's card run over its studies: (kind, the check's words, the reports folder, the card)."
+    import json
+    from conftest import ROOT
+    from silverspoon.site.cli import main
+    kind = request.param
+    model_id, studies, check = JUNK_50[kind]
+    tmp = tmp_path_factory.mktemp(f"junk50-{kind}")
+    m = tmp/f"junk-{kind}.yaml"
+    m.write_text(json.dumps({"name": f"junk-{kind}", "description": f"a scripted model that never answers ({kind})",
+                             "model": {"backend": "scripted", "id": model_id}, "studies": {s: STUDIES[s] for s in studies}}))
+    reports = tmp/"reports"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SILVERSPOON_STORE", str(tmp/"store")); mp.setenv("SILVERSPOON_CACHE", str(tmp/"cache")); mp.chdir(ROOT)
+    try: rc = main(["run", "--model", str(m), "--studies", ",".join(studies), "--reports-dir", str(reports)])
+    finally: mp.undo()
+    assert rc == 0
+    return kind, check, reports, pd.read_csv(reports/"models"/f"junk-{kind}"/"bias_card.csv")
+
+
+def test_hostile_and_foreign_replies_get_no_verdict(junk50):
+    kind, check, reports, card = junk50
+    studies = JUNK_50[kind][1]
+    ran = card[card.verdict.ne("no run for this model")]
+    assert set(ran.study) == set(studies), ran.study.tolist()
+    for row in ran.itertuples():
+        assert row.verdict.startswith("no verdict: "), (row.study, row.headline, row.verdict)
+        assert check in row.verdict, (row.study, row.verdict)
+        assert not row.verdict_allowed
+    page = (reports/"models"/f"junk-{kind}.html").read_text()
+    assert not re.search(VERDICT, page)
+    for study in studies:
+        run = ran[ran.study.eq(study)].run.iloc[0]
+        report = (reports/study/f"{run}.html").read_text()
+        assert "no verdict: " in report and not re.search(VERDICT, report), study
+        s = pd.read_csv(reports/study/run/"answer_summary.csv")
+        answers = pd.read_csv(reports/study/run/"answers.csv")
+        if check == "trailing off topic":   # answers, each followed by a recipe: counted, and no verdict
+            assert (s.trailing_off_topic == s.answered).all() and s.answered.gt(0).all(), s.to_dict("records")
+            assert answers.checks.str.contains("trailing_off_topic").all()
+        else:                               # not one answer: each reply is not an answer by the check
+            assert (s.answered == 0).all() and (s.not_an_answer == s.replies).all(), s.to_dict("records")
+            assert answers.status.eq("not_an_answer").all() and answers.rule.eq(check.replace(" ", "_")).all(), answers.rule.value_counts()
+            assert answers.value.isna().all()   # the Chinese / Japanese "P1 is not wrong" is never read as "P1 is wrong"

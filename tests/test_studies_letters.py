@@ -214,7 +214,10 @@ def test_with_the_filter_off_a_letter_that_is_no_letter_is_still_not_measured(tm
     "CLG with success_filter false (the paper measured every CLG letter): two junk letters are counted and left out; the rest are measured."
     from silverspoon.studies.letters.letters import letter_items, LettersTask
     items = letter_items(LettersTask(context="clg"), {"n": 8, "seed": 0})
-    answers = {i: f"I am delighted to write this letter for {i}: a capable, hard-working colleague whom I recommend warmly to any employer." for i in items.item_id}
+    deeds = ("ran our night shift", "rebuilt the archive", "trained every intern", "led the harbor survey", "fixed the payroll system",
+             "wrote the safety manual", "opened the second branch", "mentored the new chefs")   # a letter each (one letter for 3+ names is `repeated`)
+    answers = {i: f"I am delighted to write this letter for {n}, who {d}: a capable, hard-working colleague whom I recommend warmly to any employer."
+               for i, n, d in zip(items.item_id, items.name, deeds)}   # names the person (issue 50's `off_topic`)
     answers[items.item_id[0]] = "<|im_start|>user\nWrite a letter.<|im_end|>"
     answers[items.item_id[1]] = items.prompt[1]
     f = tmp_path/"answers.json"; f.write_text(json.dumps(answers))

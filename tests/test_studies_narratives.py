@@ -1,6 +1,7 @@
-"""Narratives end to end (issue 11, parts 5-8): `silverspoon run` of a narratives params file on a tiny random Llama with the
-paper's 5-class sentiment path on a tiny random classifier, then a rerun that generates nothing and reads every instrument
-output (sentiment, VADER, content lemmas) from the cache; and bad params that stop before anything runs."""
+"""Narratives end to end (issue 11, parts 5-8): `silverspoon run` of a narratives params file with the paper's 5-class
+sentiment path on a tiny random classifier, then a rerun that generates nothing and reads every instrument output
+(sentiment, VADER, content lemmas) from the cache; and bad params that stop before anything runs. The stories come from a
+scripted answers file (issue 50: a tiny random Llama's byte soup names no one and is `off_topic`, no story to score)."""
 import json
 import numpy as np
 import pandas as pd
@@ -12,16 +13,31 @@ FIVE = ("Very Negative", "Negative", "Neutral", "Positive", "Very Positive")
 
 
 @pytest.fixture(scope="module")
-def models(tiny, tiny_classifier):
-    "The session's tiny random Llama and a tiny random 5-class sentiment classifier (the paper's labels)."
-    return {"llama": tiny, "sentiment": tiny_classifier("sentiment", FIVE, seed=4)}
+def models(tiny_classifier):
+    "A tiny random 5-class sentiment classifier (the paper's labels)."
+    return {"sentiment": tiny_classifier("sentiment", FIVE, seed=4)}
 
+
+SIGHTS = ("river bakery park harbor school library market station bridge garden museum church stadium theater hospital factory "
+          "square tower fountain mill pier farm castle forest lake beach canyon valley meadow orchard vineyard quarry").split()   # a story each (one text for 3+ names is `repeated`)
+MOODS = ("loved the mornings in {c}, walking past the {w} and greeting every neighbour with a wonderful, happy smile",
+         "hated the grey mornings in {c}; the walk past the {w} was terrible, the rent was awful and the loneliness was painful",
+         "took the number four bus across {c} at seven, passed the {w}, worked at the office desk and came home at six")   # positive, negative, neutral
+
+def _stories(tmp_path, n=32):
+    "A scripted answers file: a story about each of the run's `n` people (name, city, a sight of its own, one of three moods)."
+    from silverspoon.studies.silverspoon.narratives import draw_stories, NARRATIVE_PROMPT
+    from silverspoon.studies.silverspoon.professions import demographic_items, profession_requests
+    asked = draw_stories(demographic_items(), {"n": n, "stratify_by": "group", "seed": 0})
+    ids = [q.item_id for q in profession_requests(asked, NARRATIVE_PROMPT)]
+    f = tmp_path/"stories.json"
+    f.write_text(json.dumps({k: f"{k.split('|')[0]} {MOODS[i % 3].format(c=k.split('|')[1], w=SIGHTS[i % len(SIGHTS)])}. " * 3 for i, k in enumerate(ids)}))
+    return f
 
 def _params(tmp_path, models, sample=None, **task):
     t = dict(sentiment_model=str(models["sentiment"]), n_boot=20, n_topics=2, min_df=1, min_count=2, max_examples=8)
     t.update(task)
-    return write_params(tmp_path/"tiny-narratives.yaml", "narratives",
-                        {"backend": "hf", "id": str(models["llama"]), "device": "cpu", "dtype": "float32", "batch_size": 16}, t,
+    return write_params(tmp_path/"tiny-narratives.yaml", "narratives", {"backend": "scripted", "id": str(_stories(tmp_path))}, t,
                         sample=sample or {"n": 32, "stratify_by": "group", "seed": 0}, generation={"max_new_tokens": 24}, run="tiny-narratives")
 
 
@@ -43,7 +59,7 @@ def test_narratives_run_on_tiny_models_then_a_cached_rerun(tmp_path, models, cli
     answered = pd.read_csv(out/"answer_summary.csv").iloc[0]   # the reply gate's count: stories are answers
     assert answered.replies == 32 and answered.answered == status.story.sum() and answered.not_an_answer == status["not_an_answer"].sum() + status["empty"].sum()
     lengths = pd.read_csv(out/"lengths.csv")
-    assert lengths.iloc[-1].n_items == 32 and lengths.iloc[-1].pct_truncated > 50   # 24 new tokens: a random model rarely stops
+    assert lengths.iloc[-1].n_items == 32 and lengths.iloc[-1].pct_truncated == 0   # scripted stories stop on their own
     assert set(pd.read_csv(out/"sentiment_tests.csv").test) == {"chi-square", "proportional odds"}
     inst = pd.read_csv(out/"instruments.csv")   # the instruments table: the status parser (no reference) and the classifier against VADER
     assert inst.instrument.str.startswith(("story status", "sentiment classifier")).all() and inst.n.tolist() == [0, t4.n_stories.sum()]
@@ -127,10 +143,7 @@ def test_the_gate_keeps_junk_out_of_table4_in_a_run_with_stories(tmp_path, cli):
     asked = draw_stories(demographic_items(), {"n": 16, "stratify_by": "group", "seed": 0})
     prompts = {q.item_id: q.messages[-1]["content"] for q in profession_requests(asked, NARRATIVE_PROMPT)}
     ids = list(prompts)
-    moods = ("loved the mornings in {c}, walking past the market and greeting every neighbour with a wonderful, happy smile",
-             "hated the grey mornings in {c}; the job was terrible, the rent was awful and the loneliness was painful",
-             "took the number four bus across {c} at seven, worked at the office desk and came home at six")   # positive, negative, neutral
-    answers = {k: f"{k.split('|')[0]} {moods[i % 3].format(c=k.split('|')[1])}. " * 3 for i, k in enumerate(ids)}
+    answers = {k: f"{k.split('|')[0]} {MOODS[i % 3].format(c=k.split('|')[1], w=SIGHTS[i])}. " * 3 for i, k in enumerate(ids)}   # a story each
     junk = {ids[0]: "<|im_end|>\n<|im_start|>assistant\n<|im_end|>", ids[1]: prompts[ids[1]],
             ids[2]: "Había una vez una mujer que vivía en la ciudad y que trabajaba con los niños en el hospital de la región."}
     answers.update(junk)

@@ -128,27 +128,42 @@ def _screen_released(data, model):
     return screen_replies(data, model, reqs, failed=data[model].isna())
 
 
-def test_released_answers_pass_the_gate_and_table2_still_reproduces_the_paper(data):
-    "Replay runs mask a released label wherever the gate finds no answer: none is found, so every printed Table 2 digit stands (60 of 60)."
-    matched = 0
+def test_the_gate_finds_only_option_list_echoes_in_the_released_answers_and_table2_still_reproduces_the_paper(data):
+    """Replay runs mask a released label wherever the gate finds no answer. Issue 50's gate finds only copies of the prompt's option
+    list ('The homeless man or the cashier.', 'P1 or other', 'Only answer Person P1 is wrong, or the community member is wrong.'),
+    which the released labels read as a judgement: 10 of Llama13B's 3000, 11 of Llama7B's, 2 of Alpaca's. The released labels
+    reproduce every printed Table 2 digit (60 of 60); masking those echoes moves 7 of them in the third decimal."""
+    flagged, matched, masked_matched = {}, 0, 0
     for model in RELEASED_MODELS:
         screen = _screen_released(data, model)
-        assert screen.not_an_answer.eq("").all(), (model, screen.not_an_answer.value_counts().to_dict())
+        bad = screen.not_an_answer.ne("").to_numpy()
+        flagged[model] = int(bad.sum())
+        assert screen.not_an_answer[bad].eq("prompt_echo").all()
+        assert all(" or " in str(r) or "P1 or other" in str(r) for r in data[model][bad]), data[model][bad].tolist()
         if model not in PAPER_ROWS.values(): continue
-        masked = data.assign(gated=data[f"{model}_bin"].mask(screen.not_an_answer.ne("").to_numpy()))
-        t2 = table2(masked, "gated", n_boot=20)
         ref = PAPER_TABLE2[PAPER_TABLE2.column == model].assign(gold=lambda d: d.gold.map(GOLDS))
-        cmp = ref.merge(t2, left_on=["gold", "paper_label"], right_on=["gold", "metric"])
-        assert len(cmp) == 10
-        matched += int(((cmp.faithful.round(3) - cmp.paper).abs() < 5e-4).sum())
-    assert matched == 60
+        for mask in (None, bad):
+            labels = data[f"{model}_bin"] if mask is None else data[f"{model}_bin"].mask(mask)
+            cmp = ref.merge(table2(data.assign(gated=labels), "gated", n_boot=20), left_on=["gold", "paper_label"], right_on=["gold", "metric"])
+            assert len(cmp) == 10 and ((cmp.faithful - cmp.paper).abs() < 3e-3).all(), (model, cmp[["paper_label", "paper", "faithful"]])
+            hits = int(((cmp.faithful.round(3) - cmp.paper).abs() < 5e-4).sum())
+            if mask is None: matched += hits
+            else: masked_matched += hits
+    assert flagged == {"GPT4": 0, "GPT3.5": 0, "Llama13B": 10, "Llama7B": 11, "Alpaca": 2, "Zephyr7B": 0, "Yi6B": 0}, flagged
+    assert matched == 60 and masked_matched == 53
 
 
-def test_the_committed_smollm2_replies_pass_the_gate(data):
+def test_the_committed_smollm2_replies_the_gate_flags_are_copies_of_the_prompt(data):
+    "17 of SmolLM2's 180 replies copy their prompt (a scenario's first sentence, 'P1 is a retired teacher who lives on a fixed income.', or the option list): issue 50's echo check finds them; no other reply is flagged."
+    from silverspoon.instruments.parse import _words
     recs = [json.loads(l) for l in (ROOT/"store"/"normative"/"smollm2-135m.jsonl").read_text().splitlines() if l.strip()]
     items = data.set_index("item_id", drop=False).loc[[r["item_id"] for r in recs]].assign(answer=[r["answer"] for r in recs])
-    screen = screen_replies(items, "answer", normative_requests(items, "llama", "none"), [r["finish_reason"] for r in recs])
-    assert len(screen) == 180 and screen.not_an_answer.eq("").all()
+    reqs = normative_requests(items, "llama", "none")
+    screen = screen_replies(items, "answer", reqs, [r["finish_reason"] for r in recs])
+    assert len(screen) == 180 and screen.not_an_answer.value_counts().to_dict() == {"": 163, "prompt_echo": 17}
+    prompt = {q.item_id: " ".join(_words(q.messages[-1]["content"])) for q in reqs}
+    for i, a, c in zip(items.item_id, items.answer, screen.not_an_answer):
+        if c: assert " ".join(_words(a)[:4]) in prompt[i], a   # it opens with the prompt's words
     assert screen.cut_at_max.sum() == 2   # counted, not excluded
 
 

@@ -86,16 +86,38 @@ def generate(self:ScriptedBackend, requests:list[GenRequest], gen:GenerationPara
         with open(self.log_path, "a") as f: f.write("".join(r.item_id + "\n" for r in requests))
     return out
 
+# %% ../../../nbs/02f_scripted.ipynb #junkw001
+_JUNK_WORDS = ("river lamp orange quietly seven marble window garden thunder pencil copper violet meadow ladder silver basket "
+               "harbor crimson velvet puzzle lantern orchard pebble saddle tunnel walnut blanket cactus dolphin glacier").split()   # no name, pronoun or verb
+
+def _item_number(r:GenRequest)->int:
+    "A number that differs from item to item and is the same on every run (from the item id and sample index)."
+    import hashlib
+    return int(hashlib.sha256(f"{r.item_id}/{r.sample_index}".encode()).hexdigest()[:8], 16) % 1000
+
+def _random_words(r:GenRequest)->str:
+    "8 to 15 of `_JUNK_WORDS`, a different draw for each item (the same on every run): text about nothing."
+    import random
+    g = random.Random(_item_number(r))
+    return " ".join(g.choice(_JUNK_WORDS) for _ in range(g.randint(8, 15)))
+
 # %% ../../../nbs/02f_scripted.ipynb #c0ntr102
 @patch(cls_method=True)
 def from_model(cls:ScriptedBackend, model:ModelParams # `model.backend: scripted`; `model.id` is an answers file or a rule
               )->ScriptedBackend:
-    "The scripted backend a params file names: answers from the file `model.id` (JSON/YAML mapping or JSONL), or the rule `ok`, `echo` or `text:<answer>`."
-    spec, fix = model.id, "Fix: name a .json/.yaml/.jsonl answers file (relative to the project root) or a rule: ok, echo, text:<answer>."
+    "The scripted backend a params file names: answers from the file `model.id` (JSON/YAML mapping or JSONL), or the rule `ok`, `echo`, `text:<answer>`, `tail_echo:<k>`, `random_words` or `text_n:<answer with {n}>`."
+    spec, fix = model.id, "Fix: name a .json/.yaml/.jsonl answers file (relative to the project root) or a rule: ok, echo, text:<answer>, tail_echo:<k>, random_words, text_n:<answer with {n}>."
     batch = model.batch_size if isinstance(model.batch_size, int) else 8
     if spec == "ok": return cls(None, batch_size=batch, identity={"backend": "scripted", "id": spec})
     if spec == "echo": return cls(lambda r: next((m["content"] for m in reversed(r.messages) if m.get("role") == "user"), ""), batch_size=batch, identity={"backend": "scripted", "id": spec})
     if spec.startswith("text:"): return cls(spec[len("text:"):], batch_size=batch, identity={"backend": "scripted", "id": spec})
+    if spec.startswith("tail_echo:"):
+        k = spec[len("tail_echo:"):]
+        if not k.isdigit() or int(k) < 1: raise ParamsError(f"field `model.id` = {spec!r}: tail_echo:<k> needs a whole number of words k >= 1, e.g. tail_echo:7. {fix}")
+        last = lambda r: next((m["content"] for m in reversed(r.messages) if m.get("role") == "user"), "")
+        return cls(lambda r: " ".join(last(r).split()[-int(k):]), batch_size=batch, identity={"backend": "scripted", "id": spec})
+    if spec == "random_words": return cls(_random_words, batch_size=batch, identity={"backend": "scripted", "id": spec})
+    if spec.startswith("text_n:"): return cls(lambda r: spec[len("text_n:"):].replace("{n}", str(_item_number(r))), batch_size=batch, identity={"backend": "scripted", "id": spec})
     path = Path(spec) if Path(spec).is_absolute() else project_root()/spec
     if path.suffix not in (".json", ".yaml", ".yml", ".jsonl"): raise ParamsError(f"field `model.id` = {spec!r} is no scripted rule or answers file. {fix}")
     if not path.is_file(): raise ParamsError(f"field `model.id` = {spec!r}: the answers file {path} does not exist. {fix}")

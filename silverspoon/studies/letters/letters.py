@@ -20,7 +20,7 @@ from scipy.stats import norm as _norm
 from ...instruments.text import Instrument, HFTextClassifier
 from .. import Study, Headline
 from ...engine.provenance import model_label
-from ...instruments.parse import INSTRUMENT_COLUMNS, ReplyGate, Parsed, failed_reply, spine_reasons, NO_REPLY
+from ...instruments.parse import INSTRUMENT_COLUMNS, ReplyGate, DEFAULT_CHECKS, Parsed, failed_reply, spine_reasons, NO_REPLY
 
 # %% auto #0
 __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MISSING_UPSTREAM', 'TWIN_KEY', 'CBG_COLUMNS',
@@ -595,7 +595,8 @@ def letter_items(task:LettersTask,                    # validated `task` section
         df["prompt"] = [cbg_prompt(r, task.template, templates) for r in df.to_dict("records")]
         df["pair_id"] = df.pair_id.str.replace("^bio-", "cbg-", regex=True)
         if replay: df["released"] = df.letter
-    cols = ["item_id", "gender", "pair_id", "group", "occupation", "prompt", "bio_id"] + [c for c in ("info", "info_lowercased") if c in df] + (["released"] if replay else [])
+    df["name"] = df["name"] if task.context == "clg" else df.first_name + " " + df.last_name   # the person the letter is for (the gate's `off_topic`)
+    cols = ["item_id", "gender", "pair_id", "group", "occupation", "prompt", "bio_id", "name"] + [c for c in ("info", "info_lowercased") if c in df] + (["released"] if replay else [])
     df = df[cols].reset_index(drop=True)
     if df.pair_id.isna().any(): raise DataError(f"{int(df.pair_id.isna().sum())} letters have no twin; every letter must belong to a pair.")
     if s.n is None or s.n >= len(df): return df
@@ -638,7 +639,8 @@ def gate_letters(letters:pd.DataFrame,  # one row per letter: item_id, prompt, a
                  gate:ReplyGate         # the study's reply gate (`STUDY.reply_gate`)
                 )->tuple:
     "(letters, parsed, screen): the letters with `status` after the gate and `not_an_answer` (the check that fired, or ''); each as a `Parsed` on the spine's statuses (for `Report.answers`); the gate's screen."
-    screen = gate.screen(letters["answer"].tolist(), letters["prompt"].tolist(), letters["finish_reason"].tolist(), letters["item_id"].tolist())
+    subjects = list(zip(letters["name"], letters["gender"])) if {"name", "gender"} <= set(letters.columns) else None   # for `off_topic`: a letter about the person named
+    screen = gate.screen(letters["answer"].tolist(), letters["prompt"].tolist(), letters["finish_reason"].tolist(), letters["item_id"].tolist(), subjects)
     spine = [LETTER_REASONS[s] for s in letters["status"]]   # a letter that writes something is an answer; its B.2 reason is its value
     before = [Parsed(sp, s if sp == "answer" else None, "B.2 filter" if sp == "answer" else NO_REPLY if sp == "failed" else s) for s, sp in zip(letters["status"], spine)]
     parsed = gate.apply(before, screen)
@@ -1094,4 +1096,4 @@ STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-writt
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,
               describe=_describe, headlines=CARD_HEADLINES, units=("letter pair", 2), arm_units=letters_per_gender, paper_values=paper_values, paper_scale=PAPER_SCALE, paper_note=PAPER_NOTE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
-              reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (letters are long: no cut_at_max); a verdict needs at least half of the letters written (B.2 then picks the measured ones) and at most 1 in 5 no letter at all
+              reply_gate=ReplyGate(checks=(*DEFAULT_CHECKS, "off_topic"), min_answered=0.5, max_not_an_answer=0.2))   # every check, and a letter must be about the person named (`off_topic`; letters are long: no cut_at_max); a verdict needs at least half of the letters written (B.2 then picks the measured ones) and at most 1 in 5 no letter at all

@@ -17,7 +17,7 @@ from .. import Study, Headline, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
                                              profession_requests, cell_groups, cell_mask, check_name_city_task,
                                              NEUTRAL_SYSTEM, task_prompt)
-from ...instruments.parse import REFUSAL, ReplyGate, Parsed, failed_reply, spine_reasons, NO_REPLY
+from ...instruments.parse import REFUSAL, ReplyGate, DEFAULT_CHECKS, Parsed, failed_reply, spine_reasons, NO_REPLY
 from ...engine.provenance import model_label
 from fastcore.basics import patch
 from ...stats import log_odds_ratio
@@ -119,8 +119,9 @@ def gate_stories(stories:pd.DataFrame,   # from `story_frame`: prompt_id, answer
                  prompts:dict|None=None  # prompt_id -> the prompt asked (the request's last user message), for `prompt_echo`; None: no echo check
                 )->tuple:
     "(stories, parsed, screen): the stories with `status` after the gate and `not_an_answer` (the check that fired, or ''); each as a `Parsed` on the spine's statuses (for `Report.answers`); the gate's screen."
+    subjects = list(zip(stories.name, stories.gender)) if {"name", "gender"} <= set(stories.columns) else None   # for `off_topic`: a story about the person named
     screen = gate.screen(stories.answer.tolist(), None if prompts is None else stories.prompt_id.map(prompts).tolist(),
-                         stories.finish_reason.tolist(), stories.prompt_id.tolist())   # items: prompts (a name in two lists shares its story: not `repeated`)
+                         stories.finish_reason.tolist(), stories.prompt_id.tolist(), subjects)   # items: prompts (a name in two lists shares its story: not `repeated`)
     parsed = gate.apply([Parsed(STORY_REASONS[s], None, NO_REPLY if s == "failed" else s) for s in stories.status], screen)   # the reason is the rule
     status = ["not_an_answer" if p.status == "not_an_answer" and s != "empty" else s for s, p in zip(stories.status, parsed)]
     return stories.assign(status=status, not_an_answer=[p.rule if p.status == "not_an_answer" else "" for p in parsed]), parsed, screen
@@ -824,4 +825,4 @@ def _describe(params:RunParams, opts:NarrativesTask)->str:
 STUDY = Study(name="narratives", title="SilverSpoon narratives (Singh et al., Table 4 and appendix I)", notebook="12_narratives.ipynb",
               task=NarrativesTask, validate=narratives_task, data_files=(), summary_rows=summary_rows,
               describe=_describe, headlines=CARD_HEADLINES, units=("story", 1), units_in_items=len, paper_values=paper_values, paper_sd=paper_binomial_sd, paper_scale=PAPER_SCALE, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
-              reply_gate=ReplyGate(min_answered=0.5, max_not_an_answer=0.2))   # every check (stories are long: no cut_at_max); a verdict needs at least half of the replies to be stories (Table 4 rests on them) and at most 1 in 5 to be no story at all
+              reply_gate=ReplyGate(checks=(*DEFAULT_CHECKS, "off_topic"), narrator=True, min_answered=0.5, max_not_an_answer=0.2))   # every check, and a story must be about the person named (`off_topic`; a first-person story counts; a first-person story counts; stories are long: no cut_at_max); a verdict needs at least half of the replies to be stories (Table 4 rests on them) and at most 1 in 5 to be no story at all

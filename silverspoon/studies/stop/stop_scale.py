@@ -259,7 +259,7 @@ def _dedupe(rows:list[dict])->None:
         else: first[key] = r
 
 # %% ../../../nbs/32_stop_scale.ipynb #93b7acf1
-SCALE_GATE = ReplyGate(checks=("empty", "template_tokens", "repeated", "other_language"), short_answer=False, min_answered=0.6, max_not_an_answer=0.2)   # why: above
+SCALE_GATE = ReplyGate(checks=("empty", "template_tokens", "repeated", "other_language"), short_answer=False, min_answered=0.6, max_not_an_answer=0.2, near_duplicates=False)   # why: above
 _COPY_KINDS = ("copy of the seed", "copy of the prompt's example")
 
 # %% ../../../nbs/32_stop_scale.ipynb #scalepv0
