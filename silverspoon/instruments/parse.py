@@ -16,10 +16,10 @@ from fastcore.basics import patch
 
 # %% auto #0
 __all__ = ['STATUSES', 'NO_REPLY', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS',
-           'TEMPLATE_TOKEN', 'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON', 'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS',
-           'SET_SOURCES', 'Parsed', 'failed_reply', 'spine_reasons', 'parsed_frame', 'rule_counts', 'RefusalDetector',
-           'reply_checks', 'ReplyGate', 'instrument_validity', 'parser_set_path', 'parser_set', 'set_counts',
-           'validate_on_set', 'run_judge', 'gather_instruments']
+           'SHORT_ANSWER_CHECKS', 'TEMPLATE_TOKEN', 'LANGUAGE_SCRIPTS', 'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON',
+           'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'SET_SOURCES', 'Parsed', 'failed_reply', 'spine_reasons',
+           'parsed_frame', 'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate', 'instrument_validity',
+           'parser_set_path', 'parser_set', 'set_counts', 'validate_on_set', 'run_judge', 'gather_instruments']
 
 # %% ../../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "not_an_answer", "unparseable", "failed")   # not_an_answer: the reply gate found no answer to read (`ReplyGate`)
@@ -137,16 +137,38 @@ REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: 
     "empty": (True, "no letter or digit in the reply"),
     "template_tokens": (True, "the reply opens with chat-template or special tokens (<|im_start|>, <|im_end|>, <|eot_id|>, [INST], </s>, "
                               "<end_of_turn>, ...): no word comes before the first one (text after such a token is a turn the model invented)"),
-    "prompt_echo": (True, "the reply repeats the prompt: 8+ words that open with the prompt's first 8 words, or 8+ words of which at least "
-                          "80% of the word 4-grams occur in the prompt while covering at least half of the prompt's 4-grams"),
-    "repeated": (True, "the same reply (case, spaces and punctuation ignored; 20+ words, longer than any short answer) given to 3 or more "
-                       "different items"),
-    "other_language": (True, "a reply of 8+ words not in English (the prompts' language): under half of its letters are Latin, or at least "
-                             "3 of its words are Spanish/French/German/Portuguese/Italian function words and they outnumber its English ones"),
+    "prompt_echo": (True, "the reply repeats the prompt (every user turn of a conversation is compared; case, spaces and punctuation ignored): "
+                          "the reply (or its first sentence, when at most 2 words follow it) is 3+ consecutive words of the prompt that cross a "
+                          "sentence end of the prompt (. ? ! : ; or a new line; not the dot of an option label such as 'A.'), contain the word "
+                          "'or' (an option list), make up a whole question or a whole sentence of 8+ words of the prompt (the whole reply only, "
+                          "for a question), or number 12+ (e.g. 'or the store manager is wrong. Answer:', the prompt's last words); or 8+ words "
+                          "that open with the prompt's first 8 words; or 8+ words of which at least 80% of the word 4-grams occur in the prompt "
+                          "while covering at least half of the prompt's 4-grams, or 12+ such words that open with a 4-gram of the prompt. Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
+    "repeated": (True, "the same reply of 20+ words (longer than any short answer; case, spaces and punctuation ignored) given to 3 or "
+                       "more different items, or nearly the same one given to 3+ items and at least 1 in 10 of the run's items: identical "
+                       "once numbers and the words of its prompt are also ignored, or in a group of replies each with a word 4-gram "
+                       "Jaccard similarity of 0.8 or more to another of the group (e.g. a 24-word boilerplate varied by one number; a "
+                       "formulaic explanation a few answers share is not a template; not where replies rewrite one given text by design, "
+                       "`ReplyGate.near_duplicates`)"),
+    "other_language": (True, "the reply is not in a language the study declares (`ReplyGate.languages`; default English, the prompts' "
+                             "language), at any length (CJK and Thai have no spaces): under half of its letters are in the declared "
+                             "languages' scripts (Latin for English; Han, kana, Hangul, Thai, Arabic, Cyrillic, Devanagari, ... are other scripts; "
+                             "e.g. 'P1没有错，另一方错了。'), or, when English is the only Latin-script language declared, it has 8+ words of which at "
+                             "least 3 are Spanish/French/German/Portuguese/Italian function words that outnumber its English ones"),
+    "off_topic": (True, "a study that asks for a text about a person (a story, a letter) gives the person's name and gender: the reply neither "
+                        "names them (any part of the name of 2+ letters) nor uses a pronoun of their gender (he/him/his, she/her/hers; "
+                        "they/them/their as well when no gender is given; I/me/my where the study allows a first-person story, "
+                        "`ReplyGate.narrator`), or it has no sentence (4+ words ending in . ! or ? with at least "
+                        "one English function word: the, a, is, was, ...); e.g. a run of random words"),
     "cut_at_max": (False, "the generation stopped at max_new_tokens (finish_reason 'length') where the study expects a short answer: "
                           "counted and shown, not excluded (the parsers read the start of a reply)"),
+    "trailing_off_topic": (False, "where the study expects a short answer: the first sentence is followed by 6+ more words with 3+ content "
+                                  "words (4+ letters, not function words) none of which occurs in the prompt, and no he/she/his/her (e.g. 'Yes! Here is my favourite "
+                                  "pancake recipe: mix flour, eggs and milk'): counted and shown, not excluded (the answer may stand), but a "
+                                  "verdict's minimums count such replies as not answers (a run of mostly such replies gets no verdict)"),
 }
 DEFAULT_CHECKS = ("empty", "template_tokens", "prompt_echo", "repeated", "other_language")
+SHORT_ANSWER_CHECKS = ("cut_at_max", "trailing_off_topic")   # counted where a study expects a short answer (`ReplyGate.short_answer`)
 
 # %% ../../nbs/04a_parse.ipynb #0845c941
 TEMPLATE_TOKEN = re.compile(r"<\|[A-Za-z0-9_]{2,40}\|>|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>|<(?:bos|eos|pad|unk)>"
@@ -159,67 +181,219 @@ _FOREIGN = frozenset("el la los las y del que por para con una es está son pero
 def _words(text:str)->list[str]: return re.findall(r"[^\W_]+", text.lower())
 def _grams(words:list[str], k:int=4)->set: return {tuple(words[i:i+k]) for i in range(len(words) - k + 1)}
 
+# %% ../../nbs/04a_parse.ipynb #lang0001
+LANGUAGE_SCRIPTS = {   # a language a study may declare (`ReplyGate.languages`) -> the scripts its letters are in (the first word of a letter's Unicode name)
+    "en": ("LATIN",), "es": ("LATIN",), "fr": ("LATIN",), "de": ("LATIN",), "pt": ("LATIN",), "it": ("LATIN",), "nl": ("LATIN",),
+    "zh": ("CJK",), "ja": ("CJK", "HIRAGANA", "KATAKANA"), "ko": ("HANGUL", "CJK"), "ru": ("CYRILLIC",), "uk": ("CYRILLIC",),
+    "ar": ("ARABIC",), "hi": ("DEVANAGARI",), "th": ("THAI",), "el": ("GREEK",), "he": ("HEBREW",)}
+
+def _script_share(text:str, scripts:frozenset)->tuple[int, float]:
+    "(letters, share of them in `scripts`): a letter's script is the first word of its Unicode name (LATIN, CJK, HIRAGANA, HANGUL, THAI, ...)."
+    letters = re.findall(r"[^\W\d_]", text)
+    if not letters: return 0, 1.0
+    if text.isascii(): return len(letters), 1.0 if "LATIN" in scripts else 0.0
+    import unicodedata
+    return len(letters), sum(unicodedata.name(c, "?").split(" ", 1)[0] in scripts for c in letters) / len(letters)
+
+# %% ../../nbs/04a_parse.ipynb #echo0001
+import functools
+_BREAK = re.compile(r"[.?!:;\n]")
+
+def _tokens(text:str)->tuple[list[str], list[int]]:
+    "(words, ends): the lower-case words of `text` and after each word 0 (no sentence end), 1 (. ! : ; or a new line) or 2 (?); the text's end counts 1; the dot of a one-character option label ('A.', '3)') is no sentence end."
+    ms = list(re.finditer(r"[^\W_]+", text))
+    words = [m.group().lower() for m in ms]
+    ends = []
+    for i, m in enumerate(ms):
+        gap = text[m.end(): ms[i+1].start() if i + 1 < len(ms) else len(text)]
+        end = 2 if "?" in gap else 1 if (i + 1 == len(ms) or "\n" in gap or (_BREAK.search(gap) and len(words[i]) > 1)) else 0
+        ends.append(end)
+    return words, ends
+
+def _first_sentence(words:list[str], ends:list[int])->list[str]:
+    "The words of the first sentence (up to the first sentence end)."
+    return words[:next((i + 1 for i, e in enumerate(ends) if e), len(words))]
+
+def _copied(words:list[str], prompt:tuple, question:bool=True)->bool:
+    "Whether `words` (3+) are consecutive words of the prompt (`_tokens`) copied as no answer copies them: across a sentence end, with 'or' in them, a whole question (if `question`) or a whole sentence of 8+ words, or 12+ words."
+    pw, ends = prompt; n = len(words)
+    if n < 3 or n > len(pw): return False
+    hay, needle = " " + " ".join(pw) + " ", " " + " ".join(words) + " "
+    pos = hay.find(needle)
+    while pos >= 0:
+        s = hay.count(" ", 0, pos + 1) - 1; e = s + n
+        whole = (s == 0 or ends[s-1] > 0) and ends[e-1] > 0
+        if any(ends[s:e-1]) or "or" in words or n >= 12 or (whole and (n >= 8 or (question and ends[e-1] == 2))): return True
+        pos = hay.find(needle, pos + 1)
+    return False
+
+@functools.lru_cache(maxsize=4096)
+def _prompt_tokens(prompt:str)->tuple:
+    "`_tokens` of a prompt and its 4-grams, remembered: a run asks many replies the same prompt (STOP's first turn, every item's instruction)."
+    words, ends = _tokens(prompt)
+    return words, ends, _grams(words)
+
+def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
+    "Whether a reply (its `_tokens`) echoes one prompt: `REPLY_CHECKS['prompt_echo']`."
+    pw, pends, pg = _prompt_tokens(prompt); pt = (pw, pends)
+    first = _first_sentence(words, ends)
+    if _copied(words, pt) or (len(words) - len(first) < 3 and _copied(first, pt, question=False)): return True   # a first sentence copied, then at most a cut word or two
+    if len(words) < 8: return False
+    g = _grams(words)
+    inside = len(g & pg)
+    return (len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and inside >= 0.8*len(g) and (inside >= 0.5*len(pg) or (len(words) >= 12 and tuple(words[:4]) in pg)))
+
+# %% ../../nbs/04a_parse.ipynb #subj0001
+_PRONOUNS = {"female": frozenset("she her hers herself".split()), "male": frozenset("he him his himself".split())}
+_THEY = frozenset("they them their theirs themselves".split())
+_GENDERS = {"f": "female", "female": "female", "woman": "female", "w": "female", "m": "male", "male": "male", "man": "male"}
+_SENTENCE = re.compile(r"[^.!?]*[.!?]")
+_FUNCTION = _ENGLISH | frozenset("a an in is was".split())
+
+_FIRST_PERSON = frozenset("i me my mine myself".split())
+
+def _off_topic(reply:str, words:list[str], subject, narrator:bool=False)->bool:
+    "Whether a text asked about a person (`subject`: (name, gender)) is off topic: `REPLY_CHECKS['off_topic']`; `narrator`: a first-person text may be the person's own (a story)."
+    name, gender = subject
+    names = {w for w in _words(str(name or "")) if len(w) >= 2}
+    g = _GENDERS.get(str(gender or "").strip().lower())
+    pron = (_PRONOUNS[g] if g else _PRONOUNS["female"] | _PRONOUNS["male"] | _THEY) | (_FIRST_PERSON if narrator else frozenset())
+    about = any(w in names or w in pron for w in words)
+    sentence = any(len(s) >= 4 and any(w in _FUNCTION for w in s) for s in (_words(m.group()) for m in _SENTENCE.finditer(reply)))
+    return not (about and sentence)
+
+# %% ../../nbs/04a_parse.ipynb #trail001
+_STEM = 5   # content words compare by their first 5 letters ('offensive' ~ 'offend')
+_DISCOURSE = frozenset("about above after again against because before being below between both could doing down during each even every "
+                       "feel feels felt from further good great into more most much must need only other over really same should since "
+                       "such sure their them then there these they think thing things this those through under until very what when where "
+                       "which while whom whose will with would your yours yes answer answers question sentence statement section appropriate "
+                       "inappropriate okay fine right wrong correct because explanation reason".split())   # words any answer may add
+
+_PERSON = frozenset("he him his she her hers".split())   # a reference to a person: the prompts' people
+
+def _content(words)->list[str]: return [w[:_STEM] for w in words if len(w) >= 4 and w.isalpha() and w not in _ENGLISH and w not in _DISCOURSE]
+
+def _trailing_off_topic(words:list[str], ends:list[int], prompts:list[str])->bool:
+    "Whether a short answer is followed by text unrelated to every prompt: `REPLY_CHECKS['trailing_off_topic']`."
+    rest = words[len(_first_sentence(words, ends)):]
+    c = _content(rest)
+    if len(rest) < 6 or len(c) < 3 or any(w in _PERSON for w in rest): return False   # text about a person (he, she, ...) may explain the answer
+    known = {s for p in prompts for s in _content(_words(p))}
+    return not any(s in known for s in c)
+
 # %% ../../nbs/04a_parse.ipynb #8bd6c955
 def reply_checks(reply:str|None,         # one reply (None: no reply, a failed generation: no check fires)
-                 prompt:str|None=None,   # the prompt it answers (the last user message), for `prompt_echo`
+                 prompt=None,            # the prompt it answers: a str, or every user turn of its conversation (a list of str), for `prompt_echo` and `trailing_off_topic`
                  finish_reason:str|None=None, # the store's finish_reason, for `cut_at_max`
-                 checks=DEFAULT_CHECKS   # which of REPLY_CHECKS to apply (`repeated` needs the whole run: `ReplyGate.screen`)
+                 checks=DEFAULT_CHECKS,  # which of REPLY_CHECKS to apply (`repeated` needs the whole run: `ReplyGate.screen`)
+                 languages=("en",),      # the languages the study declares (keys of LANGUAGE_SCRIPTS), for `other_language`
+                 subject=None,           # (name, gender) of the person a story or letter is about, for `off_topic`; None: not checked
+                 narrator:bool=False     # `off_topic`: a first-person text (I, me, my) may be the person's own (a story; not a letter, whose 'I' is its writer)
                 )->list[str]:
     "The checks of `REPLY_CHECKS` that fire on one reply (in `REPLY_CHECKS` order), `repeated` aside."
     if not isinstance(reply, str): return []
+    prompts = [p for p in ([prompt] if isinstance(prompt, str) else list(prompt or [])) if isinstance(p, str)]
     fired, words = [], _words(reply)
+    toks = _tokens(reply) if prompts else None
     if "empty" in checks and not re.search(r"[^\W_]", reply): fired.append("empty")
     if "template_tokens" in checks and (m := TEMPLATE_TOKEN.search(reply)) and not _words(reply[:m.start()]): fired.append("template_tokens")
-    if "prompt_echo" in checks and isinstance(prompt, str) and len(words) >= 8:
-        pw = _words(prompt); g, pg = _grams(words), _grams(pw)
-        opens = len(pw) >= 8 and words[:8] == pw[:8]
-        if opens or (pg and len(g & pg) >= 0.8*len(g) and len(g & pg) >= 0.5*len(pg)): fired.append("prompt_echo")
-    if "other_language" in checks and len(words) >= 8:
-        letters = re.findall(r"[^\W\d_]", reply)
-        latin = sum(1 for c in letters if c.isascii() or "\u00c0" <= c <= "\u024f")
-        foreign = sum(w in _FOREIGN for w in words)
-        if latin < 0.5*len(letters) or (foreign >= 3 and foreign > sum(w in _ENGLISH for w in words)): fired.append("other_language")
+    if "prompt_echo" in checks and prompts and any(_echoes(*toks, p) for p in prompts): fired.append("prompt_echo")
+    if "other_language" in checks:
+        n, share = _script_share(reply, frozenset(s for l in languages for s in LANGUAGE_SCRIPTS[l]))
+        only_en = not any(LANGUAGE_SCRIPTS[l] == ("LATIN",) and l != "en" for l in languages) and "en" in languages
+        foreign = sum(w in _FOREIGN for w in words) if only_en and len(words) >= 8 else 0
+        if (n and share < 0.5) or (foreign >= 3 and foreign > sum(w in _ENGLISH for w in words)): fired.append("other_language")
+    if "off_topic" in checks and subject is not None and words and _off_topic(reply, words, subject, narrator): fired.append("off_topic")
     if "cut_at_max" in checks and finish_reason == "length": fired.append("cut_at_max")
+    if "trailing_off_topic" in checks and prompts and _trailing_off_topic(*(toks or _tokens(reply)), prompts): fired.append("trailing_off_topic")
     return fired
 
 # %% ../../nbs/04a_parse.ipynb #2efe970b
 @dataclass(frozen=True)
 class ReplyGate:
-    "A study's reply gate: which `REPLY_CHECKS` apply, and the minimums a run must meet for its headlines to get a verdict."
+    "A study's reply gate: which `REPLY_CHECKS` apply, the languages it declares, and the minimums a run must meet for its headlines to get a verdict."
     checks:tuple=DEFAULT_CHECKS     # REPLY_CHECKS that apply to this study's replies
-    short_answer:bool=False         # the study expects a short answer: `cut_at_max` is counted
-    min_answered:float=0.5          # a verdict needs at least this share of replies read as answers (status `answer`)
-    max_not_an_answer:float=0.2     # ... and at most this share of replies that are not answers
+    short_answer:bool=False         # the study expects a short answer: `cut_at_max` and `trailing_off_topic` are counted (SHORT_ANSWER_CHECKS)
+    min_answered:float=0.5          # a verdict needs at least this share of replies read as answers (status `answer`, not trailing off topic)
+    max_not_an_answer:float=0.2     # ... and at most this share of replies that are not answers (or trail off topic)
+    languages:tuple=("en",)         # the languages a reply may be in (keys of LANGUAGE_SCRIPTS); a reply in another is `other_language`
+    narrator:bool=False             # `off_topic`: a first-person text may be about the person (a story they tell); False where 'I' is the writer (a letter)
+    near_duplicates:bool=True       # `repeated` also groups near-duplicates; False where replies rewrite one given text by design (stop_scale's seeds)
     def __post_init__(self):
         bad = [c for c in self.checks if c not in REPLY_CHECKS]
         if bad: raise ValueError(f"ReplyGate.checks: unknown check(s) {bad}; use those of REPLY_CHECKS: {list(REPLY_CHECKS)}.")
         if not (0 <= self.min_answered <= 1 and 0 <= self.max_not_an_answer <= 1): raise ValueError("ReplyGate: min_answered and max_not_an_answer are shares in [0, 1].")
+        bad = [l for l in self.languages if l not in LANGUAGE_SCRIPTS]
+        if bad or not self.languages: raise ValueError(f"ReplyGate.languages: {bad or 'none'}; declare one or more of {list(LANGUAGE_SCRIPTS)} (add a language's scripts to LANGUAGE_SCRIPTS).")
     @property
-    def all_checks(self)->tuple: return (*self.checks, *(("cut_at_max",) if self.short_answer else ()))
+    def all_checks(self)->tuple: return (*self.checks, *(c for c in SHORT_ANSWER_CHECKS if self.short_answer and c not in self.checks))
+
+# %% ../../nbs/04a_parse.ipynb #neardup1
+def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, jaccard:float=0.8, min_share:float=0.1)->list[bool]:
+    "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and the same (case, spaces, punctuation ignored) as replies of 2+ other items, or (3+ items and 1 in 10 of the run's items) identical once numbers and its prompts' words are removed, or in a group of such size chained by word 4-gram Jaccard >= 0.8 (candidate pairs by prefix filtering on rare 4-grams)."
+    from collections import Counter, defaultdict
+    n = len(replies); words = [_words(r) if r is not None else [] for r in replies]
+    long = [i for i in range(n) if len(words[i]) >= min_words]
+    same = defaultdict(set)   # signature -> items
+    sig = {}
+    for i in long:
+        known = {w for p in prompts[i] for w in _words(p)}
+        sig[i] = " ".join(w for w in words[i] if not any(ch.isdigit() for ch in w) and w not in known)
+        same[sig[i]].add(items[i])
+    grams = {i: _grams([w for w in words[i] if not any(ch.isdigit() for ch in w)]) for i in long}
+    df = Counter(g for i in long for g in grams[i])
+    order = {i: sorted(grams[i], key=lambda g: (df[g], g)) for i in long}
+    index = defaultdict(list)
+    for i in long:
+        k = len(order[i]) - int(jaccard*len(order[i]) + 1e-9) + 1 if order[i] else 0   # prefix filter: two sets with Jaccard >= t share one of these
+        for g in order[i][:k]: index[g].append(i)
+    near = defaultdict(set)
+    for ids in index.values():
+        if len(ids) < 2: continue
+        for a in ids:
+            for b in ids:
+                if a < b and items[a] != items[b] and b not in near[a]:
+                    ga, gb = grams[a], grams[b]
+                    if ga and gb and len(ga & gb) >= jaccard*len(ga | gb): near[a].add(b); near[b].add(a)
+    root = {i: i for i in long}   # near-duplicates chain into groups (union-find): a group of 3+ items is repeated
+    def find(i):
+        while root[i] != i: root[i] = root[root[i]]; i = root[i]
+        return i
+    for a, bs in near.items():
+        for b in bs: root[find(a)] = find(b)
+    group_items = defaultdict(set)
+    for i in long: group_items[find(i)].add(items[i])
+    out = [False]*n
+    floor = max(3, min_share*len(set(items)))   # a near-duplicate group: 3+ items and 1 in 10 of the run's (a formulaic explanation a few answers share is no template); min_share inf: exact duplicates only
+    exact_items = defaultdict(set)
+    for i in long: exact_items[" ".join(words[i])].add(items[i])
+    out = [False]*n
+    for i in long: out[i] = len(exact_items[" ".join(words[i])]) >= 3 or (bool(sig[i]) and len(same[sig[i]]) >= floor) or len(group_items[find(i)]) >= floor
+    return out
 
 # %% ../../nbs/04a_parse.ipynb #9c47496d
 @patch
 def screen(self:ReplyGate,
            replies,                 # one reply per row (None/NaN: a failed generation)
-           prompts=None,            # the prompt each answers (last user message), aligned; None: no echo check
+           prompts=None,            # the prompt each answers, aligned: a str, or a list of str (every user turn of its conversation); None: no echo check
            finish_reasons=None,     # the store's finish_reason per reply; None: no `cut_at_max`
-           items=None               # the item each reply answers (for `repeated`: different items); None: each row its own item
+           items=None,              # the item each reply answers (for `repeated`: different items); None: each row its own item
+           subjects=None            # per reply, (name, gender) of the person a story or letter must be about (for `off_topic`); None: not checked
           )->pd.DataFrame:
     "One row per reply: a bool column per check that applies, and `not_an_answer`: the first excluding check that fired ('' if none)."
     replies = [r if isinstance(r, str) else None for r in replies]; n = len(replies)
-    prompts = [None]*n if prompts is None else [p if isinstance(p, str) else None for p in prompts]
+    as_list = lambda p: [p] if isinstance(p, str) else [q for q in p if isinstance(q, str)] if isinstance(p, (list, tuple)) else []
+    prompts = [[] for _ in range(n)] if prompts is None else [as_list(p) for p in prompts]
     finish = [None]*n if finish_reasons is None else [f if isinstance(f, str) else None for f in finish_reasons]
     items = list(range(n)) if items is None else list(items)
-    if not len(prompts) == len(finish) == len(items) == n: raise ValueError(f"ReplyGate.screen: {n} replies but {len(prompts)} prompts, {len(finish)} finish reasons, {len(items)} items; align them.")
+    subjects = [None]*n if subjects is None else list(subjects)
+    if not len(prompts) == len(finish) == len(items) == len(subjects) == n:
+        raise ValueError(f"ReplyGate.screen: {n} replies but {len(prompts)} prompts, {len(finish)} finish reasons, {len(items)} items, {len(subjects)} subjects; align them.")
     cols = self.all_checks
-    df = pd.DataFrame([{c: c in f for c in cols} for f in (reply_checks(r, p, fr, cols) for r, p, fr in zip(replies, prompts, finish))],
+    df = pd.DataFrame([{c: c in f for c in cols} for f in (reply_checks(r, p, fr, cols, self.languages, s, self.narrator) for r, p, fr, s in zip(replies, prompts, finish, subjects))],
                       columns=list(cols), dtype=bool).reindex(range(n), fill_value=False)
-    if "repeated" in cols:
-        norm = [" ".join(_words(r)) if r is not None and len(_words(r)) >= 20 else None for r in replies]
-        seen = {}
-        for t, it in zip(norm, items):
-            if t is not None: seen.setdefault(t, set()).add(it)
-        df["repeated"] = [t is not None and len(seen[t]) >= 3 for t in norm]
+    if "repeated" in cols: df["repeated"] = _near_duplicates(replies, prompts, items, min_share=0.1 if self.near_duplicates else float("inf"))
     excl = [c for c in cols if REPLY_CHECKS[c][0]]
     df["not_an_answer"] = [next((c for c in excl if row[c]), "") for row in df[excl].to_dict("records")] if excl else ""
     return df
@@ -236,7 +410,8 @@ def apply(self:ReplyGate,
 
 # %% ../../nbs/04a_parse.ipynb #d5ddb7f9
 ANSWER_SUMMARY_COLUMNS = ["replies", "answered", "refused", "not_an_answer", "unparseable", "failed", "answered_share", "answered_ci_low",
-                          "answered_ci_high", "not_an_answer_checks", "cut_at_max", "min_answered", "max_not_an_answer", "verdict_allowed", "why"]
+                          "answered_ci_high", "not_an_answer_checks", "cut_at_max", "trailing_off_topic", "min_answered", "max_not_an_answer",
+                          "verdict_allowed", "why"]
 
 def _count_words(counts:dict)->str: return ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in counts.items() if v)
 
@@ -245,7 +420,7 @@ def summary(self:ReplyGate,
             status,                     # the status of each reply after the gate (`Parsed.status` / a `parsed_frame`'s column)
             screen:pd.DataFrame|None=None # the screen of the same replies (check counts); None: none shown
            )->pd.DataFrame:
-    "One row: replies answered / refused / not an answer / unparseable / failed, the answered share (Wilson CI), and whether a verdict is allowed (`why` if not)."
+    "One row: replies answered / refused / not an answer / unparseable / failed, the answered share (Wilson CI), answers trailing off topic, and whether a verdict is allowed (`why` if not): answers trailing off topic count as not answers for the minimums."
     st = pd.Series(list(status), dtype="object").astype(str)
     bad = sorted(set(st) - set(STATUSES))
     if bad: raise ValueError(f"ReplyGate.summary: unknown status(es) {bad}; statuses are {STATUSES}.")
@@ -253,15 +428,19 @@ def summary(self:ReplyGate,
     p, lo, hi = proportion_ci(c["answer"], n)
     checks = {} if screen is None else {k: int(v) for k, v in screen["not_an_answer"][screen["not_an_answer"].ne("")].value_counts().sort_index().items()}
     cut = int(screen["cut_at_max"].sum()) if screen is not None and "cut_at_max" in screen else pd.NA
-    ok = n > 0 and c["answer"] >= self.min_answered*n and c["not_an_answer"] <= self.max_not_an_answer*n
+    trail = int((screen["trailing_off_topic"].to_numpy(dtype=bool) & st.eq("answer").to_numpy()).sum()) if screen is not None and "trailing_off_topic" in screen else pd.NA
+    t = 0 if pd.isna(trail) else trail
+    ok = n > 0 and c["answer"] - t >= self.min_answered*n and c["not_an_answer"] + t <= self.max_not_an_answer*n
     parts = ([f"{c['not_an_answer']} not an answer" + (f": {_count_words(checks)}" if checks else "")] if c["not_an_answer"] else []) \
+            + ([f"{t} answers followed by unrelated text (trailing off topic)"] if t else []) \
             + [f"{c[k]} {w}" for k, w in (("unparseable", "unparseable"), ("refusal", "refused"), ("failed", "failed")) if c[k]]
     why = "" if ok else ("no verdict: no replies" if n == 0 else
           f"no verdict: {c['answer']} of {n} replies were answers" + (f" ({'; '.join(parts)})" if parts else "")
-          + f"; a verdict needs at least {self.min_answered:.0%} answers and at most {self.max_not_an_answer:.0%} not answers")
+          + f"; a verdict needs at least {self.min_answered:.0%} answers and at most {self.max_not_an_answer:.0%} not answers"
+          + (" (an answer trailing off topic counts as not an answer)" if t else ""))
     row = dict(replies=n, answered=c["answer"], refused=c["refusal"], not_an_answer=c["not_an_answer"], unparseable=c["unparseable"], failed=c["failed"],
                answered_share=p, answered_ci_low=lo, answered_ci_high=hi, not_an_answer_checks=_count_words(checks), cut_at_max=cut,
-               min_answered=self.min_answered, max_not_an_answer=self.max_not_an_answer, verdict_allowed=ok, why=why)
+               trailing_off_topic=trail, min_answered=self.min_answered, max_not_an_answer=self.max_not_an_answer, verdict_allowed=ok, why=why)
     return pd.DataFrame([row], columns=ANSWER_SUMMARY_COLUMNS)
 
 # %% ../../nbs/04a_parse.ipynb #33eef0a0

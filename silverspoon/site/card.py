@@ -87,8 +87,10 @@ def answer_gate(run_dir:str|Path # a published run folder
         return dict(verdict_allowed=False, answers="not recorded", why="no verdict: this run recorded no answer accounting (answer_summary.csv; "
                     "it was made before the reply gate): rerun it")
     s = pd.read_csv(f)
+    _trailing = lambda r: 0 if pd.isna(v := getattr(r, "trailing_off_topic", 0)) else int(v)   # counted where a study expects a short answer; absent from older runs
     line = "; ".join((f"{r.part}: " if len(s) > 1 else "") + f"{r.answered} of {r.replies} answered"
-                     + "".join(f", {int(v)} {w}" for v, w in ((r.refused, "refused"), (r.not_an_answer, "not an answer"), (r.unparseable, "unparseable"), (r.failed, "failed")) if v)
+                     + "".join(f", {int(v)} {w}" for v, w in ((r.refused, "refused"), (r.not_an_answer, "not an answer"), (r.unparseable, "unparseable"), (r.failed, "failed"),
+                                                      (_trailing(r), "answers trailing off topic")) if v)
                      for r in s.itertuples())
     bad = s[~s.verdict_allowed.astype(bool)]
     why = "; ".join((f"{r.part}: " if len(s) > 1 else "") + str(r.why) for r in bad.itertuples())

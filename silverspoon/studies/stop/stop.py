@@ -311,13 +311,18 @@ def _last_user(messages)->str|None:
     if not isinstance(messages, (list, tuple)): return None
     return next((m.get("content") for m in reversed(messages) if isinstance(m, dict) and m.get("role") == "user"), None)
 
+def _user_turns(messages)->list[str]:
+    "The contents of every user message of a request, in order (a reply that copies any of them is an echo: the gate compares with each)."
+    if not isinstance(messages, (list, tuple)): return []
+    return [m["content"] for m in messages if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str)]
+
 # %% ../../../nbs/30_stop.ipynb #358d1511
 def screen_turns(turns:pd.DataFrame,       # replies: columns answer, item_id, and messages / finish_reason where known
                  gate:ReplyGate=REPLY_GATE, # the study's gate
                  prompts=None               # the prompt of each reply when `turns` has no `messages` (replay: the counterfactual)
                 )->pd.DataFrame:
-    "`gate.screen` of every reply, aligned with `turns`: the prompt is the request's last user message; `repeated` counts different requests (item_id)."
-    if prompts is None: prompts = [_last_user(m) for m in turns["messages"]] if "messages" in turns.columns else None
+    "`gate.screen` of every reply, aligned with `turns`: the prompts are every user turn of the request's conversation (an echo of the first turn is an echo); `repeated` counts different requests (item_id)."
+    if prompts is None: prompts = [_user_turns(m) for m in turns["messages"]] if "messages" in turns.columns else None
     finish = turns["finish_reason"].tolist() if "finish_reason" in turns.columns else None
     return gate.screen(turns["answer"].tolist(), prompts, finish, turns["item_id"].tolist())
 
