@@ -12,7 +12,7 @@ from ..engine.provenance import *
 from ..studies.report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
 from ..studies import STUDY_REGISTRY, get_study, find_study
 from ..stats import metric_definition
-from .card import replan, _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_factor_run, plan_card_html, read_model_file, is_released_run, check_model_runs, check_study_params, runs_for_model, models_overview, models_overview_html, PLANNED, bias_card, card_html, gpu_time_estimate, factor_deltas
+from .card import replan, _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_factor_run, plan_card_html, read_model_file, is_released_run, model_plan, check_model_runs, check_study_params, runs_for_model, models_overview, models_overview_html, PLANNED, bias_card, card_html, gpu_time_estimate, factor_deltas
 import silverspoon
 from ..engine.backends.hf import HFBackend
 from ..engine.backends.openai import scrub
