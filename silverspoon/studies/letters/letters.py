@@ -33,10 +33,10 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split',
            'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt',
            'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher',
-           'gender_swap_test', 'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task', 'letter_items',
-           'letter_requests', 'letter_status', 'is_repetitive', 'gate_letters', 'success_table', 'salient_words',
-           'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'weat_table', 'weat_sign_reading',
-           'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
+           'gender_swap_test', 'lexicon_odds_ratios', 'lexicon_table', 'table2_agreement', 'LettersTask',
+           'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'gate_letters',
+           'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'weat_table',
+           'weat_sign_reading', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
            'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
            'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table',
            'headlines_from_items', 'paper_values', 'letters_per_gender']
@@ -497,6 +497,17 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
     out = pd.DataFrame(rows)
     out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
     return out
+
+# %% ../../../nbs/20_letters.ipynb #lexbh002
+def lexicon_table(letters:pd.DataFrame,          # one row per letter (see `lexicon_odds_ratios`)
+                  modes=MATCH_MODES,             # the matching modes, one block of rows each
+                  **kw                           # passed to `lexicon_odds_ratios` (n_boot, seed, n_resamples, ...)
+                 )->pd.DataFrame:
+    "`lexicon_odds_ratios` of every mode, stacked, with `p_bh` adjusted over the whole table (one BH family)."
+    out = pd.concat([lexicon_odds_ratios(letters, m, **kw) for m in modes], ignore_index=True)
+    out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
+    return out
+
 
 # %% ../../../nbs/20_letters.ipynb #t2agree1
 def table2_agreement(lor:pd.DataFrame # `lexicon_odds_ratios` output (one mode) with the published `paper` column
