@@ -491,7 +491,7 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
                      "n_letters_m": len(idx["m"]), "n_letters_f": len(idx["f"]), "or_paper": or_paper,
                      "log_or": s["log_or"], "log_or_se": se, "log_or_ci_low": lo, "log_or_ci_high": hi,
                      "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(lo)), "or_ci_high": float(np.exp(hi)), "pvalue": p, "p_swap": sw[trait]["p"],
-                     "ci_method": (f"letter bootstrap ({n_boot}, percentile)" if not few else f"none: {bootstrap_note(n_units, n_boot, n_boot)}"),
+                     "ci_method": (f"letter bootstrap ({n_boot}, {b.method.split(' cluster')[0]})" if not few else f"none: {bootstrap_note(n_units, n_boot, n_boot)}"),
                      "or_wald_ci_low": float(np.exp(s["log_or"] - q * s["se"])), "or_wald_ci_high": float(np.exp(s["log_or"] + q * s["se"])),
                      "pvalue_wald": s["pvalue"], "paper": PAPER_TABLE2[trait]})
     out = pd.DataFrame(rows)
