@@ -117,3 +117,28 @@ def test_the_policy_page_exists_and_every_report_links_it():
     pages = [p for p in REPORTS.rglob("*.html") if p.name != "inference.html"]
     missing = [str(p.relative_to(REPORTS)) for p in pages if "inference.html" not in p.read_text(encoding="utf-8")]
     assert not missing, f"{len(missing)} of {len(pages)} pages do not link the policy page, e.g. {missing[:5]}"
+
+
+def test_an_interval_never_excludes_the_null_beside_its_rows_test_p_at_or_above_alpha():
+    "Issue 52: downstream's accuracy (ambiguous) [0.009, 0.126] beside swap p 0.059 and letters' formality_hd [-2.04, -0.004] beside p_swap 0.075: the tables declare their rows' tests, and the interval is not shown."
+    from silverspoon.studies.stop.stop_downstream import PAIRED_TESTS
+    from silverspoon.studies.letters.letters import STYLE_TESTS
+    perf = pd.read_csv(project_root()/"reports/downstream/smollm2-135m-stop-lora/performance.csv")
+    style = pd.read_csv(project_root()/"reports/letters/chatgpt-clg-replay/style.csv")
+    for t, tests in ((perf, PAIRED_TESTS), (style, STYLE_TESTS)):
+        out = stats.enforce_policy(t.drop(columns=[c for c in t.columns if c.endswith("_bh") or c == "policy_note"]), tests=tests)
+        for pre, (p, null) in tests.items():
+            lo, hi = out[f"{pre}_ci_low"], out[f"{pre}_ci_high"]
+            assert not (((lo > null) | (hi < null)) & (out[p] >= stats.ALPHA)).any(), (pre, p)
+    row = stats.enforce_policy(perf.drop(columns=["p_bh"]), tests=PAIRED_TESTS).set_index(["scoring", "score"]).loc[("prompted", "accuracy (ambiguous)")]
+    assert np.isnan(row.diff_ci_low) and "interval not shown: it excludes 0 but its test gives p = 0.0592" in row.policy_note
+    f = stats.enforce_policy(style.drop(columns=[c for c in style.columns if c.endswith("_bh")]), tests=STYLE_TESTS).set_index("measure").loc["formality_hd"]
+    assert np.isnan(f.diff_ci_low) and np.isnan(f.g_ci_low) and not np.isnan(f.paired_ci_low)   # the paired interval agrees with its paired t p 0.076
+
+
+def test_validity_intervals_are_clopper_pearson():
+    "Issue 52: the policy says Clopper-Pearson for instrument validity; `instrument_validity` gave Wilson."
+    from silverspoon.instruments.parse import instrument_validity
+    s, _ = instrument_validity("x", "parser", [1] * 19 + [0], [1] * 20, "20 labels")
+    p, lo, hi = stats.exact_proportion_ci(19, 20)
+    assert (s.agreement[0], s.ci_low[0], s.ci_high[0]) == (p, lo, hi)

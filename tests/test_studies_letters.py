@@ -299,3 +299,16 @@ def test_weat_table_runs_ours_and_the_papers_lists_and_refuses_junk():
     assert out["sign_check"].set_index("pos").loc["all", "n"] == 8 and "of 8 effect sizes" in weat_sign_reading(out["sign_check"])
     with pytest.raises(ValueError, match="lacks column"):
         weat_table(pd.DataFrame({"words": ["x"]}), embed)
+
+
+def test_lexicon_table_adjusts_over_the_whole_table_not_each_mode():
+    "Issue 52: the lexicon table has 18 tests (2 modes x 9 traits), one BH family; each mode's 9 were adjusted apart."
+    import numpy as np
+    from silverspoon.stats import bh_fdr
+    from silverspoon.studies.letters.letters import lexicon_table, MATCH_MODES, TRAITS
+    clg = load_clg_letters()
+    t = lexicon_table(clg, n_boot=200, n_resamples=99)
+    assert len(t) == len(MATCH_MODES) * len(TRAITS)
+    np.testing.assert_allclose(t.p_bh, bh_fdr(t.pvalue.to_numpy()), equal_nan=True)
+    per_mode = np.concatenate([bh_fdr(t.pvalue[t["mode"] == m].to_numpy()) for m in MATCH_MODES])
+    assert not np.allclose(t.p_bh, per_mode, equal_nan=True)

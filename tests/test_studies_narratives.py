@@ -192,3 +192,20 @@ def test_score_stories_and_the_verdict_refuse_junk():
     with pytest.raises(ValueError, match=r"lack column\(s\) \['answer'\]"): score_stories(junk.drop(columns="answer"), NarrativesTask(), InstrumentStore(None))
     with pytest.raises(ValueError, match="no row"): headline_verdict(pd.DataFrame({"metric": ["x"], "p": [0.5]}))
     with pytest.raises(ValueError, match="no story to compare"): classifier_vader_agreement(pd.DataFrame({"score": [], "vader_score": []}))
+
+
+def test_small_expected_counts_get_an_exact_or_permutation_p_not_the_asymptotic_chi_square():
+    "Issue 52: narratives' gender test had expected counts 0.75 and 1.5 and an asymptotic p; below 5 a 2x2 gets Fisher's exact p, an r x c a permutation p."
+    from scipy.stats import chi2_contingency, fisher_exact
+    from silverspoon.studies.silverspoon.narratives import _chi2_row
+    two = pd.DataFrame({"gender": ["m"] * 10 + ["f"] * 10, "score": [1] * 9 + [0] + [1] * 5 + [0] * 5})
+    r = _chi2_row(two, "gender")
+    assert r["test"] == "Fisher exact" and r["pvalue"] == fisher_exact(pd.crosstab(two.gender, two.score).to_numpy())[1] and "expected count" in r["note"]
+    rng = np.random.default_rng(0)
+    rc = pd.DataFrame({"gender": rng.choice(["male", "female", "nonbinary"], 60, p=[.48, .48, .04]), "score": rng.choice([-1, 0, 1], 60, p=[.1, .2, .7])})
+    r = _chi2_row(rc, "gender")
+    asym = chi2_contingency(pd.crosstab(rc.gender, rc.score).to_numpy())[1]
+    assert r["test"] == "chi-square, permutation p" and r["min_expected"] < 5 and r["pvalue"] != asym and 0 < r["pvalue"] <= 1
+    big = pd.DataFrame({"gender": rng.choice(["male", "female"], 600), "score": rng.choice([-1, 0, 1], 600)})
+    r = _chi2_row(big, "gender")
+    assert r["test"] == "chi-square" and r["pvalue"] == chi2_contingency(pd.crosstab(big.gender, big.score).to_numpy())[1]

@@ -14,13 +14,13 @@ __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN
            'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'SWAP_BATCH', 'P_VALUE', 'UNIT_COLUMNS',
            'VERDICT_TIERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos',
            'dice_pos', 'Metric', 'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics',
-           'metrics_from_counts', 'cluster_boot_weights', 'percentile_ci', 'weighted_median', 'agreement_table',
-           'ratio_of_sums', 'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci',
-           'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci',
-           'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note', 'word_odds_ratios',
-           'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test', 'within_unit_swap_test',
-           'two_group_permutation_test', 'bootstrap_note', 'BootResult', 'cluster_bootstrap', 'cluster_bootstrap_ci',
-           'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier']
+           'metrics_from_counts', 'cluster_boot_weights', 'percentile_ci', 'bca_ci', 'weighted_median',
+           'agreement_table', 'ratio_of_sums', 'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI',
+           'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample',
+           'sample_items', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale',
+           'warning_note', 'word_odds_ratios', 'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test',
+           'within_unit_swap_test', 'two_group_permutation_test', 'bootstrap_note', 'BootResult', 'cluster_bootstrap',
+           'cluster_bootstrap_ci', 'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier']
 
 # %% ../../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -258,6 +258,36 @@ def percentile_ci(reps:np.ndarray, # one statistic per bootstrap replicate; NaN 
     if len(ok) == 0: return float("nan"), float("nan"), 0
     lo, hi = np.quantile(ok, [alpha/2, 1 - alpha/2])
     return float(lo), float(hi), len(ok)
+
+# %% ../../nbs/04_stats.ipynb #bca00002
+def bca_ci(reps:np.ndarray,        # one statistic per bootstrap replicate; NaN where it was undefined
+           estimate:float,         # the statistic on the sample
+           jack:np.ndarray,        # the statistic with each unit left out in turn (the jackknife); NaN where undefined
+           alpha:float,            # 1 - confidence level
+           n_units:int|None=None,  # units resampled, for the small-sample expansion of `alpha` (None: no expansion)
+           hull:bool=True          # never narrower than the (expanded) percentile interval: the hull of both
+          )->tuple[float, float, int, str]:
+    "BCa interval (bias correction from the replicates, acceleration from the jackknife, small-n expanded; with `hull`, widened to contain the expanded percentile interval) over the defined replicates: (lo, hi, n defined, method); the percentile interval where BCa cannot be computed."
+    from scipy.special import ndtr, ndtri
+    from scipy.stats import t as t_dist
+    reps = np.asarray(reps, dtype=float); ok = reps[~np.isnan(reps)]
+    if len(ok) == 0: return float("nan"), float("nan"), 0, "percentile"
+    al = alpha
+    if n_units is not None and n_units >= 2: al = float(2 * ndtr(-math.sqrt(n_units / (n_units - 1)) * t_dist.ppf(1 - alpha / 2, n_units - 1)))
+    j = np.asarray(jack, dtype=float); j = j[np.isfinite(j)]
+    if not np.isfinite(estimate) or len(j) < 2:
+        lo, hi, k = percentile_ci(reps, al)
+        return lo, hi, k, "percentile" + (" (small-n expanded)" if al != alpha else "")
+    share = np.clip((ok < estimate).mean() + 0.5 * (ok == estimate).mean(), 0.5 / len(ok), 1 - 0.5 / len(ok))
+    z0 = ndtri(share)
+    d = j.mean() - j; ss = (d**2).sum()
+    a = (d**3).sum() / (6 * ss**1.5) if ss > 0 else 0.0
+    z = ndtri(np.array([al / 2, 1 - al / 2]))
+    q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    lo, hi = np.quantile(ok, np.clip(q, 0, 1))
+    if hull: plo, phi = np.quantile(ok, [al / 2, 1 - al / 2]); lo, hi = min(lo, plo), max(hi, phi)
+    return float(lo), float(hi), len(ok), "BCa" + (" (small-n expanded" if al != alpha else " (") * (al != alpha or hull) + (", percentile hull)" if hull and al != alpha else "percentile hull)" if hull else ")" if al != alpha else "")
+
 
 # %% ../../nbs/04_stats.ipynb #bfbc1db0
 def _check_boot(n_boot, alpha):
@@ -871,9 +901,9 @@ def bootstrap_note(n_units:int,          # units the bootstrap resampled
 # %% ../../nbs/04_stats.ipynb #2930616c
 @dataclass(frozen=True)
 class BootResult:
-    "One statistic's percentile bootstrap: the replicates, the interval over the defined ones, how many were undefined, and the policy's note ('' = the interval may be shown)."
+    "One statistic's cluster bootstrap: the replicates, the interval over the defined ones (BCa, `bca_ci`, unless `method` says percentile), how many were undefined, and the policy's note ('' = the interval may be shown)."
     replicates: np.ndarray  # one value per replicate drawn (NaN: undefined there); empty when the policy drew none
-    ci_low: float           # percentile bounds over the defined replicates (NaN when none), whatever the note says
+    ci_low: float           # bounds over the defined replicates (`method`; NaN when none), whatever the note says
     ci_high: float
     n_undefined: int        # replicates where the statistic was undefined (NaN): counted, never dropped silently
     note: str               # `bootstrap_note` (or 'no estimate'): '' when the interval may be shown, else why not
@@ -881,7 +911,7 @@ class BootResult:
     n_boot: int             # replicates asked for
     seed: int               # seed of the draws
     alpha: float            # 1 - the interval's level
-    method: str = "percentile cluster bootstrap"
+    method: str = "BCa cluster bootstrap"
     @property
     def n_defined(self)->int: return len(self.replicates) - self.n_undefined
     @property
@@ -897,6 +927,28 @@ def _drawn_units(sizes:list[int], n_boot:int, seed:int):
     return zip(*(chain.from_iterable(_cluster_draws(C, n_boot, seed + j)) for j, C in enumerate(sizes)))
 
 
+# %% ../../nbs/04_stats.ipynb #bca00004
+def _jackknife(statistic:Callable, sizes:list[int], additive:bool, strata:bool):
+    "The statistic with each unit (of each stratum) left out in turn: an array, or {name: array}; None when a stratum has < 2 units or the statistic fails on a leave-one-out sample."
+    if min(sizes, default=0) < 2: return None
+    try:
+        if additive:
+            got = []
+            for j, C in enumerate(sizes):
+                W = [np.ones((C, c)) for c in sizes]; W[j] = W[j] - np.eye(C)
+                got.append(statistic(*W) if strata else statistic(W[0]))
+            if isinstance(got[0], Mapping): return {k: np.concatenate([np.broadcast_to(np.asarray(g[k], dtype=float), (C,)) for g, C in zip(got, sizes)]) for k in got[0]}
+            return np.concatenate([np.broadcast_to(np.asarray(g, dtype=float), (C,)) for g, C in zip(got, sizes)])
+        got = []
+        for j, C in enumerate(sizes):
+            for i in range(C):
+                rows = [np.arange(c) for c in sizes]; rows[j] = np.delete(rows[j], i)
+                got.append(statistic(*rows) if strata else statistic(rows[0]))
+        if isinstance(got[0], Mapping): return {k: v.to_numpy() for k, v in pd.DataFrame(got, dtype=float).items()}
+        return np.asarray(got, dtype=float)
+    except (ValueError, ZeroDivisionError, IndexError, KeyError, FloatingPointError): return None   # a leave-one-out sample the statistic cannot take: the percentile interval, said so in `method`
+
+
 # %% ../../nbs/04_stats.ipynb #db859fcd
 def cluster_bootstrap(statistic:Callable,      # one replicate's drawn unit indices (one array per stratum) -> number or {name: number}; with `additive`, every replicate's weights (one (n_boot x C) matrix per stratum) -> array or {name: array}
                       n_units,                 # units resampled: an int, or one int per stratum (each stratum resampled on its own)
@@ -906,10 +958,12 @@ def cluster_bootstrap(statistic:Callable,      # one replicate's drawn unit indi
                       estimate=None,           # the statistic on the sample (number or {name: number}): names the results; a NaN estimate gets no interval ('no estimate', after too few units). None: named by the replicates
                       additive:bool=False,     # the fast path: call `statistic` once with `cluster_boot_weights` instead of once per replicate
                       policy_units=None,       # the units `bootstrap_note` counts (int, or {name: int}); None: the smallest stratum
-                      always_draw:bool=False   # draw even below `BOOT_MIN_UNITS` units (replicate SDs; tables that report every interval)
+                      always_draw:bool=False,  # draw even below `BOOT_MIN_UNITS` units (replicate SDs; tables that report every interval)
+                      method:str="bca"         # "bca": BCa interval (`bca_ci`, jackknife over the units, small-n expanded); "percentile": the plain percentile interval
                      )->BootResult|dict[str, BootResult]:
-    "The percentile bootstrap of a statistic over resampled units: a `BootResult` (a dict of them, by name, when the statistic returns a dict)."
+    "The cluster bootstrap of a statistic over resampled units (BCa interval by default): a `BootResult` (a dict of them, by name, when the statistic returns a dict)."
     _check_boot(n_boot, alpha)
+    if method not in ("bca", "percentile"): raise ValueError(f"cluster_bootstrap: `method` must be 'bca' or 'percentile', got {method!r}.")
     strata = np.ndim(n_units) > 0
     sizes = [int(c) for c in (n_units if strata else [n_units])]
     units = min(sizes, default=0) if policy_units is None else policy_units
@@ -928,17 +982,26 @@ def cluster_bootstrap(statistic:Callable,      # one replicate's drawn unit indi
     scalar = not isinstance(estimate, Mapping) if estimate is not None else not isinstance(out, Mapping)
     if out is not None and scalar == isinstance(out, Mapping):
         raise ValueError(f"cluster_bootstrap: `statistic` returned {'a dict' if isinstance(out, Mapping) else 'a number'} but `estimate` is {'a number' if scalar else 'a dict'}; return {{name: value}} for every name of `estimate`, or one number for one.")
+    jk = _jackknife(statistic, sizes, additive, strata) if out is not None and method == "bca" else None
+    full = None
+    if jk is not None and (estimate is None or (not scalar and any(k not in estimate for k in (out or {})))):
+        full = statistic(*[np.ones((1, C)) for C in sizes]) if additive else statistic(*[np.arange(C) for C in sizes])
+        full = {k: float(np.ravel(v)[0]) for k, v in full.items()} if isinstance(full, Mapping) else float(np.ravel(full)[0])
     names = ["stat"] if scalar else list(estimate) if estimate is not None else list(out or {})
     est = {"stat": estimate} if scalar else (estimate or {})
     res = {}
     for k in names:
         r = np.empty(0) if out is None else np.asarray(out if scalar else out.get(k, np.full(n_boot, np.nan)), dtype=float)
-        lo, hi, n_ok = percentile_ci(r, alpha)
         e = est.get(k)
+        if jk is None: lo, hi, n_ok = percentile_ci(r, alpha); how = "percentile"
+        else:
+            e_bca = e if e is not None else (full if scalar else full.get(k, np.nan))
+            j = jk if scalar else np.asarray(jk.get(k, np.full(1, np.nan)), dtype=float)
+            lo, hi, n_ok, how = bca_ci(r, float(e_bca) if e_bca is not None else np.nan, j, alpha, min(sizes))
         note = (bootstrap_note(units_of(k), n_boot, n_boot) or ("no estimate" if e is not None and not np.isfinite(e) else "")   # too few units, then no estimate,
                 or bootstrap_note(units_of(k), n_ok, len(r), *np.round([lo, hi], 12)))   # then undefined replicates or zero width (rounded: 0.25 +- 6e-17 is zero)
         res[k] = BootResult(r, lo, hi, len(r) - n_ok, note, units_of(k), n_boot, seed, alpha,
-                            "percentile cluster bootstrap" + (f" ({len(sizes)} strata)" if strata else ""))
+                            f"{how} cluster bootstrap" + (f" ({len(sizes)} strata)" if strata else ""))
     return res["stat"] if scalar else res
 
 
@@ -953,9 +1016,10 @@ def _as_stats(v, fn)->dict:
 def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
                          metric_fn:Callable,    # df -> number, or dict/Series of named numbers
                          cluster=None,          # column name of `df`, or one id per row; None = iid rows
-                         n_boot:int=2000, seed:int=0, alpha:float=0.05
+                         n_boot:int=2000, seed:int=0, alpha:float=0.05,
+                         method:str="bca"       # "bca" or "percentile" (`cluster_bootstrap`)
                         )->pd.DataFrame:
-    "Percentile cluster-bootstrap CI of any statistic(s) of `df` (`cluster_bootstrap`, every interval reported): columns metric, estimate, ci_low, ci_high, n_items, n_clusters."
+    "Cluster-bootstrap CI (BCa by default) of any statistic(s) of `df` (`cluster_bootstrap`, every interval reported): columns metric, estimate, ci_low, ci_high, n_items, n_clusters."
     _check_boot(n_boot, alpha)
     df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
     ids = df[cluster] if isinstance(cluster, str) else cluster
@@ -966,7 +1030,7 @@ def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
     def resampled(row):   # the rows of the drawn clusters, a cluster drawn twice twice
         s = sizes[row]
         return _as_stats(metric_fn(df.iloc[order[np.repeat(starts[row] - np.cumsum(s) + s, s) + np.arange(s.sum())]]), metric_fn)
-    boot = cluster_bootstrap(resampled, C, n_boot, seed, alpha, estimate=est, always_draw=True)
+    boot = cluster_bootstrap(resampled, C, n_boot, seed, alpha, estimate=est, always_draw=True, method=method)
     return pd.DataFrame([dict(metric=k, estimate=e, ci_low=boot[k].ci_low, ci_high=boot[k].ci_high, n_items=len(df), n_clusters=C) for k, e in est.items()],
                         columns=["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters"])
 
@@ -996,9 +1060,10 @@ def _units(df:pd.DataFrame, units)->pd.Series|None:
 
 def enforce_policy(df:pd.DataFrame,                # a table a report writes
                    units:str|tuple|bool|None=None,  # its units column(s) (the smallest counts); None = the first of `UNIT_COLUMNS`; False = none
-                   min_units:int=MIN_UNITS
+                   min_units:int=MIN_UNITS,
+                   tests:dict|None=None            # {interval prefix ('' for ci_low/ci_high): (its row's p column, the null value)}: an interval that excludes the null beside p >= ALPHA is not shown; None = `df.attrs["tests"]`
                   )->pd.DataFrame:
-    "A copy of `df` under the policy: no zero-width interval, no interval or p below `min_units`, a BH partner beside every p, reasons in `policy_note`."
+    "A copy of `df` under the policy: no zero-width interval, no interval or p below `min_units`, no interval that disagrees with its row's test, a BH partner beside every p, reasons in `policy_note`."
     if not isinstance(df, pd.DataFrame) or df.empty: return df
     out, notes = df.copy(), [[] for _ in range(len(df))]
     bounds, ps = _bounds(out), p_value_columns(out)
@@ -1015,6 +1080,15 @@ def enforce_policy(df:pd.DataFrame,                # a table a report writes
         zero = (a == b) & a.notna()
         for i in np.flatnonzero(zero.to_numpy()): notes[i].append(f"{lo.removesuffix('ci_low').rstrip('_') or 'estimate'}: zero-width interval, not a CI")
         out.loc[zero, [lo, hi]] = np.nan
+    for pre, (p, null) in (df.attrs.get("tests", {}) if tests is None else tests).items():
+        lo, hi = (f"{pre}_ci_low", f"{pre}_ci_high") if pre else ("ci_low", "ci_high")
+        if not {lo, hi, p} <= set(out.columns) and tests is None: continue   # declared by a table, then some of its columns selected: nothing to compare
+        if not {lo, hi, p} <= set(out.columns): raise ValueError(f"enforce_policy: `tests` pairs the interval {lo}/{hi} with {p!r}, but the table has no such column(s) {sorted({lo, hi, p} - set(out.columns))}; name columns it has.")
+        a, b, pv = (pd.to_numeric(out[c], errors="coerce") for c in (lo, hi, p))
+        clash = ((a > null) | (b < null)) & (pv >= ALPHA)   # the interval excludes the null, its own test does not reject
+        for i in np.flatnonzero(clash.to_numpy()):
+            notes[i].append(f"{pre or 'estimate'}: interval not shown: it excludes {null:g} but its test gives {p} = {pv.iloc[i]:.3g} >= {ALPHA:g} (the test rules)")
+        out.loc[clash, [lo, hi]] = np.nan
     for p in ps:
         adj = adjusted_name(p)
         vals = bh_fdr(pd.to_numeric(out[p], errors="coerce").astype(float))

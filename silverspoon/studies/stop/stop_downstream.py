@@ -25,8 +25,8 @@ __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM
            'LETTERS', 'BBQ_PROMPT', 'CROWS_PROMPT', 'STEREOSET_PROMPTS', 'CHOICE_REFUSAL', 'UNKNOWN_OPTION',
            'CHOICE_RULES', 'O3', 'PARSER_EXAMPLES', 'SCORES', 'FLAGS', 'PROPORTIONS', 'SWAP_TEST', 'MCNEMAR_TEST',
            'LIKELIHOOD_PREFIXES', 'CLUSTER_COLUMN', 'CATEGORY_COLUMN', 'ANSWER_RATE_COLUMNS', 'PERFORMANCE_COLUMNS',
-           'CATEGORY_SCORE', 'HEADLINE', 'CARD_HEADLINES', 'BBQ_ITEMS', 'PAPER_SCALE', 'PAPER_NOTE', 'NEEDS',
-           'FACTOR_SKIP', 'REPLY_GATE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame', 'crows_frame',
+           'PAIRED_TESTS', 'CATEGORY_SCORE', 'HEADLINE', 'CARD_HEADLINES', 'BBQ_ITEMS', 'PAPER_SCALE', 'PAPER_NOTE',
+           'NEEDS', 'FACTOR_SKIP', 'REPLY_GATE', 'STUDY', 'bbq_target', 'absent_reason', 'bbq_frame', 'crows_frame',
            'parse_stereoset', 'stereoset_frame', 'synthetic_stereoset', 'stratified_draw', 'prompted_items',
            'requests_for', 'parse_reply', 'parse_choice', 'parser_set_validity', 'outcomes', 'paired_scores',
            'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'answer_rate_table',
@@ -633,6 +633,7 @@ def likelihood_outcomes(arms:dict,          # arm -> backend (`make_backend`) wh
     return lik
 
 # %% ../../../nbs/33_stop_downstream.ipynb #8f097a0a
+PAIRED_TESTS = {"diff": ("p", 0.0), "rel_change": ("p", 0.0)}   # interval -> the row's own test (the within-cluster swap), its null: they must agree
 def performance_table(prompted:dict,            # arm -> benchmark -> `outcomes` of the prompted replies
                       likelihood:dict|None=None, # arm -> benchmark -> `outcomes` of the likelihood choices (`likelihood_outcomes`); None: not scored
                       n_boot:int=2000, seed:int=0)->pd.DataFrame:
@@ -644,8 +645,9 @@ def performance_table(prompted:dict,            # arm -> benchmark -> `outcomes`
         lik = pd.concat([paired_scores(b, likelihood["base"][b], likelihood["adapter"][b], CLUSTER_COLUMN[b], n_boot, seed).assign(scoring="likelihood")
                          for b in prompted["base"]], ignore_index=True)
         parts.append(lik[lik.score.ne("answer rate")])   # ties aside, a likelihood choice always exists
-    if not parts: return pd.DataFrame(columns=PERFORMANCE_COLUMNS)
-    return pd.concat(parts, ignore_index=True)[PERFORMANCE_COLUMNS]
+    out = pd.DataFrame(columns=PERFORMANCE_COLUMNS) if not parts else pd.concat(parts, ignore_index=True)[PERFORMANCE_COLUMNS]
+    out.attrs["tests"] = PAIRED_TESTS   # `stats.enforce_policy`: an interval that excludes 0 beside the row's swap p >= 0.05 is not shown
+    return out
 
 # %% ../../../nbs/33_stop_downstream.ipynb #667dc6ff
 CATEGORY_SCORE = {"bbq": None, "crows_pairs": "% stereotypical", "stereoset": "stereotype score ss"}   # benchmark -> the score shown per bias type (None: none)
@@ -662,7 +664,9 @@ def category_scores(prompted:dict,   # arm -> benchmark -> `outcomes` of the pro
             m = prompted["base"][b][CATEGORY_COLUMN[b]].eq(c).to_numpy()
             s = paired_scores(b, prompted["base"][b][m], prompted["adapter"][b][m], None, n_boot, seed, scores=[score])
             per_cat.append(s.assign(category=c, scoring="prompted"))
-    return pd.concat(per_cat, ignore_index=True) if per_cat else pd.DataFrame()
+    out = pd.concat(per_cat, ignore_index=True) if per_cat else pd.DataFrame()
+    if per_cat: out.attrs["tests"] = PAIRED_TESTS
+    return out
 
 # %% ../../../nbs/33_stop_downstream.ipynb #f8deddab
 def crows_position(crows:dict # arm -> CrowS-Pairs `outcomes` (with more_first: the stereotypical sentence shown as A)
