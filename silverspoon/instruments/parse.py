@@ -466,7 +466,7 @@ def instrument_validity(name:str,                # the instrument, e.g. "normati
                         note:str="",             # anything a reader must know (e.g. "items treated as independent")
                         measured_on:str="reference" # "this run": the reference labels this run's own replies (an audit); "reference": another set (the figure is borrowed)
                        )->tuple[pd.DataFrame, pd.DataFrame]:
-    "(summary, items): one row for a report's instruments table (agreement, Wilson CI, n, clear/hard apart) and the per-item data."
+    "(summary, items): one row for a report's instruments table (agreement, Clopper-Pearson CI, n, clear/hard apart) and the per-item data."
     if measured_on not in MEASURED_ON: raise ValueError(f"instrument_validity({name!r}): measured_on = {measured_on!r}; use one of {MEASURED_ON}.")
     pred, ref = list(predicted), list(reference)
     if len(pred) != len(ref): raise ValueError(f"instrument_validity({name!r}): {len(pred)} predictions but {len(ref)} reference values; align them item by item.")
@@ -482,7 +482,7 @@ def instrument_validity(name:str,                # the instrument, e.g. "normati
     c = items[items.compared]
     def rate(d):
         k, n = int(d.agree.sum()), len(d)
-        return (k, n, *proportion_ci(k, n))
+        return (k, n, *proportion_ci(k, n, method="beta"))   # Clopper-Pearson, as the policy says for validity
     k, n, p, lo, hi = rate(c)
     _, nc, pc, _, _ = rate(c[~c.hard]); _, nh, ph, _, _ = rate(c[c.hard])
     row = dict(instrument=name, kind=kind, reference=reference_desc, measured_on=measured_on, n=n, n_agree=k, agreement=p, ci_low=lo, ci_high=hi,

@@ -400,8 +400,13 @@ says *no estimate: too few units*.
   on the same scenario): a within-unit swap (sign-flip) permutation test, enumerated exactly when 2^units is at most
   9,999, else 9,999 seeded random swaps (p = (1 + k) / (1 + draws));
 - two groups of units (STOP's high- vs low-severity progressions): a permutation of the group labels;
-- a percentile cluster bootstrap interval only with at least **{BOOT_MIN_UNITS} units** and at most **{MAX_UNDEFINED:.0%}** of
-  its replicates undefined (undefined replicates are counted, never dropped silently);
+- a cluster bootstrap interval only with at least **{BOOT_MIN_UNITS} units** and at most **{MAX_UNDEFINED:.0%}** of
+  its replicates undefined (undefined replicates are counted, never dropped silently); the interval is BCa (bias correction,
+  jackknife acceleration over the units), widened for small n and never narrower than the percentile interval, because the
+  plain percentile interval under-covers at 20-30 units (`benchmarks/results/coverage.csv`);
+- an interval and its row's own test never disagree: an interval that excludes the null beside its test's p >= 0.05 is not
+  shown (the note says why); where an expected count is below 5, Fisher's exact test (2x2) or a permutation test replaces
+  the asymptotic chi-square;
 - a zero-width interval is not a confidence interval and is never shown as one.
 
 ## 3. One multiplicity rule

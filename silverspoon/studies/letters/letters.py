@@ -27,19 +27,19 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PROMPT_VARIANTS', 'CLG_WORDINGS',
            'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
            'SWAP_TEST', 'LETTERS_FILES', 'LETTER_REASONS', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
-           'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'PAPER_FORMALITY', 'PAPER_SENTIMENT', 'AUTHOR_SCORES',
-           'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE', 'CARD_HEADLINES',
-           'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins', 'unpaired',
-           'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split', 'load_lexicons',
-           'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt', 'swap_gender',
-           'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher', 'gender_swap_test',
-           'lexicon_odds_ratios', 'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests',
-           'letter_status', 'is_repetitive', 'gate_letters', 'success_table', 'salient_words', 'table3',
-           'table3_overlap', 'weat_tests', 'weat_sign_check', 'weat_table', 'weat_sign_reading', 'sentence_shares',
-           'style_tests', 'level_comparability', 'agreement_with_authors', 'authors_score_instruments',
-           'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments',
-           'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table', 'headlines_from_items',
-           'paper_values', 'letters_per_gender']
+           'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'STYLE_TESTS', 'PAPER_FORMALITY', 'PAPER_SENTIMENT',
+           'AUTHOR_SCORES', 'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE',
+           'CARD_HEADLINES', 'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins',
+           'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split',
+           'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt',
+           'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher',
+           'gender_swap_test', 'lexicon_odds_ratios', 'lexicon_table', 'table2_agreement', 'LettersTask',
+           'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'gate_letters',
+           'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'weat_table',
+           'weat_sign_reading', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
+           'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
+           'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table',
+           'headlines_from_items', 'paper_values', 'letters_per_gender']
 
 # %% ../../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -491,12 +491,23 @@ def lexicon_odds_ratios(letters:pd.DataFrame,     # one row per letter, with `le
                      "n_letters_m": len(idx["m"]), "n_letters_f": len(idx["f"]), "or_paper": or_paper,
                      "log_or": s["log_or"], "log_or_se": se, "log_or_ci_low": lo, "log_or_ci_high": hi,
                      "or_haldane": s["odds_ratio"], "or_ci_low": float(np.exp(lo)), "or_ci_high": float(np.exp(hi)), "pvalue": p, "p_swap": sw[trait]["p"],
-                     "ci_method": (f"letter bootstrap ({n_boot}, percentile)" if not few else f"none: {bootstrap_note(n_units, n_boot, n_boot)}"),
+                     "ci_method": (f"letter bootstrap ({n_boot}, {b.method.split(' cluster')[0]})" if not few else f"none: {bootstrap_note(n_units, n_boot, n_boot)}"),
                      "or_wald_ci_low": float(np.exp(s["log_or"] - q * s["se"])), "or_wald_ci_high": float(np.exp(s["log_or"] + q * s["se"])),
                      "pvalue_wald": s["pvalue"], "paper": PAPER_TABLE2[trait]})
     out = pd.DataFrame(rows)
     out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
     return out
+
+# %% ../../../nbs/20_letters.ipynb #lexbh002
+def lexicon_table(letters:pd.DataFrame,          # one row per letter (see `lexicon_odds_ratios`)
+                  modes=MATCH_MODES,             # the matching modes, one block of rows each
+                  **kw                           # passed to `lexicon_odds_ratios` (n_boot, seed, n_resamples, ...)
+                 )->pd.DataFrame:
+    "`lexicon_odds_ratios` of every mode, stacked, with `p_bh` adjusted over the whole table (one BH family)."
+    out = pd.concat([lexicon_odds_ratios(letters, m, **kw) for m in modes], ignore_index=True)
+    out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
+    return out
+
 
 # %% ../../../nbs/20_letters.ipynb #t2agree1
 def table2_agreement(lor:pd.DataFrame # `lexicon_odds_ratios` output (one mode) with the published `paper` column
@@ -802,6 +813,7 @@ def sentence_shares(letter_of:list[int], # for each sentence, the row of its let
 
 # %% ../../../nbs/20_letters.ipynb #064ba993
 STYLE_SCALE = {k: float(m.scale[1] - m.scale[0]) for k, m in study_metrics("letters").items() if m.scale != (0, 1)}   # measure -> the largest possible |difference| (shares: 1), from the registry
+STYLE_TESTS = {"diff": ("p_swap", 0.0), "g": ("p_swap", 0.0), "paired": ("p_paired_t", 0.0)}   # interval -> the row's own test (the within-pair swap for the male-female contrast), its null
 _UNPAIRED_ESTIMATES, _PAIRED_ESTIMATES = ("mean_a", "mean_b", "diff", "hedges_g"), ("n", "mean_diff", "cohens_dz")   # what stays below MIN_UNITS
 
 def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id and the measure columns
@@ -839,7 +851,9 @@ def style_tests(per_letter:pd.DataFrame, # one row per letter: gender, pair_id a
                      "paired_ci_high": phi, "paired_ci_note": pnote, "p_paired_t": pt.get("p_t", np.nan), "p_wilcoxon": pt.get("p_wilcoxon", np.nan),
                      "cohens_dz": pt.get("cohens_dz", np.nan),
                      "note": "; ".join([f"unpaired: {note_u}"] * bool(note_u) + [f"paired: {note_p}"] * bool(note_p) + [f"p_swap: {sw['note']}"] * bool(sw["note"]))})
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    out.attrs["tests"] = STYLE_TESTS   # `stats.enforce_policy`: an interval that excludes 0 beside its row's test p >= 0.05 is not shown
+    return out
 
 # %% ../../../nbs/20_letters.ipynb #131c4af8
 PAPER_FORMALITY = "s-nlp/roberta-base-formality-ranker"                # classifier.py: label "formal"

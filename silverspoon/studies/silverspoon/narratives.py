@@ -26,7 +26,7 @@ from ...stats import log_odds_ratio
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_REASONS', 'REFUSAL_MAX_WORDS',
            'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS',
-           'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS', 'HEADLINE_METRIC',
+           'MIN_EXPECTED', 'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS', 'HEADLINE_METRIC',
            'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'check_story_sample', 'draw_stories',
            'word_count', 'story_status', 'story_frame', 'gate_stories', 'sentiment_score', 'sentiment_instrument',
            'table4', 'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
@@ -199,15 +199,34 @@ def table4(stories:pd.DataFrame, # one row per item: name, gender, race, city_cl
 # %% ../../../nbs/12_narratives.ipynb #78548872
 FACTORS = {"gender": ("male", GENDERS), "race": ("White", RACES), "city_class": ("high", CITY_CLASSES)}   # factor: (reference level, levels)
 
-def _chi2_row(ok:pd.DataFrame, factor:str)->dict:
-    from scipy.stats import chi2_contingency
+MIN_EXPECTED = 5   # below this expected count in any cell the chi-square p is asymptotic guesswork: an exact or permutation p instead
+
+def _chi2_row(ok:pd.DataFrame, factor:str, n_resamples:int=9999, seed:int=0)->dict:
+    "The factor x sentiment-class test: chi-square where every expected count >= MIN_EXPECTED, else Fisher's exact test (2x2) or a permutation p of the chi-square statistic (r x c, labels permuted)."
+    from scipy.stats import chi2_contingency, fisher_exact, permutation_test
     tab = pd.crosstab(ok[factor], ok.score)
     tab = tab.loc[tab.sum(axis=1) > 0, tab.sum(axis=0) > 0]
     row = dict(test="chi-square", factor=factor, term=f"sentiment class x {factor}", n=int(tab.to_numpy().sum()))
     if min(tab.shape) < 2: return {**row, "note": "fewer than two levels or classes observed: not testable"}
     chi2, p, dof, exp = chi2_contingency(tab.to_numpy())
+    note = ""
+    if exp.min() < MIN_EXPECTED:
+        if tab.shape == (2, 2): p, row["test"] = float(fisher_exact(tab.to_numpy())[1]), "Fisher exact"
+        else:
+            d = ok[ok[factor].isin(tab.index) & ok.score.isin(tab.columns)].sort_values([factor, "score"], kind="stable")   # canonical order: the same p in any order of the stories
+            a, b = pd.factorize(d[factor])[0], pd.factorize(d.score)[0]
+            R, K = a.max() + 1, b.max() + 1
+            E = np.outer(np.bincount(a, minlength=R), np.bincount(b, minlength=K)) / len(a)   # margins are fixed under the permutation
+            def stat(x, axis=-1):   # chi-square of the table of permuted factor labels x against the classes
+                x = np.atleast_2d(x); o = np.zeros((len(x), R * K))
+                np.add.at(o, (np.repeat(np.arange(len(x)), x.shape[1]), (x * K + b).ravel()), 1)
+                return ((o.reshape(len(x), R, K) - E)**2 / E).sum(axis=(1, 2))
+            p = float(permutation_test((a,), stat, permutation_type="pairings", n_resamples=n_resamples, alternative="greater",
+                                       vectorized=True, random_state=seed).pvalue)
+            row["test"] = "chi-square, permutation p"
+        note = f"smallest expected count {exp.min():.2g} < {MIN_EXPECTED}: {row['test']} instead of the asymptotic chi-square p"
     return {**row, "statistic": chi2, "df": dof, "pvalue": p, "effect": float(np.sqrt(chi2 / (tab.to_numpy().sum() * (min(tab.shape) - 1)))),
-            "effect_name": "Cramér's V", "min_expected": float(exp.min())}
+            "effect_name": "Cramér's V", "min_expected": float(exp.min()), "note": note}
 
 # %% ../../../nbs/12_narratives.ipynb #5cd2e115
 def cumulative_logit_bounds(codes:np.ndarray, # category of each observation, 0..K-1 (lowest first)
