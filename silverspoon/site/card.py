@@ -11,7 +11,7 @@ import numpy as np, pandas as pd
 from scipy.stats import norm, binom
 from ..core import project_root, merge_params, write_atomic, sha256_file, cache_dir, stable_hash
 from ..engine.store import store_root, project_store, notice
-from ..engine.provenance import code_closure, file_digests
+from ..engine.provenance import code_closure, file_digests, provenance_differences
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
 from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
@@ -117,7 +117,6 @@ def trusted_provenance(run_dir:str|Path # a published run folder
 
 @functools.lru_cache(maxsize=4096)
 def _trusted_provenance(f:str, stamp:tuple)->dict|None:
-    from silverspoon.engine.provenance import provenance_differences
     f = Path(f)
     if not f.is_file() or provenance_differences(f.parent): return None
     try: prov = json.loads(f.read_text(encoding="utf-8"))

@@ -729,7 +729,9 @@ def check_model_files(reports_dir:str|Path|None=None, # the reports folder the i
     for f in files:
         try:
             name = read_model_file(f)["name"]; model_plan(f)   # refused as `check` refuses it (a declared `run:` of another model, a name that is another model's run file), run or not
-            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)): check_model_runs(f)   # its plan card: the checks and one-line errors of `plan`, `check`, `run`
+            if not (reports_dir.is_dir() and runs_for_model(name, reports_dir)):   # its plan card: the checks and one-line errors of `plan`, `check`, `run`
+                try: check_model_runs(f)
+                except DataError: pass   # a study's data missing here is the error of the run that reads them (it names each file and the fix), not of the index
         except ParamsError as e:
             if collect: bad[f] = str(e); continue
             raise ParamsError(f"{e} {_INDEX_LISTS}; nothing was run or written.") from None
