@@ -132,7 +132,7 @@ def test_agreement_numbers(tmp_path):
     # the parser's 4 errors: junk replies (template tokens, 'xyzzy', 'Banana', 'lorem ipsum dolor') read as "other"; the gate had caught "<|im_start|>user"
     r = summary.iloc[0]
     assert (r.instrument, r.measured_on, r.n, r.n_agree) == (AUDIT_INSTRUMENT, "this run", 11, 7)
-    assert (r.agreement, r.ci_low, r.ci_high) == pytest.approx(proportion_ci(7, 11))
+    assert (r.agreement, r.ci_low, r.ci_high) == pytest.approx(proportion_ci(7, 11, method="beta"))   # validity: Clopper-Pearson (the policy)
     assert sorted(audit[audit.agree.eq(False)].parser) == ["other"]*4 and set(audit[audit.agree.eq(False)].human) == {"not_an_answer"}
     on_disk = pd.read_csv(tmp_path/"a"/"audit_summary.csv")
     assert list(on_disk.columns) == INSTRUMENT_COLUMNS and on_disk.n_agree.item() == 7

@@ -76,7 +76,10 @@ def _published_run(tmp_path, tree:Path)->Path:
     rec = content_record("10_normative.ipynb", "params/normative/gpt4-replay.yaml", NORMATIVE_FILES, tree, stores={}, inputs={})   # no store or input file read by this test process
     run_dir = tmp_path/"reports"/"normative"/"gpt4-replay"; run_dir.mkdir(parents=True)
     (run_dir/"summary.csv").write_text("metric,estimate\nP,0.3\n")
-    (run_dir/"provenance.json").write_text(json.dumps({"study": "normative", "content": rec}))
+    prov = {"study": "normative", "content": rec}
+    (run_dir/"provenance.json").write_text(json.dumps(prov))
+    from silverspoon.engine.provenance import provenance_digest, PROVENANCE_DIGEST_LABEL
+    (run_dir.parent/"gpt4-replay.html").write_text(f"<p>{PROVENANCE_DIGEST_LABEL}: {provenance_digest(prov)}</p>")   # the page shows its record's digest, as a published report does
     pin_outputs(run_dir)
     return run_dir
 

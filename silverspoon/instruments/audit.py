@@ -287,7 +287,7 @@ def audit_summary(audit:pd.DataFrame, # row, human, human_labels, parser (`colle
                   about:dict,         # audit.json
                   where:str           # the audit file, named in the reference
                  )->pd.DataFrame:
-    "The instruments-table row of an audit: the parser's agreement with the human labels (Wilson CI), measured on this run; a row the annotators dispute counts as a disagreement."
+    "The instruments-table row of an audit: the parser's agreement with the human labels (Clopper-Pearson CI), measured on this run; a row the annotators dispute counts as a disagreement."
     is_disputed = audit.human_labels.str.contains("|", regex=False)
     disputed, unlabelled = int(is_disputed.sum()), int(audit.human_labels.eq("").sum())
     compared = audit[audit.human.ne("")]

@@ -433,7 +433,7 @@ def _audit(args)->int:
         return 0
     summary, audit = collect_audit(args.folder, args.sheets or None)
     r = summary.iloc[0]
-    print(printable(f"{r.instrument}: {r.n_agree} of {r.n} agree, {r.agreement:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] (Wilson 95% CI), measured on this run's replies"))
+    print(printable(f"{r.instrument}: {r.n_agree} of {r.n} agree, {r.agreement:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] (Clopper-Pearson 95% CI), measured on this run's replies"))
     print(printable(f"note: {r.note}"))
     off = audit[audit.agree.eq(False)].groupby(["human", "parser"]).size().sort_values(ascending=False)
     for (h, p), n in off.head(5).items(): print(printable(f"  human {h!r}, parser {p!r}: {n}"))

@@ -809,7 +809,7 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.instruments.parse.gather
     share = lambda est, n: "NA" if is_missing(est) else f"{est:.3f} (n={int(n)})"
     parts = [f"<h1>{html.escape(title)}</h1><p class='note'><a href='index.html'>Back to the index</a>. Each run's instruments table "
              "(<code>instruments.csv</code>, shown at the top of its report): how far each parser, classifier, router or judge agrees with "
-             "its reference. agreement = share of the n compared items where the instrument gives the reference's value (Wilson 95% CI); "
+             "its reference. agreement = share of the n compared items where the instrument gives the reference's value (Clopper-Pearson 95% CI); "
              "clear / hard = the reference's undisputed and hard items apart; n = 0: no reference in that run (the instrument is used "
              "unvalidated); a correlation with a reference (the letters' per-letter scores) is given in the note. Every interval and test "
              "follows the <a href='inference.html'>inference policy</a>.</p>"]

@@ -206,11 +206,11 @@ def summary(self:Report, *args, **kwargs):
 @patch
 def instruments(self:Report, df:pd.DataFrame, # rows of `silverspoon.instruments.parse.instrument_validity`, one per instrument
                 note:str=""):          # anything the reader must know besides the columns
-    "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Wilson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
+    "The report's instruments table (`instruments.csv`): each instrument's agreement with its reference (Clopper-Pearson CI), n, hard items apart, and what the reference is; shown as one output marked `INSTRUMENTS_MARK`, which the runner places at the top of the HTML report."
     from IPython.display import display, HTML
     df = merge_instruments(df, getattr(self, "audit_instruments", None))   # the run's audit row, if `answers` found one
     df = enforce_policy(df, units=False)   # a correlation's p (letters' instruments) gets its BH partner like every p
-    about = ("agreement = share of compared items where the instrument gives the reference's value (Wilson 95% CI); "
+    about = ("agreement = share of compared items where the instrument gives the reference's value (Clopper-Pearson 95% CI); "
              "clear / hard = the reference's undisputed and hard items apart; reference = what it is compared with. " + note)
     display(HTML(self._heading("Instruments: how far each measuring step agrees with its reference", about) + self._styled(df, "instruments").to_html()),
             metadata={INSTRUMENTS_MARK: True})
@@ -279,7 +279,7 @@ def answers(self:Report,
         before = pd.read_csv(self.out_dir/"instruments.csv") if self.out_dir and "instruments.csv" in self.written else None
         self._write(merge_instruments(before, self.audit_instruments), "instruments")
         self._show_heading("The parser on this run's replies (human audit)", "Agreement of the parser and reply gate with blind human labels "
-                           "of a random sample of this run's replies (Wilson 95% CI); also in the instruments table, measured_on = this run.")
+                           "of a random sample of this run's replies (Clopper-Pearson 95% CI); also in the instruments table, measured_on = this run.")
         display(self._styled(self.audit_instruments, "audit_instruments"))
     return summ
 
