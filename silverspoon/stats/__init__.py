@@ -283,7 +283,10 @@ def bca_ci(reps:np.ndarray,        # one statistic per bootstrap replicate; NaN 
     d = j.mean() - j; ss = (d**2).sum()
     a = (d**3).sum() / (6 * ss**1.5) if ss > 0 else 0.0
     z = ndtri(np.array([al / 2, 1 - al / 2]))
-    q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))
+    with np.errstate(invalid="ignore", divide="ignore"): q = ndtr(z0 + (z0 + z) / (1 - a * (z0 + z)))   # an infinite level is caught next
+    if not np.isfinite(q).all():   # the expansion drove alpha to 0 at 2-3 units (z = -inf): no BCa level; the percentile interval, as where BCa cannot be computed
+        lo, hi, k = percentile_ci(reps, al)
+        return lo, hi, k, "percentile" + (" (small-n expanded)" if al != alpha else "")
     lo, hi = np.quantile(ok, np.clip(q, 0, 1))
     if hull: plo, phi = np.quantile(ok, [al / 2, 1 - al / 2]); lo, hi = min(lo, plo), max(hi, phi)
     return float(lo), float(hi), len(ok), "BCa" + (" (small-n expanded" if al != alpha else " (") * (al != alpha or hull) + (", percentile hull)" if hull and al != alpha else "percentile hull)" if hull else ")" if al != alpha else "")
