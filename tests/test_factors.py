@@ -286,16 +286,15 @@ rep.summary(s)
 rep.provenance(store=store)'''
 
 
-def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
-    "The scripted `echo` model repeats the prompt: `yes_first` makes every answer a yes (+1), `polite` changes nothing (0)."
+def _toy_project(tmp_path, study_code:str, *examples:str):
+    "A copy of the tree (test_recipe's `_tree`) with the toy study notebook 40_toy (`study_code`, then `examples` as cells), exported, and an `echo` model file with factors: (tree, env)."
     from test_recipe import _tree, _sh, PARAMETERS, BIN
-    import re
     t = _tree(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(t), "SILVERSPOON_ROOT": str(t), "HF_HUB_OFFLINE": "1"}
     env.pop("SILVERSPOON_STORE", None)
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     nb = nbformat.v4.new_notebook(cells=[md("# toy"), code("#| default_exp studies.toy"), code(PARAMETERS, metadata={"tags": ["parameters"]}),
-                                         code(TOY), code("print('a library example ran')"), md("# Report"), code(REPORT)],
+                                         code(study_code), *map(code, examples), md("# Report"), code(REPORT)],
                                   metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
     nbformat.write(nb, str(t/"nbs"/"40_toy.ipynb"))
     # the registry discovers the toy study from its `STUDY = Study(name="toy", ...)` line: nothing to register
@@ -303,6 +302,14 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     (t/"params"/"toy").mkdir(parents=True); (t/"params"/"models").mkdir()
     (t/"params"/"toy"/"_base-local.yaml").write_text("study: toy\nmodel: {backend: scripted, id: echo}\ngeneration: {max_new_tokens: 8}\n")
     (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {prompt_variant: all, n: {toy: 8}}\n")
+    return t, env
+
+
+def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
+    "The scripted `echo` model repeats the prompt: `yes_first` makes every answer a yes (+1), `polite` changes nothing (0)."
+    from test_recipe import _sh
+    import re
+    t, env = _toy_project(tmp_path, TOY, "print('a library example ran')")
     reports = tmp_path/"reports"
     r = _sh(sys.executable, "-m", "silverspoon.site.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
             "--vary", "task.prompt_variant=yes_first,polite", "--vary", "task.prompt_variant=system", "--reports-dir", reports,
@@ -379,20 +386,9 @@ HEADLINED = TOY.replace("from silverspoon.studies import Study, check_prompt_var
 def test_first_run_model_with_factors_reports_say_what_the_card_says(tmp_path):
     """issue 50.4: the report's verdict block was adjusted over the family before the factor deltas joined it (p_bh 0.030, 'evidence')
     while the card written a second later adjusted over all its tests. After `run --model`, each report's block is the card's."""
-    from test_recipe import _tree, _sh, PARAMETERS, BIN
+    from test_recipe import _sh
     assert HEADLINED.count("Headline(") == 1 and "p=0.02" in HEADLINED
-    t = _tree(tmp_path)
-    env = {**os.environ, "PYTHONPATH": str(t), "SILVERSPOON_ROOT": str(t), "HF_HUB_OFFLINE": "1"}
-    env.pop("SILVERSPOON_STORE", None)
-    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
-    nb = nbformat.v4.new_notebook(cells=[md("# toy"), code("#| default_exp studies.toy"), code(PARAMETERS, metadata={"tags": ["parameters"]}),
-                                         code(HEADLINED), md("# Report"), code(REPORT)],
-                                  metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}})
-    nbformat.write(nb, str(t/"nbs"/"40_toy.ipynb"))
-    _sh(BIN/"nbdev_export", cwd=t, env=env)
-    (t/"params"/"toy").mkdir(parents=True); (t/"params"/"models").mkdir()
-    (t/"params"/"toy"/"_base-local.yaml").write_text("study: toy\nmodel: {backend: scripted, id: echo}\ngeneration: {max_new_tokens: 8}\n")
-    (t/"params"/"models"/"echo.yaml").write_text("name: echo\nmodel: {backend: scripted, id: echo}\nfactors: {prompt_variant: all, n: {toy: 8}}\n")
+    t, env = _toy_project(tmp_path, HEADLINED)
     reports = tmp_path/"reports"
     r = _sh(sys.executable, "-m", "silverspoon.site.cli", "run", "--model", "params/models/echo.yaml", "--studies", "toy",
             "--vary", "task.prompt_variant=yes_first,polite", "--reports-dir", reports, "--no-index", cwd=t, env=env, timeout=600)
