@@ -71,6 +71,7 @@ class Study:
     needs: tuple|None = None        # (dotted field a model file must set when no run file exists, why), e.g. ("task.adapter", "...")
     factor_skip: str|None = None    # why its factor runs are not planned; None = they are
     answer_labels: tuple = ()       # every answer a reply may give (the values its parser reads), all offered to a human audit; () = an open vocabulary (e.g. a profession)
+    paper_per_model: Callable|None = None  # paper_per_model() -> {metric: ({model: the paper's value}, citation)}: the values the paper prints per model (the model as a run's summary.csv `model` names it), for `silverspoon compare`'s "the paper's order"; None = none printed
 
     def item_units(self, items)->int:
         "The units a run's items.csv (`items`, with its `item` column) holds: `units_in_items(items)` where the study declares it, else its distinct `item`s."
@@ -97,7 +98,7 @@ class Study:
         if not isinstance(self.headlines, tuple) or bad: raise TypeError(f"Study {self.name!r}: headlines must be a tuple of Headline(study={self.name!r}, ...); got {bad or self.headlines!r}; {fix}.")
         if self.headlines and not (isinstance(self.units, tuple) and len(self.units) == 2 and self.units[1] > 0):
             raise TypeError(f"Study {self.name!r}: a study with card headlines declares units = (unit name, answers per unit), e.g. ('scenario', 3); got {self.units!r}; {fix}.")
-        for k in ("sample_units", "units_in_items", "arm_units", "paper_values", "paper_sd"):
+        for k in ("sample_units", "units_in_items", "arm_units", "paper_values", "paper_sd", "paper_per_model"):
             if getattr(self, k) is not None and not callable(getattr(self, k)): raise TypeError(f"Study {self.name!r}: {k} must be a function or None; {fix}.")
         if self.needs is not None and not (isinstance(self.needs, tuple) and len(self.needs) == 2): raise TypeError(f"Study {self.name!r}: needs must be (dotted field, why); {fix}.")
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")

@@ -32,7 +32,7 @@ __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'P
            'parse_answer', 'to_binary', 'screen_replies', 'parse_answers', 'label_answers', 'binarize',
            'validate_parser', 'parser_set_validity', 'judge_requests', 'parse_judge', 'judge_label', 'select_items',
            'table2', 'human_reference', 'answer_counts', 'favour_share', 'topic_distribution', 'topic_figure',
-           'bias_contrasts', 'summary_rows', 'items_frame', 'headlines_from_items', 'paper_values']
+           'bias_contrasts', 'summary_rows', 'items_frame', 'headlines_from_items', 'paper_values', 'paper_per_model']
 
 # %% ../../../nbs/10_normative.ipynb #d366ad1c
 RELEASED_MODELS = ["GPT4", "GPT3.5", "Llama13B", "Llama7B", "Alpaca", "Zephyr7B", "Yi6B"]
@@ -1104,6 +1104,16 @@ def paper_values()->dict:
         "difference from the annotators' share on the same items")
     return out
 
+# %% ../../../nbs/10_normative.ipynb #573e26cd
+def paper_per_model()->dict:
+    "metric -> ({released model column: Table 2's value}, citation): CKC with the lower- minus the upper-end gold labels per model, as Table 2 prints them (`Study.paper_per_model`)."
+    k = PAPER_TABLE2[PAPER_TABLE2.metric.eq("kappa")].pivot(index="column", columns="gold", values="paper")
+    d = (k["low"] - k["up"]).round(3)
+    rows = {v: r for r, v in PAPER_ROWS.items()}
+    return {"CKC lower-upper": ({str(m): float(v) for m, v in d.items()},
+                                "Singh et al. Table 2: CKC with the lower- minus the upper-end gold labels, per model (" +
+                                ", ".join(f"{rows[m]} = released {m} {v:+.3f}" for m, v in d.items()) + ")")}
+
 # %% ../../../nbs/10_normative.ipynb #7896bc06
 def _describe(params:RunParams, opts:NormativeTask)->str:
     variant = f", {v}" if (v := variant_note(PROMPT_VARIANTS, opts.prompt_variant)) else ""
@@ -1112,6 +1122,6 @@ def _describe(params:RunParams, opts:NormativeTask)->str:
 
 STUDY = Study(name="normative", title="SilverSpoon normative judgements (Singh et al.)", notebook="10_normative.ipynb",
               task=NormativeTask, validate=normative_task, data_files=NORMATIVE_FILES, summary_rows=summary_rows,
-              describe=_describe, headlines=CARD_HEADLINES, units=("scenario", 3), paper_values=paper_values, paper_scale=PAPER_SCALE,
+              describe=_describe, headlines=CARD_HEADLINES, units=("scenario", 3), paper_values=paper_values, paper_per_model=paper_per_model, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS, reply_gate=REPLY_GATE,
               answer_labels=tuple(l for l in ANSWER_LABELS if l not in ("refusal", "unparseable")))
