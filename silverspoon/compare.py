@@ -101,11 +101,11 @@ def pair_deltas(a:pd.DataFrame,             # run a's items.csv
         return memo[k]
     observed = {k: est_b.get(k, nan) - est_a.get(k, nan) for k in metrics}
     boot = {}
-    if C >= BOOT_MIN_UNITS and not few and not (why_a or why_b):
+    if not few and not (why_a or why_b):   # below BOOT_MIN_UNITS drawn too (always_draw): the paired SD and MDE need the replicates; the interval is withheld by its note
         def draw(row):
             ha, hb = side(A, sa, keys[0], row), side(B, sb, keys[1], row)
             return {k: hb.get(k, nan) - ha.get(k, nan) for k in metrics}
-        boot = cluster_bootstrap(draw, C, n_boot, seed, alpha, estimate=observed, method="percentile")
+        boot = cluster_bootstrap(draw, C, n_boot, seed, alpha, estimate=observed, method="percentile", always_draw=True)
     z = norm.ppf(1 - alpha/2) + norm.ppf(0.8)
     rows = []
     for k in metrics:

@@ -173,7 +173,10 @@ def _parser():
                                     "the units needed to detect it with 80%% power (two-sided alpha 0.05; per-unit SD from the released answers), "
                                     "whether the default sample and the paper's full set reach it, and the generations and GPU time (H100 measured, "
                                     "A100-40GB estimated) of the target n and of the n needed.")
-    pl.add_argument("--model", required=True, help="params/models/<name>.yaml")
+    pl.add_argument("--model", help="params/models/<name>.yaml (or --compare)")
+    pl.add_argument("--compare", metavar="STUDY/RUN", help="instead of --model: the units a paired test needs to tell the published run apart from each released model "
+                    "of its study by --d (default: each pair's own delta), from the pair's paired SD")
+    pl.add_argument("--d", type=float, default=None, help="with --compare: the delta to detect, on the headline's scale")
     pl.add_argument("--target", choices=["paper", "default"], default="paper", help="the n whose GPU time is shown: the papers' full item sets "
                     "(paper, what `run --scale paper` asks) or the local bases' samples (default)")
     pl.add_argument("--n-boot", type=int, default=100, help="bootstrap replicates of the per-unit SD (default 100)")
@@ -190,6 +193,7 @@ def _parser():
     f.add_argument("--output-dir", default=None, help="default: the file's output_dir, else finetune/<run>/")
     f.add_argument("--check", action="store_true", help="validate the params file only")
     _annotate_parser(sub)
+    _compare_parser(sub)
     _audit_parser(sub)
     return ap
 
@@ -292,6 +296,9 @@ def _run(args)->int:
             failed.append(f); print(printable(f"FAIL  {e}" if isinstance(e, SilverspoonError) else f"FAIL  {f}: {type(e).__name__}: {e}"), file=sys.stderr, flush=True)
     with ThreadPoolExecutor(max(1, args.jobs)) as ex: list(ex.map(one, files))
     for name in model_cards(args): print(f"card  ->  {write_card(name, reports_folder(args.reports_dir))}")
+    if args.all and not args.no_index:   # the released models, pair by pair, before the index that links them
+        from .compare_page import write_released_comparisons
+        for page in write_released_comparisons(reports_folder(args.reports_dir)): print(printable(f"compare ->  {page}"))
     if not args.no_index: print(f"index ->  {build_index(args.reports_dir)}")
     print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s"
           + (f"; {len(incomplete)} of them incomplete (failed calls; a rerun retries them)" if incomplete else ""))
@@ -316,10 +323,52 @@ def _dry_run(files:list[Path], runs:list[RunParams])->int:
 
 # %% ../../nbs/07_cli.ipynb #09dcb262
 def _plan(args)->int:
-    "`silverspoon plan`: `silverspoon.site.card.plan_table` printed as `plan_text`."
+    "`silverspoon plan`: `silverspoon.site.card.plan_table` printed as `plan_text`; with --compare, `_plan_compare`."
+    if getattr(args, "compare", None): return _plan_compare(args)
+    if not args.model: raise ParamsError("plan: pass --model params/models/<name>.yaml, or --compare STUDY/RUN (e.g. --compare normative/smollm2-135m).")
     plan = plan_table(args.model, args.target, n_boot=args.n_boot)
     for line in plan_text(plan).splitlines(): print(printable(line))
     if args.csv: plan["headlines"].to_csv(args.csv, index=False); print(f"csv   ->  {args.csv}")
+    return 0
+
+# %% ../../nbs/07_cli.ipynb #c54c0002
+def _compare_parser(sub):
+    cp = sub.add_parser("compare", help="model against model: paired deltas of every card headline between published runs of one study, on the units both answered",
+                        description="Every pair of the runs (a before b, in the order given): both estimates on the shared units, delta = b - a, a within-unit "
+                                    "swap permutation test, a paired cluster-bootstrap interval, BH over the comparison's pairs x headlines, a tier, and the "
+                                    "paper's own order where it prints both models. Writes <out>/<study>/pairs.csv and <out>/<study>/index.html.")
+    cp.add_argument("study", help="the study, e.g. normative")
+    cp.add_argument("runs", nargs="+", metavar="RUN", help="two or more published runs of the study (reports/<study>/<run>/items.csv)")
+    cp.add_argument("--out", default=None, help="folder for <study>/pairs.csv and <study>/index.html (default: tmp/compare in the project)")
+    cp.add_argument("--reports-dir", default=None)
+    cp.add_argument("--n-perm", type=int, default=None, help="swap patterns per pair (default: silverspoon.compare.COMPARE_RESAMPLES)")
+    cp.add_argument("--n-boot", type=int, default=None, help="paired bootstrap replicates per pair (default: silverspoon.compare.COMPARE_BOOT)")
+
+def _compare(args)->int:
+    "`silverspoon compare`: `compare_published`, written by `write_comparison`; one line per pair and headline."
+    from .compare_page import write_comparison
+    from ..compare import compare_published, COMPARE_RESAMPLES, COMPARE_BOOT
+    n_perm, n_boot = args.n_perm or COMPARE_RESAMPLES, args.n_boot or COMPARE_BOOT
+    pairs = compare_published(args.study, args.runs, reports_folder(args.reports_dir), n_perm=n_perm, n_boot=n_boot)
+    for r in pairs.itertuples():
+        ci = f"[{r.ci_low:.3g}, {r.ci_high:.3g}]" if r.ci_low == r.ci_low else "(no interval)"
+        print(printable(f"{r.headline}: {r.run_b} - {r.run_a} = {r.delta:.3g} {ci}  p {r.p:.3g}, p_bh {r.p_bh:.3g}  {r.tier}  ({r.n_units} units)"
+                        + (f"  paper: {r.paper_supported}" if r.paper_supported else "")))
+    out = Path(args.out or project_root()/"tmp"/"compare")
+    page = write_comparison(pairs, out, n_perm, n_boot)
+    print(printable(f"pairs ->  {page.parent/'pairs.csv'}")); print(printable(f"page  ->  {page}"))
+    return 0
+
+def _plan_compare(args)->int:
+    "`plan --compare STUDY/RUN`: `compare_plan` printed, one line per released model and headline."
+    from .compare_page import compare_plan
+    study, sep, run = str(args.compare).partition("/")
+    if not sep or not run: raise ParamsError(f"plan --compare {args.compare!r}: give STUDY/RUN, e.g. --compare normative/smollm2-135m.")
+    plan = compare_plan(study, run, reports_folder(getattr(args, "reports_dir", None)), args.d)
+    for r in plan.itertuples():
+        print(printable(f"{r.headline}: {r.run_b} vs {r.run_a}: paired SD {r.paired_sd:.3g} per unit; d = {r.d:.3g} needs "
+                        + (f"{r.units_needed:,.0f} units" if r.units_needed == r.units_needed else "(no estimate)") + f" (this pair: {r.n_units}, {r.tier})"))
+    if args.csv: plan.to_csv(args.csv, index=False); print(f"csv   ->  {args.csv}")
     return 0
 
 # %% ../../nbs/07_cli.ipynb #a23cli02
@@ -360,6 +409,7 @@ def main(argv:list[str]|None=None)->int:
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
         if args.cmd == "finetune": return _finetune(args)
         if args.cmd == "plan": return _plan(args)
+        if args.cmd == "compare": return _compare(args)
         if args.cmd == "annotate": return _annotate(args)
         if args.cmd == "audit": return _audit(args)
     except SilverspoonError as e:

@@ -185,14 +185,15 @@ def against_released_html(df:pd.DataFrame # `against_released` rows
 # %% ../../nbs/07d_compare_page.ipynb #c54b0021
 def compare_plan(study:str, run:str,           # a published run of the study
                  reports_dir:str|Path|None=None,
-                 d:float|None=None              # the delta to detect; None = each pair's own observed delta
+                 d:float|None=None,             # the delta to detect; None = each pair's own observed delta
+                 **kw                           # to `compare_runs` (n_perm, n_boot, seed)
                 )->pd.DataFrame:
     "Per released run and headline: the pair's paired SD, its delta, and the units a paired test needs to detect d (or the observed delta) with 80% power."
     reports_dir = Path(reports_dir or project_root()/"reports")
     rel = {r: m for r, m in released_runs(reports_dir, study).items() if r != run}
     if not rel: raise ParamsError(f"plan --compare {study}/{run}: {reports_dir/study} has no released run to compare with; run the replays first (silverspoon run --all --study {study}).")
     got = {r: read_run(reports_dir, study, r) for r in [*rel, run]}
-    pr = compare_runs(study, {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, pairs=[(r, run) for r in rel])
+    pr = compare_runs(study, {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, pairs=[(r, run) for r in rel], **kw)
     want = pr.delta.abs() if d is None else pd.Series(abs(d), index=pr.index)
     return pr.assign(d=want, units_needed=[units_to_separate(sd, x) for sd, x in zip(pr.paired_sd, want)])[
         ["study", "headline", "run_a", "run_b", "n_units", "delta", "paired_sd", "d", "units_needed", "tier"]]
