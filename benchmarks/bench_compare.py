@@ -3,7 +3,7 @@
 A seeded simulation, not a test. Scripted models answer a normative-like design: `units` units of 3 answers each, each
 answer 1 with the model's rate plus a per-unit effect shared by every model (units differ in difficulty, so two models'
 answers on a unit are correlated, as on the real items). Null twins share a rate; a planted pair differs by `--planted`.
-For each of `R` replications `silverspoon.compare.compare_runs` pairs them with the package's defaults
+For each of `R` replications `silverspoon.studies.compare.compare_runs` pairs them with the package's defaults
 (`COMPARE_RESAMPLES` swap patterns, `COMPARE_BOOT` replicates) and the rate at which the raw p < 0.05 (false positives for
 the twins, power for the planted pair) and at which the shown interval holds the true delta are reported. Then the
 released comparisons `make reports` writes (`write_released_comparisons` of the committed reports, into a temporary
@@ -16,7 +16,7 @@ Writes benchmarks/results/compare.csv and prints it.
 import argparse, dataclasses, pathlib, tempfile, time
 import numpy as np, pandas as pd
 from silverspoon.studies import Study, Headline
-from silverspoon.compare import compare_runs, COMPARE_RESAMPLES, COMPARE_BOOT
+from silverspoon.studies.compare import compare_runs, COMPARE_RESAMPLES, COMPARE_BOOT
 
 @dataclasses.dataclass
 class _Task: pass

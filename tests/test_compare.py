@@ -1,4 +1,4 @@
-"""`silverspoon compare`: model against model on the units both runs answered (silverspoon.compare, silverspoon.site.compare_page, the CLI).
+"""`silverspoon compare`: model against model on the units both runs answered (silverspoon.studies.compare, silverspoon.site.compare_page, the CLI).
 
 Cheap: the released runs' items.csv restricted to a few units, or a toy study; few resamples where only the
 estimates are checked. The false-positive rate of the test is a committed simulation (benchmarks/bench_compare.py),
@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np, pandas as pd, pytest
 from silverspoon.core import project_root, ParamsError
 from silverspoon.studies import Study, Headline, get_study
-from silverspoon.compare import pair_deltas, compare_runs, read_run, shared_frames, PAIR_COLUMNS, model_order, units_to_separate
-from silverspoon.site.compare_page import write_comparison, compare_links, against_released, compare_plan
+from silverspoon.studies.compare import pair_deltas, compare_runs, read_run, shared_frames, PAIR_COLUMNS, model_order, units_to_separate
+from silverspoon.site.compare_page import compare_links, against_released, compare_plan
 from silverspoon.site.cli import main
 
 REPORTS = project_root()/"reports"

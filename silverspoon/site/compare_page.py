@@ -8,16 +8,14 @@ import html
 from pathlib import Path
 import numpy as np, pandas as pd
 from ..core import ParamsError, project_root, write_atomic
-from ..compare import compare_runs, compare_published, model_order, read_run, units_to_separate, COMPARE_RESAMPLES, COMPARE_BOOT
+from ..studies.compare import compare_runs, compare_published, model_order, read_run, units_to_separate, COMPARE_RESAMPLES, COMPARE_BOOT
 from ..studies import all_studies, get_study, find_study
-from ..stats import VERDICT_TIERS
+from ..stats import VERDICT_TIERS, bh_fdr, verdict_tier
 from .card import is_released_run, is_factor_run, _fmt, _fmt_p, POLICY_LINK
-from .runner import _page, figure_data_uri, scrub_text
 
 # %% auto #0
-__all__ = ['TIER_COLOURS', 'PAIR_TABLE', 'released_runs', 'delta_forest', 'delta_matrix_html', 'how_to_read', 'compare_html',
-           'write_comparison', 'write_released_comparisons', 'compare_links', 'against_released',
-           'against_released_html', 'compare_plan']
+__all__ = ['TIER_COLOURS', 'PAIR_TABLE', 'released_runs', 'delta_forest', 'delta_matrix_html', 'how_to_read', 'compare_links',
+           'against_released', 'against_released_html', 'compare_plan']
 
 # %% ../../nbs/07d_compare_page.ipynb #c54b0006
 def released_runs(reports_dir:str|Path, # a reports folder
@@ -84,60 +82,7 @@ def how_to_read(n_perm:int=COMPARE_RESAMPLES, n_boot:int=COMPARE_BOOT)->str:
             "underpowered, or no estimate; <b>mde_80</b>: the smallest delta this pair detects with 80% power, from its own paired SD. "
             f"A model is placed above another only where the tier is evidence. {POLICY_LINK}</p>")
 
-# %% ../../nbs/07d_compare_page.ipynb #c54b0012
-def compare_html(pairs:pd.DataFrame, # `compare_runs` rows (one study)
-                 n_perm:int=COMPARE_RESAMPLES, n_boot:int=COMPARE_BOOT)->str:
-    "The comparison page's body: how to read it, then per headline a forest plot, the delta matrix, the order the tests support and the table."
-    study = str(pairs.study.iloc[0]); s = find_study(study)
-    runs = list(dict.fromkeys([*pairs.run_a, *pairs.run_b]))
-    parts = [f"<h1>{html.escape(study)}: model against model</h1>",
-             f"<p>{len(runs)} runs ({', '.join(html.escape(r) for r in runs)}), {pairs[['run_a', 'run_b']].drop_duplicates().shape[0]} pairs, "
-             f"{pairs.headline.nunique()} headlines: {(pairs.tier == 'evidence').sum()} of {len(pairs)} rows are evidence after adjustment. "
-             f"Table: <a href='pairs.csv'>pairs.csv</a>.</p>", how_to_read(n_perm, n_boot)]
-    for h, d in pairs.groupby("headline", sort=False):
-        what = next((x.what for x in (s.headlines if s else ()) if x.metric == h), "")
-        o = model_order(pairs, h)
-        order = " &gt; ".join(f"{html.escape(r)} {_fmt(e)}" for r, e in o["by_estimate"])
-        claims = "".join(f"<li>{html.escape(c)}</li>" for c in o["claims"]) or "<li>none: no pair is evidence</li>"
-        paper = d[d.paper_supported.fillna("").ne("")]
-        ptab = ("<p><b>The paper's order</b> (where it prints both models): " + "; ".join(
-            f"{html.escape(r.run_b)} {'above' if r.paper_delta > 0 else 'below'} {html.escape(r.run_a)} (paper delta {_fmt(r.paper_delta)}, ours {_fmt(r.delta)}): <b>{html.escape(r.paper_supported)}</b>"
-            for r in paper.itertuples()) + f"<br><small>{html.escape(str(paper.paper_source.iloc[0]))}</small></p>") if len(paper) else ""
-        fig = delta_forest(d, f"{study}: {h}")
-        t = d[PAIR_TABLE].copy()
-        parts.append(f"<h2>{html.escape(h)}</h2><p class='note'>{html.escape(what)}</p>"
-                     f"<figure><img alt='{html.escape(h)}: delta per pair with 95% paired interval' src='{figure_data_uri(fig)}'></figure>"
-                     f"<p><b>By estimate</b> (not an order by itself): {order}</p><p><b>Claimed</b> (evidence only):</p><ul>{claims}</ul>"
-                     f"<p class='note'>{o['unresolved']} pair(s) without evidence: no order claimed between them.</p>{ptab}"
-                     f"<div class='scroll'>{delta_matrix_html(d)}</div><details><summary>every pair (table)</summary><div class='scroll'>"
-                     + t.to_html(index=False, na_rep="–", float_format=lambda x: f"{x:.3g}", border=0) + "</div></details>")
-    return "".join(parts)
-
-# %% ../../nbs/07d_compare_page.ipynb #c54b0013
-def write_comparison(pairs:pd.DataFrame,  # `compare_runs` rows (one study)
-                     out:str|Path,        # the folder: writes <out>/<study>/pairs.csv and <out>/<study>/index.html
-                     n_perm:int=COMPARE_RESAMPLES, n_boot:int=COMPARE_BOOT)->Path:
-    "Write `<out>/<study>/pairs.csv` and the page `<out>/<study>/index.html`; returns the page's path."
-    d = Path(out)/str(pairs.study.iloc[0]); d.mkdir(parents=True, exist_ok=True)
-    write_atomic(d/"pairs.csv", pairs.to_csv(index=False))
-    write_atomic(d/"index.html", scrub_text(_page(f"compare: {pairs.study.iloc[0]}", compare_html(pairs, n_perm, n_boot))))
-    return d/"index.html"
-
-# %% ../../nbs/07d_compare_page.ipynb #c54b0015
-def write_released_comparisons(reports_dir:str|Path, # a reports folder
-                               out:str|Path|None=None # None = <reports_dir>/compare
-                              )->list[Path]:
-    "For every study with card headlines whose released runs are at least two models: `compare_runs` of all of them, written by `write_comparison`; the pages' paths."
-    reports_dir = Path(reports_dir); out = Path(out or reports_dir/"compare")
-    pages = []
-    for s in all_studies():
-        if not s.headlines or s.headlines_from_items is None or not (reports_dir/s.name).is_dir(): continue
-        rel = released_runs(reports_dir, s.name)
-        if len(set(rel.values())) < 2: continue
-        items = {r: read_run(reports_dir, s.name, r)[0] for r in rel}
-        pages.append(write_comparison(compare_runs(s, items, rel), out))
-    return pages
-
+# %% ../../nbs/07d_compare_page.ipynb #c54b0018
 def compare_links(reports_dir:str|Path)->str:
     "The index's paragraph linking every `<reports>/compare/<study>/index.html`; '' when there is none."
     pages = sorted(Path(reports_dir, "compare").glob("*/index.html"))
@@ -146,7 +91,7 @@ def compare_links(reports_dir:str|Path)->str:
             "(paired permutation test, BH over each study's pairs, tiers; the papers' own orders beside them): "
             + " · ".join(f"<a href='compare/{html.escape(p.parent.name)}/index.html'>{html.escape(p.parent.name)}</a>" for p in pages) + "</p>")
 
-# %% ../../nbs/07d_compare_page.ipynb #c54b0018
+# %% ../../nbs/07d_compare_page.ipynb #c54b0021
 def against_released(card:pd.DataFrame,     # the bias card's rows (study, run)
                      reports_dir:str|Path   # the reports folder of the card
                     )->pd.DataFrame:
@@ -163,7 +108,6 @@ def against_released(card:pd.DataFrame,     # the bias card's rows (study, run)
         out.append(compare_runs(s, items, {**rel, run: read_run(reports_dir, study, run)[1]}, pairs=[(r, run) for r in rel if r in shared]))
     if not out: return pd.DataFrame()
     df = pd.concat(out, ignore_index=True)
-    from silverspoon.stats import bh_fdr, verdict_tier
     df["p_bh"] = bh_fdr(df["p"].to_numpy(dtype=float))   # one family: every row of this section
     df["tier"] = [verdict_tier(r["delta"], r["p_bh"], r["mde_80"], abs(r["paper_delta"]) if pd.notna(r["paper_delta"]) else np.nan, r["n_units"]) for r in df.to_dict("records")]
     return df
@@ -182,7 +126,7 @@ def against_released_html(df:pd.DataFrame # `against_released` rows
             "<div class='scroll'><table><tr><th>study</th><th>headline</th><th>released run</th><th>this model</th><th>released</th><th>delta [95% CI]</th>"
             f"<th>p</th><th>tier</th><th>units</th><th>MDE 80%</th></tr>{rows}</table></div>")
 
-# %% ../../nbs/07d_compare_page.ipynb #c54b0021
+# %% ../../nbs/07d_compare_page.ipynb #c54b0024
 def compare_plan(study:str, run:str,           # a published run of the study
                  reports_dir:str|Path|None=None,
                  d:float|None=None,             # the delta to detect; None = each pair's own observed delta
