@@ -53,7 +53,7 @@ def main():
     out = out.assign(units=a.units, planted=a.planted, n_perm=COMPARE_RESAMPLES, n_boot=COMPARE_BOOT)
     if not a.no_released:
         from silverspoon.core import project_root
-        from silverspoon.site.compare_page import write_released_comparisons
+        from silverspoon.site.compare_write import write_released_comparisons
         with tempfile.TemporaryDirectory() as t:
             c0, w0 = time.process_time(), time.time()
             pages = write_released_comparisons(project_root()/"reports", t)

@@ -121,8 +121,8 @@ def against_released_html(df:pd.DataFrame # `against_released` rows
                    f"<td>{_fmt_p(r.p)}, adjusted {_fmt_p(r.p_bh)}</td><td><b>{html.escape(str(r.tier))}</b></td><td>{_fmt(r.n_units)}</td><td>{_fmt(r.mde_80, 2)}</td></tr>"
                    for r in df.itertuples())
     return ("<h2>Against the released models</h2>" + how_to_read().replace("run b - estimate of run a", "this model - the released model") +
-            "<p class='note'>These rows are their own BH family (not the card's headline family). Full comparisons of the released models: "
-            "<a href='../compare/normative/index.html'>normative</a>, <a href='../compare/stop/index.html'>stop</a>.</p>"
+            "<p class='note'>These rows are their own BH family (not the card's headline family). The released models compared with each other: "
+            + ", ".join(f"<a href='../compare/{html.escape(s)}/index.html'>{html.escape(s)}</a>" for s in dict.fromkeys(df.study)) + ".</p>"
             "<div class='scroll'><table><tr><th>study</th><th>headline</th><th>released run</th><th>this model</th><th>released</th><th>delta [95% CI]</th>"
             f"<th>p</th><th>tier</th><th>units</th><th>MDE 80%</th></tr>{rows}</table></div>")
 
