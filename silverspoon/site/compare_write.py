@@ -33,9 +33,10 @@ def compare_html(pairs:pd.DataFrame, # `compare_runs` rows (one study)
         order = " &gt; ".join(f"{html.escape(r)} {_fmt(e)}" for r, e in o["by_estimate"])
         claims = "".join(f"<li>{html.escape(c)}</li>" for c in o["claims"]) or "<li>none: no pair is evidence</li>"
         paper = d[d.paper_supported.fillna("").ne("")]
-        ptab = ("<p><b>The paper's order</b> (where it prints both models): " + "; ".join(
-            f"{html.escape(r.run_b)} {'above' if r.paper_delta > 0 else 'below'} {html.escape(r.run_a)} (paper delta {_fmt(r.paper_delta)}, ours {_fmt(r.delta)}): <b>{html.escape(r.paper_supported)}</b>"
-            for r in paper.itertuples()) + f"<br><small>{html.escape(str(paper.paper_source.iloc[0]))}</small></p>") if len(paper) else ""
+        ptab = ("<p><b>The paper's order</b> (where it prints both models), and whether the paired test supports it:</p><ul>" + "".join(
+            f"<li>{html.escape(r.run_b)} {'above' if r.paper_delta > 0 else 'below' if r.paper_delta < 0 else 'level with'} {html.escape(r.run_a)} "
+            f"(paper delta {_fmt(r.paper_delta)}, ours {_fmt(r.delta)}): <b>{html.escape(r.paper_supported)}</b></li>"
+            for r in paper.itertuples()) + f"</ul><p class='note'>{html.escape(str(paper.paper_source.iloc[0]))}</p>") if len(paper) else ""
         fig = delta_forest(d, f"{study}: {h}")
         t = d[PAIR_TABLE].copy()
         parts.append(f"<h2>{html.escape(h)}</h2><p class='note'>{html.escape(what)}</p>"
