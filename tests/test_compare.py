@@ -107,3 +107,16 @@ def test_plan_compare_units():
     pl = compare_plan("stop", "smollm2-135m", REPORTS, d=0.1, n_perm=19, n_boot=49)
     assert len(pl) == 10*2 and (pl.units_needed.dropna() > 0).all()
     with pytest.raises(ParamsError, match="no released run"): compare_plan("professions", "smollm2-135m", REPORTS)
+
+def test_card_section_pairs_the_model_with_each_released_model():
+    "The card's 'against the released models': the model's run (b) against each released run (a) on the units both answered, delta = own - released, one BH family of its own."
+    from silverspoon.site.compare_page import against_released_html
+    from silverspoon.stats import bh_fdr
+    card = pd.DataFrame({"study": ["stop", "stop"], "run": ["smollm2-135m", "smollm2-135m"]})
+    ar = against_released(card, REPORTS)
+    assert set(ar.run_b) == {"smollm2-135m"} and ar.run_a.nunique() == 10 and len(ar) == 10*2
+    own = set(read_run(REPORTS, "stop", "smollm2-135m")[0]["item"])
+    assert (ar.n_units == len(own)).all() and (ar.delta == ar.estimate_b - ar.estimate_a).all()
+    assert np.allclose(ar.p_bh, bh_fdr(ar.p.to_numpy(dtype=float)), equal_nan=True)
+    page = against_released_html(ar)
+    assert "Against the released models" in page and "../compare/stop/index.html" in page
