@@ -100,6 +100,7 @@ def test_cli_writes_pairs_and_page(tmp_path):
     assert "model against model" in page and "<img" in page and "delta = column run - row run" in page
     assert "compare/stop/index.html" in compare_links(tmp_path)
     assert compare_links(tmp_path/"nothing") == ""
+    assert main(["compare", "stop", "gpt4-replay", "gpt35-replay", "--n-perm", "-3", "--out", str(tmp_path)]) == 2   # refused before anything is read
 
 def test_plan_compare_units():
     "`plan --compare`: units from the pair's paired SD, ((z_.975 + z_.8) SD / d)^2; a study with no released run is refused."

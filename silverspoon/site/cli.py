@@ -372,7 +372,7 @@ def _plan_compare(args)->int:
     return 0
 
 # %% ../../nbs/07_cli.ipynb #a23cli02
-CLI_BOUNDS = {"jobs": (1, 1024), "k": (1, 100_000)}   # command-line numbers that are no params field; the others use `BOUNDS`
+CLI_BOUNDS = {"jobs": (1, 1024), "k": (1, 100_000), "n_perm": (1, 1_000_000)}   # command-line numbers that are no params field; the others use `BOUNDS`
 
 def check_arguments(args)->None:
     "Every number among the parsed `args` in its range (`CLI_BOUNDS`, else `BOUNDS` of the params field of that name); else a `ParamsError` naming the option."
