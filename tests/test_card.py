@@ -2,6 +2,8 @@
 import shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
+from scipy.stats import norm
+REPORTS = Path(__file__).resolve().parent.parent/"reports"   # the committed reports
 from silverspoon.site.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
 from silverspoon.site.runner import write_card, _CSS
 from silverspoon.core import ParamsError
@@ -99,7 +101,7 @@ def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evid
     d = _run(tmp_path, "professions", _prof(0.001), instruments=INSTR)
     card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
     assert card.verdict.tolist() == ["evidence: richer professions in the rich city"]*2 and card.tier.eq("evidence").all()
-    assert card.p_bh.tolist() == [0.001, 0.001] and card.family.iloc[0] == "BH over 2 tests: 2 card headlines, 0 factor deltas"
+    assert card.p_bh.tolist() == [0.001, 0.001] and card.family.iloc[0] == "confirmatory: BH over the 2 card headlines with a test"
     assert card.instruments.iloc[0].splitlines() == [
         "profession parser (parse_profession): 0.93 [0.88, 0.96], n=135; measured on 135 hand-labelled replies, not on this model's replies",
         "income router (alias / title / embedding): 0.7 [0.52, 0.83], n=30; measured on 30 hand-labelled answers, not on this model's replies"]
@@ -108,8 +110,8 @@ def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evid
     assert card.verdict.eq("evidence: opposite of: richer professions in the rich city").all()
     d = _run(tmp_path, "professions", _prof(0.30))
     card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
-    # SD per name from the paper's own cell rates (the binomial floor): 40 names detect the men's 14.9 points, not the women's 10.3
-    assert card.verdict.tolist() == ["underpowered", "no evidence"] and card.detect.str[:3].tolist() == ["NO:", "yes"]
+    # no items.csv: no SE of this run, so no MDE, and "no evidence" is not earned (issue 52: never the released runs' or the paper's SD)
+    assert card.verdict.tolist() == ["underpowered", "underpowered"] and card.mde_80.isna().all() and card.detect.str.startswith("no MDE").all()
     assert not card.verdict.str.contains("rich").any()   # no side without evidence
     d = _run(tmp_path, "professions", _prof(0.001, n_units=3))
     card, _ = card_rows({"professions": d}, tmp_path, [h for h in card_headlines() if h.study == "professions"])
@@ -119,15 +121,16 @@ def test_contrast_verdicts_follow_the_adjusted_p_and_state_a_side_only_with_evid
     assert card.verdict.str.startswith("no verdict:").all() and card.tier.eq("").all()   # the answer gate wins
 
 def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
-    "p = 0.02 alone is evidence; with 8 factor deltas at p = 0.5 in the card's family its adjusted p is 0.02 x 10 / 2 = 0.1: no longer."
+    "Two families (issue 52): the card's headlines are confirmatory, the factor deltas exploratory and adjusted apart: 8 deltas at p = 0.5 leave p = 0.02 evidence."
     from silverspoon.site.card import card_rows
     d = _run(tmp_path, "professions", _prof(0.02))
     heads = [h for h in card_headlines() if h.study == "professions"]
     alone, _ = card_rows({"professions": d}, tmp_path, heads)
     deltas = pd.DataFrame(dict(delta=[0.1]*8, p=[0.5]*8, n_units=10, mde_80=0.2, test_note=""))
     card, dl = card_rows({"professions": d}, tmp_path, heads, deltas)
-    assert alone.tier.eq("evidence").all() and card.p_bh.tolist() == pytest.approx([0.1, 0.1]) and card.tier.ne("evidence").all()
-    assert dl.p_bh.eq(0.5).all() and dl.tier.eq("underpowered").all() and card.family.iloc[0] == dl.family.iloc[0] == "BH over 10 tests: 2 card headlines, 8 factor deltas"
+    assert alone.tier.eq("evidence").all() and card.p_bh.tolist() == pytest.approx([0.02, 0.02]) and card.tier.eq("evidence").all()
+    assert dl.p_bh.eq(0.5).all() and dl.tier.eq("no evidence (no effect sought)").all()   # no effect is sought on a delta: never "underpowered"
+    assert (card.family.iloc[0], dl.family.iloc[0]) == ("confirmatory: BH over the 2 card headlines with a test", "exploratory: BH over the 8 factor deltas with a test")
 
 def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_estimator(tmp_path):
     from silverspoon.site.card import card_rows, mcnemar_mde
@@ -139,12 +142,12 @@ def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_
     card, _ = card_rows({"stop": d}, tmp_path, [h for h in card_headlines() if h.study == "stop"])
     c = card.set_index("headline")
     assert c.loc["P", "verdict"] == "performance level: ideal 1, not a bias test" and c.loc["P", "null"] == 1.0 and np.isnan(c.loc["P", "p_bh"])
-    assert c.loc["sensitivity high-low severity", "verdict"] == "underpowered" and c.loc["sensitivity high-low severity", "family"].startswith("BH over 1 tests")
+    assert c.loc["sensitivity high-low severity", "verdict"] == "no evidence (no effect sought)" and c.loc["sensitivity high-low severity", "family"].startswith("confirmatory: BH over the 1 ")
     d = _run(tmp_path, "downstream", [dict(metric="answer rate change, BBQ (adapter - base)", estimate=0.004, ci_low=0.0, ci_high=0.0136, n=240,
                                            p=0.5, test="McNemar exact", null=0.0, n_units=240)])
     card, _ = card_rows({"downstream": d}, tmp_path, [h for h in card_headlines() if h.study == "downstream"])
     assert card.mde_80.iloc[0] == pytest.approx(mcnemar_mde(240)) and card.mde_80.iloc[0] > 0.03   # exact McNemar, not the CI width's 0.0097
-    assert card.detect.iloc[0].startswith("no answer: paper: none")
+    assert card.detect.iloc[0].startswith("no effect sought: power not assessed") and card.tier.iloc[0] == "no evidence (no effect sought)"
 
 def test_the_report_verdict_block_uses_the_card_family_and_links_the_policy(tmp_path):
     from silverspoon.site.runner import verdict_html
@@ -184,3 +187,25 @@ def test_a_model_file_not_yet_run_gets_a_plan_card_linked_from_the_index(root, t
     assert "(planned, not run)" in plan and "silverspoon run --model params/models/llama3-8b-instruct.yaml" in plan
     assert "skipped: needs task.adapter" in plan and "<b>all studies</b>" in plan and "not pinned" in plan   # downstream skipped; total time; revision null
     assert not (tmp_path/"models"/"smollm2-135m.html").exists()   # a model with runs gets its bias card from `run`, never a plan
+
+
+def test_power_comes_from_the_run_itself_at_the_verdicts_alpha():
+    "Issue 52 items 1 and 4: the committed SmolLM2 normative share row was 'no evidence' from other models' SD, 60 sampled units and alpha 0.05; with this run's own SE at alpha 0.05 / m (m: the card's confirmatory tests) its MDE is above the effect sought 0.159, so 'underpowered'."
+    from silverspoon.site.card import card_rows, runs_for_model
+    card, _ = card_rows(runs_for_model("smollm2-135m", REPORTS), REPORTS)
+    r = card.set_index("headline").loc["share favouring underprivileged - annotators"]
+    m = int(card.family_size.iloc[0])
+    assert m == card.p.where(card.kind.eq("contrast")).notna().sum() and r.mde_alpha == pytest.approx(0.05/m)
+    assert r.units == r.n_units == 50   # the answered scenarios the test had, not the 60 sampled
+    assert r.mde_80 == pytest.approx((norm.ppf(1 - 0.025/m) + norm.ppf(0.8))*r.se) and r.mde_80 > 0.159 and r.tier == "underpowered"
+    assert card.loc[card.n_units < 5, "mde_80"].isna().all()   # letters (2 units), STOP (4): no power for a test the minimum-units rule forbids
+    assert not card.tier.eq("underpowered").where(card.effect_sought.isna()).fillna(False).any()   # no "underpowered" without an effect sought
+
+def test_headline_mde_says_when_a_test_cannot_reach_significance():
+    from silverspoon.site.card import headline_mde
+    h = [x for x in card_headlines() if x.study == "narratives"][0]
+    r = dict(estimate=1.0, p=0.5, units=5, se=1.0, effect_sought=7.0, test="sign-flip permutation over names, exact")
+    out = headline_mde(h, r, m=6)
+    assert np.isnan(out["mde_80"]) and out["p_min"] == pytest.approx(6*2/2**5) and out["detect"].startswith("cannot reach significance at this n")
+    out = headline_mde(h, {**r, "units": 14}, m=6)
+    assert out["mde_80"] == pytest.approx(norm.ppf(1 - 0.05/12) + norm.ppf(0.8)) and out["detect"].startswith("yes: MDE")

@@ -70,7 +70,9 @@ def test_verdict_tiers_read_the_adjusted_p_and_the_power():
     assert stats.verdict_tier(0.1, 0.2, mde=0.05, effect_sought=0.1) == "no evidence"
     assert stats.verdict_tier(0.1, 0.2, mde=0.3, effect_sought=0.1) == "underpowered"
     assert stats.verdict_tier(float("nan"), 0.01) == "no estimate"
-    assert set(stats.VERDICT_TIERS) == {"evidence", "no evidence", "underpowered", "no estimate"}
+    assert stats.verdict_tier(0.1, 0.2) == "no evidence (no effect sought)"   # issue 52: "underpowered" only against an effect sought
+    assert stats.verdict_tier(0.1, 0.2, mde=0.05, effect_sought=0.1, min_p=0.065) == "cannot reach significance"
+    assert set(stats.VERDICT_TIERS) == {"evidence", "no evidence", "no evidence (no effect sought)", "underpowered", "cannot reach significance", "no estimate"}
 
 
 # --- the committed reports obey it -----------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from ..core import project_root, merge_params, write_atomic, sha256_file, cache_
 from ..engine.store import store_root, project_store, notice
 from ..engine.provenance import code_closure, file_digests, provenance_differences
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
-from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
+from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, min_attainable_p, ALPHA, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
@@ -21,18 +21,18 @@ from ..core import ParamsError, ModelParams, GenerationParams, RunParams, check_
 from ..stats import cluster_bootstrap
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'PLANNED_FILE',
-           'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
+__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'CONFIRMATORY', 'EXPLORATORY', 'MODEL_FILE_FIXED',
+           'PLANNED_FILE', 'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
            'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'trusted_provenance',
            'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run', 'released_values',
            'is_factor_run', 'model_run_names', 'model_params_files', 'made_by', 'runs_for_model', 'normal_power',
            'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
            'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
-           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
-           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file',
-           'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs',
-           'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates',
-           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
+           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'headline_mde', 'adjust_card',
+           'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
+           'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
+           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
+           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
            'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params', 'check_model_runs',
            'write_model_runs', 'plan_table', 'plan_text']
 
@@ -614,29 +614,61 @@ def run_units(h:Headline, run_dir:str|Path, row:dict)->float:
         return float(get_study(h.study).item_units(pd.read_csv(f, dtype={"item": str}, usecols=["item"])))
     return row.get("n_units", np.nan)
 
-def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|Path|None=None)->dict:
-    "A card row's power columns: `units`, `mde_80` (from the estimator's SE, exact McNemar for the downstream headline), `effect_sought` (the paper's effect, else the released answers' stand-in), `detect` ('can this n detect the paper's effect?') and `mde_method`."
-    out = dict(units=np.nan, mde_80=np.nan, effect_sought=np.nan, mde_method="")
+def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0)->dict:
+    "A card row's power inputs, from the run itself: `units` (the units its test had: summary.csv's n_units, else the run's items), `se` (the headline's bootstrap SE over the run's own items.csv units, on the log scale for a ratio; NaN for the exact McNemar headline, whose power is enumerated at its pairs), `effect_sought` (the paper's effect, else the released answers' stand-in; NaN: none sought) with `effect_source`, and `mde_method`. `adjust_card` turns them into `mde_80` at the alpha the verdict uses (`headline_mde`)."
+    out = dict(units=np.nan, se=np.nan, mde_80=np.nan, effect_sought=np.nan, effect_source="", mde_method="", detect="")
     if h.kind == "performance": return {**out, "detect": f"a performance level (ideal {h.no_bias:g}), not a bias test: no effect to detect"}
-    units = run_units(h, run_dir, row)
-    if not units > 0: return {**out, "detect": "no answer: the run records no units (no items.csv, no n_units in summary.csv)"}
-    ps = s.paper_scale if (s := find_study(h.study)) else None
-    n_paper = np.nan if ps is None else sample_units(h.study, ps)
-    try: pw = headline_power(h, units, n_paper, reports_dir)
-    except Exception as e:   # e.g. items.csv without the columns the study's headlines need: said on the card, never a silent blank
-        return {**out, "units": units, "detect": f"no answer: the SD per unit could not be computed ({type(e).__name__}: {e})"}
-    sd = f"; SD per unit {pw['sd']:.3g}: {pw['sd_source']}" if pd.notna(pw.get("sd")) else ""
-    return dict(units=units, mde_80=pw["mde_default"], effect_sought=pw["effect"], detect=detect_line(pw), mde_method=pw["method"] + sd)
+    units = row["n_units"] if pd.notna(row.get("n_units")) else run_units(h, run_dir, row)
+    pe = paper_effect(h, reports_dir)
+    out.update(units=units, effect_sought=pe["effect"], effect_source=pe["source"])
+    if h.mcnemar: return {**out, "mde_method": "exact McNemar (enumeration) at the test's pairs, every change one way (p01 = 0)"}
+    f, s = Path(run_dir)/"items.csv", find_study(h.study)
+    if not f.exists() or s is None or s.headlines_from_items is None: return {**out, "mde_method": "no MDE: the run has no items.csv to bootstrap its own SE from"}
+    try: reps, n_items = _run_replicates(f, h.study, n_boot, seed)
+    except Exception as e: return {**out, "mde_method": f"no MDE: the run's own SE could not be computed ({type(e).__name__}: {e})"}   # said on the card, never a silent blank
+    v = reps[h.metric].to_numpy(dtype=float) if h.metric in reps else np.array([])
+    if h.ratio: v = np.log(np.where(v > 0, v, np.nan))
+    v = v[np.isfinite(v)]
+    if len(v) < 2: return {**out, "mde_method": "no MDE: under two defined bootstrap replicates of the run"}
+    se = float(v.std(ddof=1))
+    return {**out, "se": se, "mde_method": f"normal approximation from this run's own SE {se:.3g}{' (log odds ratio)' if h.ratio else ''}: "
+                                            f"{len(v)} bootstrap replicates over its {n_items:,} units"}
+
+def headline_mde(h:Headline,   # the row's headline
+                 r:dict,       # a card row with `headline_power_row`'s columns, its p, test and estimate
+                 m:int,        # tests in the card's confirmatory family (BH over its headlines)
+                 power:float=0.8)->dict:
+    "`mde_80`, `mde_alpha`, `p_min` and `detect` of one card row: the MDE at alpha/m (the BH threshold a lone real effect must pass, rank 1 of m) from the run's own SE (exact McNemar at its pairs); none for a row without a test, with too few units, or whose test cannot reach significance at its n (`stats.min_attainable_p`)."
+    a = ALPHA/max(int(m), 1)
+    out = dict(mde_80=np.nan, mde_alpha=a, p_min=np.nan)
+    if h.kind == "performance": return {**out, "mde_alpha": np.nan, "detect": r.get("detect") or ""}
+    units = r.get("units", np.nan)
+    if pd.notna(units) and too_few_units(units): return {**out, "detect": f"too few units for a test ({units:g} < {MIN_UNITS}): no power shown"}
+    if pd.isna(r.get("p")) or pd.isna(r.get("estimate")) or pd.isna(units): return {**out, "detect": "no test: no power shown"}
+    out["p_min"] = pm = min_attainable_p(r.get("test"), units, m)
+    if pd.notna(pm) and pm >= ALPHA: return {**out, "detect": f"cannot reach significance at this n: its test's smallest p after adjustment is {pm:.3g} (2/2^{int(units)} x {m} tests)"}
+    se, eff = r.get("se", np.nan), r.get("effect_sought", np.nan)
+    mde = mcnemar_mde(int(units), power=power, alpha=a) if h.mcnemar else (norm.ppf(1 - a/2) + norm.ppf(power))*se if pd.notna(se) and se > 0 else np.nan
+    out["mde_80"] = mde if pd.notna(mde) and mde > 0 else np.nan
+    at = f"at alpha {a:.3g} (0.05 / {m} confirmatory tests)"
+    if pd.isna(eff): return {**out, "detect": "no effect sought: power not assessed" + (f" (MDE {mde:.3g} {at})" if pd.notna(out["mde_80"]) else "")}
+    if pd.isna(out["mde_80"]): return {**out, "detect": f"no MDE ({r.get('mde_method') or 'no SE'}): cannot say this n detects the effect sought {abs(eff):.3g}"}
+    ok = out["mde_80"] <= abs(eff)
+    return {**out, "detect": f"{'yes' if ok else 'NO'}: MDE {out['mde_80']:.3g} {at} {'<=' if ok else '>'} the effect sought {abs(eff):.3g}"
+                             f"{' (log scale)' if h.ratio else ''}, at {units:,.0f} units. Source: {r.get('effect_source') or ''}"}
+
 
 # %% ../../nbs/07b_card.ipynb #0643f3c7
-def _delta_tier(r)->tuple[str, str]:
-    "(tier, verdict) of one factor delta row after adjustment."
+def _delta_tier(r, m:int=1)->tuple[str, str]:
+    "(tier, verdict) of one factor delta row after adjustment in its exploratory family of `m` tests: no effect is sought on a delta, so never 'underpowered'; a test that cannot reach p < 0.05 at its n says so."
     note = str(r.get("test_note") or "") if pd.notna(r.get("test_note")) else ""
     if pd.isna(r.get("delta")): return "no estimate", "no estimate: undefined"
     if note.startswith("too few units"): return "no estimate", "no estimate: too few units"
     if pd.isna(r.get("p")): return "no estimate", "no estimate: " + (note or "no test")
-    t = verdict_tier(r["delta"], r.get("p_bh"), r.get("mde_80", np.nan), np.nan, r.get("n_units"))
+    pm = min_attainable_p(r.get("test"), r.get("n_items", np.nan), m)
+    t = verdict_tier(r["delta"], r.get("p_bh"), r.get("mde_80", np.nan), np.nan, r.get("n_units"), min_p=pm)
     return t, (f"evidence: {'higher' if r['delta'] > 0 else 'lower'} than the reference" if t == "evidence" else
+               f"cannot reach significance at this n (smallest adjusted p {pm:.3g})" if t == "cannot reach significance" else
                "no estimate: no test" if t == "no estimate" else t)
 
 def _headline_tier(h:Headline, r:dict)->tuple[str, str]:
@@ -649,32 +681,41 @@ def _headline_tier(h:Headline, r:dict)->tuple[str, str]:
     elif pd.notna(n) and too_few_units(n): why = "too few units"
     elif pd.isna(r.get("p")): why = "no test (summary.csv has no p for it)"
     else:
-        t = verdict_tier(r["estimate"], r["p_bh"], r.get("mde_80", np.nan), r.get("effect_sought", np.nan), n if pd.notna(n) else None)
+        t = verdict_tier(r["estimate"], r["p_bh"], r.get("mde_80", np.nan), r.get("effect_sought", np.nan), n if pd.notna(n) else None, min_p=r.get("p_min", np.nan))
         return t, verdict_words(replace(h, no_bias=r.get("null", h.no_bias)), t, r["estimate"])
     return "no estimate", verdict_words(h, "no estimate", r.get("estimate"), why)
 
-def adjust_card(card:pd.DataFrame,                 # card rows (`card_rows`' first step): kind, p, ...
+CONFIRMATORY, EXPLORATORY = "confirmatory", "exploratory"   # the card's two BH families: its headlines; the factor deltas
+
+def adjust_card(card:pd.DataFrame,                 # card rows (`card_rows`' first step): kind, p, ... (with `headline_power_row`'s columns: the MDE is set here)
                 deltas:pd.DataFrame|None=None,     # factor deltas of the same model (`factor_deltas(...)["deltas"]`) with their raw `p`
                 headlines:list[Headline]|None=None
                )->tuple[pd.DataFrame, pd.DataFrame]:
-    "One BH family over the card: every contrast headline's p and every factor delta's p (`stats.bh_fdr`); writes `p_bh`, `family`, `tier` and `verdict` on both (copies)."
+    "Two BH families (`stats.bh_fdr`): the card's contrast headlines (confirmatory) and, apart, the factor deltas (exploratory); writes `p_bh`, `family`, `family_size`, each headline's MDE at its family's alpha (`headline_mde`), `tier` and `verdict` on both (copies)."
     headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
     card = card.copy(); deltas = (pd.DataFrame() if deltas is None else deltas).copy()
     cp = pd.to_numeric(card.get("p", pd.Series(np.nan, index=card.index)), errors="coerce").where(card.get("kind", pd.Series("contrast", index=card.index)).eq("contrast"))
-    dp = pd.to_numeric(deltas["p"], errors="coerce") if "p" in deltas else pd.Series(np.nan, index=deltas.index)
-    adj = bh_fdr(np.concatenate([cp.to_numpy(dtype=float), dp.to_numpy(dtype=float)]))
-    k = int(np.isfinite(np.concatenate([cp.to_numpy(dtype=float), dp.to_numpy(dtype=float)])).sum())
-    family = f"BH over {k} tests: {int(cp.notna().sum())} card headlines, {int(dp.notna().sum())} factor deltas"
-    card["p_bh"], card["family"] = adj[:len(card)], family
+    m = int(cp.notna().sum())
+    card["p_bh"], card["family"], card["family_size"] = bh_fdr(cp.to_numpy(dtype=float)), f"{CONFIRMATORY}: BH over the {m} card headlines with a test", m
     by = {(h.study, h.metric): h for h in headlines}
-    tv = [_headline_tier(by.get((r["study"], r["headline"]), Headline(r["study"], r["headline"], "")), r) if r.get("run") is not None and pd.notna(r.get("run"))
-          else ("", r.get("verdict", "")) for r in card.to_dict("records")]
+    hd = lambda r: by.get((r["study"], r["headline"]), Headline(r["study"], r["headline"], ""))
+    if len(card) and "se" in card:   # the power columns: the MDE at this family's alpha
+        mde = [headline_mde(hd(r), r, m) if r.get("run") is not None and pd.notna(r.get("run")) else {} for r in card.to_dict("records")]
+        for k in ("mde_80", "mde_alpha", "p_min", "detect"): card[k] = [x.get(k, np.nan if k != "detect" else "") for x in mde]
+    tv = [_headline_tier(hd(r), r) if r.get("run") is not None and pd.notna(r.get("run")) else ("", r.get("verdict", "")) for r in card.to_dict("records")]
     card["tier"], card["verdict"] = [t for t, _ in tv], [v for _, v in tv]
     if len(deltas):
-        deltas["p_bh"], deltas["family"] = adj[len(card):], family
-        tv = [_delta_tier(r) for r in deltas.to_dict("records")]
+        dp = pd.to_numeric(deltas["p"], errors="coerce") if "p" in deltas else pd.Series(np.nan, index=deltas.index)
+        k = int(dp.notna().sum())
+        deltas["p_bh"], deltas["family"], deltas["family_size"] = bh_fdr(dp.to_numpy(dtype=float)), f"{EXPLORATORY}: BH over the {k} factor deltas with a test", k
+        if "sd_perm" in deltas:   # the MDE at this family's alpha (k tests), from the permuted deltas' SD; none without a test or a spread
+            z = norm.ppf(1 - ALPHA/max(k, 1)/2) + norm.ppf(0.8)
+            deltas["mde_80"] = (z*pd.to_numeric(deltas["sd_perm"], errors="coerce")).where(dp.notna() & (pd.to_numeric(deltas["sd_perm"], errors="coerce") > 0))
+        tv = [_delta_tier(r, k) for r in deltas.to_dict("records")]
         deltas["tier"], deltas["verdict"] = [t for t, _ in tv], [v for _, v in tv]
+        deltas["mde_80"] = pd.to_numeric(deltas.get("mde_80", np.nan), errors="coerce").where(~deltas["tier"].isin(["cannot reach significance", "no estimate"]) & dp.notna())   # no MDE for a test that is forbidden or cannot reach
     return card, deltas
+
 
 # %% ../../nbs/07b_card.ipynb #132d1ca8
 def published_deltas(name:str, reports_dir:str|Path)->pd.DataFrame:
@@ -749,13 +790,13 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
     family = card.family.dropna().iloc[0] if "family" in card and card.family.notna().any() else ""
     return (f"<h1>Bias card: {html.escape(name)}</h1>" + answers_html(card) + "<h2>Headlines</h2><p>One row per study headline, under one "
             f"{POLICY_LINK.format(href='../inference.html')}. A <b>contrast</b> (a bias comparison) gets a verdict from its declared test's "
-            f"p, adjusted with every other test of this card (one Benjamini-Hochberg family: {html.escape(family)}): <b>evidence</b> "
+            f"p, adjusted with the card's other headlines only (the confirmatory Benjamini-Hochberg family: {html.escape(family)}; the factor deltas below are an exploratory family of their own): <b>evidence</b> "
             "(its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no evidence, but this n "
-            "could not detect it) or <b>no estimate</b> (too few units, no test, or the metric absent from the run); 'no verdict' where the "
+            "could not detect it), <b>no evidence (no effect sought)</b> (no effect size is sought: power not assessed), <b>cannot reach significance</b> (its test's smallest p at this n, after adjustment, is not below 0.05) or <b>no estimate</b> (too few units, no test, or the metric absent from the run); 'no verdict' where the "
             "run's replies were not answers. A <b>performance level</b> (STOP's P) is shown against its ideal and beside what "
             "constant answers score on the same items (always 'yes', always 'no': never objecting is right on STOP's low-severity "
-            "progressions), never as a bias verdict. MDE: the smallest true effect a 5% test detects with 80% power at this run's units, from the estimator "
-            "(its SE per unit, or the exact McNemar test), with whether that n detects the paper's effect. Instruments: every parser, "
+            "progressions), never as a bias verdict. MDE: the smallest true effect this card's test detects with 80% power at the units the test had and at the verdict's alpha (0.05 / the confirmatory tests: BH's threshold for a lone real effect), from this run's own SE "
+            "(its bootstrap over the run's own units, or the exact McNemar test), with whether that n detects the paper's effect. Instruments: every parser, "
             "router or classifier behind the number, its agreement with its reference and where that was measured. Released models: the "
             "same headline from the authors' released answers scored by our instruments (for normative's CKC and STOP's P these reproduce "
             "the papers' numbers; the contrasts and the letters' classifier scores are our measurements of those answers). Cost: "
@@ -1068,12 +1109,12 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                          test_note=few or t.get("note", ""), n_perm=t.get("n_masks", 0), n_perm_undefined=t.get("n_undefined", 0),
                          ci_low=lo, ci_high=hi, ci_note=ci_note, n_boot=len(r), n_boot_undefined=len(r) - nd,
                          n_items=C, n_units=units, unmatched_reference=int(rk.nunique() - C), unmatched_level=int(lk.nunique() - C),
-                         mde_80=z*float(pv.std(ddof=1)) if len(pv) > 1 else np.nan))
+                         mde_80=z*float(pv.std(ddof=1)) if len(pv) > 1 else np.nan, sd_perm=float(pv.std(ddof=1)) if len(pv) > 1 else np.nan))
     out = pd.DataFrame(rows, columns=["headline", "reference", "level_estimate", "delta", "p", "test", "test_note", "n_perm", "n_perm_undefined",
                                       "ci_low", "ci_high", "ci_note", "n_boot", "n_boot_undefined", "n_items", "n_units",
-                                      "unmatched_reference", "unmatched_level", "mde_80"])
+                                      "unmatched_reference", "unmatched_level", "mde_80", "sd_perm"])
     out["p_bh"] = bh_fdr(out["p"].to_numpy(dtype=float)) if len(out) else []
-    out["tier"] = [_delta_tier(r)[0] for r in out.to_dict("records")]
+    out["tier"] = [_delta_tier(r, int(out["p"].notna().sum()))[0] for r in out.to_dict("records")]
     return out
 
 # %% ../../nbs/07b_card.ipynb #12653a17
@@ -1156,7 +1197,7 @@ def factor_deltas(name:str,                          # the model's name, e.g. sm
                                            "generations", "completion_tokens", "generation_seconds"])
     cols = ["study", "factor", "level", "kind", "headline", "reference", "level_estimate", "delta", "p", "p_bh", "tier", "test", "test_note",
             "n_perm", "n_perm_undefined", "ci_low", "ci_high", "ci_note", "n_boot", "n_boot_undefined", "n_items", "n_units",
-            "unmatched_reference", "unmatched_level", "mde_80", "run", "reference_run"]
+            "unmatched_reference", "unmatched_level", "mde_80", "sd_perm", "run", "reference_run"]
     deltas = pd.concat(deltas, ignore_index=True)[cols] if deltas else pd.DataFrame(columns=cols)
     dirs = dict(zip(runs.run, runs.run_dir))
     note = lambda r: "; ".join(f"{w}: {why_undefined(dirs[run])}" for w, v, run in (("reference", r.reference, r.reference_run), ("level", r.level_estimate, r.run)) if pd.isna(v))
@@ -1211,7 +1252,7 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels, nesting
             "prompt variant: the paper's prompt is the reference), the same items under every level. Items per study: "
             + ", ".join(f"{html.escape(s)} n={_fmt(n)}" for s, n in ns.items()) + ". Delta: level minus reference on the items both "
             "runs scored. Test: a within-unit swap permutation (each item's reference and level rows exchanged; every pattern where 2^n "
-            f"fits), p adjusted with the card's other tests ({html.escape(family)}); tiers as on the headlines. A percentile bootstrap CI "
+            f"fits), p adjusted with the other factor deltas only ({html.escape(family)}): exploratory, apart from the headlines; no effect is sought on a delta, so a non-significant one is 'no evidence (no effect sought)', and one whose exact test cannot reach 0.05 at its n after adjustment says so. A percentile bootstrap CI "
             f"is shown only from {BOOT_MIN_UNITS} items up, with at most {MAX_UNDEFINED:.0%} undefined replicates and a non-zero width; "
             f"below {MIN_UNITS} units per arm there is no test ('no estimate: too few units'). MDE: the smallest true delta this n detects "
             "with 80% power (from the spread of the permuted deltas). At this n a delta without evidence is <b>not</b> evidence of no effect.</p>"

@@ -199,7 +199,7 @@ def verdict_html(study:str,          # the run's study (its folder under reports
     rows = run_verdicts(study, run_dir)
     owner = rows.owner.iloc[0] if len(rows) else ""
     family = (rows.family.dropna().iloc[0] if len(rows) and "family" in rows and rows.family.notna().any() else "")
-    fam = (f"adjusted with every test of the <a href='../models/{html.escape(owner)}.html'>{html.escape(owner)} bias card</a> ({html.escape(family)})"
+    fam = (f"adjusted with the other headlines of the <a href='../models/{html.escape(owner)}.html'>{html.escape(owner)} bias card</a> ({html.escape(family)})"
            if owner else f"adjusted over this run's own card headlines ({html.escape(family)})")
     by = {r["headline"]: r for r in rows.to_dict("records")}
     return (f"{VERDICT_START}<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card, under the "
