@@ -209,3 +209,34 @@ def test_headline_mde_says_when_a_test_cannot_reach_significance():
     assert np.isnan(out["mde_80"]) and out["p_min"] == pytest.approx(6*2/2**5) and out["detect"].startswith("cannot reach significance at this n")
     out = headline_mde(h, {**r, "units": 14}, m=6)
     assert out["mde_80"] == pytest.approx(norm.ppf(1 - 0.05/12) + norm.ppf(0.8)) and out["detect"].startswith("yes: MDE")
+
+def test_narratives_card_row_estimates_the_statistic_its_test_tests():
+    "Issue 52 item 2: the card's narratives row showed a cell average over every name beside a sign-flip p over the names with stories in both city classes. Now the estimate, its SE source (`headlines_from_items`), p and MDE are all of the mean per-name difference over those names."
+    from silverspoon.studies.silverspoon.narratives import sentiment_contrasts, headlines_from_items, story_items_table, _per_name_differences
+    from silverspoon.stats import sign_flip_test
+    rng, rows = np.random.default_rng(0), []
+    for i in range(60):
+        g, r = ("female", "male")[i % 2], ("White", "Black", "Hispanic", "Indian")[(i//2) % 4]
+        classes = ("high", "low") if i < 24 else (("high", "low")[(i//8) % 2],)   # 24 names in both city classes, 36 in one
+        for c in classes:
+            for _ in range(2):   # the one-class names: rich +1, poor -1 (a between-name gap the paired test cannot see); the paired ones: noise
+                s = (1 if c == "high" else -1) if i >= 24 else int(rng.choice([-1, 0, 1]))
+                rows.append(dict(item_id=len(rows), name=f"n{i}", gender=g, race=r, city="x", city_class=c, status="story", score=float(s)))
+    stories = pd.DataFrame(rows)
+    sc = sentiment_contrasts(stories, n_boot=50).set_index("metric").loc["% positive high-low city"]
+    d = _per_name_differences(stories, "% positive")
+    t = sign_flip_test(d)
+    assert len(d) == sc.n_units == 24 and sc.estimate == pytest.approx(d.mean()) == pytest.approx(t["mean"]) and sc.p == pytest.approx(t["p"])
+    assert headlines_from_items(story_items_table(stories))["% positive high-low city"] == pytest.approx(sc.estimate)   # the card's SE and factor deltas: the same statistic
+    assert sc.mde == pytest.approx((norm.ppf(0.975) + norm.ppf(0.8))*np.sqrt((d**2).sum())/len(d))   # the sign-flip null SD of that mean
+    assert sc.ci_low <= sc.estimate <= sc.ci_high and sc.n_items == 2*2*24
+
+def test_a_headline_on_a_classified_subset_shows_its_answers_units_and_selection():
+    "Issue 52 item 6: professions' card row said n = 1,600 prompts; it rests on 213 (women) / 159 (men) classified answers from 34 / 25 names, and whether an answer gets an income class depends on the city class (selection.csv)."
+    from silverspoon.site.card import card_rows, runs_for_model, card_html
+    runs = runs_for_model("smollm2-135m", REPORTS)
+    card, _ = card_rows({"professions": runs["professions"]}, REPORTS, [h for h in card_headlines() if h.study == "professions"], power=False)
+    c = card.set_index("headline")
+    assert c.loc["shift_high female", ["n_answers", "n_units"]].tolist() == [213, 34] and c.loc["shift_high male", ["n_answers", "n_units"]].tolist() == [159, 25]
+    assert c.loc["shift_high female", "selection"].startswith("rests on 213 of 800 answers (26.6% got a class), from 40 names; selection rich - poor city +9.8 points, p <0.001")
+    assert "rests on 159 of 800 answers" in card_html(card, "smollm2-135m")

@@ -24,17 +24,17 @@ from ..stats import cluster_bootstrap
 __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'CONFIRMATORY', 'EXPLORATORY', 'MODEL_FILE_FIXED',
            'PLANNED_FILE', 'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
            'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'trusted_provenance',
-           'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run', 'released_values',
-           'is_factor_run', 'model_run_names', 'model_params_files', 'made_by', 'runs_for_model', 'normal_power',
-           'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
-           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
-           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'headline_mde', 'adjust_card',
-           'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors',
-           'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas',
-           'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan',
-           'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params', 'check_model_runs',
-           'write_model_runs', 'plan_table', 'plan_text']
+           'served_model_of', 'run_cost', 'headline_row', 'headline_selection', 'instrument_validity',
+           'is_released_run', 'released_values', 'is_factor_run', 'model_run_names', 'model_params_files', 'made_by',
+           'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n',
+           'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
+           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
+           'headline_mde', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html',
+           'check_factors', 'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan',
+           'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line',
+           'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview',
+           'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params',
+           'check_model_runs', 'write_model_runs', 'plan_table', 'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -195,6 +195,26 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
                **{c: num(c) for c in SUMMARY_BASELINE_COLUMNS})   # a level beside what never objecting / always objecting scores on the same items
     row.update(instrument_validity(h, run_dir))
     return row
+
+# %% ../../nbs/07b_card.ipynb #p52sel01
+def headline_selection(h:Headline,          # a card headline
+                       run_dir:str|Path     # its published run folder
+                      )->dict:
+    "`n_answers` (the answers the estimate rests on) and `selection` (in words: the share of answers in the classified subset, its units, and the selection's contrast with its test) from the run's `selection.csv`, for the headline's group (the metric's last word where it names a `gender` level, else 'all'); {} where the run writes no selection.csv."
+    f = Path(run_dir)/"selection.csv"
+    if not f.exists(): return {}
+    s = pd.read_csv(f)
+    if not {"gender", "city_class", "n_answers", "n_classified", "n_names", "estimate", "p", "test"} <= set(s.columns): return {}
+    g = h.metric.split()[-1] if h.metric.split()[-1] in set(s.gender.astype(str)) else "all"
+    lvl, diff = s[s.gender.eq(g) & s.city_class.eq("all")], s[s.gender.eq(g) & s.city_class.eq("high-low")]
+    if lvl.empty: return {}
+    a = lvl.iloc[0]
+    text = f"rests on {int(a.n_classified):,} of {int(a.n_answers):,} answers ({a.estimate:.1f}% got a class), from {int(a.n_names)} names"
+    if len(diff):
+        d = diff.iloc[0]
+        text += f"; selection rich - poor city {d.estimate:+.1f} points, p {_fmt_p(d.p)} ({d.test})" if pd.notna(d.p) else f"; selection rich - poor city {d.estimate:+.1f} points (no test)"
+    return dict(n_answers=int(a.n_classified), selection=text)
+
 
 # %% ../../nbs/07b_card.ipynb #a9e16898
 def _instrument_line(r:pd.Series)->dict:
@@ -541,8 +561,10 @@ def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
 # %% ../../nbs/07b_card.ipynb #4856fb94
 def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
                 reports_dir:str|Path|None=None,    # None = <project>/reports
-                n_boot:int=100, seed:int=0)->dict:
-    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
+                n_boot:int=100, seed:int=0,
+                pilot:str|None=None                # a pilot run's name (reports/<study>/<pilot>): its own SE, instead of the released answers'
+               )->dict:
+    "SD per unit of `h` (`replicate_sd`): a pilot run's own (its items.csv bootstrap SE x sqrt(its units)) where `pilot` names one of this study, else the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
     reports_dir = Path(reports_dir or project_root()/"reports")
     dirs = sorted(d for d in Path(reports_dir, h.study).glob("*") if d.is_dir() and (d/"items.csv").exists() and not is_factor_run(d.name))
     rel, own = [d for d in dirs if is_released_run(d)], [d for d in dirs if not is_released_run(d)]
@@ -554,6 +576,10 @@ def headline_sd(h:Headline,                       # a card headline (not the dow
             if np.isfinite(sd) and sd > 0: out.append((d.name, sd, units))
         return out
     ok = get_study(h.study).headlines_from_items is not None
+    if pilot and ok and (Path(reports_dir, h.study, pilot)/"items.csv").exists():   # the pilot's own SE: no released runs' SD, no binomial floor
+        reps, units = _run_replicates(Path(reports_dir, h.study, pilot)/"items.csv", h.study, n_boot, seed)
+        sd = replicate_sd(reps, h.metric, units, log=h.ratio)
+        return dict(sd=sd, sd_source=f"pilot run {pilot}'s own SE x sqrt({units:,} units), {n_boot} bootstrap replicates")
     got, what = (sds(rel) if ok else []), "released answers"
     if not got and ok: got, what = sds(own[:1]), "no released answers; a local run,"
     sd, src = float("nan"), "no items.csv with this headline"
@@ -564,14 +590,15 @@ def headline_sd(h:Headline,                       # a card headline (not the dow
     floor = paper_binomial_sd(h.study, h.metric)
     if np.isfinite(floor) and not sd >= floor: sd, src = floor, f"binomial at the paper's cell rates (above {src}: {sd:.3g})"
     elif np.isfinite(floor): src += f"; above the binomial at the paper's rates, {floor:.3g}"
-    return dict(sd=sd, sd_source=src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
+    return dict(sd=sd, sd_source=(f"no pilot run {pilot} of {h.study}; " if pilot else "") + src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
 
 # %% ../../nbs/07b_card.ipynb #d87298ff
 def headline_power(h:Headline,               # a card headline
                    n_default:float,          # units of the study's default sample
                    n_paper:float,            # units of the paper's full item set
                    reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0,
-                   power:float=0.8, alpha:float=0.05)->dict:
+                   power:float=0.8, alpha:float=0.05,
+                   pilot:str|None=None)->dict:   # a pilot run's name: its own SE (`headline_sd`)
     "One plan row: the paper's effect (`paper_effect`), the SD per unit (`headline_sd`), the n units that detect it with `power`, and at the default and the paper's n: power, whether it reaches `power`, and the MDE."
     pe = paper_effect(h, reports_dir)
     row = dict(study=h.study, headline=h.metric, unit=(get_study(h.study).units or ("unit", 1))[0], paper_value=pe["value"], effect=pe["effect"],
@@ -584,7 +611,7 @@ def headline_power(h:Headline,               # a card headline
                    mde_default=mcnemar_mde(int(n_default), power=power, alpha=alpha) if np.isfinite(n_default) else np.nan,
                    mde_paper=mcnemar_mde(int(n_paper), power=power, alpha=alpha) if np.isfinite(n_paper) else np.nan)
     else:
-        s = headline_sd(h, reports_dir, n_boot, seed)
+        s = headline_sd(h, reports_dir, n_boot, seed, pilot)
         pw = lambda n: normal_power(pe["effect"], s["sd"], n, alpha)
         z = norm.ppf(1 - alpha/2) + norm.ppf(power)
         row.update(method="normal approximation" + (" on the log odds ratio" if pe["scale"] == "log" else ""), sd=s["sd"], sd_source=s["sd_source"],
@@ -744,6 +771,7 @@ def card_rows(runs:dict,                          # study -> run folder (`runs_f
             g = answer_gate(d)
             rows.append({**base, "run": d.name, "estimate": np.nan, "absent": f"no estimate: absent (this run's summary.csv has no row {pick})",
                          "answers": g["answers"], "verdict_allowed": g["verdict_allowed"], "gate": g["why"]}); continue
+        r.update({"n_answers": r.get("n"), "selection": "", **headline_selection(h, d)})   # the answers it rests on; a classified subset's selection
         if power: r.update(headline_power_row(h, r, d, reports_dir))
         rows.append(r)
     return adjust_card(pd.DataFrame(rows), deltas, headlines)
@@ -781,7 +809,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
         link = f'<a href="../{r["study"]}/{esc(r.get("run"))}.html">{esc(r["study"])}</a>' if pd.notna(r.get("run")) else esc(r["study"])
         power = f"{_fmt(r.get('mde_80'), 2)}<br><small>{esc(r.get('detect'))}</small>" if r.get("detect") else _fmt(r.get("mde_80"), 2)
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, f"<b>{esc(r['headline'])}</b><br><small>{esc(r['what'])}</small>",
-                    est, _fmt(r.get("n")), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
+                    est, _fmt(r.get("n_answers", r.get("n"))) + (f"<br><small>{_fmt(r.get('n_units'))} units</small>" if pd.notna(r.get("n_units")) else "") + (f"<br><small>{esc(r.get('selection'))}</small>" if r.get("selection") else ""), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
                     power, inst, esc(r.get("released") or ""),
                     f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
                     f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>"]) + "</tr>")
@@ -1523,7 +1551,8 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
                target:str="paper",           # "paper": the papers' full item sets; "default": the local bases' samples
                root:str|Path|None=None,
                n_boot:int=100, seed:int=0,   # replicates of the per-unit SD's bootstrap (100: the SD within about 7%, n within about 15%)
-               power:float=0.8, alpha:float=0.05)->dict:
+               power:float=0.8, alpha:float=0.05,
+               pilot:str|None=None)->dict:   # a pilot run's name (reports/<study>/<pilot>): the SD per unit from its own SE
     "`headlines`: one `headline_power` row per card headline of every study the model runs; `studies`: per study its units (default, paper, target, needed: the most any headline needs) and their generations, GPU seconds (H100 measured, A100-40GB estimated: `gpu_time_estimate` per unit, at the model's own max_new_tokens) and CPU seconds (SmolLM2-135M's measured rate). Every run is checked first (`check_model_runs`): a size no run would accept is an error, never a power."
     if target not in ("paper", "default"): raise ParamsError(f"--target {target!r}: use paper (the papers' full item sets) or default (the local bases' samples).")
     root = Path(root or project_root()); reports = root/"reports"
@@ -1539,12 +1568,13 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
         n_default = sample_units(p.study, p.mapping) if pd.notna(p.params) else \
                     sample_units(p.study, read_params_mapping(root/"params"/p.study/"_base-local.yaml"))
         n_paper = sample_units(p.study, s.paper_scale) if s.paper_scale is not None else np.nan
-        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha) for h in s.headlines]
+        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha, pilot) for h in s.headlines]
         heads += rows
         n_target = n_paper if target == "paper" else n_default
         needed = [r["n_needed"] for r in rows if r["n_needed"] is not None]
         row = dict(study=p.study, unit=s.units[0], params=p.params, status=p.status, n_default=n_default, n_paper=n_paper,
-                   n_target=n_target, n_needed=max(needed) if needed else np.nan)
+                   n_target=n_target, n_needed=max(needed) if needed else np.nan,
+                   allocation=str(((p.mapping if pd.notna(p.params) else {}).get("sample") or {}).get("allocation") or "the base's"))
         if p.study in est.index and p.study in ref:
             f = root/"params"/p.study/f"{ref[p.study].name}.yaml"
             per = sample_units(p.study, read_params_mapping(f if f.exists() else root/"params"/p.study/"_base-local.yaml"))
@@ -1561,7 +1591,7 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
         studies.append(row)
     m = read_model_file(models_file)["model"]
     return dict(headlines=pd.DataFrame(heads), studies=pd.DataFrame(studies), target=target, name=read_model_file(models_file)["name"], power=power, alpha=alpha,
-                device=str(m.get("device") or "auto"), model_id=str(m.get("id")))
+                device=str(m.get("device") or "auto"), model_id=str(m.get("id")), pilot=pilot)
 
 # %% ../../nbs/07b_card.ipynb #9d794b02
 def _duration(s:float)->str:
@@ -1584,10 +1614,13 @@ def plan_text(plan:dict # `plan_table(...)`
     out = [f"{plan['name']}: can this n detect the paper's effect? ({plan['power']:.0%} power, two-sided alpha {plan['alpha']:g}); "
            f"target: {what}",
            CPU_TIME_NOTE.format(id=plan.get("model_id")) if cpu else
-           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); the model's max_new_tokens per answer (an upper bound)"]
+           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); the model's max_new_tokens per answer (an upper bound)",
+           f"assumptions: SD per unit from {'the pilot run ' + plan['pilot'] + chr(39) + 's own SE' if plan.get('pilot') else 'the released answers (median of the replay runs; professions and narratives at least the binomial at the paper cell rates)'}"
+           " (each headline's source below); independent units drawn with each study's sample allocation (below); two-sided alpha per headline "
+           f"{plan['alpha']:g}, unadjusted: the card's verdict uses 0.05 / its confirmatory tests, so its MDE is larger; normal approximation, exact McNemar for the paired binary headline"]
     for r in s.itertuples():
         if pd.isna(getattr(r, "unit", np.nan)): out.append(f"\n== {r.study}: {r.status}"); continue
-        out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; {r.status}"
+        out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; allocation: {getattr(r, 'allocation', '') or 'the base' + chr(39) + 's'}; {r.status}"
                    + (f": {r.params}" if isinstance(r.params, str) else "") + ")")
         if (note := get_study(r.study).paper_note): out.append(f"  note: {note}")
         for x in h[h.study.eq(r.study)].itertuples():
