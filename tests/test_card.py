@@ -240,3 +240,21 @@ def test_a_headline_on_a_classified_subset_shows_its_answers_units_and_selection
     assert c.loc["shift_high female", ["n_answers", "n_units"]].tolist() == [213, 34] and c.loc["shift_high male", ["n_answers", "n_units"]].tolist() == [159, 25]
     assert c.loc["shift_high female", "selection"].startswith("rests on 213 of 800 answers (26.6% got a class), from 40 names; selection rich - poor city +9.8 points, p <0.001")
     assert "rests on 159 of 800 answers" in card_html(card, "smollm2-135m")
+
+def test_every_tested_card_row_estimates_the_statistic_its_test_and_mde_use():
+    "Issue 52 item 2, for every row of the committed SmolLM2 card with a test: the summary's estimate equals the study's `headlines_from_items` on the run's items (the statistic the card's own SE, hence its MDE, and the factor swap tests resample), and for professions the swap test's observed statistic. Compares committed reports with the code: after a change of estimand it passes once the reports are regenerated."
+    from silverspoon.studies import get_study
+    from silverspoon.studies.silverspoon.professions import shift_swap_test
+    runs = runs_for_model("smollm2-135m", REPORTS)
+    checked = []
+    for h in card_headlines():
+        if h.kind != "contrast" or h.mcnemar or h.study not in runs: continue
+        s = pd.read_csv(runs[h.study]/"summary.csv").set_index("metric")
+        if pd.isna(s.loc[h.metric, "p"]): continue   # no test on this row (too few units): nothing to match
+        items = pd.read_csv(runs[h.study]/"items.csv", dtype={"item": str})
+        assert get_study(h.study).headlines_from_items(items)[h.metric] == pytest.approx(s.loc[h.metric, "estimate"], abs=1e-9), (h.study, h.metric)
+        if h.study == "professions":
+            a = items.assign(income_class=items.income_class.where(items.income_class.notna(), None))
+            assert shift_swap_test(a, h.metric.split()[-1], n_resamples=99)["estimate"] == pytest.approx(s.loc[h.metric, "estimate"], abs=1e-9)
+        checked.append(h.metric)
+    assert len(checked) == 5, checked   # normative 2, professions 2, narratives 1
