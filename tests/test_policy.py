@@ -96,7 +96,7 @@ def test_no_committed_csv_holds_a_zero_width_interval_or_a_p_without_its_adjuste
 
 
 DECLARED_UNITS = {   # tables whose writer passes `units=` to Report.table (the CSV does not record it)
-    "by_demographic.csv": ("n",), "by_sub_demographic.csv": ("n",),   # nbs/30_stop.ipynb: P over progressions (units="n"); the mean sensitivity's own ms_ci_note counts sub-demographics
+    "by_demographic.csv": ("n_units",), "by_sub_demographic.csv": ("n_units",),   # nbs/30_stop.ipynb: every interval over sub-demographic clusters (issue 52: no Clopper-Pearson from 1-4 clusters)
 }
 
 def test_no_committed_csv_holds_an_interval_or_p_from_fewer_units_than_the_minimum():

@@ -827,7 +827,7 @@ def story_examples(stories:pd.DataFrame, # every asked item, scored (`score_stor
     return ex[["item_id", "name", "city", "status", "label", "n_words", "truncated"]].assign(answer=ex.answer.fillna("").str.slice(0, 400))
 
 # %% ../../../nbs/12_narratives.ipynb #e8c0cb95
-CARD_HEADLINES = (Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points: mean over the names with stories in both city classes",
+CARD_HEADLINES = (Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points: mean over the names with stories in both city classes; every name sees the same 20 cities: the name-level test generalises to those cities only",
                            instrument=("story status", "VADER sentiment"), positive="kinder to the rich city"),)
 PAPER_SCALE = {"sample": {"n": 1000}}   # the paper's 1,000 stories
 
