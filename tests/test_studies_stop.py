@@ -539,7 +539,7 @@ def test_report_with_a_human_file(tmp_path, root, data):
             hi = lo[:-3] + "high"
             assert not ((t[lo] == t[hi]) & t[lo].notna()).any(), (name, lo)      # no zero-width interval
     import re
-    assert re.search(r"Verdict: <strong>(evidence|no evidence|underpowered|no estimate)</strong>", html)   # the verdict words of stats.VERDICT_TIERS
+    assert re.search(r"Verdict: <strong>(evidence|no evidence|no evidence \(no effect sought\)|underpowered|cannot reach significance|no estimate)</strong>", html)   # the verdict words of stats.VERDICT_TIERS
     assert "No human annotation file" not in html
     # issue 50: P beside its constant responders on the same conversations; validity only against hand labels
     it = pd.read_csv(out/"items.csv"); it = it[it.primary & it.status.eq("scored")]
