@@ -394,7 +394,7 @@ def test_first_run_model_with_factors_reports_say_what_the_card_says(tmp_path):
             "--vary", "task.prompt_variant=yes_first,polite", "--reports-dir", reports, "--no-index", cwd=t, env=env, timeout=600)
     assert "4 of 4 runs succeeded" in r.stdout, r.stdout
     card = pd.read_csv(reports/"models"/"echo"/"bias_card.csv").set_index("headline").loc["yes share A-B"]
-    assert card.p == 0.02 and card.p_bh > 0.02   # the factor deltas are in the card's family
+    assert card.p == 0.02 and card.p_bh == 0.02 and card.family.startswith("confirmatory")   # issue 52: the factor deltas are an exploratory family of their own
     check = r'''import sys, re
 import pandas as pd
 from pathlib import Path
