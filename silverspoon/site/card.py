@@ -755,7 +755,7 @@ def card_rows(runs:dict,                          # study -> run folder (`runs_f
               reports_dir:str|Path|None=None,     # for the power's released answers; None = <project>/reports
               headlines:list[Headline]|None=None,
               deltas:pd.DataFrame|None=None,      # the same model's factor deltas: in the BH family
-              power:bool=True                     # False: no MDE (every non-evidence verdict is then "underpowered")
+              power:bool=True                     # False: no power columns (no MDE, no effect sought: a non-evidence verdict is then "no evidence (no effect sought)")
              )->tuple[pd.DataFrame, pd.DataFrame]:
     "(card, deltas): one row per headline (a study without a run: 'no run for this model'; a metric the run lacks: 'no estimate: absent ...'), power columns, then `adjust_card`."
     headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
