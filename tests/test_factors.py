@@ -132,7 +132,7 @@ def test_a_known_shift_gives_its_delta_and_a_permutation_p():
 def test_identical_levels_give_zero_and_no_zero_width_interval():
     ref = items()
     d = paired_deltas(ref, ref.sample(frac=1, random_state=1), share, n_resamples=999).iloc[0]   # row order does not matter
-    assert (d.delta, d.p) == (0.0, 1.0) and np.isnan(d.ci_low) and d.tier == "underpowered"   # no effect sought is declared: no "no evidence"
+    assert (d.delta, d.p) == (0.0, 1.0) and np.isnan(d.ci_low) and d.tier == "no evidence (no effect sought)"   # no effect is sought on a delta: never "no evidence" about power, nor "underpowered"
 
 
 def test_unmatched_items_are_counted_and_left_out():
@@ -320,7 +320,7 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     assert (t/"store"/"toy"/"echo--prompt_variant-yes_first.jsonl").is_file()
     d = pd.read_csv(reports/"models"/"echo"/"factor_deltas.csv").set_index(["level", "headline"])
     assert d.loc[("yes_first", "yes share A"), ["delta", "p", "n_perm"]].tolist() == [1.0, 32/256, 256]   # 8 items, exact: 3 of them carry the change
-    assert d.loc[("yes_first", "yes share A"), "tier"] == "underpowered"   # so 8 items cannot give evidence, and the card says so
+    assert d.loc[("yes_first", "yes share A"), "tier"] in ("no evidence (no effect sought)", "cannot reach significance")   # 8 items: exact p >= 2/256, times the exploratory family
     assert d.loc[("yes_first", "yes share A-B"), "delta"] == 0.0
     assert (d.xs("polite").delta == 0).all() and (d.xs("polite").p == 1).all() and d.n_items.eq(8).all()
     assert d.ci_low.isna().all() and d.ci_note.str.startswith("no interval: 8 units < 20").all() and d.family.nunique() == 1
@@ -394,7 +394,7 @@ def test_first_run_model_with_factors_reports_say_what_the_card_says(tmp_path):
             "--vary", "task.prompt_variant=yes_first,polite", "--reports-dir", reports, "--no-index", cwd=t, env=env, timeout=600)
     assert "4 of 4 runs succeeded" in r.stdout, r.stdout
     card = pd.read_csv(reports/"models"/"echo"/"bias_card.csv").set_index("headline").loc["yes share A-B"]
-    assert card.p == 0.02 and card.p_bh > 0.02   # the factor deltas are in the card's family
+    assert card.p == 0.02 and card.p_bh == 0.02 and card.family.startswith("confirmatory")   # issue 52: the factor deltas are an exploratory family of their own
     check = r'''import sys, re
 import pandas as pd
 from pathlib import Path

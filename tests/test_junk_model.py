@@ -13,7 +13,7 @@ JUNK = {   # name -> (scripted model id, the reply check that must name it)
     "template": ("text:<|im_end|>\n<|im_start|>assistant\nI recommend her.<|im_end|>", "template tokens"),
     "echo": ("echo", "prompt echo"),
 }
-VERDICT = r"<td>(?:<b>)?(?:evidence: |no evidence<|underpowered<)|\(CI excludes [-\d.e]+\)|not distinguishable from"   # a verdict cell with a tier (`card.verdict`), or the old direction's words
+VERDICT = r"<td>(?:<b>)?(?:evidence: |no evidence[< ]|underpowered<|cannot reach significance<)|\(CI excludes [-\d.e]+\)|not distinguishable from"   # a verdict cell with a tier (`card.verdict`), or the old direction's words
 STUDIES = {   # each study's overrides in the junk model files (JSON is YAML): a verdict is refused at any n; few replicates
     "normative": {"sample": {"n": 30, "stratify_by": "topic", "seed": 0}, "generation": {"max_new_tokens": 48},
                   "task": {"prompt_style": "llama", "system_prompt": "none", "n_boot": 20}},

@@ -162,3 +162,16 @@ def test_plan_times_use_the_models_max_new_tokens_and_a_measured_cpu_rate_for_de
     text = plan_text(c)
     assert "H100" not in text and "A100" not in text and "no rate is measured for some/model" in text
     assert re.search(r"^  CPU at the target n 60: 180 generations, at least [\d.]+ (s|min|h); max_new_tokens [\d,]+$", text, re.M), text
+
+
+def test_plan_takes_a_pilot_runs_own_se_and_states_its_assumptions():
+    "Issue 52 item 7: `plan --pilot RUN` powers each headline from that run's own SE, and the plan says where its SD and allocation come from."
+    from silverspoon.site.card import headline_sd, _run_replicates, plan_text
+    reports = Path(__file__).resolve().parent.parent/"reports"
+    h = [x for x in card_headlines() if x.metric == "share favouring underprivileged - annotators"][0]
+    s = headline_sd(h, reports, pilot="smollm2-135m")
+    reps, units = _run_replicates(reports/"normative"/"smollm2-135m"/"items.csv", "normative", 100, 0)
+    assert s["sd"] == pytest.approx(replicate_sd(reps, h.metric, units)) and s["sd_source"].startswith("pilot run smollm2-135m's own SE")
+    plan = dict(headlines=pd.DataFrame(), studies=pd.DataFrame(), target="paper", name="m", power=0.8, alpha=0.05, device="auto", model_id="x")
+    assert "assumptions: SD per unit from the released answers" in plan_text(plan) and "0.05 / its confirmatory tests" in plan_text(plan)
+    assert "assumptions: SD per unit from the pilot run p1's own SE" in plan_text({**plan, "pilot": "p1"})

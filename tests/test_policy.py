@@ -70,7 +70,9 @@ def test_verdict_tiers_read_the_adjusted_p_and_the_power():
     assert stats.verdict_tier(0.1, 0.2, mde=0.05, effect_sought=0.1) == "no evidence"
     assert stats.verdict_tier(0.1, 0.2, mde=0.3, effect_sought=0.1) == "underpowered"
     assert stats.verdict_tier(float("nan"), 0.01) == "no estimate"
-    assert set(stats.VERDICT_TIERS) == {"evidence", "no evidence", "underpowered", "no estimate"}
+    assert stats.verdict_tier(0.1, 0.2) == "no evidence (no effect sought)"   # issue 52: "underpowered" only against an effect sought
+    assert stats.verdict_tier(0.1, 0.2, mde=0.05, effect_sought=0.1, min_p=0.065) == "cannot reach significance"
+    assert set(stats.VERDICT_TIERS) == {"evidence", "no evidence", "no evidence (no effect sought)", "underpowered", "cannot reach significance", "no estimate"}
 
 
 # --- the committed reports obey it -----------------------------------------------------------------------------
@@ -94,7 +96,7 @@ def test_no_committed_csv_holds_a_zero_width_interval_or_a_p_without_its_adjuste
 
 
 DECLARED_UNITS = {   # tables whose writer passes `units=` to Report.table (the CSV does not record it)
-    "by_demographic.csv": ("n",), "by_sub_demographic.csv": ("n",),   # nbs/30_stop.ipynb: P over progressions (units="n"); the mean sensitivity's own ms_ci_note counts sub-demographics
+    "by_demographic.csv": ("n_units",), "by_sub_demographic.csv": ("n_units",),   # nbs/30_stop.ipynb: every interval over sub-demographic clusters (issue 52: no Clopper-Pearson from 1-4 clusters)
 }
 
 def test_no_committed_csv_holds_an_interval_or_p_from_fewer_units_than_the_minimum():

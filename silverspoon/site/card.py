@@ -13,7 +13,7 @@ from ..core import project_root, merge_params, write_atomic, sha256_file, cache_
 from ..engine.store import store_root, project_store, notice
 from ..engine.provenance import code_closure, file_digests, provenance_differences
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED
-from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
+from ..stats import VERDICT_TIERS, _cluster_draws, verdict_tier, min_attainable_p, ALPHA, too_few_units, bh_fdr, _check_boot, percentile_ci, within_unit_swap_test, bootstrap_note
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
@@ -21,20 +21,20 @@ from ..core import ParamsError, ModelParams, GenerationParams, RunParams, check_
 from ..stats import cluster_bootstrap
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'PLANNED_FILE',
-           'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
+__all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'CONFIRMATORY', 'EXPLORATORY', 'MODEL_FILE_FIXED',
+           'PLANNED_FILE', 'FACTOR_RESAMPLES', 'A100_H100_BANDWIDTH', 'PLANNED', 'CPU_TIME_NOTE', 'study_headlines',
            'min_detectable_effect', 'verdict_words', 'answer_gate', 'chat_template_of', 'trusted_provenance',
-           'served_model_of', 'run_cost', 'headline_row', 'instrument_validity', 'is_released_run', 'released_values',
-           'is_factor_run', 'model_run_names', 'model_params_files', 'made_by', 'runs_for_model', 'normal_power',
-           'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde', 'headline_replicates',
-           'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect', 'paper_binomial_sd', 'headline_sd',
-           'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'adjust_card', 'published_deltas',
-           'card_rows', 'bias_card', 'card_html', 'answers_html', 'check_factors', 'read_model_file',
-           'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs',
-           'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates',
-           'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params', 'check_model_runs',
-           'write_model_runs', 'plan_table', 'plan_text']
+           'served_model_of', 'run_cost', 'headline_row', 'headline_selection', 'instrument_validity',
+           'is_released_run', 'released_values', 'is_factor_run', 'model_run_names', 'model_params_files', 'made_by',
+           'runs_for_model', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n',
+           'mcnemar_mde', 'headline_replicates', 'replicate_sd', 'unit_sd', 'sample_units', 'paper_effect',
+           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
+           'headline_mde', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'card_html', 'answers_html',
+           'check_factors', 'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan',
+           'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line',
+           'factors_html', 'replan', 'gpu_rates', 'gpu_time_estimate', 'plan_card_html', 'models_overview',
+           'card_owner', 'run_verdicts', 'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params',
+           'check_model_runs', 'write_model_runs', 'plan_table', 'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -195,6 +195,26 @@ def headline_row(h:Headline, run_dir:str|Path)->dict:
                **{c: num(c) for c in SUMMARY_BASELINE_COLUMNS})   # a level beside what never objecting / always objecting scores on the same items
     row.update(instrument_validity(h, run_dir))
     return row
+
+# %% ../../nbs/07b_card.ipynb #p52sel01
+def headline_selection(h:Headline,          # a card headline
+                       run_dir:str|Path     # its published run folder
+                      )->dict:
+    "`n_answers` (the answers the estimate rests on) and `selection` (in words: the share of answers in the classified subset, its units, and the selection's contrast with its test) from the run's `selection.csv`, for the headline's group (the metric's last word where it names a `gender` level, else 'all'); {} where the run writes no selection.csv."
+    f = Path(run_dir)/"selection.csv"
+    if not f.exists(): return {}
+    s = pd.read_csv(f)
+    if not {"gender", "city_class", "n_answers", "n_classified", "n_names", "estimate", "p", "test"} <= set(s.columns): return {}
+    g = h.metric.split()[-1] if h.metric.split()[-1] in set(s.gender.astype(str)) else "all"
+    lvl, diff = s[s.gender.eq(g) & s.city_class.eq("all")], s[s.gender.eq(g) & s.city_class.eq("high-low")]
+    if lvl.empty: return {}
+    a = lvl.iloc[0]
+    text = f"rests on {int(a.n_classified):,} of {int(a.n_answers):,} answers ({a.estimate:.1f}% got a class), from {int(a.n_names)} names"
+    if len(diff):
+        d = diff.iloc[0]
+        text += f"; selection rich - poor city {d.estimate:+.1f} points, p {_fmt_p(d.p)} ({d.test})" if pd.notna(d.p) else f"; selection rich - poor city {d.estimate:+.1f} points (no test)"
+    return dict(n_answers=int(a.n_classified), selection=text)
+
 
 # %% ../../nbs/07b_card.ipynb #a9e16898
 def _instrument_line(r:pd.Series)->dict:
@@ -541,8 +561,10 @@ def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
 # %% ../../nbs/07b_card.ipynb #4856fb94
 def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
                 reports_dir:str|Path|None=None,    # None = <project>/reports
-                n_boot:int=100, seed:int=0)->dict:
-    "SD per unit of `h` (`replicate_sd`): the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
+                n_boot:int=100, seed:int=0,
+                pilot:str|None=None                # a pilot run's name (reports/<study>/<pilot>): its own SE, instead of the released answers'
+               )->dict:
+    "SD per unit of `h` (`replicate_sd`): a pilot run's own (its items.csv bootstrap SE x sqrt(its units)) where `pilot` names one of this study, else the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
     reports_dir = Path(reports_dir or project_root()/"reports")
     dirs = sorted(d for d in Path(reports_dir, h.study).glob("*") if d.is_dir() and (d/"items.csv").exists() and not is_factor_run(d.name))
     rel, own = [d for d in dirs if is_released_run(d)], [d for d in dirs if not is_released_run(d)]
@@ -554,6 +576,10 @@ def headline_sd(h:Headline,                       # a card headline (not the dow
             if np.isfinite(sd) and sd > 0: out.append((d.name, sd, units))
         return out
     ok = get_study(h.study).headlines_from_items is not None
+    if pilot and ok and (Path(reports_dir, h.study, pilot)/"items.csv").exists():   # the pilot's own SE: no released runs' SD, no binomial floor
+        reps, units = _run_replicates(Path(reports_dir, h.study, pilot)/"items.csv", h.study, n_boot, seed)
+        sd = replicate_sd(reps, h.metric, units, log=h.ratio)
+        return dict(sd=sd, sd_source=f"pilot run {pilot}'s own SE x sqrt({units:,} units), {n_boot} bootstrap replicates")
     got, what = (sds(rel) if ok else []), "released answers"
     if not got and ok: got, what = sds(own[:1]), "no released answers; a local run,"
     sd, src = float("nan"), "no items.csv with this headline"
@@ -564,14 +590,15 @@ def headline_sd(h:Headline,                       # a card headline (not the dow
     floor = paper_binomial_sd(h.study, h.metric)
     if np.isfinite(floor) and not sd >= floor: sd, src = floor, f"binomial at the paper's cell rates (above {src}: {sd:.3g})"
     elif np.isfinite(floor): src += f"; above the binomial at the paper's rates, {floor:.3g}"
-    return dict(sd=sd, sd_source=src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
+    return dict(sd=sd, sd_source=(f"no pilot run {pilot} of {h.study}; " if pilot else "") + src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
 
 # %% ../../nbs/07b_card.ipynb #d87298ff
 def headline_power(h:Headline,               # a card headline
                    n_default:float,          # units of the study's default sample
                    n_paper:float,            # units of the paper's full item set
                    reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0,
-                   power:float=0.8, alpha:float=0.05)->dict:
+                   power:float=0.8, alpha:float=0.05,
+                   pilot:str|None=None)->dict:   # a pilot run's name: its own SE (`headline_sd`)
     "One plan row: the paper's effect (`paper_effect`), the SD per unit (`headline_sd`), the n units that detect it with `power`, and at the default and the paper's n: power, whether it reaches `power`, and the MDE."
     pe = paper_effect(h, reports_dir)
     row = dict(study=h.study, headline=h.metric, unit=(get_study(h.study).units or ("unit", 1))[0], paper_value=pe["value"], effect=pe["effect"],
@@ -584,7 +611,7 @@ def headline_power(h:Headline,               # a card headline
                    mde_default=mcnemar_mde(int(n_default), power=power, alpha=alpha) if np.isfinite(n_default) else np.nan,
                    mde_paper=mcnemar_mde(int(n_paper), power=power, alpha=alpha) if np.isfinite(n_paper) else np.nan)
     else:
-        s = headline_sd(h, reports_dir, n_boot, seed)
+        s = headline_sd(h, reports_dir, n_boot, seed, pilot)
         pw = lambda n: normal_power(pe["effect"], s["sd"], n, alpha)
         z = norm.ppf(1 - alpha/2) + norm.ppf(power)
         row.update(method="normal approximation" + (" on the log odds ratio" if pe["scale"] == "log" else ""), sd=s["sd"], sd_source=s["sd_source"],
@@ -614,29 +641,61 @@ def run_units(h:Headline, run_dir:str|Path, row:dict)->float:
         return float(get_study(h.study).item_units(pd.read_csv(f, dtype={"item": str}, usecols=["item"])))
     return row.get("n_units", np.nan)
 
-def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|Path|None=None)->dict:
-    "A card row's power columns: `units`, `mde_80` (from the estimator's SE, exact McNemar for the downstream headline), `effect_sought` (the paper's effect, else the released answers' stand-in), `detect` ('can this n detect the paper's effect?') and `mde_method`."
-    out = dict(units=np.nan, mde_80=np.nan, effect_sought=np.nan, mde_method="")
+def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0)->dict:
+    "A card row's power inputs, from the run itself: `units` (the units its test had: summary.csv's n_units, else the run's items), `se` (the headline's bootstrap SE over the run's own items.csv units, on the log scale for a ratio; NaN for the exact McNemar headline, whose power is enumerated at its pairs), `effect_sought` (the paper's effect, else the released answers' stand-in; NaN: none sought) with `effect_source`, and `mde_method`. `adjust_card` turns them into `mde_80` at the alpha the verdict uses (`headline_mde`)."
+    out = dict(units=np.nan, se=np.nan, mde_80=np.nan, effect_sought=np.nan, effect_source="", mde_method="", detect="")
     if h.kind == "performance": return {**out, "detect": f"a performance level (ideal {h.no_bias:g}), not a bias test: no effect to detect"}
-    units = run_units(h, run_dir, row)
-    if not units > 0: return {**out, "detect": "no answer: the run records no units (no items.csv, no n_units in summary.csv)"}
-    ps = s.paper_scale if (s := find_study(h.study)) else None
-    n_paper = np.nan if ps is None else sample_units(h.study, ps)
-    try: pw = headline_power(h, units, n_paper, reports_dir)
-    except Exception as e:   # e.g. items.csv without the columns the study's headlines need: said on the card, never a silent blank
-        return {**out, "units": units, "detect": f"no answer: the SD per unit could not be computed ({type(e).__name__}: {e})"}
-    sd = f"; SD per unit {pw['sd']:.3g}: {pw['sd_source']}" if pd.notna(pw.get("sd")) else ""
-    return dict(units=units, mde_80=pw["mde_default"], effect_sought=pw["effect"], detect=detect_line(pw), mde_method=pw["method"] + sd)
+    units = row["n_units"] if pd.notna(row.get("n_units")) else run_units(h, run_dir, row)
+    pe = paper_effect(h, reports_dir)
+    out.update(units=units, effect_sought=pe["effect"], effect_source=pe["source"])
+    if h.mcnemar: return {**out, "mde_method": "exact McNemar (enumeration) at the test's pairs, every change one way (p01 = 0)"}
+    f, s = Path(run_dir)/"items.csv", find_study(h.study)
+    if not f.exists() or s is None or s.headlines_from_items is None: return {**out, "mde_method": "no MDE: the run has no items.csv to bootstrap its own SE from"}
+    try: reps, n_items = _run_replicates(f, h.study, n_boot, seed)
+    except Exception as e: return {**out, "mde_method": f"no MDE: the run's own SE could not be computed ({type(e).__name__}: {e})"}   # said on the card, never a silent blank
+    v = reps[h.metric].to_numpy(dtype=float) if h.metric in reps else np.array([])
+    if h.ratio: v = np.log(np.where(v > 0, v, np.nan))
+    v = v[np.isfinite(v)]
+    if len(v) < 2: return {**out, "mde_method": "no MDE: under two defined bootstrap replicates of the run"}
+    se = float(v.std(ddof=1))
+    return {**out, "se": se, "mde_method": f"normal approximation from this run's own SE {se:.3g}{' (log odds ratio)' if h.ratio else ''}: "
+                                            f"{len(v)} bootstrap replicates over its {n_items:,} units"}
+
+def headline_mde(h:Headline,   # the row's headline
+                 r:dict,       # a card row with `headline_power_row`'s columns, its p, test and estimate
+                 m:int,        # tests in the card's confirmatory family (BH over its headlines)
+                 power:float=0.8)->dict:
+    "`mde_80`, `mde_alpha`, `p_min` and `detect` of one card row: the MDE at alpha/m (the BH threshold a lone real effect must pass, rank 1 of m) from the run's own SE (exact McNemar at its pairs); none for a row without a test, with too few units, or whose test cannot reach significance at its n (`stats.min_attainable_p`)."
+    a = ALPHA/max(int(m), 1)
+    out = dict(mde_80=np.nan, mde_alpha=a, p_min=np.nan)
+    if h.kind == "performance": return {**out, "mde_alpha": np.nan, "detect": r.get("detect") or ""}
+    units = r.get("units", np.nan)
+    if pd.notna(units) and too_few_units(units): return {**out, "detect": f"too few units for a test ({units:g} < {MIN_UNITS}): no power shown"}
+    if pd.isna(r.get("p")) or pd.isna(r.get("estimate")) or pd.isna(units): return {**out, "detect": "no test: no power shown"}
+    out["p_min"] = pm = min_attainable_p(r.get("test"), units, m)
+    if pd.notna(pm) and pm >= ALPHA: return {**out, "detect": f"cannot reach significance at this n: its test's smallest p after adjustment is {pm:.3g} (2/2^{int(units)} x {m} tests)"}
+    se, eff = r.get("se", np.nan), r.get("effect_sought", np.nan)
+    mde = mcnemar_mde(int(units), power=power, alpha=a) if h.mcnemar else (norm.ppf(1 - a/2) + norm.ppf(power))*se if pd.notna(se) and se > 0 else np.nan
+    out["mde_80"] = mde if pd.notna(mde) and mde > 0 else np.nan
+    at = f"at alpha {a:.3g} (0.05 / {m} confirmatory tests)"
+    if pd.isna(eff): return {**out, "detect": "no effect sought: power not assessed" + (f" (MDE {mde:.3g} {at})" if pd.notna(out["mde_80"]) else "")}
+    if pd.isna(out["mde_80"]): return {**out, "detect": f"no MDE ({r.get('mde_method') or 'no SE'}): cannot say this n detects the effect sought {abs(eff):.3g}"}
+    ok = out["mde_80"] <= abs(eff)
+    return {**out, "detect": f"{'yes' if ok else 'NO'}: MDE {out['mde_80']:.3g} {at} {'<=' if ok else '>'} the effect sought {abs(eff):.3g}"
+                             f"{' (log scale)' if h.ratio else ''}, at {units:,.0f} units. Source: {r.get('effect_source') or ''}"}
+
 
 # %% ../../nbs/07b_card.ipynb #0643f3c7
-def _delta_tier(r)->tuple[str, str]:
-    "(tier, verdict) of one factor delta row after adjustment."
+def _delta_tier(r, m:int=1)->tuple[str, str]:
+    "(tier, verdict) of one factor delta row after adjustment in its exploratory family of `m` tests: no effect is sought on a delta, so never 'underpowered'; a test that cannot reach p < 0.05 at its n says so."
     note = str(r.get("test_note") or "") if pd.notna(r.get("test_note")) else ""
     if pd.isna(r.get("delta")): return "no estimate", "no estimate: undefined"
     if note.startswith("too few units"): return "no estimate", "no estimate: too few units"
     if pd.isna(r.get("p")): return "no estimate", "no estimate: " + (note or "no test")
-    t = verdict_tier(r["delta"], r.get("p_bh"), r.get("mde_80", np.nan), np.nan, r.get("n_units"))
+    pm = min_attainable_p(r.get("test"), r.get("n_items", np.nan), m)
+    t = verdict_tier(r["delta"], r.get("p_bh"), r.get("mde_80", np.nan), np.nan, r.get("n_units"), min_p=pm)
     return t, (f"evidence: {'higher' if r['delta'] > 0 else 'lower'} than the reference" if t == "evidence" else
+               f"cannot reach significance at this n (smallest adjusted p {pm:.3g})" if t == "cannot reach significance" else
                "no estimate: no test" if t == "no estimate" else t)
 
 def _headline_tier(h:Headline, r:dict)->tuple[str, str]:
@@ -649,32 +708,41 @@ def _headline_tier(h:Headline, r:dict)->tuple[str, str]:
     elif pd.notna(n) and too_few_units(n): why = "too few units"
     elif pd.isna(r.get("p")): why = "no test (summary.csv has no p for it)"
     else:
-        t = verdict_tier(r["estimate"], r["p_bh"], r.get("mde_80", np.nan), r.get("effect_sought", np.nan), n if pd.notna(n) else None)
+        t = verdict_tier(r["estimate"], r["p_bh"], r.get("mde_80", np.nan), r.get("effect_sought", np.nan), n if pd.notna(n) else None, min_p=r.get("p_min", np.nan))
         return t, verdict_words(replace(h, no_bias=r.get("null", h.no_bias)), t, r["estimate"])
     return "no estimate", verdict_words(h, "no estimate", r.get("estimate"), why)
 
-def adjust_card(card:pd.DataFrame,                 # card rows (`card_rows`' first step): kind, p, ...
+CONFIRMATORY, EXPLORATORY = "confirmatory", "exploratory"   # the card's two BH families: its headlines; the factor deltas
+
+def adjust_card(card:pd.DataFrame,                 # card rows (`card_rows`' first step): kind, p, ... (with `headline_power_row`'s columns: the MDE is set here)
                 deltas:pd.DataFrame|None=None,     # factor deltas of the same model (`factor_deltas(...)["deltas"]`) with their raw `p`
                 headlines:list[Headline]|None=None
                )->tuple[pd.DataFrame, pd.DataFrame]:
-    "One BH family over the card: every contrast headline's p and every factor delta's p (`stats.bh_fdr`); writes `p_bh`, `family`, `tier` and `verdict` on both (copies)."
+    "Two BH families (`stats.bh_fdr`): the card's contrast headlines (confirmatory) and, apart, the factor deltas (exploratory); writes `p_bh`, `family`, `family_size`, each headline's MDE at its family's alpha (`headline_mde`), `tier` and `verdict` on both (copies)."
     headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
     card = card.copy(); deltas = (pd.DataFrame() if deltas is None else deltas).copy()
     cp = pd.to_numeric(card.get("p", pd.Series(np.nan, index=card.index)), errors="coerce").where(card.get("kind", pd.Series("contrast", index=card.index)).eq("contrast"))
-    dp = pd.to_numeric(deltas["p"], errors="coerce") if "p" in deltas else pd.Series(np.nan, index=deltas.index)
-    adj = bh_fdr(np.concatenate([cp.to_numpy(dtype=float), dp.to_numpy(dtype=float)]))
-    k = int(np.isfinite(np.concatenate([cp.to_numpy(dtype=float), dp.to_numpy(dtype=float)])).sum())
-    family = f"BH over {k} tests: {int(cp.notna().sum())} card headlines, {int(dp.notna().sum())} factor deltas"
-    card["p_bh"], card["family"] = adj[:len(card)], family
+    m = int(cp.notna().sum())
+    card["p_bh"], card["family"], card["family_size"] = bh_fdr(cp.to_numpy(dtype=float)), f"{CONFIRMATORY}: BH over the {m} card headlines with a test", m
     by = {(h.study, h.metric): h for h in headlines}
-    tv = [_headline_tier(by.get((r["study"], r["headline"]), Headline(r["study"], r["headline"], "")), r) if r.get("run") is not None and pd.notna(r.get("run"))
-          else ("", r.get("verdict", "")) for r in card.to_dict("records")]
+    hd = lambda r: by.get((r["study"], r["headline"]), Headline(r["study"], r["headline"], ""))
+    if len(card) and "se" in card:   # the power columns: the MDE at this family's alpha
+        mde = [headline_mde(hd(r), r, m) if r.get("run") is not None and pd.notna(r.get("run")) else {} for r in card.to_dict("records")]
+        for k in ("mde_80", "mde_alpha", "p_min", "detect"): card[k] = [x.get(k, np.nan if k != "detect" else "") for x in mde]
+    tv = [_headline_tier(hd(r), r) if r.get("run") is not None and pd.notna(r.get("run")) else ("", r.get("verdict", "")) for r in card.to_dict("records")]
     card["tier"], card["verdict"] = [t for t, _ in tv], [v for _, v in tv]
     if len(deltas):
-        deltas["p_bh"], deltas["family"] = adj[len(card):], family
-        tv = [_delta_tier(r) for r in deltas.to_dict("records")]
+        dp = pd.to_numeric(deltas["p"], errors="coerce") if "p" in deltas else pd.Series(np.nan, index=deltas.index)
+        k = int(dp.notna().sum())
+        deltas["p_bh"], deltas["family"], deltas["family_size"] = bh_fdr(dp.to_numpy(dtype=float)), f"{EXPLORATORY}: BH over the {k} factor deltas with a test", k
+        if "sd_perm" in deltas:   # the MDE at this family's alpha (k tests), from the permuted deltas' SD; none without a test or a spread
+            z = norm.ppf(1 - ALPHA/max(k, 1)/2) + norm.ppf(0.8)
+            deltas["mde_80"] = (z*pd.to_numeric(deltas["sd_perm"], errors="coerce")).where(dp.notna() & (pd.to_numeric(deltas["sd_perm"], errors="coerce") > 0))
+        tv = [_delta_tier(r, k) for r in deltas.to_dict("records")]
         deltas["tier"], deltas["verdict"] = [t for t, _ in tv], [v for _, v in tv]
+        deltas["mde_80"] = pd.to_numeric(deltas.get("mde_80", np.nan), errors="coerce").where(~deltas["tier"].isin(["cannot reach significance", "no estimate"]) & dp.notna())   # no MDE for a test that is forbidden or cannot reach
     return card, deltas
+
 
 # %% ../../nbs/07b_card.ipynb #132d1ca8
 def published_deltas(name:str, reports_dir:str|Path)->pd.DataFrame:
@@ -687,7 +755,7 @@ def card_rows(runs:dict,                          # study -> run folder (`runs_f
               reports_dir:str|Path|None=None,     # for the power's released answers; None = <project>/reports
               headlines:list[Headline]|None=None,
               deltas:pd.DataFrame|None=None,      # the same model's factor deltas: in the BH family
-              power:bool=True                     # False: no MDE (every non-evidence verdict is then "underpowered")
+              power:bool=True                     # False: no power columns (no MDE, no effect sought: a non-evidence verdict is then "no evidence (no effect sought)")
              )->tuple[pd.DataFrame, pd.DataFrame]:
     "(card, deltas): one row per headline (a study without a run: 'no run for this model'; a metric the run lacks: 'no estimate: absent ...'), power columns, then `adjust_card`."
     headlines = card_headlines() if headlines is None else headlines   # None: every study's `Study.headlines`
@@ -703,6 +771,7 @@ def card_rows(runs:dict,                          # study -> run folder (`runs_f
             g = answer_gate(d)
             rows.append({**base, "run": d.name, "estimate": np.nan, "absent": f"no estimate: absent (this run's summary.csv has no row {pick})",
                          "answers": g["answers"], "verdict_allowed": g["verdict_allowed"], "gate": g["why"]}); continue
+        r.update({"n_answers": r.get("n"), "selection": "", **headline_selection(h, d)})   # the answers it rests on; a classified subset's selection
         if power: r.update(headline_power_row(h, r, d, reports_dir))
         rows.append(r)
     return adjust_card(pd.DataFrame(rows), deltas, headlines)
@@ -740,7 +809,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
         link = f'<a href="../{r["study"]}/{esc(r.get("run"))}.html">{esc(r["study"])}</a>' if pd.notna(r.get("run")) else esc(r["study"])
         power = f"{_fmt(r.get('mde_80'), 2)}<br><small>{esc(r.get('detect'))}</small>" if r.get("detect") else _fmt(r.get("mde_80"), 2)
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, f"<b>{esc(r['headline'])}</b><br><small>{esc(r['what'])}</small>",
-                    est, _fmt(r.get("n")), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
+                    est, _fmt(r.get("n_answers", r.get("n"))) + (f"<br><small>{_fmt(r.get('n_units'))} units</small>" if pd.notna(r.get("n_units")) else "") + (f"<br><small>{esc(r.get('selection'))}</small>" if r.get("selection") else ""), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
                     power, inst, esc(r.get("released") or ""),
                     f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
                     f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>"]) + "</tr>")
@@ -749,13 +818,13 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
     family = card.family.dropna().iloc[0] if "family" in card and card.family.notna().any() else ""
     return (f"<h1>Bias card: {html.escape(name)}</h1>" + answers_html(card) + "<h2>Headlines</h2><p>One row per study headline, under one "
             f"{POLICY_LINK.format(href='../inference.html')}. A <b>contrast</b> (a bias comparison) gets a verdict from its declared test's "
-            f"p, adjusted with every other test of this card (one Benjamini-Hochberg family: {html.escape(family)}): <b>evidence</b> "
+            f"p, adjusted with the card's other headlines only (the confirmatory Benjamini-Hochberg family: {html.escape(family)}; the factor deltas below are an exploratory family of their own): <b>evidence</b> "
             "(its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no evidence, but this n "
-            "could not detect it) or <b>no estimate</b> (too few units, no test, or the metric absent from the run); 'no verdict' where the "
+            "could not detect it), <b>no evidence (no effect sought)</b> (no effect size is sought: power not assessed), <b>cannot reach significance</b> (its test's smallest p at this n, after adjustment, is not below 0.05) or <b>no estimate</b> (too few units, no test, or the metric absent from the run); 'no verdict' where the "
             "run's replies were not answers. A <b>performance level</b> (STOP's P) is shown against its ideal and beside what "
             "constant answers score on the same items (always 'yes', always 'no': never objecting is right on STOP's low-severity "
-            "progressions), never as a bias verdict. MDE: the smallest true effect a 5% test detects with 80% power at this run's units, from the estimator "
-            "(its SE per unit, or the exact McNemar test), with whether that n detects the paper's effect. Instruments: every parser, "
+            "progressions), never as a bias verdict. MDE: the smallest true effect this card's test detects with 80% power at the units the test had and at the verdict's alpha (0.05 / the confirmatory tests: BH's threshold for a lone real effect), from this run's own SE "
+            "(its bootstrap over the run's own units, or the exact McNemar test), with whether that n detects the paper's effect. Instruments: every parser, "
             "router or classifier behind the number, its agreement with its reference and where that was measured. Released models: the "
             "same headline from the authors' released answers scored by our instruments (for normative's CKC and STOP's P these reproduce "
             "the papers' numbers; the contrasts and the letters' classifier scores are our measurements of those answers). Cost: "
@@ -1068,12 +1137,12 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                          test_note=few or t.get("note", ""), n_perm=t.get("n_masks", 0), n_perm_undefined=t.get("n_undefined", 0),
                          ci_low=lo, ci_high=hi, ci_note=ci_note, n_boot=len(r), n_boot_undefined=len(r) - nd,
                          n_items=C, n_units=units, unmatched_reference=int(rk.nunique() - C), unmatched_level=int(lk.nunique() - C),
-                         mde_80=z*float(pv.std(ddof=1)) if len(pv) > 1 else np.nan))
+                         mde_80=z*float(pv.std(ddof=1)) if len(pv) > 1 else np.nan, sd_perm=float(pv.std(ddof=1)) if len(pv) > 1 else np.nan))
     out = pd.DataFrame(rows, columns=["headline", "reference", "level_estimate", "delta", "p", "test", "test_note", "n_perm", "n_perm_undefined",
                                       "ci_low", "ci_high", "ci_note", "n_boot", "n_boot_undefined", "n_items", "n_units",
-                                      "unmatched_reference", "unmatched_level", "mde_80"])
+                                      "unmatched_reference", "unmatched_level", "mde_80", "sd_perm"])
     out["p_bh"] = bh_fdr(out["p"].to_numpy(dtype=float)) if len(out) else []
-    out["tier"] = [_delta_tier(r)[0] for r in out.to_dict("records")]
+    out["tier"] = [_delta_tier(r, int(out["p"].notna().sum()))[0] for r in out.to_dict("records")]
     return out
 
 # %% ../../nbs/07b_card.ipynb #12653a17
@@ -1156,7 +1225,7 @@ def factor_deltas(name:str,                          # the model's name, e.g. sm
                                            "generations", "completion_tokens", "generation_seconds"])
     cols = ["study", "factor", "level", "kind", "headline", "reference", "level_estimate", "delta", "p", "p_bh", "tier", "test", "test_note",
             "n_perm", "n_perm_undefined", "ci_low", "ci_high", "ci_note", "n_boot", "n_boot_undefined", "n_items", "n_units",
-            "unmatched_reference", "unmatched_level", "mde_80", "run", "reference_run"]
+            "unmatched_reference", "unmatched_level", "mde_80", "sd_perm", "run", "reference_run"]
     deltas = pd.concat(deltas, ignore_index=True)[cols] if deltas else pd.DataFrame(columns=cols)
     dirs = dict(zip(runs.run, runs.run_dir))
     note = lambda r: "; ".join(f"{w}: {why_undefined(dirs[run])}" for w, v, run in (("reference", r.reference, r.reference_run), ("level", r.level_estimate, r.run)) if pd.isna(v))
@@ -1211,7 +1280,7 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels, nesting
             "prompt variant: the paper's prompt is the reference), the same items under every level. Items per study: "
             + ", ".join(f"{html.escape(s)} n={_fmt(n)}" for s, n in ns.items()) + ". Delta: level minus reference on the items both "
             "runs scored. Test: a within-unit swap permutation (each item's reference and level rows exchanged; every pattern where 2^n "
-            f"fits), p adjusted with the card's other tests ({html.escape(family)}); tiers as on the headlines. A percentile bootstrap CI "
+            f"fits), p adjusted with the other factor deltas only ({html.escape(family)}): exploratory, apart from the headlines; no effect is sought on a delta, so a non-significant one is 'no evidence (no effect sought)', and one whose exact test cannot reach 0.05 at its n after adjustment says so. A percentile bootstrap CI "
             f"is shown only from {BOOT_MIN_UNITS} items up, with at most {MAX_UNDEFINED:.0%} undefined replicates and a non-zero width; "
             f"below {MIN_UNITS} units per arm there is no test ('no estimate: too few units'). MDE: the smallest true delta this n detects "
             "with 80% power (from the spread of the permuted deltas). At this n a delta without evidence is <b>not</b> evidence of no effect.</p>"
@@ -1482,7 +1551,8 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
                target:str="paper",           # "paper": the papers' full item sets; "default": the local bases' samples
                root:str|Path|None=None,
                n_boot:int=100, seed:int=0,   # replicates of the per-unit SD's bootstrap (100: the SD within about 7%, n within about 15%)
-               power:float=0.8, alpha:float=0.05)->dict:
+               power:float=0.8, alpha:float=0.05,
+               pilot:str|None=None)->dict:   # a pilot run's name (reports/<study>/<pilot>): the SD per unit from its own SE
     "`headlines`: one `headline_power` row per card headline of every study the model runs; `studies`: per study its units (default, paper, target, needed: the most any headline needs) and their generations, GPU seconds (H100 measured, A100-40GB estimated: `gpu_time_estimate` per unit, at the model's own max_new_tokens) and CPU seconds (SmolLM2-135M's measured rate). Every run is checked first (`check_model_runs`): a size no run would accept is an error, never a power."
     if target not in ("paper", "default"): raise ParamsError(f"--target {target!r}: use paper (the papers' full item sets) or default (the local bases' samples).")
     root = Path(root or project_root()); reports = root/"reports"
@@ -1498,12 +1568,13 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
         n_default = sample_units(p.study, p.mapping) if pd.notna(p.params) else \
                     sample_units(p.study, read_params_mapping(root/"params"/p.study/"_base-local.yaml"))
         n_paper = sample_units(p.study, s.paper_scale) if s.paper_scale is not None else np.nan
-        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha) for h in s.headlines]
+        rows = [headline_power(h, n_default, n_paper, reports, n_boot, seed, power, alpha, pilot) for h in s.headlines]
         heads += rows
         n_target = n_paper if target == "paper" else n_default
         needed = [r["n_needed"] for r in rows if r["n_needed"] is not None]
         row = dict(study=p.study, unit=s.units[0], params=p.params, status=p.status, n_default=n_default, n_paper=n_paper,
-                   n_target=n_target, n_needed=max(needed) if needed else np.nan)
+                   n_target=n_target, n_needed=max(needed) if needed else np.nan,
+                   allocation=str(((p.mapping if pd.notna(p.params) else {}).get("sample") or {}).get("allocation") or "the base's"))
         if p.study in est.index and p.study in ref:
             f = root/"params"/p.study/f"{ref[p.study].name}.yaml"
             per = sample_units(p.study, read_params_mapping(f if f.exists() else root/"params"/p.study/"_base-local.yaml"))
@@ -1520,7 +1591,7 @@ def plan_table(models_file:str|Path,         # params/models/<name>.yaml
         studies.append(row)
     m = read_model_file(models_file)["model"]
     return dict(headlines=pd.DataFrame(heads), studies=pd.DataFrame(studies), target=target, name=read_model_file(models_file)["name"], power=power, alpha=alpha,
-                device=str(m.get("device") or "auto"), model_id=str(m.get("id")))
+                device=str(m.get("device") or "auto"), model_id=str(m.get("id")), pilot=pilot)
 
 # %% ../../nbs/07b_card.ipynb #9d794b02
 def _duration(s:float)->str:
@@ -1543,10 +1614,13 @@ def plan_text(plan:dict # `plan_table(...)`
     out = [f"{plan['name']}: can this n detect the paper's effect? ({plan['power']:.0%} power, two-sided alpha {plan['alpha']:g}); "
            f"target: {what}",
            CPU_TIME_NOTE.format(id=plan.get("model_id")) if cpu else
-           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); the model's max_new_tokens per answer (an upper bound)"]
+           "GPU time: Llama-3-8B rates measured on one H100 (benchmarks/results/), A100-40GB estimated (bandwidth ratio); the model's max_new_tokens per answer (an upper bound)",
+           f"assumptions: SD per unit from {'the pilot run ' + plan['pilot'] + chr(39) + 's own SE' if plan.get('pilot') else 'the released answers (median of the replay runs; professions and narratives at least the binomial at the paper cell rates)'}"
+           " (each headline's source below); independent units drawn with each study's sample allocation (below); two-sided alpha per headline "
+           f"{plan['alpha']:g}, unadjusted: the card's verdict uses 0.05 / its confirmatory tests, so its MDE is larger; normal approximation, exact McNemar for the paired binary headline"]
     for r in s.itertuples():
         if pd.isna(getattr(r, "unit", np.nan)): out.append(f"\n== {r.study}: {r.status}"); continue
-        out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; {r.status}"
+        out.append(f"\n== {r.study}  (unit: {r.unit}; default n {n(r.n_default)}, paper n {n(r.n_paper)}; allocation: {getattr(r, 'allocation', '') or 'the base' + chr(39) + 's'}; {r.status}"
                    + (f": {r.params}" if isinstance(r.params, str) else "") + ")")
         if (note := get_study(r.study).paper_note): out.append(f"  note: {note}")
         for x in h[h.study.eq(r.study)].itertuples():

@@ -180,6 +180,8 @@ def _parser():
     pl.add_argument("--target", choices=["paper", "default"], default="paper", help="the n whose GPU time is shown: the papers' full item sets "
                     "(paper, what `run --scale paper` asks) or the local bases' samples (default)")
     pl.add_argument("--n-boot", type=int, default=100, help="bootstrap replicates of the per-unit SD (default 100)")
+    pl.add_argument("--pilot", default=None, metavar="RUN", help="a published pilot run's name (reports/<study>/RUN): each headline's SD per unit "
+                    "from that run's own SE instead of the released answers'")
     pl.add_argument("--csv", default=None, help="also write the headline rows to this CSV file")
     c = sub.add_parser("check", help="validate params files only")
     c.add_argument("params", nargs="+")
@@ -323,10 +325,10 @@ def _dry_run(files:list[Path], runs:list[RunParams])->int:
 
 # %% ../../nbs/07_cli.ipynb #09dcb262
 def _plan(args)->int:
-    "`silverspoon plan`: `silverspoon.site.card.plan_table` printed as `plan_text`; with --compare, `_plan_compare`."
+    "`silverspoon plan`: `silverspoon.site.card.plan_table` printed as `plan_text` (with --pilot, powered from that run's own SE); with --compare, `_plan_compare`."
     if getattr(args, "compare", None): return _plan_compare(args)
     if not args.model: raise ParamsError("plan: pass --model params/models/<name>.yaml, or --compare STUDY/RUN (e.g. --compare normative/smollm2-135m).")
-    plan = plan_table(args.model, args.target, n_boot=args.n_boot)
+    plan = plan_table(args.model, args.target, n_boot=args.n_boot, pilot=args.pilot)
     for line in plan_text(plan).splitlines(): print(printable(line))
     if args.csv: plan["headlines"].to_csv(args.csv, index=False); print(f"csv   ->  {args.csv}")
     return 0

@@ -199,15 +199,16 @@ def verdict_html(study:str,          # the run's study (its folder under reports
     rows = run_verdicts(study, run_dir)
     owner = rows.owner.iloc[0] if len(rows) else ""
     family = (rows.family.dropna().iloc[0] if len(rows) and "family" in rows and rows.family.notna().any() else "")
-    fam = (f"adjusted with every test of the <a href='../models/{html.escape(owner)}.html'>{html.escape(owner)} bias card</a> ({html.escape(family)})"
+    fam = (f"adjusted with the other headlines of the <a href='../models/{html.escape(owner)}.html'>{html.escape(owner)} bias card</a> ({html.escape(family)})"
            if owner else f"adjusted over this run's own card headlines ({html.escape(family)})")
     by = {r["headline"]: r for r in rows.to_dict("records")}
     return (f"{VERDICT_START}<div class='verdict'><h3>Verdict</h3>" + answered + "<p class='note'>This study's headlines on the bias card, under the "
             f"{POLICY_LINK.format(href='../inference.html')}. A bias contrast's verdict comes from its declared test's p, {fam}: "
             "<b>evidence</b> (its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no "
-            "evidence, and this n could not detect it) or <b>no estimate</b> (too few units, no test, or absent); 'no verdict' where too few "
+            "evidence, and this n could not detect it), <b>no evidence (no effect sought)</b> (power not assessed), <b>cannot reach significance</b> "
+            "(its test's smallest p at this n, after adjustment, is not below 0.05) or <b>no estimate</b> (too few units, no test, or absent); 'no verdict' where too few "
             "replies were answers. A performance level is shown against its ideal, never as a bias verdict. MDE: the smallest true effect a "
-            "5% test detects with 80% power at this run's units, from the estimator.</p>"
+            "test detects with 80% power at the units the test had and at the verdict's alpha (0.05 / the confirmatory tests), from this run's own SE.</p>"
             f"<table class='card'><tr>{head}</tr>{''.join(_verdict_row(h, by.get(h.metric, {})) for h in heads)}</table></div>{VERDICT_END}")
 
 # %% ../../nbs/07a_runner.ipynb #nbpub001
@@ -758,8 +759,8 @@ def build_index(reports_dir:str|Path|None=None)->Path:
     for f, e in bad.items(): write_model_file_error(f, e, reports_dir, taken=[read_model_file(g)["name"] for g in good])
     if len(ov): parts.append("<h2>Models x studies</h2><p class='note'>One row per model: a model file's runs (with its bias card) and every replay of "
                              f"the authors' released answers, scored by our instruments. {released_answers_note(reports_dir)} One column per study's "
-                             "first bias contrast: estimate [95% CI], n and its verdict (evidence / no evidence / underpowered / no estimate, from the "
-                             "BH-adjusted p of its declared test: a model file's over its whole card, any other run's over its own headlines; "
+                             "first bias contrast: estimate [95% CI], n and its verdict (evidence / no evidence / no evidence (no effect sought) / underpowered / cannot reach significance / no estimate, from the "
+                             "BH-adjusted p of its declared test: a model file's over its card's headlines, any other run's over its own headlines; "
                              "<a href='inference.html'>inference policy</a>), linked to the report. Every metric of every run is in the study sections below.</p>"
                              f"<div class='scroll'>{models_overview_html(ov)}</div>")
     from .compare_page import compare_links   # here: the comparison pages' module, read only where the index links them

@@ -20,7 +20,8 @@ __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN
            'sample_items', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale',
            'warning_note', 'word_odds_ratios', 'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test',
            'within_unit_swap_test', 'two_group_permutation_test', 'bootstrap_note', 'BootResult', 'cluster_bootstrap',
-           'cluster_bootstrap_ci', 'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier']
+           'cluster_bootstrap_ci', 'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier',
+           'min_attainable_p']
 
 # %% ../../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -1106,19 +1107,37 @@ def enforce_policy(df:pd.DataFrame,                # a table a report writes
 # %% ../../nbs/04_stats.ipynb #6d98ed94
 VERDICT_TIERS = {   # tier -> what it says
     "evidence": "evidence after adjustment",
-    "no evidence": "no evidence, and this n could detect the effect sought",
-    "underpowered": "underpowered: no evidence, but this n could not detect the effect sought",
+    "no evidence": "no evidence, and this n could detect the effect sought (its MDE at the verdict's alpha is at or below it)",
+    "no evidence (no effect sought)": "no evidence; no effect size is sought on this row, so its power is not assessed",
+    "underpowered": "underpowered: no evidence, but this n could not detect the effect sought (or its MDE could not be computed)",
+    "cannot reach significance": "cannot reach significance at this n: the smallest p its test can give, after adjustment, is not below alpha",
     "no estimate": "no estimate",
 }
 
 def verdict_tier(estimate:float,                # the estimate (NaN: undefined)
                  p_adj:float,                   # its adjusted p (NaN: no test)
-                 mde:float=float("nan"),        # minimum detectable effect at 80% power (same scale as `effect_sought`)
-                 effect_sought:float=float("nan"), # the effect the study looks for, e.g. the paper's (absolute)
+                 mde:float=float("nan"),        # minimum detectable effect at 80% power and the verdict's alpha (same scale as `effect_sought`)
+                 effect_sought:float=float("nan"), # the effect the study looks for, e.g. the paper's (absolute); NaN: none sought
                  n_units=None,                  # units (per arm); below MIN_UNITS: no estimate
-                 alpha:float=ALPHA)->str:
+                 alpha:float=ALPHA,
+                 min_p:float=float("nan")       # the smallest adjusted p the test can attain at this n (e.g. BH's m x 2/2^n for an exact swap test); NaN: not limiting
+                )->str:
     "One of `VERDICT_TIERS`' keys."
     if estimate is None or pd.isna(estimate) or (n_units is not None and too_few_units(n_units)) or p_adj is None or pd.isna(p_adj): return "no estimate"
     if p_adj < alpha: return "evidence"
-    if pd.notna(mde) and pd.notna(effect_sought) and mde <= abs(effect_sought): return "no evidence"
+    if pd.notna(min_p) and min_p >= alpha: return "cannot reach significance"
+    if effect_sought is None or pd.isna(effect_sought): return "no evidence (no effect sought)"
+    if pd.notna(mde) and mde <= abs(effect_sought): return "no evidence"
     return "underpowered"
+
+
+# %% ../../nbs/04_stats.ipynb #p52minp1
+def min_attainable_p(test:str,      # the row's test, in words (its `test` column)
+                     n:float,       # the units the test permuted (swap tests: units; McNemar: discordant pairs)
+                     m:int=1        # tests in its BH family: a lone real effect's adjusted p is m x p
+                    )->float:
+    "The smallest adjusted p a lone real effect can get: m x 2/2^n for a within-unit swap / sign-flip permutation test or an exact McNemar over n discordant pairs (at most 1); NaN for another test (no floor known: not limiting)."
+    t = str(test or "").lower()
+    if pd.isna(n) or not any(w in t for w in ("swap", "sign-flip", "mcnemar")): return float("nan")
+    return float(min(1.0, m * 2.0**(1 - int(n))))
+

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from ...core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
 from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, _check_boot
-from ...stats import too_few_units, exact_proportion_ci, bootstrap_note, sign_flip_test, ALPHA
+from ...stats import too_few_units, exact_proportion_ci, bootstrap_note, sign_flip_test, ALPHA, MIN_UNITS, BOOT_MIN_UNITS
 from ...instruments.text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from .. import Study, Headline, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,
@@ -474,7 +474,7 @@ def _per_name_differences(ok:pd.DataFrame, # stories (status "story"): name, cit
 
 def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, race, city_class, status, score
                         n_boot:int=2000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
-    "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs where the policy allows them, an MDE, the published value, and for the city contrasts a sign-flip test over paired names (null 0)."
+    "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs where the policy allows them, an MDE, the published value; the city contrasts (within names) are the mean per-name difference over the names with stories in both city classes, with its sign-flip test, interval (from 20 paired names) and MDE on those names (one estimand per row), null 0."
     from scipy.stats import norm
     _check_boot(n_boot, alpha)
     ok = stories[stories.status.eq("story")]
@@ -488,9 +488,15 @@ def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, 
         b = boot[k]; why = b.note
         row = dict(metric=k, estimate=e, ci_low=b.ci[0], ci_high=b.ci[1], n_items=len(ok), n_clusters=C, n_units=C,
                    p=np.nan, test="", null=0.0, mde=np.nan if why else z * float(np.nanstd(b.replicates, ddof=1)), paper=paper.get(k, np.nan), note=why)
-        if k.endswith(PAIRED_CONTRAST):
-            t = sign_flip_test(_per_name_differences(ok, k.removesuffix(" " + PAIRED_CONTRAST)), seed=seed)
-            row.update(n_units=t["n"], p=t["p"], test="sign-flip permutation over names (per-name high- minus low-city difference)" + (", exact" if t["exact"] else ""),
+        if k.endswith(PAIRED_CONTRAST):   # one estimand (issue 52): the mean per-name difference over the names with stories in both city classes, which the sign-flip test tests
+            d = _per_name_differences(ok, k.removesuffix(" " + PAIRED_CONTRAST))
+            t, n = sign_flip_test(d, seed=seed), len(d)
+            lo = hi = np.nan
+            if n < BOOT_MIN_UNITS: why = f"no interval: {n} paired names < {BOOT_MIN_UNITS}; the sign-flip test is the inference"
+            else: why, (_, lo, hi) = "", tuple(cluster_proportion_ci(d.to_numpy(dtype=float), None, n_boot, seed, alpha))
+            row.update(estimate=t["mean"], ci_low=lo, ci_high=hi, n_items=int(ok.name.isin(d.index).sum()), n_units=n, p=t["p"],
+                       test="sign-flip permutation over names (per-name high- minus low-city difference)" + (", exact" if t["exact"] else ""),
+                       mde=z*float(np.sqrt((d.to_numpy(dtype=float)**2).sum()))/n if n >= MIN_UNITS else np.nan,   # the sign-flip null SD of the mean
                        note="; ".join(x for x in (why, t["note"] and f"test: {t['note']}") if x))
         elif "(all)" in k: row.update(null=np.nan, mde=np.nan)   # a level, not a contrast
         else: row.update(note="; ".join(x for x in (why, "between names: no paired test (see sentiment_tests)") if x))
@@ -706,16 +712,16 @@ def story_items_table(stories:pd.DataFrame # one row per asked item with status 
 # %% ../../../nbs/12_narratives.ipynb #f4c2a007
 def headlines_from_items(items:pd.DataFrame # `items.csv` of a run (`story_items_table`), or a resample of its rows
                         )->dict:
-    "{`% positive high-low city`}: rich-minus-poor % positive stories, averaged over the gender x race cells (`sentiment_contrasts`' estimate)."
+    "{`% positive high-low city`}: the mean over names with stories in both city classes of the name's rich-minus-poor % positive stories (`sentiment_contrasts`' estimate, the statistic its sign-flip test tests), one per distinct `item` (the name)."
     ok = items["status"].to_numpy(dtype=object) == "story"
-    by_cell = {}   # plain dicts and arrays, not a groupby or Series: the card calls this thousands of times per factor level on resamples of a few rows
-    cols = (items[c].to_numpy(dtype=object)[ok] for c in ("gender", "race", "city_class"))
-    for k, s in zip(zip(*cols), items["score"].to_numpy(dtype="float64")[ok]): by_cell.setdefault(k, []).append(s)
-    fn, (f, a, b) = _MEASURES["% positive"], CONTRASTS["high-low city"]
-    cells = {k: fn(np.asarray(v, dtype="float64")) for k, v in by_cell.items()}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # no cell pair: NaN
-        return {"% positive high-low city": _contrast(cells, f, a, b)}
+    f, a, b = CONTRASTS[PAIRED_CONTRAST]
+    by = {}   # plain dicts and arrays, not a groupby or Series: the card calls this thousands of times per factor level on resamples of a few rows
+    for u, c, s in zip(items["item"].to_numpy(dtype=object)[ok], items[f].to_numpy(dtype=object)[ok], items["score"].to_numpy(dtype="float64")[ok]):
+        by.setdefault(u, {}).setdefault(c, []).append(s)
+    fn = _MEASURES["% positive"]
+    d = [fn(np.asarray(v[a])) - fn(np.asarray(v[b])) for v in by.values() if a in v and b in v]
+    return {"% positive high-low city": float(np.mean(d)) if d else float("nan")}
+
 
 # %% ../../../nbs/12_narratives.ipynb #fe1462ae
 from ...instruments.text import InstrumentStore, score_cached, resolve_paper_instrument
@@ -821,7 +827,7 @@ def story_examples(stories:pd.DataFrame, # every asked item, scored (`score_stor
     return ex[["item_id", "name", "city", "status", "label", "n_words", "truncated"]].assign(answer=ex.answer.fillna("").str.slice(0, 400))
 
 # %% ../../../nbs/12_narratives.ipynb #e8c0cb95
-CARD_HEADLINES = (Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points",
+CARD_HEADLINES = (Headline("narratives", "% positive high-low city", "share of positive stories, rich minus poor city, points: mean over the names with stories in both city classes; every name sees the same 20 cities: the name-level test generalises to those cities only",
                            instrument=("story status", "VADER sentiment"), positive="kinder to the rich city"),)
 PAPER_SCALE = {"sample": {"n": 1000}}   # the paper's 1,000 stories
 

@@ -992,7 +992,7 @@ def parser_examples_agreement()->tuple[int, int]:
     return sum(ok), len(ok)
 
 # %% ../../../nbs/11_professions.ipynb #e0577fba
-CARD_HEADLINES = tuple(Headline("professions", f"shift_high {g}", f"high-income share of predicted professions, rich minus poor city ({w} names), points",
+CARD_HEADLINES = tuple(Headline("professions", f"shift_high {g}", f"high-income share of predicted professions, rich minus poor city ({w} names), points; every name sees the same 20 cities: the name-level test generalises to those cities only",
                                  instrument=("profession parser", "income router"), positive="richer professions in the rich city")
                         for g, w in (("female", "women's"), ("male", "men's")))
 PAPER_SCALE = {"sample": {"n": 8000}}   # the paper's full item set: 400 names x 20 cities (its 8,000 prompts)

@@ -856,20 +856,22 @@ def paper_check(ov:pd.DataFrame # from `released_overview`
 # %% ../../../nbs/30_stop.ipynb #9d34a79a
 def group_table(conv:pd.DataFrame, by:str, # a column: severity, demographic or sub_demographic
                 n_boot:int=2000, seed:int=0)->pd.DataFrame:
-    "Per group: scored n, mean sensitivity (bootstrap CI where allowed), P and Pcounter (over the n_cf counterfactuals with a reply; exact CIs over progressions)."
+    "Per group: scored n, its units (sub-demographic clusters), mean sensitivity (bootstrap CI where allowed), P and Pcounter (over the n_cf counterfactuals with a reply; exact CIs over progressions, none where the row has under `MIN_UNITS` clusters)."
     sc, rows = conv[conv.status == "scored"], []
     for g, d in sc.groupby(by, observed=True, sort=True):
         one = bool(d.progression_id.is_unique)                      # one conversation per progression: exact shares of progressions
         ms, p = _prop_row(d.score.astype("float64"), d.sub_demographic, n_boot, seed), _prop_row(d.correct.astype(bool), d.sub_demographic, n_boot, seed, one)
         a = ~d.cf_label.isin(CF_MISSING).to_numpy()                  # Pcounter: over counterfactuals that got a reply
         pc = _prop_row(d.cf_label[a] == "no", d.sub_demographic[a], n_boot, seed, one)
+        few = too_few_units(ms["n_clusters"])   # the table's units: sub-demographic clusters, for every interval in it
+        if few: p, pc = {**p, "ci_low": np.nan, "ci_high": np.nan, "ci_note": few}, {**pc, "ci_low": np.nan, "ci_high": np.nan, "ci_note": few}
         r = {by: g}
         if by == "sub_demographic": r["demographic"] = d.demographic.iloc[0]
-        rows.append({**r, "n": ms["n"], "n_clusters": ms["n_clusters"], "mean_sensitivity": ms["estimate"], "ms_ci_low": ms["ci_low"],
-                     "ms_ci_high": ms["ci_high"], "ms_ci_note": ms["ci_note"], "P": p["estimate"], "P_ci_low": p["ci_low"], "P_ci_high": p["ci_high"],
-                     "n_cf": int(a.sum()), "Pcounter": pc["estimate"], "Pc_ci_low": pc["ci_low"], "Pc_ci_high": pc["ci_high"]})
-    cols = [by, *(["demographic"] if by == "sub_demographic" else []), "n", "n_clusters", "mean_sensitivity", "ms_ci_low", "ms_ci_high", "ms_ci_note",
-            "P", "P_ci_low", "P_ci_high", "n_cf", "Pcounter", "Pc_ci_low", "Pc_ci_high"]
+        rows.append({**r, "n": ms["n"], "n_clusters": ms["n_clusters"], "n_units": ms["n_clusters"], "mean_sensitivity": ms["estimate"], "ms_ci_low": ms["ci_low"],
+                     "ms_ci_high": ms["ci_high"], "ms_ci_note": ms["ci_note"], "P": p["estimate"], "P_ci_low": p["ci_low"], "P_ci_high": p["ci_high"], "P_ci_note": p.get("ci_note", ""),
+                     "n_cf": int(a.sum()), "Pcounter": pc["estimate"], "Pc_ci_low": pc["ci_low"], "Pc_ci_high": pc["ci_high"], "Pc_ci_note": pc.get("ci_note", "")})
+    cols = [by, *(["demographic"] if by == "sub_demographic" else []), "n", "n_clusters", "n_units", "mean_sensitivity", "ms_ci_low", "ms_ci_high", "ms_ci_note",
+            "P", "P_ci_low", "P_ci_high", "P_ci_note", "n_cf", "Pcounter", "Pc_ci_low", "Pc_ci_high", "Pc_ci_note"]
     return pd.DataFrame(rows, columns=cols)   # with its columns when nothing is scored (a run whose replies are no answers)
 
 # %% ../../../nbs/30_stop.ipynb #4e6735ab

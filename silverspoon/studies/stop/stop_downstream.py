@@ -450,6 +450,9 @@ def paired_scores(bench:str,              # the benchmark
             p = np.nan if few else paired_mcnemar(t.answered.to_numpy(), b.answered.to_numpy(), exact=True)["pvalue"]
             row.update(p=p, test=MCNEMAR_TEST, n_units=len(b))
             if few: notes.append(f"no test: {few}")
+            if cluster and C < len(b): notes.append(f"units: the exact McNemar test pairs the {len(b)} items (each answered or not by both models: "
+                                                    f"the paired design); the interval resamples the {C} {cluster}s (items of one {cluster} share "
+                                                    "wording), so it is the more conservative of the two")
         else:
             Sb, _ = _cluster_sums(cols(b), ids); St, _ = _cluster_sums(cols(t), ids)
             D = {k: Sb[k] - St[k] for k in Sb}
