@@ -3,7 +3,7 @@ import shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from silverspoon.site.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
-from silverspoon.site.runner import write_card, _CSS
+from silverspoon.site.runner import write_card; from silverspoon.run.executor import _CSS
 from silverspoon.core import ParamsError
 
 

@@ -141,7 +141,7 @@ def test_read_only_commands_write_nothing_a_running_run_reads(root, tmp_path, cl
 
 def test_a_run_file_changed_after_the_check_is_not_run(root, tmp_path, monkeypatch):
     "A second `run --model` of an edited model file rewrites the run files: the first run refuses a file that is no longer what it checked."
-    from silverspoon.site.runner import read_params_file, run_params_file
+    from silverspoon.run.executor import read_params_file, run_params_file
     from silverspoon.core import SilverspoonError
     f = tmp_path/"x.yaml"
     f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30}\n")

@@ -331,7 +331,7 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     assert "<h2>Factors</h2>" in page and "toy n=8" in page
     assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
     # every run skips the library's examples (runner.without_examples: nbdev_test runs them) and says so at its end
-    from silverspoon.site.runner import EXAMPLES_NOTE
+    from silverspoon.run.executor import EXAMPLES_NOTE
     ran = {p.stem: nbformat.read(str(p), as_version=4) for p in (reports/"toy").glob("*.ipynb")}
     for run in ("echo", "echo--reference", "echo--prompt_variant-yes_first"):
         assert "a library example ran" not in "".join(c.source for c in ran[run].cells), run

@@ -33,8 +33,8 @@ __all__ = ['POLICY_LINK', 'FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', '
            'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan', 'paired_deltas', 'factor_runs',
            'why_undefined', 'factor_deltas', 'wording_band', 'nesting_line', 'factors_html', 'replan', 'gpu_rates',
            'gpu_time_estimate', 'plan_card_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html', 'scale_plan', 'model_run_source', 'check_study_params', 'check_model_runs',
-           'write_model_runs', 'plan_table', 'plan_text']
+           'models_overview_html', 'scale_plan', 'model_run_source', 'check_model_runs', 'write_model_runs',
+           'plan_table', 'plan_text']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def _fmt(x, digits=3)->str:
@@ -50,7 +50,7 @@ def _fmt_p(x)->str:
 POLICY_LINK = "<a href='{href}'>inference policy</a>"   # reports/inference.html (silverspoon.studies.report.policy_page): ../inference.html from a report or a card, inference.html from the index
 
 # %% ../../nbs/07b_card.ipynb #dd8fd567
-from ..studies import Headline, HEADLINE_KINDS, card_headlines, get_study, find_study, STUDY_REGISTRY   # each study declares its headlines in its `STUDY = Study(...)` cell
+from ..studies import Headline, HEADLINE_KINDS, card_headlines, get_study, find_study, STUDY_REGISTRY, check_study_params   # each study declares its headlines in its `STUDY = Study(...)` cell
 
 # %% ../../nbs/07b_card.ipynb #d3fe7143
 def study_headlines(study:str)->list:
@@ -1436,18 +1436,6 @@ def model_run_source(models_file:str|Path, # the model file
                     )->str:
     "How an error names a run a model file makes: the file, then where in it (`studies.<study>`, and the factor run)."
     return f"{models_file} (studies.{study}" + (f", factor run {run})" if run else ")")
-
-def check_study_params(p:RunParams,         # loaded params (`load_params`: types and `BOUNDS` checked)
-                       src:str="<params>"   # the file (and where in it), for messages
-                      ):
-    "The study's own check of `p` (`Study.validate`), then one no study may skip: `sample.n` at most the study's full item set (its `paper_scale`'s sample.n), so no size a run cannot draw is planned, powered or timed. Returns the study's task options."
-    s = get_study(p.study, src)
-    opts = s.validate(p, src)
-    full = ((s.paper_scale or {}).get("sample") or {}).get("n")
-    if p.sample.n is not None and isinstance(full, int) and p.sample.n > full:
-        raise ParamsError(f"{src}: field `sample.n` = {p.sample.n} is more than the {full} answers of the study's full item set (its paper scale, "
-                          f"{full/s.units[1]:,.0f} {s.units[0]} units). Fix: use at most {full}, or null for every item.")
-    return opts
 
 def check_model_runs(models_file:str|Path,        # params/models/<name>.yaml
                      studies:list[str]|None=None,  # only these studies

@@ -9,8 +9,8 @@ import pandas as pd
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from ..core import *
-from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner, notebooks_note
-from .runner import write_card, check_model_files
+from ..run.executor import read_params_file, run_params_file, reports_folder, preflight_model, check_report_owner, notebooks_note
+from .runner import build_index, write_card, check_model_files, verdict_html
 from ..studies import STUDY_REGISTRY, get_study
 from ..engine.backends.openai import OPENAI_URL, public_url
 from .card import FACTOR_FIELDS, read_model_file, runs_for_model, sample_units, plan_table, plan_text, check_model_runs, write_model_runs
@@ -282,7 +282,7 @@ def _run(args)->int:
     t0, failed, incomplete, expected = time.time(), [], [], dict(zip(files, runs))
     def one(f):
         try:
-            r = run_params_file(f, args.reports_dir, kernel=args.kernel, expect=expected[f])   # what was checked above, or nothing
+            r = run_params_file(f, args.reports_dir, kernel=args.kernel, expect=expected[f], verdict=verdict_html)   # what was checked above, or nothing
             if r.get("failed_calls"):             # published, but not every call was answered: never a plain `ok`
                 incomplete.append(f)
                 print(printable(f"INCOMPLETE  {f}  ->  {r['html']}  ({r['seconds']} s): {calls_text(r['failed_calls'])}; "

@@ -16,7 +16,7 @@ from ..instruments.parse import ReplyGate
 # %% auto #0
 __all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Headline', 'Study',
            'check_prompt_variant', 'variant_system', 'variant_note', 'discover_studies', 'get_study', 'find_study',
-           'all_studies', 'card_headlines', 'start_run']
+           'check_study_params', 'all_studies', 'card_headlines', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #a11c5832
 HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
@@ -172,6 +172,19 @@ def find_study(name:str # a study name read from a file (a report's provenance, 
               )->Study|None:
     "The `Study` registered as `name`, or None where no study has that name (a report of a study since removed): `get_study` for names that must exist."
     return get_study(name) if name in STUDY_REGISTRY else None
+
+# %% ../../nbs/08_studies.ipynb #chkstd01
+def check_study_params(p:RunParams,         # loaded params (`load_params`: types and `BOUNDS` checked)
+                       src:str="<params>"   # the file (and where in it), for messages
+                      ):
+    "The study's own check of `p` (`Study.validate`), then one no study may skip: `sample.n` at most the study's full item set (its `paper_scale`'s sample.n), so no size a run cannot draw is planned, powered or timed. Returns the study's task options."
+    s = get_study(p.study, src)
+    opts = s.validate(p, src)
+    full = ((s.paper_scale or {}).get("sample") or {}).get("n")
+    if p.sample.n is not None and isinstance(full, int) and p.sample.n > full:
+        raise ParamsError(f"{src}: field `sample.n` = {p.sample.n} is more than the {full} answers of the study's full item set (its paper scale, "
+                          f"{full/s.units[1]:,.0f} {s.units[0]} units). Fix: use at most {full}, or null for every item.")
+    return opts
 
 # %% ../../nbs/08_studies.ipynb #8626428d
 def all_studies()->list:
