@@ -2,8 +2,11 @@
 import shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
-from silverspoon.site.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
-from silverspoon.site.runner import write_card; from silverspoon.run.executor import _CSS
+from silverspoon.site.plan import model_plan, read_model_file, runs_for_model
+from silverspoon.site.card import bias_card
+from silverspoon.studies import card_headlines
+from silverspoon.site.runner import write_card
+from silverspoon.run.executor import _CSS
 from silverspoon.core import ParamsError
 
 
@@ -130,7 +133,8 @@ def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
     assert dl.p_bh.eq(0.5).all() and dl.tier.eq("underpowered").all() and card.family.iloc[0] == dl.family.iloc[0] == "BH over 10 tests: 2 card headlines, 8 factor deltas"
 
 def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_estimator(tmp_path):
-    from silverspoon.site.card import card_rows, mcnemar_mde
+    from silverspoon.site.card import card_rows
+    from silverspoon.stats.power import mcnemar_mde
     rows = [dict(metric="P", parser="faithful", estimate=0.6, ci_low=0.3, ci_high=0.85, n=10),
             dict(metric="mean sensitivity", parser="faithful", estimate=0.7, ci_low=0.5, ci_high=0.9, n=10),
             dict(metric="sensitivity high-low severity", parser="faithful", estimate=0.1, ci_low=np.nan, ci_high=np.nan, n=10, p=0.4,

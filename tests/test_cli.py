@@ -123,7 +123,7 @@ def test_local_bases_let_a_new_model_be_one_short_file(root):
 # reads; its next study ran with the edited setting. Read-only commands now write nothing; `run` runs what it checked.
 def test_read_only_commands_write_nothing_a_running_run_reads(root, tmp_path, cli, monkeypatch):
     import inspect
-    from silverspoon.site.card import model_plan
+    from silverspoon.site.plan import model_plan
     t = tmp_path/"p"
     shutil.copytree(root/"params", t/"params"); (t/"adapters").symlink_to(root/"adapters"); (t/"reports").mkdir()
     monkeypatch.setenv("SILVERSPOON_ROOT", str(t))

@@ -7,7 +7,9 @@ model answers.
 """
 import dataclasses, os, shutil, sys
 import nbformat, numpy as np, pandas as pd, pytest
-from silverspoon.site.card import read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model, factors_html
+from silverspoon.site.plan import read_model_file, factor_plan, runs_for_model
+from silverspoon.site.factors import paired_deltas, factor_deltas, factor_runs
+from silverspoon.site.card import factors_html
 from silverspoon.core import ParamsError, read_params_mapping
 
 SMOL = "params/models/smollm2-135m.yaml"
@@ -355,7 +357,7 @@ def _mean_v(d): return {"mean v": float(d["v"].mean())}
 
 def test_factor_tests_give_the_same_numbers_on_several_processes():
     "The card's factor tests run on several processes; the draws depend only on the seed, so the deltas equal those computed here."
-    from silverspoon.site.card import _map_paired_deltas
+    from silverspoon.site.factors import _map_paired_deltas
     it = pd.DataFrame(dict(item=list("aabbccdd"), v=[1, 0, 1, 1, 0, 0, 1, 0]))
     jobs = [(it, it.assign(v=1), _mean_v, 200, 0, 0.05), (it, it.assign(v=0), _mean_v, 200, 1, 0.05), (it, it, _mean_v, 200, 0, 0.05)]
     two, one = _map_paired_deltas(jobs, 2), _map_paired_deltas(jobs, 1)

@@ -3,8 +3,9 @@ import warnings
 import numpy as np, pandas as pd
 import pytest
 from sklearn import metrics as skm
-from silverspoon.stats import (agreement_table, agreement_metrics, cluster_bootstrap_ci, cluster_proportion_ci,
-                               metrics_from_counts, confusion, METRICS, UndefinedStatWarning)
+from silverspoon.stats.agreement import agreement_table, agreement_metrics, metrics_from_counts, confusion
+from silverspoon.stats import cluster_bootstrap_ci, cluster_proportion_ci, UndefinedStatWarning
+from silverspoon.stats.agreement import METRICS
 
 
 def simulate(rng, C=150, reps=3, p1=0.36, agree=0.65, icc=0.6):
@@ -118,7 +119,8 @@ def test_prop_ci_names():
 import math
 from collections import Counter
 from scipy import stats as sst
-from silverspoon.stats import two_sample_t, paired_test, hedges_g, word_odds_ratios, weat, log_odds_ratio
+from silverspoon.stats.groups import two_sample_t, paired_test, hedges_g, word_odds_ratios, weat
+from silverspoon.stats import log_odds_ratio
 
 
 def test_two_sample_t_matches_scipy_and_the_hedges_g_ci_covers():

@@ -12,19 +12,22 @@ from ..engine.provenance import *
 from ..studies.report import _relpath, INSTRUMENTS_MARK
 from ..studies import get_study, check_study_params
 import silverspoon
-from ..engine.backends.hf import HFBackend
-from ..engine.backends.openai import scrub
+from ..engine.backends import backend_class
+from ..engine.scrub import scrub
 from ..engine.store import store_root, relay_notices
 
 # %% auto #0
-__all__ = ['REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME', 'NOTEBOOK_BUDGET_BYTES',
-           'MIN_SECRET_CHARS', 'SAVE_EVERY', 'EXAMPLES_NOTE', 'KERNEL_ARGS', 'report_start', 'report_cells',
-           'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments', 'below_run_line',
-           'plain_stream_text', 'publishable_notebook', 'notebooks_dir', 'notebooks_note', 'study_notebook',
-           'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text', 'scrub_outputs',
-           'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'report_params_file', 'check_case_twin',
-           'check_report_owner', 'ended_early', 'without_examples', 'run_params_file', 'notebook_to_html_safe',
-           'failed_calls', 'index_headline', 'index_headline_note']
+__all__ = ['RUN_CLOSURE', 'REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME',
+           'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'SAVE_EVERY', 'EXAMPLES_NOTE', 'KERNEL_ARGS', 'report_start',
+           'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
+           'below_run_line', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir', 'notebooks_note',
+           'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text',
+           'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'report_params_file',
+           'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples', 'run_params_file',
+           'notebook_to_html_safe', 'failed_calls']
+
+# %% ../../nbs/06a_run.ipynb #exec0005
+RUN_CLOSURE = True   # what every run executes: this module and its imports (`silverspoon.engine.provenance.run_modules`)
 
 # %% ../../nbs/06a_run.ipynb #3549ded3
 REPORT_MARKER = "# Report"
@@ -206,7 +209,7 @@ def preflight_model(model:ModelParams,   # the run's `model`
     if model.backend not in ("hf", "vllm"): return None
     key = canonical_json(dataclasses.asdict(model))
     if key in _PREFLIGHT_PASSED: return _PREFLIGHT_PASSED[key]   # the backend checks again when the notebook loads it
-    backend = HFBackend(model)
+    backend = backend_class("hf")(model)   # imported by name, now: the hf module is in the record of the runs that name it only
     try: backend.tokenizer
     except ParamsError as e: raise ParamsError(f"{src}: {e} Nothing was run.") from None
     except Exception: return None
@@ -214,7 +217,7 @@ def preflight_model(model:ModelParams,   # the run's `model`
     return backend.chat_template_source
 
 # %% ../../nbs/06a_run.ipynb #d9e07ca2
-from ..engine.backends.openai import MIN_KEY_CHARS
+from ..engine.scrub import MIN_KEY_CHARS
 MIN_SECRET_CHARS = MIN_KEY_CHARS   # a "key" shorter than this is a local server's placeholder (EMPTY, none, ollama), never sent to another machine (`resolve_api_key`)
 
 def secret_values(params:dict # a params mapping, e.g. the papermill parameters of a run
@@ -235,7 +238,7 @@ def secret_values(params:dict # a params mapping, e.g. the papermill parameters 
 def scrub_text(text:str,    # anything about to be written or printed
                secrets=()    # exact values to remove (from `secret_values`)
               )->str:
-    "`text` with the given secrets, bearer tokens, `sk-...` keys (`silverspoon.engine.backends.openai.scrub`) and URL user:password@ replaced by `***`."
+    "`text` with the given secrets, bearer tokens, `sk-...` keys (`silverspoon.engine.scrub.scrub`) and URL user:password@ replaced by `***`."
     return hide_url_credentials(scrub(text, secrets))   # one rule for URL credentials (`core.hide_url_credentials`), as the data downloads
 
 # %% ../../nbs/06a_run.ipynb #f3f23eb0
@@ -520,22 +523,3 @@ th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:f
 code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}
 .scroll,.output_subarea{overflow-x:auto;max-width:100%}table.models td,table.card td,table.models th,table.card th{text-align:left;vertical-align:top}
 td.text{text-align:left;min-width:18em;max-width:36em;overflow-wrap:anywhere}.verdict{border-left:4px solid #335;background:#f7f8fb;padding:2px 1em;margin:1em 0}summary{cursor:pointer;color:#335}"""
-
-def index_headline(study:str,       # a study folder of reports/
-                   df:pd.DataFrame   # its summary rows (`collect_summaries`)
-                  )->str:
-    "The metric the index plots for `study`: its `Study.headline` (the first card headline, `silverspoon.studies`), else the first metric of its rows."
-    try: headline = get_study(study).headline
-    except SilverspoonError: headline = ""   # a folder that is no registered study
-    metrics = list(dict.fromkeys(df["metric"]))
-    return headline if headline in metrics else metrics[0]
-
-def index_headline_note(study:str, # a study folder of reports/
-                        metric:str # what `index_headline` picked
-                       )->str:
-    "Why the index plots `metric`: the study's first bias-card headline, or (said explicitly) its first metric because it declares no card headline or no run has it."
-    try: headline = get_study(study).headline
-    except SilverspoonError: return "the first metric: the folder is no registered study"
-    if headline == metric: return "the study's first bias-card headline"
-    if not headline: return "the first metric: the study declares no bias-card headline (`Study.headlines` is empty)"
-    return f"the first metric: no run has the study's card headline {headline}"

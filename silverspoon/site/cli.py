@@ -13,7 +13,8 @@ from ..run.executor import read_params_file, run_params_file, reports_folder, pr
 from .runner import build_index, write_card, check_model_files, verdict_html
 from ..studies import STUDY_REGISTRY, get_study
 from ..engine.backends.openai import OPENAI_URL, public_url
-from .card import FACTOR_FIELDS, read_model_file, runs_for_model, sample_units, plan_table, plan_text, check_model_runs, write_model_runs
+from .plan import FACTOR_FIELDS, read_model_file, runs_for_model, check_model_runs, write_model_runs, sample_units
+from .plan_page import plan_table, plan_text
 from ..engine.data import fetch_all
 from ..studies.stop.stop_annotate import write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file
 from ..instruments.audit import write_audit_sheet, collect_audit

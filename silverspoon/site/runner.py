@@ -12,16 +12,20 @@ from ..engine.provenance import *
 from ..studies.report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
 from ..studies import STUDY_REGISTRY, get_study, find_study
 from ..stats import metric_definition
-from .card import replan, _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_factor_run, plan_card_html, read_model_file, is_released_run, model_plan, check_model_runs, runs_for_model, models_overview, models_overview_html, PLANNED, bias_card, card_html, gpu_time_estimate, factor_deltas
+from .plan import replan, is_factor_run, read_model_file, model_plan, check_model_runs, runs_for_model, gpu_time_estimate
+from .card import _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_released_run, models_overview, models_overview_html, PLANNED, bias_card, card_html
+from .plan_page import plan_card_html
+from .factors import factor_deltas
 import silverspoon
-from ..run.executor import _page, _CSS, _nb_html, fit_tables, below_run_line, VERDICT_CELL_ID, reports_folder, scrub_text, secret_values, index_headline, index_headline_note
+from ..run.executor import _page, _nb_html, fit_tables, below_run_line, VERDICT_CELL_ID, reports_folder, scrub_text, secret_values
 from ..instruments.parse import gather_instruments
 from ..studies.report import policy_page
 
 # %% auto #0
 __all__ = ['VERDICT_START', 'VERDICT_END', 'verify_provenance', 'verdict_html', 'published_runs', 'collect_summaries',
-           'forest_figure', 'figure_data_uri', 'write_plan_card', 'write_model_file_error', 'released_answers_note',
-           'check_model_files', 'build_index', 'validity_page', 'verdict_fragment', 'refresh_verdicts', 'write_card']
+           'index_headline', 'index_headline_note', 'forest_figure', 'figure_data_uri', 'write_plan_card',
+           'write_model_file_error', 'released_answers_note', 'check_model_files', 'build_index', 'validity_page',
+           'verdict_fragment', 'refresh_verdicts', 'write_card']
 
 # %% ../../nbs/07a_runner.ipynb #verify01
 def verify_provenance(run_dir:str|Path,          # a report folder holding provenance.json
@@ -38,7 +42,8 @@ def verify_provenance(run_dir:str|Path,          # a report folder holding prove
     replan(rec["params_file"], root)   # a file `run --model` wrote under the git-ignored tmp/models/ (absent in a fresh clone), written again
     declared = find_study(study)
     module = STUDY_REGISTRY[study].split(":")[0] if declared else None   # the study's module: with the notebook, the code the run executed
-    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={}, module=module)
+    now = content_record(declared.notebook if declared else None, rec["params_file"], (), root, stores={}, module=module,
+                         backends=named_backends(prov.get("params")))   # the backends the run named (all, for a record without its params)
     out = []
     for k in sorted(set(rec["files"]) | set(now["files"])):
         a, b = rec["files"].get(k, "absent"), now["files"].get(k, "absent")
@@ -111,6 +116,26 @@ def collect_summaries(reports_dir:str|Path)->dict[str,pd.DataFrame]:
                   if not f.parent.name.startswith(".") and not is_factor_run(f.parent.name)]   # not a run in progress, not a factor run
         if frames: out[study_dir.name] = pd.concat(frames, ignore_index=True)
     return out
+
+# %% ../../nbs/07a_runner.ipynb #idxhead1
+def index_headline(study:str,       # a study folder of reports/
+                   df:pd.DataFrame   # its summary rows (`collect_summaries`)
+                  )->str:
+    "The metric the index plots for `study`: its `Study.headline` (the first card headline, `silverspoon.studies`), else the first metric of its rows."
+    try: headline = get_study(study).headline
+    except SilverspoonError: headline = ""   # a folder that is no registered study
+    metrics = list(dict.fromkeys(df["metric"]))
+    return headline if headline in metrics else metrics[0]
+
+def index_headline_note(study:str, # a study folder of reports/
+                        metric:str # what `index_headline` picked
+                       )->str:
+    "Why the index plots `metric`: the study's first bias-card headline, or (said explicitly) its first metric because it declares no card headline or no run has it."
+    try: headline = get_study(study).headline
+    except SilverspoonError: return "the first metric: the folder is no registered study"
+    if headline == metric: return "the study's first bias-card headline"
+    if not headline: return "the first metric: the study declares no bias-card headline (`Study.headlines` is empty)"
+    return f"the first metric: no run has the study's card headline {headline}"
 
 # %% ../../nbs/07a_runner.ipynb #8b77057f
 def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, estimate, ci_low, ci_high (+ key columns)

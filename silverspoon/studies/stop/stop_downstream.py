@@ -12,8 +12,8 @@ import pandas as pd
 from ...core import ParamsError, DataError, SilverspoonError, RunParams, task_params, is_missing, stable_hash, project_root
 from ...engine.data import fetch, lookup, read_data_csv, data_dir, git_blob_sha1
 from ...engine.backends import GenRequest, user
-from ...stats import (cluster_bootstrap, _clusters, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS,
-                               BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test)
+from ...stats import cluster_bootstrap, _clusters, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS, BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note
+from ...stats.tests import paired_mcnemar, within_unit_swap_test
 from ...instruments.text import Instrument
 from .. import Study, Headline
 from ...instruments.parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams, validate_on_set, failed_reply
