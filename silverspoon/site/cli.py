@@ -305,9 +305,8 @@ def _dry_run(files:list[Path], runs:list[RunParams])->int:
         m = dataclasses.asdict(p)   # the checked parameters: a model's new run file is not written by a dry run
         n = (m.get("sample") or {}).get("n")
         units = sample_units(p.study, m)
-        if p.study == "downstream":   # each benchmark its own n; null = every item present here
-            t = m.get("task") or {}
-            what, unit = ", ".join(f"task.{k} {'null (all present)' if t.get(k, 0) is None else t.get(k, 'default')}" for k in ("bbq_n", "crows_n", "stereoset_n")), ""
+        if get_study(p.study).sample_text is not None:   # the study names its own sample (downstream: each benchmark its own n)
+            what, unit = get_study(p.study).sample_text(m), ""
         else:
             what = "sample.n null (all items)" if n is None else f"sample.n {n}"
             unit = f" = {units:,.0f} {get_study(p.study).units[0]} units" if get_study(p.study).units and units == units else ""

@@ -62,6 +62,7 @@ class Study:
     headlines: tuple = ()           # its bias-card `Headline`s, in card order; the first is the index's headline (`headline`); () = none on the card
     units: tuple = ()               # (the unit a headline resamples, answers per unit), e.g. ("scenario", 3): sample.n / answers per unit = units
     sample_units: Callable|None = None  # sample_units(params mapping) -> units it asks, where not sample.n / answers per unit (e.g. downstream: task.bbq_n)
+    sample_text: Callable|None = None  # sample_text(params mapping) -> how `run --dry-run` names the sample, where not sample.n and its units (downstream: each benchmark's n)
     units_in_items: Callable|None = None  # units_in_items(items: DataFrame) -> the units a run's items.csv holds, where not its distinct `item`s (narratives: resampled by name, counted in stories: `len`)
     arm_units: Callable|None = None  # arm_units(items) -> units per compared arm, where a headline compares two arms of the items (letters: the smaller of the measured men's and women's letters); None = the items
     paper_values: Callable|None = None  # paper_values() -> {metric: (the paper's value on the headline's scale or None, citation or why none)}

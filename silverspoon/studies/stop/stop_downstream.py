@@ -31,7 +31,8 @@ __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM
            'requests_for', 'parse_reply', 'parse_choice', 'parser_set_validity', 'outcomes', 'paired_scores',
            'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'answer_rate_table',
            'answer_rate_readings', 'likelihood_outcomes', 'performance_table', 'category_scores', 'crows_position',
-           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows', 'sample_units', 'paper_values']
+           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows', 'sample_units', 'sample_text',
+           'paper_values']
 
 # %% ../../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -805,6 +806,12 @@ def sample_units(mapping:dict # a resolved params mapping or `PAPER_SCALE`
     n = (mapping.get("task") or {}).get("bbq_n", 240)
     return float(BBQ_ITEMS if n is None else n)
 
+def sample_text(mapping:dict # a resolved params mapping
+               )->str:
+    "What `silverspoon run --dry-run` says of the sample: each benchmark's n (null = every item present here); this study draws per benchmark, never by sample.n."
+    t = mapping.get("task") or {}
+    return ", ".join(f"task.{k} {'null (all present)' if t.get(k, 0) is None else t.get(k, 'default')}" for k in ("bbq_n", "crows_n", "stereoset_n"))
+
 def paper_values()->dict:
     "metric -> (None, why): the paper gives a relative change without the base rate."
     return {HEADLINE: (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
@@ -823,5 +830,5 @@ STUDY = Study(name="downstream", title="STOP downstream: answer rates on BBQ, Cr
               notebook="33_stop_downstream.ipynb", task=DownstreamTask, validate=downstream_task,
               data_files=(*(f"bbq/{c}" for c in BBQ_CATEGORIES), "crows-pairs/pairs", "stereoset/dev"),
               summary_rows=summary_rows, describe=_describe, reply_gate=REPLY_GATE,
-              headlines=CARD_HEADLINES, units=("BBQ item", 1), sample_units=sample_units, paper_values=paper_values, paper_scale=PAPER_SCALE,
+              headlines=CARD_HEADLINES, units=("BBQ item", 1), sample_units=sample_units, sample_text=sample_text, paper_values=paper_values, paper_scale=PAPER_SCALE,
               paper_note=PAPER_NOTE, needs=NEEDS, factor_skip=FACTOR_SKIP)
