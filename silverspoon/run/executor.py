@@ -4,11 +4,11 @@
 
 # %% ../../nbs/06a_run.ipynb #exec0002
 from __future__ import annotations
-import os, re, json, time, html, shutil, tempfile, datetime, dataclasses, functools
+import os, re, json, time, html, shutil, tempfile, dataclasses, functools
 from pathlib import Path
 import pandas as pd
-from ..core import *
-from ..engine.provenance import *
+from ..core import ModelParams, ParamsError, RunParams, SilverspoonError, absolute_path_settings, canonical_json, hide_url_credentials, load_params, plain_data, project_root, write_atomic
+from ..engine.provenance import pin_outputs
 from ..studies.report import _relpath, INSTRUMENTS_MARK
 from ..studies import get_study, check_study_params
 import silverspoon
