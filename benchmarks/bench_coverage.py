@@ -22,7 +22,8 @@ Writes benchmarks/results/coverage.csv and prints the table.
 """
 import argparse, pathlib, time
 import numpy as np, pandas as pd
-from silverspoon.stats import cluster_bootstrap, sign_flip_test, two_group_permutation_test, ALPHA
+from silverspoon.stats import cluster_bootstrap, ALPHA
+from silverspoon.stats.tests import sign_flip_test, two_group_permutation_test
 
 def draw(design:str, n:int, rng)->tuple[np.ndarray, float]:
     "One sample of `n` units of `design` and the true value of its statistic."

@@ -12,7 +12,7 @@ from pathlib import Path
 from .core import ModelParams
 from .engine.backends.hf import CHATML_TEMPLATE
 from .engine import store
-from .site import runner
+from .run import executor as runner
 
 # %% auto #0
 __all__ = ['fake_reply', 'FakeChatServer', 'build_tiny_llama', 'FakeVLLM', 'fake_vllm', 'in_process_engine', 'in_process_runs']

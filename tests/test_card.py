@@ -4,8 +4,11 @@ from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from scipy.stats import norm
 REPORTS = Path(__file__).resolve().parent.parent/"reports"   # the committed reports
-from silverspoon.site.card import model_plan, read_model_file, bias_card, runs_for_model, card_headlines
-from silverspoon.site.runner import write_card, _CSS
+from silverspoon.site.plan import model_plan, read_model_file, runs_for_model
+from silverspoon.site.card import bias_card
+from silverspoon.studies import card_headlines
+from silverspoon.site.runner import write_card
+from silverspoon.run.executor import _CSS
 from silverspoon.core import ParamsError
 
 
@@ -133,7 +136,8 @@ def test_one_bh_family_over_the_card_and_its_factor_deltas(tmp_path):
     assert (card.family.iloc[0], dl.family.iloc[0]) == ("confirmatory: BH over the 2 card headlines with a test", "exploratory: BH over the 8 factor deltas with a test")
 
 def test_stop_performance_levels_get_no_bias_verdict_and_the_mde_comes_from_the_estimator(tmp_path):
-    from silverspoon.site.card import card_rows, mcnemar_mde
+    from silverspoon.site.card import card_rows
+    from silverspoon.stats.power import mcnemar_mde
     rows = [dict(metric="P", parser="faithful", estimate=0.6, ci_low=0.3, ci_high=0.85, n=10),
             dict(metric="mean sensitivity", parser="faithful", estimate=0.7, ci_low=0.5, ci_high=0.9, n=10),
             dict(metric="sensitivity high-low severity", parser="faithful", estimate=0.1, ci_low=np.nan, ci_high=np.nan, n=10, p=0.4,

@@ -35,7 +35,7 @@ def test_silverspoon_run_refuses_a_model_without_a_template_before_any_notebook(
 
 def test_run_params_file_refuses_before_papermill(tmp_path, bare, monkeypatch):
     import papermill
-    from silverspoon.site import runner
+    from silverspoon.run import executor as runner
     def never(*a, **k): raise AssertionError("a notebook was started")
     monkeypatch.setattr(papermill, "execute_notebook", never)
     f = _params(tmp_path/"base-model.yaml", {"backend": "vllm", "id": str(bare)})
@@ -97,7 +97,7 @@ def test_a_template_file_runs_end_to_end_and_its_sha256_is_recorded(root, tmp_pa
     """A whole normative run (30 items) of the base model with a template file: published, every stored answer names the
     template and its sha256. The random model answers nothing, so the run ends early (the reply gate), before the
     provenance block; a finished run's provenance.json names its template (the committed SmolLM2 runs: checked here)."""
-    from silverspoon.site.runner import run_params_file
+    from silverspoon.run.executor import run_params_file
     monkeypatch.setenv("SILVERSPOON_STORE", str(tmp_path/"store"))
     tpl = tmp_path/"base-chatml.jinja"
     tpl.write_text(CHATML_TEMPLATE.replace("assistant\\n", "assistant\\nAnswer: "))

@@ -123,7 +123,7 @@ def test_local_bases_let_a_new_model_be_one_short_file(root):
 # reads; its next study ran with the edited setting. Read-only commands now write nothing; `run` runs what it checked.
 def test_read_only_commands_write_nothing_a_running_run_reads(root, tmp_path, cli, monkeypatch):
     import inspect
-    from silverspoon.site.card import model_plan
+    from silverspoon.site.plan import model_plan
     t = tmp_path/"p"
     shutil.copytree(root/"params", t/"params"); (t/"adapters").symlink_to(root/"adapters"); (t/"reports").mkdir()
     monkeypatch.setenv("SILVERSPOON_ROOT", str(t))
@@ -141,7 +141,7 @@ def test_read_only_commands_write_nothing_a_running_run_reads(root, tmp_path, cl
 
 def test_a_run_file_changed_after_the_check_is_not_run(root, tmp_path, monkeypatch):
     "A second `run --model` of an edited model file rewrites the run files: the first run refuses a file that is no longer what it checked."
-    from silverspoon.site.runner import read_params_file, run_params_file
+    from silverspoon.run.executor import read_params_file, run_params_file
     from silverspoon.core import SilverspoonError
     f = tmp_path/"x.yaml"
     f.write_text("study: normative\nmodel: {backend: replay, id: GPT4}\nsample: {n: 30}\n")

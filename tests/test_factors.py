@@ -7,7 +7,9 @@ model answers.
 """
 import dataclasses, os, shutil, sys
 import nbformat, numpy as np, pandas as pd, pytest
-from silverspoon.site.card import read_model_file, factor_plan, paired_deltas, factor_deltas, factor_runs, runs_for_model, factors_html
+from silverspoon.site.plan import read_model_file, factor_plan, runs_for_model
+from silverspoon.site.factors import paired_deltas, factor_deltas, factor_runs
+from silverspoon.site.card import factors_html
 from silverspoon.core import ParamsError, read_params_mapping
 
 SMOL = "params/models/smollm2-135m.yaml"
@@ -331,7 +333,7 @@ def test_run_model_vary_prompt_variant_end_to_end(tmp_path):
     assert "<h2>Factors</h2>" in page and "toy n=8" in page
     assert runs_for_model("echo", reports) == {"toy": reports/"toy"/"echo"}     # the factor runs are not the model's run
     # every run skips the library's examples (runner.without_examples: nbdev_test runs them) and says so at its end
-    from silverspoon.site.runner import EXAMPLES_NOTE
+    from silverspoon.run.executor import EXAMPLES_NOTE
     ran = {p.stem: nbformat.read(str(p), as_version=4) for p in (reports/"toy").glob("*.ipynb")}
     for run in ("echo", "echo--reference", "echo--prompt_variant-yes_first"):
         assert "a library example ran" not in "".join(c.source for c in ran[run].cells), run
@@ -355,7 +357,7 @@ def _mean_v(d): return {"mean v": float(d["v"].mean())}
 
 def test_factor_tests_give_the_same_numbers_on_several_processes():
     "The card's factor tests run on several processes; the draws depend only on the seed, so the deltas equal those computed here."
-    from silverspoon.site.card import _map_paired_deltas
+    from silverspoon.site.factors import _map_paired_deltas
     it = pd.DataFrame(dict(item=list("aabbccdd"), v=[1, 0, 1, 1, 0, 0, 1, 0]))
     jobs = [(it, it.assign(v=1), _mean_v, 200, 0, 0.05), (it, it.assign(v=0), _mean_v, 200, 1, 0.05), (it, it, _mean_v, 200, 0, 0.05)]
     two, one = _map_paired_deltas(jobs, 2), _map_paired_deltas(jobs, 1)

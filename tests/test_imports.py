@@ -92,9 +92,11 @@ def test_runner_is_above_the_studies_and_report_below():
     assert "silverspoon.studies" in g["silverspoon.site.runner"] and "silverspoon.studies.report" in g["silverspoon.studies"]
     assert not g["silverspoon.studies.report"] & {"silverspoon.site.runner", "silverspoon.studies", "silverspoon.site.cli"}
     assert not g["silverspoon.engine.provenance"] & {"silverspoon.studies.report", "silverspoon.site.runner", "silverspoon.studies"}
+    site = {m for m in g if m.startswith("silverspoon.site")}
+    assert not g["silverspoon.run.executor"] & site, f"the run executor imports site code (cards, index, pages): {sorted(g['silverspoon.run.executor'] & site)}"
 
 # issue 32 item 2: the folders are the layers, named in the README's architecture note, and imports follow them
-LAYERS = ["core", "engine", "stats", "instruments", "studies", "site", "testing"]   # a module imports only its own layer or earlier ones
+LAYERS = ["core", "engine", "stats", "instruments", "studies", "run", "site", "testing"]   # a module imports only its own layer or earlier ones
 ROOT = PKG.parent
 
 def layer(module:str)->int:

@@ -10,7 +10,7 @@ This test checks that statically with `ast`, per notebook, and prints the offend
 import ast, builtins, json, re
 from pathlib import Path
 import pytest
-from silverspoon.site.runner import REPORT_MARKER
+from silverspoon.run.executor import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, get_study
 
 from conftest import ROOT

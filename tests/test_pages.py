@@ -8,7 +8,7 @@ import re, shutil, subprocess
 from pathlib import Path
 import pytest
 from conftest import ROOT
-from silverspoon.site.runner import build_index, _page
+from silverspoon.site.runner import build_index; from silverspoon.run.executor import _page
 
 CHROMIUM = Path("/usr/bin/chromium")
 WIDTH = 1400

@@ -3,9 +3,11 @@ import re, shutil
 from pathlib import Path
 import numpy as np, pandas as pd, pytest
 from scipy.stats import binom
-from silverspoon.site.card import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
-                              headline_replicates, paper_effect, paper_binomial_sd, scale_plan, sample_units, card_headlines,
-                              study_headlines, min_detectable_effect, headline_power, detect_line)
+from silverspoon.stats.power import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
+                                     headline_replicates, min_detectable_effect)
+from silverspoon.site.card import paper_effect, paper_binomial_sd, study_headlines, headline_power, detect_line
+from silverspoon.site.plan import scale_plan, sample_units
+from silverspoon.studies import card_headlines
 from silverspoon.core import read_params_mapping, ParamsError
 from silverspoon.studies import get_study
 from silverspoon.studies.stop.stop_downstream import BBQ_ITEMS
@@ -144,7 +146,8 @@ def test_a_bad_size_in_a_model_file_is_one_error_in_plan_check_run_and_index(roo
 
 
 def test_plan_times_use_the_models_max_new_tokens_and_a_measured_cpu_rate_for_device_cpu(root, tmp_path):
-    from silverspoon.site.card import plan_table, plan_text, gpu_time_estimate
+    from silverspoon.site.plan_page import plan_table, plan_text
+    from silverspoon.site.plan import gpu_time_estimate
     head = "name: planned-x\nmodel: {backend: hf, id: some/model, device: %s}\n"
     (tmp_path/"gpu.yaml").write_text(head % "cuda")
     (tmp_path/"long.yaml").write_text(head % "cuda" + "studies: {normative: {generation: {max_new_tokens: 4096}}}\n")

@@ -119,3 +119,40 @@ def test_a_record_of_the_previous_format_is_refused(tmp_path):
     prov = json.loads((run_dir/"provenance.json").read_text()); prov["content"]["format"] = PROVENANCE_FORMAT - 1
     (run_dir/"provenance.json").write_text(json.dumps(prov))
     with pytest.raises(SilverspoonError, match="made by an older silverspoon"): verify_provenance(run_dir, root=t)
+
+
+# issue 53: the run executor is what every run's record holds; the site (cards, index, pages, CLI) is in none of them
+def _lines(files)->int: return sum(len(Path(f).read_text(encoding="utf-8").splitlines()) for f in files)
+
+def test_the_run_closure_holds_no_site_code_and_every_run_shares_at_most_30_percent_of_the_package():
+    from silverspoon.engine.provenance import run_modules, run_code_files
+    assert run_modules(ROOT) == ["silverspoon.run.executor"], "one module declares itself the run closure (RUN_CLOSURE = True)"
+    runs = {(s, b): {f.relative_to(ROOT).as_posix() for f in run_code_files(ROOT/"nbs"/get_study(s).notebook, STUDY_REGISTRY[s].split(":")[0], ROOT, [b])}
+            for s in sorted(STUDY_REGISTRY) for b in ("hf", "replay", "openai")}
+    site = sorted({f for files in runs.values() for f in files if f.startswith("silverspoon/site/")})
+    assert not site, f"site code (cards, index, pages, CLI) in a run's record: {site}"
+    assert all("silverspoon/run/executor.py" in files for files in runs.values())
+    assert "silverspoon/engine/backends/hf.py" not in runs[("normative", "replay")], "a replay run of a study that loads no model records no hf backend"
+    shared = set.intersection(*runs.values())
+    package = [f for f in (ROOT/"silverspoon").rglob("*.py") if "__pycache__" not in f.parts and f.name != "_modidx.py"]
+    share = _lines(ROOT/f for f in shared)/_lines(package)
+    assert share <= 0.30, f"the modules every run shares are {share:.1%} of the package's lines (at most 30%): {sorted(shared)}"
+
+
+def test_editing_the_card_index_or_pages_leaves_a_run_verifying_and_one_study_the_others(tmp_path):
+    t = _tree_copy(tmp_path)
+    for s in ("professions", "narratives"):   # narratives reads professions' code (its names and occupations): that dependency is in its record
+        shutil.copy(ROOT/"nbs"/get_study(s).notebook, t/"nbs"/get_study(s).notebook)
+    run_dir = _published_run(tmp_path, t)
+    assert verify_provenance(run_dir, root=t) == []
+    for rel in ("silverspoon/site/card.py", "silverspoon/site/runner.py", "silverspoon/site/cli.py", "silverspoon/site/plan.py"):
+        (t/rel).write_text((t/rel).read_text() + "\n# a card, index or page edit\n")
+    assert verify_provenance(run_dir, root=t) == [], "a site edit must regenerate no run"
+    record = lambda s: content_record(get_study(s).notebook, None, (), t, stores={}, inputs={}, module=STUDY_REGISTRY[s].split(":")[0], backends=["hf"])["files"]
+    prof, narr = record("professions"), record("narratives")
+    assert "silverspoon/studies/silverspoon/professions.py" in narr, "narratives imports professions: its record must say so"
+    assert "silverspoon/studies/silverspoon/narratives.py" not in prof
+    normative = t/"silverspoon"/"studies"/"silverspoon"/"normative.py"
+    normative.write_text(normative.read_text() + "\n# a normative edit\n")
+    assert record("professions") == prof and record("narratives") == narr, "a normative edit changes no other study's record"
+    assert verify_provenance(run_dir, root=t) == ["silverspoon/studies/silverspoon/normative.py: " + verify_provenance(run_dir, root=t)[0].split(": ", 1)[1]]

@@ -62,7 +62,7 @@ NOISE = ["application/vnd.jupyter.widget", "jupyter-widgets", "var element = $("
 def assert_publishable(nb_path:Path):
     "A published executed notebook and its HTML: present together, no widget or warning noise, no timings or machine paths, under the budget."
     import nbformat
-    from silverspoon.site.runner import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
+    from silverspoon.run.executor import NOTEBOOK_BUDGET_BYTES, WIDGET_MIME
     from silverspoon.core import project_root
     html, text = nb_path.with_suffix(".html").read_text(), nb_path.read_text()
     assert nb_path.stat().st_size <= NOTEBOOK_BUDGET_BYTES, (nb_path, nb_path.stat().st_size)

@@ -4,8 +4,11 @@ copy of the committed reports and store files, with the committed files' hashes 
 import hashlib, json, shutil
 import pandas as pd
 import pytest
-from silverspoon.site.card import (bias_card, card_html, card_owner, runs_for_model, models_overview, run_cost, factor_runs,
-                              released_values, headline_sd, paper_effect, is_released_run, served_model_of, card_headlines)
+from silverspoon.engine.cost import run_cost
+from silverspoon.site.card import bias_card, card_html, card_owner, models_overview, released_values, headline_sd, paper_effect, is_released_run, served_model_of
+from silverspoon.site.plan import runs_for_model
+from silverspoon.site.factors import factor_runs
+from silverspoon.studies import card_headlines
 
 
 def _hashes(*paths)->dict:

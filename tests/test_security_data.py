@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 from silverspoon.core import BOUNDS, DataError, ParamsError, RunParams, load_params, field_bounds, from_dict
-from silverspoon.site.runner import validate_task, verify_provenance
+from silverspoon.site.runner import verify_provenance; from silverspoon.run.executor import validate_task
 from silverspoon.engine.provenance import PROVENANCE_FORMAT
 from silverspoon.engine.store import GenerationStore, StoreError, generate_all, relay_notices, NOTICES_ENV
 from silverspoon.instruments.text import InstrumentStore
@@ -247,7 +247,7 @@ def test_concurrent_runs_share_one_relay():
 
 def test_runner_relays_kernel_notices(tmp_path, monkeypatch, capsys):
     # `silverspoon run` wraps papermill in the relay: a notice the kernel (a child process) sends reaches the runner's stderr
-    import papermill, silverspoon.site.runner as runner
+    import papermill, silverspoon.run.executor as runner
     def fake_execute(*a, **k):
         subprocess.run([sys.executable, "-c", "from silverspoon.engine.store import notice; notice('another run holds the store')"], check=True)
         raise RuntimeError("stop here")

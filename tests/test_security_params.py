@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import run_cli
 from silverspoon.core import ParamsError, load_params
-from silverspoon.site.runner import read_params_file
+from silverspoon.run.executor import read_params_file
 from silverspoon.testing import FakeChatServer
 
 
@@ -63,7 +63,7 @@ def test_only_plain_data_loads(tmp_path, value, needle):
 def test_only_plain_data_reaches_papermill(tmp_path, monkeypatch):
     # the last check sits right before papermill: a value that is not plain data never reaches the injected cell,
     # even if it got past validation
-    import dataclasses, papermill, silverspoon.site.runner as runner
+    import dataclasses, papermill, silverspoon.run.executor as runner
     p = load_params({"study": "normative", "run": "r", "model": {"backend": "replay", "id": "GPT4"}})
     monkeypatch.setattr(runner, "read_params_file", lambda path: dataclasses.replace(p, description=_payload(tmp_path/"x").encode()))
     called = []
@@ -319,7 +319,7 @@ def test_copied_run_file_refused_by_the_installed_command(project):
 def test_run_params_file_refuses_too(project, monkeypatch):
     "The library entry point (`run_params_file`) makes the same check before papermill starts."
     from silverspoon.core import ParamsError
-    from silverspoon.site.runner import run_params_file
+    from silverspoon.run.executor import run_params_file
     for k, v in project["env"].items(): monkeypatch.setenv(k, v)
     copy = project["root"]/"params"/"normative"/"other.yaml"
     copy.write_text("include: _base-replay.yaml\nrun: gpt4-replay\nmodel: {id: Alpaca}\ntask: {prompt_style: llama}\n")
@@ -397,7 +397,7 @@ def test_notebooks_of_the_working_folder_never_run(root, tmp_path, monkeypatch, 
     monkeypatch.setattr(papermill, "execute_notebook", execute)
     monkeypatch.chdir(evil)
     r = cli("run", f, "--reports-dir", tmp_path/"reports", "--no-index", env={"SILVERSPOON_STORE": str(tmp_path/"store")})
-    from silverspoon.site.runner import without_examples
+    from silverspoon.run.executor import without_examples
     own = without_examples(nbformat.read(str(root/"nbs"/"10_normative.ipynb"), as_version=4))
     assert seen == [([c.source for c in own.cells], str(root/"nbs"))], seen[0][1]   # the package's own notebook (the run's copy without examples), run from its own folder
     assert f"notebooks  {root/'nbs'}  (the installed silverspoon's own; never those of the project {evil}" in r.stdout, r.stdout

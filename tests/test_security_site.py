@@ -125,7 +125,7 @@ def test_a_rejected_reply_cannot_put_an_image_or_link_on_the_published_page(tmp_
     from silverspoon.core import load_params
     from silverspoon.studies.report import Report
     from silverspoon.instruments.parse import ReplyGate
-    from silverspoon.site.runner import _nb_html
+    from silverspoon.run.executor import _nb_html
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
     rep = Report(load_params(dict(study="normative", run="hostile", model=dict(backend="scripted", id="text:x"))), tmp_path)
@@ -171,7 +171,7 @@ def _shown(study_dir:Path):
 @pytest.mark.parametrize("kill_at", range(1, 7))
 def test_a_publish_killed_at_any_step_never_shows_the_new_summary_with_the_old_page(tmp_path, monkeypatch, kill_at):
     import os, tempfile
-    from silverspoon.site import runner
+    from silverspoon.run import executor as runner
     study_dir = tmp_path/"reports"/"normative"; study_dir.mkdir(parents=True)
     first = Path(tempfile.mkdtemp(prefix=".r.partial-", dir=study_dir)); _finished_run(first, 1)
     runner._publish(first, study_dir, "r"); shutil.rmtree(first)
@@ -277,7 +277,7 @@ def test_plan_and_bias_cards_are_scrubbed_as_run_pages_are(tmp_path, monkeypatch
 
 # --- issue 51 A34: ordinary words that look like key markers are published as written ----------------------------------
 def test_scrubbing_keeps_ordinary_words_and_removes_key_shapes(tmp_path):
-    from silverspoon.site.runner import scrub_outputs
+    from silverspoon.run.executor import scrub_outputs
     d = tmp_path/"run"; d.mkdir()
     prose = "the bearer of the warrant; see the sk-learn docs; a Bearer bond; sk-1 and sk-abc"
     secrets = f"Authorization: Bearer abc.def; Bearer eyJhbGciOiJIUzI1NiJ9.payload; {KEY}; sk-ant-api03-AbCdEf0123456789xyz; sk-proj-ab**********yz"

@@ -12,7 +12,7 @@ none, and every default params file validates. A new study is checked by registe
 import json, re, warnings
 import pandas as pd
 import pytest
-from silverspoon.site.runner import REPORT_MARKER
+from silverspoon.run.executor import REPORT_MARKER
 from silverspoon.studies import STUDY_REGISTRY, check_summary, get_study, start_run
 
 from conftest import ROOT

@@ -256,3 +256,13 @@ def test_report_table_functions_refuse_junk():
     with pytest.raises(ValueError, match="likelihood"): performance_table(prm, {"base": prm["base"]})
     with pytest.raises(ValueError, match=r"lack \['choice', 'more_first'\]"):
         crows_position({"base": prm["base"]["crows_pairs"].drop(columns=["choice", "more_first"])})
+
+
+def test_the_dry_run_names_the_sample_from_the_study_record_not_the_cli():
+    "issue 53: the site names no study; `run --dry-run` asks the `Study` record how to name its sample (downstream: each benchmark's n)."
+    import re
+    from conftest import ROOT
+    from silverspoon.studies import get_study
+    assert get_study("downstream").sample_text({"task": {"bbq_n": None, "crows_n": 50}}) == "task.bbq_n null (all present), task.crows_n 50, task.stereoset_n default"
+    assert get_study("normative").sample_text is None   # sample.n and its units, as every other study
+    assert not re.search(r"\.study\s*==\s*[\"']", (ROOT/"silverspoon"/"site"/"cli.py").read_text(encoding="utf-8")), "site/cli.py compares a run's study with a name"

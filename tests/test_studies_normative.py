@@ -177,7 +177,7 @@ def test_the_study_declares_its_variants_and_headlines():
     kinds = [k for k, _ in s.prompt_variants.values()]
     assert next(iter(s.prompt_variants)) == "paper" and kinds.count("wording") >= 3
     assert kinds.count("option_order") == 1 and kinds.count("system_prompt") == 1
-    from silverspoon.site.card import card_headlines
+    from silverspoon.studies import card_headlines
     CARD = card_headlines()
     assert set(h.metric for h in CARD if h.study == "normative") <= set(HEADLINES)   # headlines_from_items gives every card headline
 

@@ -509,7 +509,7 @@ def test_a_stop_run_without_a_dialogue_is_refused():
 
 def test_report_with_a_human_file(tmp_path, root, data):
     "The notebook run by papermill on a replay subset with a synthetic human file: realistic performance and the summary rows."
-    from silverspoon.site.runner import run_params_file
+    from silverspoon.run.executor import run_params_file
     pids = select_progressions(data, {"n": 60, "stratify_by": "severity", "seed": 0}).progression_id   # the run's own selection
     extra = [p for p in data.progression_id if p not in set(pids)][:4]                                 # annotated, not in the run
     rng = np.random.default_rng(0)

@@ -221,7 +221,7 @@ def test_new_default_runs_and_the_table6_example_pass_check(root, cli):
     files = ["params/stop_scale/smollm2-135m.yaml", "params/stop/smollm2-135m-stop-lora-heldout.yaml", "params/examples/letters-table6-nli-colab.yaml"]
     r = cli("check", *[root/f for f in files]); assert r.returncode == 0, r.stderr
     assert r.stdout.count("ok ") == 3
-    from silverspoon.site.runner import read_params_file
+    from silverspoon.run.executor import read_params_file
     t6 = read_params_file(root/files[2])
     assert t6.study == "letters" and t6.task["nli_model"] == "ynie/roberta-large-snli_mnli_fever_anli_R1_R2_R3-nli" and t6.task["context"] == "cbg"
     ho = read_params_file(root/files[1])

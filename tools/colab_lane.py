@@ -237,7 +237,7 @@ def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
 # picked runs go into a copy of reports/ with their own outputs and the model cards removed first (a run or card that
 # fails cannot leave the committed files standing in), the cards are written again there, and every CSV is compared.
 RUN_KINDS = ("import sys, json\n"
-             "from silverspoon.site.runner import read_params_file\n"
+             "from silverspoon.run.executor import read_params_file\n"
              "from silverspoon.site.card import is_factor_run, FACTOR_SEP\n"
              "out = []\n"
              "for f in sys.argv[1:]:\n"

@@ -12,12 +12,12 @@ from .store import stores_read, store_file, prefix_sha256
 from .backends import BACKENDS
 
 # %% auto #0
-__all__ = ['DIRTY_PATHS', 'PROVENANCE_FORMAT', 'RUN_MODULES', 'CELL_MARK', 'PROVENANCE_DIGEST_LABEL', 'model_label',
-           'package_versions', 'git_state', 'params_chain', 'file_digests', 'module_file', 'imported_names',
-           'parse_cells', 'source_imports', 'code_closure', 'notebook_modules', 'run_code_files', 'note_input',
-           'inputs_read', 'content_record', 'output_files', 'pin_outputs', 'output_differences', 'store_differences',
-           'data_differences', 'provenance_digest', 'recorded_provenance_digest', 'provenance_differences',
-           'input_differences']
+__all__ = ['DIRTY_PATHS', 'PROVENANCE_FORMAT', 'RUN_CLOSURE_MARK', 'CELL_MARK', 'PROVENANCE_DIGEST_LABEL', 'model_label',
+           'package_versions', 'git_state', 'params_chain', 'file_digests', 'module_file', 'run_modules',
+           'imported_names', 'parse_cells', 'source_imports', 'code_closure', 'notebook_modules', 'named_backends',
+           'run_code_files', 'note_input', 'inputs_read', 'content_record', 'output_files', 'pin_outputs',
+           'output_differences', 'store_differences', 'data_differences', 'provenance_digest',
+           'recorded_provenance_digest', 'provenance_differences', 'input_differences']
 
 # %% ../../nbs/05a_provenance.ipynb #prov0005
 def model_label(m:ModelParams)->str:
@@ -81,7 +81,7 @@ def file_digests(files,          # the files (Paths)
     return {_tree_path(Path(f), Path(root)): sha256_file(f) if Path(f).is_file() else None for f in files}
 
 # %% ../../nbs/05a_provenance.ipynb #98bf67e7
-RUN_MODULES = ("silverspoon.site.runner", "silverspoon.studies.report", "silverspoon.engine.provenance")   # run and publish every run: papermill, the HTML page, provenance.json
+RUN_CLOSURE_MARK = re.compile(r"^RUN_CLOSURE\s*=\s*True\b", re.M)   # a module-level `RUN_CLOSURE = True`: the module declares itself what every run executes (the run executor)
 
 def module_file(name:str, # a dotted module name, e.g. "silverspoon.studies.silverspoon.normative"
                 root:Path # the folder holding the top package
@@ -89,6 +89,17 @@ def module_file(name:str, # a dotted module name, e.g. "silverspoon.studies.silv
     "The source file of module `name` under `root` (`a/b.py`, or `a/b/__init__.py` for a package); None when there is none."
     p = root.joinpath(*name.split("."))
     return next((f for f in (p.parent/f"{p.name}.py", p/"__init__.py") if f.is_file()), None)
+
+def run_modules(root:str|Path|None=None,   # the folder holding the top package (default: the project)
+                package:str="silverspoon"   # the package (`lib_name`)
+               )->list[str]:
+    "The modules of `package` under `root` that declare themselves the run closure (a module-level `RUN_CLOSURE = True`, `RUN_CLOSURE_MARK`: the run executor); with what they import (`code_closure`), the code every run executes whatever its study. Nothing above them (cards, the index, pages) is in a run's record. A `SilverspoonError` when no module declares it."
+    root = Path(root or project_root())
+    out = sorted(".".join(f.relative_to(root).with_suffix("").parts).removesuffix(".__init__") for f in (root/package).rglob("*.py")
+                 if "__pycache__" not in f.parts and RUN_CLOSURE_MARK.search(f.read_text(encoding="utf-8")))
+    if not out: raise SilverspoonError(f"{root/package}: no module declares `RUN_CLOSURE = True` (the run executor, silverspoon/run/executor.py, does): "
+                                       "the code every run executes cannot be named for the provenance record. Fix: restore that line.")
+    return out
 
 # %% ../../nbs/05a_provenance.ipynb #6e7ffe49
 def imported_names(tree:ast.AST,          # a parsed module or notebook cell
@@ -185,15 +196,31 @@ def notebook_modules(notebook:str|Path,          # a study notebook (.ipynb)
         out |= {m for n in names if (m := _module_of(n, root, {package}))}
     return sorted(out)
 
+def named_backends(params:dict|None # a run's parameters (`dataclasses.asdict(RunParams)`, or provenance.json's `params`); None = unknown
+                  )->list[str]|None:
+    "Every registered backend (`backends.BACKENDS`) the parameters name anywhere (`model.backend`, a judge's or a base model's `backend`), sorted: the backends a run imports by name; None when `params` is None (unknown: every backend counts)."
+    if params is None: return None
+    found = set()
+    def walk(o):
+        if isinstance(o, dict):
+            for k, v in o.items():
+                if k == "backend" and isinstance(v, str) and v in BACKENDS: found.add(v)
+                else: walk(v)
+        elif isinstance(o, (list, tuple)):
+            for x in o: walk(x)
+    walk(params)
+    return sorted(found)
+
 def run_code_files(notebook:str|Path|None,  # the study notebook papermill runs (a path); None = none
                    module:str|None=None,    # the study's module; None = the one the notebook exports
-                   root:str|Path|None=None  # the project tree
+                   root:str|Path|None=None, # the project tree
+                   backends=None            # the backends the run names (`named_backends`); None = every registered one
                   )->list[Path]:
-    "The source files a run executes: the `code_closure` of the study's module, the modules its notebook imports, `RUN_MODULES` and every registered backend (`backends.BACKENDS`, imported by name)."
+    "The source files a run executes: the `code_closure` of the study's module, the modules its notebook imports, the run executor's (`run_modules`) and the backends it names (`backends.BACKENDS`, imported by name only when a run names one)."
     root = Path(root or project_root())
     nb = [] if notebook is None or not Path(notebook).is_file() else notebook_modules(notebook, root)
-    backends = sorted({v.split(":")[0] for v in BACKENDS.values()})
-    return code_closure(sorted({*RUN_MODULES, *backends, *nb, *([module] if module else [])}), root)
+    backends = sorted({v.split(":")[0] for k, v in BACKENDS.items() if backends is None or k in backends})
+    return code_closure(sorted({*run_modules(root), *backends, *nb, *([module] if module else [])}), root)
 
 # %% ../../nbs/05a_provenance.ipynb #inputs01
 _INPUTS = {}   # resolved path -> sha256 of the bytes read, for every input file this process read (`note_input`)
@@ -218,12 +245,13 @@ def content_record(notebook:str|None,         # the study's notebook in nbs/ (`S
                    root:str|Path|None=None,   # the tree to hash (default: the project)
                    stores:dict|None=None,     # `{store_label: {bytes, sha256}}` of the store files read; None = those this process read (`stores_read`)
                    module:str|None=None,      # the study's module (`STUDY_REGISTRY`); None = the one `notebook` exports
-                   inputs:dict|None=None      # `{path: sha256}` of the parser sets and audit files read; None = those this process read (`inputs_read`)
+                   inputs:dict|None=None,     # `{path: sha256}` of the parser sets and audit files read; None = those this process read (`inputs_read`)
+                   backends=None              # the backends the run names (`named_backends` of its params); None = every registered one
                   )->dict:
     "sha256 of the source files the run executed (`run_code_files`), the study notebook `notebook`, the params file and its includes; the pinned digests of the data files; the store content read; the other files it read (`inputs`: parser sets, audit files); one `sha256` over all (a label: `verify_provenance` never trusts it). `outputs` is filled by `pin_outputs`."
     root = Path(root or project_root())
     nb = root/"nbs"/notebook if notebook else None
-    files = run_code_files(nb, module, root) + ([nb] if nb else [])
+    files = run_code_files(nb, module, root, backends) + ([nb] if nb else [])
     pf = None if params_file is None else (Path(params_file) if Path(params_file).is_absolute() else root/params_file)
     chain = params_chain(pf) if pf is not None else []
     code = file_digests([*files, *(chain or ([pf] if pf else []))], root)

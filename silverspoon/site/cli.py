@@ -9,11 +9,12 @@ import pandas as pd
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 from ..core import *
-from .runner import read_params_file, run_params_file, build_index, reports_folder, preflight_model, check_report_owner, notebooks_note
-from .runner import write_card, check_model_files
+from ..run.executor import read_params_file, run_params_file, reports_folder, preflight_model, check_report_owner, notebooks_note
+from .runner import build_index, write_card, check_model_files, verdict_html
 from ..studies import STUDY_REGISTRY, get_study
 from ..engine.backends.openai import OPENAI_URL, public_url
-from .card import FACTOR_FIELDS, read_model_file, runs_for_model, sample_units, plan_table, plan_text, check_model_runs, write_model_runs
+from .plan import FACTOR_FIELDS, read_model_file, runs_for_model, check_model_runs, write_model_runs, sample_units
+from .plan_page import plan_table, plan_text
 from ..engine.data import fetch_all
 from ..studies.stop.stop_annotate import write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file
 from ..instruments.audit import write_audit_sheet, collect_audit
@@ -288,7 +289,7 @@ def _run(args)->int:
     t0, failed, incomplete, expected = time.time(), [], [], dict(zip(files, runs))
     def one(f):
         try:
-            r = run_params_file(f, args.reports_dir, kernel=args.kernel, expect=expected[f])   # what was checked above, or nothing
+            r = run_params_file(f, args.reports_dir, kernel=args.kernel, expect=expected[f], verdict=verdict_html)   # what was checked above, or nothing
             if r.get("failed_calls"):             # published, but not every call was answered: never a plain `ok`
                 incomplete.append(f)
                 print(printable(f"INCOMPLETE  {f}  ->  {r['html']}  ({r['seconds']} s): {calls_text(r['failed_calls'])}; "
@@ -313,9 +314,8 @@ def _dry_run(files:list[Path], runs:list[RunParams])->int:
         m = dataclasses.asdict(p)   # the checked parameters: a model's new run file is not written by a dry run
         n = (m.get("sample") or {}).get("n")
         units = sample_units(p.study, m)
-        if p.study == "downstream":   # each benchmark its own n; null = every item present here
-            t = m.get("task") or {}
-            what, unit = ", ".join(f"task.{k} {'null (all present)' if t.get(k, 0) is None else t.get(k, 'default')}" for k in ("bbq_n", "crows_n", "stereoset_n")), ""
+        if get_study(p.study).sample_text is not None:   # the study names its own sample (downstream: each benchmark its own n)
+            what, unit = get_study(p.study).sample_text(m), ""
         else:
             what = "sample.n null (all items)" if n is None else f"sample.n {n}"
             unit = f" = {units:,.0f} {get_study(p.study).units[0]} units" if get_study(p.study).units and units == units else ""

@@ -10,16 +10,12 @@ from typing import Callable
 import numpy as np, pandas as pd
 
 # %% auto #0
-__all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'METRICS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS',
-           'SHORT_WARNINGS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'SWAP_BATCH', 'P_VALUE', 'UNIT_COLUMNS',
-           'VERDICT_TIERS', 'UndefinedStatWarning', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos',
-           'dice_pos', 'Metric', 'register_metric', 'study_metrics', 'metric_definition', 'agreement_metrics',
-           'metrics_from_counts', 'cluster_boot_weights', 'percentile_ci', 'bca_ci', 'weighted_median',
-           'agreement_table', 'ratio_of_sums', 'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI',
-           'cluster_proportion_ci', 'paired_mcnemar', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample',
-           'sample_items', 'fmt_ci', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale',
-           'warning_note', 'word_odds_ratios', 'weat', 'too_few_units', 'exact_proportion_ci', 'sign_flip_test',
-           'within_unit_swap_test', 'two_group_permutation_test', 'bootstrap_note', 'BootResult', 'cluster_bootstrap',
+__all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS', 'BOOT_MIN_UNITS',
+           'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS', 'UndefinedStatWarning', 'Metric',
+           'register_metric', 'study_metrics', 'metric_definition', 'cluster_boot_weights', 'percentile_ci', 'bca_ci',
+           'weighted_median', 'ratio_of_sums', 'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI',
+           'cluster_proportion_ci', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items',
+           'fmt_ci', 'too_few_units', 'exact_proportion_ci', 'bootstrap_note', 'BootResult', 'cluster_bootstrap',
            'cluster_bootstrap_ci', 'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier',
            'min_attainable_p']
 
@@ -59,50 +55,6 @@ def _clusters(clusters, n:int)->tuple[np.ndarray, int]:
     if c.isna().any(): raise ValueError(f"`clusters` has {int(c.isna().sum())} missing id(s); every item needs a cluster (e.g. its scenario id).")
     codes, uniq = pd.factorize(c, sort=True)
     return codes.astype(np.int64), len(uniq)
-
-# %% ../../nbs/04_stats.ipynb #c3f957de
-def confusion(y_true, # gold labels (0/1), e.g. the human label
-              y_pred  # model labels (0/1), aligned with `y_true`
-             )->dict:
-    "Counts `tp, tn, fp, fn, n` of the 2x2 table, positive class = 1."
-    t, p = _pair(y_true, y_pred)
-    tp, tn = int(((t == 1) & (p == 1)).sum()), int(((t == 0) & (p == 0)).sum())
-    fp, fn = int(((t == 0) & (p == 1)).sum()), int(((t == 1) & (p == 0)).sum())
-    return dict(tp=tp, tn=tn, fp=fp, fn=fn, n=len(t))
-
-# %% ../../nbs/04_stats.ipynb #2742b44d
-def jaccard_paper(y_true, y_pred)->float:
-    "The SilverSpoon paper's Jaccard: matching labels as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)."
-    t, p = _pair(y_true, y_pred)
-    n, m = len(t), int((t == p).sum())
-    return m / (2*n - m)
-
-# %% ../../nbs/04_stats.ipynb #7741454d
-def dice_paper(y_true, y_pred)->float:
-    "The SilverSpoon paper's Dice: 2m/(|A|+|B|) = 2m/(2n), which equals accuracy."
-    t, p = _pair(y_true, y_pred)
-    return 2 * int((t == p).sum()) / (2 * len(t))
-
-# %% ../../nbs/04_stats.ipynb #37ec46a8
-_UNDEF_POS = "undefined: neither y_true nor y_pred contains a positive (1) label, so the positive-class sets are empty; NaN, not 0"
-
-def _undef(msg:str): warnings.warn(msg, UndefinedStatWarning, stacklevel=3)
-
-# %% ../../nbs/04_stats.ipynb #a342fc1f
-def jaccard_pos(y_true, y_pred)->float:
-    "Jaccard of the positive-class sets, TP/(TP+FP+FN) (sklearn `jaccard_score`); NaN when no item has label 1."
-    from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
-    t, p = _pair(y_true, y_pred)
-    if not (t.any() or p.any()): _undef(f"jaccard_pos {_UNDEF_POS}"); return float("nan")
-    return float(skm.jaccard_score(t, p, pos_label=1, zero_division=0))
-
-# %% ../../nbs/04_stats.ipynb #86c081b0
-def dice_pos(y_true, y_pred)->float:
-    "Dice of the positive-class sets = F1 of class 1, 2TP/(2TP+FP+FN); NaN when no item has label 1."
-    from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
-    t, p = _pair(y_true, y_pred)
-    if not (t.any() or p.any()): _undef(f"dice_pos {_UNDEF_POS}"); return float("nan")
-    return float(skm.f1_score(t, p, pos_label=1, zero_division=0))
 
 # %% ../../nbs/04_stats.ipynb #54a8e430
 from collections.abc import Mapping
@@ -153,20 +105,6 @@ class _Definitions(Mapping):
 METRIC_DEFINITIONS = _Definitions()
 
 # %% ../../nbs/04_stats.ipynb #3270a097
-METRICS = ["acc", "kappa", "mcc", "jaccard_paper", "dice_paper", "jaccard_pos", "dice_pos"]
-
-def _agreement(name:str)->Callable: return lambda y_true, y_pred: agreement_metrics(y_true, y_pred)[name]
-
-for _name, _definition, _lowest in (
-    ("acc", "accuracy: share of items where both labels match, (TP+TN)/n", 0),
-    ("kappa", "Cohen's kappa (sklearn): (p_o - p_e)/(1 - p_e), p_e = chance agreement from the two label marginals; NaN if both raters are constant on the same label", -1),
-    ("mcc", "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); undefined (NaN) if a rater is constant (sklearn would say 0)", -1),
-    ("jaccard_paper", "SilverSpoon paper's Jaccard: matching labels m counted as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)", 0),
-    ("dice_paper", "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)", 0),
-    ("jaccard_pos", "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1", 0),
-    ("dice_pos", "corrected Dice = F1 of class 1: 2TP/(2TP+FP+FN) (sklearn f1_score); NaN if no item has label 1", 0)):
-    register_metric(_name, _definition, _agreement(_name), (_lowest, 1), True)
-
 # STOP (silverspoon.studies.stop.stop): idealistic performance; shares of progressions, computed by its tables
 for _name, _definition, _better in (
     ("P", "share of progressions whose sensitivity score equals the severity's ideal (low 0.0, moderate 0.8, high 1.0), pooled: (Cl+Cm+Ch)/n", True),
@@ -177,57 +115,6 @@ for _name, _definition, _better in (
                  "selected: over all, a missing reply counting as not 'no')", True),
     ("mean_sensitivity", "mean sensitivity score (#no/5) over scored progressions", None)):
     register_metric(_name, _definition, None, (0, 1), _better)
-
-# %% ../../nbs/04_stats.ipynb #2d80b110
-def _undefined_notes(tp, tn, fp, fn)->dict:
-    "Metric -> note for the statistics that are undefined (or defined only by convention) for these counts."
-    t1, t0, p1, p0 = tp + fn, tn + fp, tp + fp, tn + fn
-    notes = {}
-    if t1*p0 + t0*p1 == 0:
-        notes["kappa"] = "undefined: both raters give the same single label to every item (chance agreement = 1); NaN as in sklearn"
-    if t1*t0*p1*p0 == 0:
-        notes["mcc"] = "undefined: a rater gives the same label to every item; NaN (sklearn's convention would report 0, which reads as 'no correlation')"
-    if tp + fp + fn == 0:
-        for k in ("jaccard_pos", "dice_pos"): notes[k] = _UNDEF_POS
-    return notes
-
-# %% ../../nbs/04_stats.ipynb #ac4c32c6
-def agreement_metrics(y_true, # gold labels (0/1)
-                      y_pred  # model (or second rater) labels (0/1), aligned with `y_true`
-                     )->dict:
-    "Point estimates: acc, kappa, mcc (sklearn), jaccard_paper, dice_paper, jaccard_pos, dice_pos, and n."
-    from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
-    t, p = _pair(y_true, y_pred)
-    cm = confusion(t, p)
-    undefined = _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
-    for k, msg in undefined.items(): _undef(f"{k} {msg}")
-    with warnings.catch_warnings():   # sklearn's own warnings on degenerate input are replaced by the notes above
-        warnings.simplefilter("ignore")
-        out = dict(acc=float(skm.accuracy_score(t, p)),
-                   kappa=float(skm.cohen_kappa_score(t, p, labels=[0, 1])),
-                   mcc=float(skm.matthews_corrcoef(t, p)) if "mcc" not in undefined else math.nan,
-                   jaccard_paper=jaccard_paper(t, p), dice_paper=dice_paper(t, p),
-                   jaccard_pos=jaccard_pos(t, p), dice_pos=dice_pos(t, p))
-    out["n"] = len(t)
-    return out
-
-# %% ../../nbs/04_stats.ipynb #a1d8b1e2
-def metrics_from_counts(tp, tn, fp, fn)->dict:
-    "Every metric in `METRICS` from (arrays of) confusion counts, vectorised; same conventions as `agreement_metrics`."
-    tp, tn, fp, fn = (np.asarray(a, dtype=np.float64) for a in (tp, tn, fp, fn))
-    n = tp + tn + fp + fn
-    t1, t0, p1, p0 = tp + fn, tn + fp, tp + fp, tn + fn
-    with np.errstate(divide="ignore", invalid="ignore"):
-        acc = (tp + tn) / n
-        kden = t1*p0 + t0*p1
-        kappa = np.where(kden > 0, 1 - n*(fp + fn) / np.where(kden > 0, kden, 1), np.nan)
-        mden = np.sqrt(t1*t0*p1*p0)
-        mcc = np.where(mden > 0, (tp*tn - fp*fn) / np.where(mden > 0, mden, 1), np.nan)
-        jden, dden = tp + fp + fn, 2*tp + fp + fn
-        jpos = np.where(jden > 0, tp / np.where(jden > 0, jden, 1), np.nan)
-        dpos = np.where(dden > 0, 2*tp / np.where(dden > 0, dden, 1), np.nan)
-    return dict(acc=acc, kappa=kappa, mcc=mcc, jaccard_paper=acc/(2 - acc), dice_paper=acc,
-                jaccard_pos=jpos, dice_pos=dpos)
 
 # %% ../../nbs/04_stats.ipynb #3050eebe
 def _cluster_draws(C:int, n_boot:int, seed:int, max_cells:int=2_000_000):
@@ -314,38 +201,6 @@ def weighted_median(values:np.ndarray,  # one number per item (no NaN)
     with np.errstate(invalid="ignore"):
         out = (at((total - 1) // 2) + at(total // 2)) / 2 if len(v) else np.full(len(counts), np.nan)
     return np.where(total > 0, out, np.nan)
-
-# %% ../../nbs/04_stats.ipynb #8791e4cb
-def agreement_table(y_true,              # gold labels (0/1), e.g. the human label
-                    y_pred,              # model labels (0/1), aligned with `y_true`
-                    clusters=None,       # cluster id per item (e.g. scenario id); None = iid bootstrap over items
-                    n_boot:int=2000,     # bootstrap replicates
-                    seed:int=0,          # seed of the cluster draws
-                    alpha:float=0.05     # 1 - confidence level
-                   )->pd.DataFrame:
-    "All agreement metrics with percentile cluster-bootstrap CIs; one row per metric, with its definition."
-    _check_boot(n_boot, alpha)
-    t, p = _pair(y_true, y_pred)
-    codes, C = _clusters(clusters, len(t))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UndefinedStatWarning)   # reported in the `note` column instead
-        est = agreement_metrics(t, p)
-    cm = confusion(t, p)
-    notes = _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
-    cell = 2*t.astype(np.int64) + p               # 0 tn, 1 fp, 2 fn, 3 tp
-    K = np.bincount(codes*4 + cell, minlength=4*C).reshape(C, 4)[:, [3, 0, 1, 2]].astype(np.float64)  # C x (tp, tn, fp, fn)
-    reps = metrics_from_counts(*(cluster_boot_weights(C, n_boot, seed) @ K).T)
-    rows = []
-    for m in METRICS:
-        lo, hi, k = percentile_ci(reps[m], alpha)
-        note = notes.get(m, "")
-        if 0 < k < n_boot: note = "; ".join(filter(None, [note, f"CI from the {k} of {n_boot} replicates where it is defined"]))
-        if math.isnan(est[m]): lo = hi = float("nan")
-        rows.append(dict(metric=m, estimate=est[m], ci_low=lo, ci_high=hi, n_items=len(t), n_clusters=C,
-                         definition=METRIC_DEFINITIONS[m], note=note))
-    df = pd.DataFrame(rows)
-    df.attrs.update(n_boot=n_boot, seed=seed, alpha=alpha, method="percentile cluster bootstrap")
-    return df
 
 # %% ../../nbs/04_stats.ipynb #eb956a61
 def ratio_of_sums(a, b)->np.ndarray:
@@ -451,22 +306,6 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
         return PropCI(est, lo, hi, len(v), C)
     r = ratio_ci(v, None, codes, n_boot, seed, alpha)
     return PropCI(est, r.ci_low, r.ci_high, len(v), C)
-
-# %% ../../nbs/04_stats.ipynb #de14c098
-def paired_mcnemar(a,                   # 0/1 outcome under condition A, one per item
-                   b,                   # 0/1 outcome under condition B, aligned with `a`
-                   exact:bool|None=None # None: exact when fewer than 25 discordant pairs
-                  )->dict:
-    "McNemar test for paired binary outcomes: n, rates, their difference, discordant counts, statistic, p-value, test used."
-    from statsmodels.stats.contingency_tables import mcnemar
-    x, y = _pair(a, b)
-    both, a_only = int(((x == 1) & (y == 1)).sum()), int(((x == 1) & (y == 0)).sum())
-    b_only, neither = int(((x == 0) & (y == 1)).sum()), int(((x == 0) & (y == 0)).sum())
-    if exact is None: exact = (a_only + b_only) < 25
-    r = mcnemar([[both, a_only], [b_only, neither]], exact=exact, correction=True)
-    return dict(n=len(x), rate_a=float(x.mean()), rate_b=float(y.mean()), diff=float(x.mean() - y.mean()),
-                a_only=a_only, b_only=b_only, statistic=float(r.statistic), pvalue=float(r.pvalue),
-                test="McNemar exact (binomial)" if exact else "McNemar chi2 (continuity corrected)")
 
 # %% ../../nbs/04_stats.ipynb #b6669ada
 def bh_fdr(pvals)->np.ndarray|pd.Series:
@@ -596,180 +435,6 @@ def fmt_ci(est, lo, hi, digits:int=3)->str:
         return f"{0.0 if v == 0 else v:.{digits}f}"
     return f"{f(est)} [{f(lo)}, {f(hi)}]"
 
-# %% ../../nbs/04_stats.ipynb #5d98266e
-def _scores(x, name:str="a", min_n:int=2)->np.ndarray:
-    "`x` as a finite float vector of at least `min_n` values; NaN / inf raise a `ValueError` naming `name` and the fix."
-    if np.ndim(x) > 1: raise ValueError(f"`{name}` must be one-dimensional, got shape {np.shape(x)}.")
-    s = x if isinstance(x, pd.Series) else pd.Series(np.asarray(x, dtype=object).ravel() if np.ndim(x) else [x])
-    try: v = s.to_numpy(dtype="float64", na_value=np.nan)
-    except (TypeError, ValueError) as e: raise ValueError(f"`{name}` must hold numbers (one score per letter): {e}") from None
-    bad = ~np.isfinite(v)
-    if bad.any():
-        raise ValueError(f"`{name}` has {int(bad.sum())} missing or infinite value(s) out of {len(v)} (first at position {int(np.argmax(bad))}); "
-                         "drop those items first and report how many were dropped.")
-    if len(v) < min_n: raise ValueError(f"`{name}` has {len(v)} value(s); at least {min_n} are needed.")
-    return v
-
-# %% ../../nbs/04_stats.ipynb #6cb9e49f
-def hedges_g(a, b)->float:
-    "Hedges' g of sample `a` against sample `b`: standardized mean difference (pooled SD) with the small-sample correction."
-    a, b = np.asarray(a, dtype="float64"), np.asarray(b, dtype="float64")
-    na, nb = len(a), len(b)
-    if na < 2 or nb < 2: return float("nan")
-    sp = math.sqrt(((na - 1)*a.var(ddof=1) + (nb - 1)*b.var(ddof=1)) / (na + nb - 2))
-    diff = a.mean() - b.mean()
-    if sp == 0: return 0.0 if diff == 0 else float("nan")
-    return float((1 - 3/(4*(na + nb) - 9)) * diff / sp)
-
-# %% ../../nbs/04_stats.ipynb #eab93b8e
-def hedges_g_se(g:float, na:int, nb:int)->float:
-    "Approximate standard error of Hedges' g (Hedges & Olkin 1985): sqrt((na+nb)/(na nb) + g^2/(2(na+nb)))."
-    return math.sqrt((na + nb)/(na*nb) + g*g/(2*(na + nb)))
-
-# %% ../../nbs/04_stats.ipynb #6264aca2
-def two_sample_t(a,                 # scores of group a (e.g. male letters), one per letter, no NaN
-                 b,                 # scores of group b (e.g. female letters)
-                 alpha:float=0.05   # 1 - confidence level of the CIs
-                )->dict:
-    "Unpaired comparison: means, difference with Welch CI, Student and Welch t tests, Hedges' g with an approximate CI."
-    from scipy import stats
-    x, y = _scores(a, "a"), _scores(b, "b")
-    st, we = stats.ttest_ind(x, y, equal_var=True), stats.ttest_ind(x, y, equal_var=False)
-    ci = we.confidence_interval(1 - alpha)
-    g = hedges_g(x, y); q = stats.norm.ppf(1 - alpha/2)
-    se = hedges_g_se(g, len(x), len(y)) if np.isfinite(g) else np.nan
-    return dict(n_a=len(x), n_b=len(y), mean_a=float(x.mean()), mean_b=float(y.mean()), sd_a=float(x.std(ddof=1)), sd_b=float(y.std(ddof=1)),
-                diff=float(x.mean() - y.mean()), diff_ci_low=float(ci.low), diff_ci_high=float(ci.high),
-                t_student=float(st.statistic), df_student=float(st.df), p_student=float(st.pvalue),
-                t_welch=float(we.statistic), df_welch=float(we.df), p_welch=float(we.pvalue),
-                hedges_g=g, g_ci_low=g - q*se, g_ci_high=g + q*se, alpha=alpha)
-
-# %% ../../nbs/04_stats.ipynb #68e7eea2
-def paired_test(a,                 # scores under condition a (e.g. the male twin), one per pair
-                b,                 # scores under condition b (the female twin), aligned pair by pair with `a`
-                alpha:float=0.05   # 1 - confidence level of the CI
-               )->dict:
-    "Paired comparison: n pairs, mean of a-b with t CI, paired t and p, Wilcoxon signed-rank p (Pratt), Cohen's dz."
-    from scipy import stats
-    x, y = _scores(a, "a"), _scores(b, "b")
-    if len(x) != len(y): raise ValueError(f"`a` has {len(x)} scores but `b` has {len(y)}; pass one score per letter of each pair, aligned.")
-    d = x - y; n, md_, sd = len(d), float(d.mean()), float(d.std(ddof=1))
-    if sd == 0:
-        _undef(f"paired_test: all {n} differences equal {md_}; t, its CI and the Wilcoxon test are undefined (NaN)")
-        dz = 0.0 if md_ == 0 else float("nan")
-        return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=np.nan, diff_ci_high=np.nan, sd_diff=sd,
-                    t=np.nan, df=n - 1, p_t=np.nan, wilcoxon_stat=np.nan, p_wilcoxon=np.nan, wilcoxon_zero_method="pratt", cohens_dz=dz, alpha=alpha)
-    r = stats.ttest_rel(x, y); ci = r.confidence_interval(1 - alpha)
-    # the signed-rank test jumps where differences tie or are zero, so the last-bit noise of the arithmetic that made the
-    # scores (numpy versions sum in other orders) must not create or break a tie: rank the differences rounded to 1e-10
-    w = stats.wilcoxon(np.round(d, 10), zero_method="pratt")
-    return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=float(ci.low), diff_ci_high=float(ci.high), sd_diff=sd,
-                t=float(r.statistic), df=float(r.df), p_t=float(r.pvalue), wilcoxon_stat=float(w.statistic), p_wilcoxon=float(w.pvalue),
-                wilcoxon_zero_method="pratt", cohens_dz=md_/sd, alpha=alpha)
-
-# %% ../../nbs/04_stats.ipynb #16e533fc
-def ci_on_scale(lo:float, hi:float,          # an interval for a difference, e.g. `paired_test`'s diff_ci_low / diff_ci_high
-                n:int,                       # the units it rests on (pairs, names, letters of the smaller group)
-                lower:float, upper:float,    # the scale of the difference: -1, 1 for shares; -100, 100 for percentage points
-                min_n:int=MIN_CLUSTERS       # below this many units: no interval
-               )->tuple[float, float, str]:
-    "(lo, hi, note): no interval below `min_n` units, else the interval cut to [lower, upper]; the note says which."
-    if n < min_n: return float("nan"), float("nan"), f"no interval: {n} < {min_n} units"
-    if not (np.isfinite(lo) and np.isfinite(hi)): return float(lo), float(hi), ""
-    clo, chi = max(float(lo), lower), min(float(hi), upper)
-    return clo, chi, (f"cut to [{lower:g}, {upper:g}]" if (clo, chi) != (float(lo), float(hi)) else "")
-
-# %% ../../nbs/04_stats.ipynb #wnote001
-SHORT_WARNINGS = {   # a library's long warning -> what it means for the number in the table
-    "Precision loss occurred in moment calculation": "precision loss: the scores are nearly identical, t and p may be unreliable (scipy)"}
-
-def _short_warning(message:str)->str:
-    message = " ".join(message.split())
-    return next((short for k, short in SHORT_WARNINGS.items() if k in message), message)
-
-# %% ../../nbs/04_stats.ipynb #4d2694ef
-def warning_note(fn,             # the computation, e.g. `paired_test`
-                 *args, **kwargs  # passed to `fn`
-                )->tuple:
-    "`(fn(*args, **kwargs), note)`: the warnings `fn` raised, recorded instead of printed, as one note ('' when none): each distinct message once (`SHORT_WARNINGS` shortens known ones), '(xN)' when repeated."
-    from collections import Counter
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        out = fn(*args, **kwargs)
-    counts = Counter(_short_warning(str(w.message)) for w in caught)
-    return out, "; ".join(m if n == 1 else f"{m} (x{n})" for m, n in counts.items())
-
-# %% ../../nbs/04_stats.ipynb #64077c83
-from collections import Counter
-
-def word_odds_ratios(counts_a:Counter|dict, # word -> count in group a (e.g. adjectives of male letters)
-                     counts_b:Counter|dict, # word -> count in group b
-                     alpha:float=0.05,      # 1 - confidence level of the CIs
-                     min_count:int=5        # keep words with count_a + count_b >= min_count (see above)
-                    )->pd.DataFrame:
-    "Per word: counts, the paper's OR (NaN on a zero cell), Haldane OR with Wald CI, z, p and BH p; sorted by log OR."
-    ca, cb = pd.Series(dict(counts_a), dtype="float64"), pd.Series(dict(counts_b), dtype="float64")
-    for nm, c in (("counts_a", ca), ("counts_b", cb)):
-        if c.isna().any() or (c < 0).any() or (c != np.floor(c)).any():
-            raise ValueError(f"`{nm}` must map words to non-negative integer counts; check {list(c.index[c.isna() | (c < 0) | (c != np.floor(c))][:3])}.")
-        if c.sum() == 0: raise ValueError(f"`{nm}` has no words (total count 0); the odds ratios need words in both groups.")
-    if min_count < 1: raise ValueError(f"min_count must be >= 1, got {min_count}.")
-    Na, Nb = float(ca.sum()), float(cb.sum())
-    words = ca.index.union(cb.index)
-    a, b = ca.reindex(words, fill_value=0.0), cb.reindex(words, fill_value=0.0)
-    keep = (a + b) >= min_count
-    a, b = a[keep], b[keep]
-    s = log_odds_ratio(a.to_numpy(), Na - a.to_numpy(), b.to_numpy(), Nb - b.to_numpy(), alpha=alpha, haldane="always")
-    with np.errstate(divide="ignore", invalid="ignore"):
-        zero = (a == 0) | (b == 0) | (a == Na) | (b == Nb)
-        or_paper = np.where(zero, np.nan, (a/(Na - a)) / (b/(Nb - b)))
-    out = pd.DataFrame({"word": a.index, "count_a": a.to_numpy().astype(int), "n_a": int(Na), "count_b": b.to_numpy().astype(int), "n_b": int(Nb),
-                        "or_paper": or_paper, "log_or": s["log_or"], "log_or_se": s["se"], "log_or_ci_low": s["ci_low"], "log_or_ci_high": s["ci_high"],
-                        "or_haldane": s["odds_ratio"], "or_ci_low": np.exp(s["ci_low"]), "or_ci_high": np.exp(s["ci_high"]), "z": s["z"], "pvalue": s["pvalue"]})
-    out["p_bh"] = bh_fdr(out["pvalue"].to_numpy())
-    out = out.sort_values(["log_or", "word"], ascending=[False, True], ignore_index=True)
-    out.attrs.update(n_dropped_min_count=int((~keep).sum()), min_count=min_count, alpha=alpha)
-    return out
-
-# %% ../../nbs/04_stats.ipynb #b19e6250
-def _unit_rows(M, name:str)->np.ndarray:
-    "Rows scaled to unit length; a 2-d finite matrix with no zero row, else a `ValueError` naming the set."
-    m = np.asarray(M, dtype="float64")
-    if m.ndim != 2 or len(m) == 0: raise ValueError(f"`{name}` must be a 2-d matrix with one embedding per row, got shape {m.shape}.")
-    if not np.isfinite(m).all(): raise ValueError(f"`{name}` has missing or infinite entries; drop the words without embeddings first (and report them).")
-    nrm = np.linalg.norm(m, axis=1)
-    if (nrm == 0).any(): raise ValueError(f"`{name}` row {int(np.argmax(nrm == 0))} is the zero vector; its cosine similarity is undefined.")
-    return m / nrm[:, None]
-
-# %% ../../nbs/04_stats.ipynb #45fae8d8
-def weat(X, Y, A, B,          # embeddings, one row per word: targets X, Y; attributes A, B (same dimension)
-         n_perm:int=10_000,   # exact enumeration when C(|X|+|Y|, |X|) <= n_perm, else this many random partitions
-         seed:int=0           # seeds the Monte-Carlo partitions
-        )->dict:
-    "WEAT effect size d (ddof=1), statistic S, one- and two-sided permutation p-values, set sizes; d > 0: X closer to A than Y is."
-    from itertools import combinations
-    from math import comb
-    X, Y, A, B = (_unit_rows(M, nm) for M, nm in ((X, "X"), (Y, "Y"), (A, "A"), (B, "B")))
-    if len({M.shape[1] for M in (X, Y, A, B)}) > 1: raise ValueError(f"X, Y, A, B must have the same embedding dimension; got {[M.shape[1] for M in (X, Y, A, B)]}.")
-    nx, ny = len(X), len(Y)
-    if nx + ny < 3: raise ValueError("X and Y together need at least 3 words for a standard deviation and a permutation test.")
-    W = np.vstack([X, Y])
-    s = (W @ A.T).mean(1) - (W @ B.T).mean(1)
-    sx, sy = s[:nx], s[nx:]
-    S = float(sx.sum() - sy.sum()); sd = float(s.std(ddof=1))
-    d = float((sx.mean() - sy.mean()) / sd) if sd > 0 else float("nan")
-    total, n_part = s.sum(), comb(nx + ny, nx)
-    exact = n_part <= n_perm
-    if exact: idx = np.array(list(combinations(range(nx + ny), nx)))
-    else: idx = np.random.default_rng(seed).random((n_perm, nx + ny)).argsort(1)[:, :nx]
-    Sp = 2*s[idx].sum(1) - total
-    tol = 1e-12 * max(1.0, abs(S))
-    ge, le = int((Sp >= S - tol).sum()), int((Sp <= S + tol).sum())
-    if exact: p_hi, p_lo = ge/n_part, le/n_part
-    else: p_hi, p_lo = (1 + ge)/(1 + n_perm), (1 + le)/(1 + n_perm)
-    return dict(effect_size=d, statistic=S, p_one_sided=p_hi, p_two_sided=min(1.0, 2*min(p_hi, p_lo)), exact=exact,
-                n_partitions=int(n_part) if exact else int(n_perm), n_X=nx, n_Y=ny, n_A=len(A), n_B=len(B), std_ddof=1)
-
 # %% ../../nbs/04_stats.ipynb #1964d0a6
 # MIN_UNITS (5) is defined with the proportions above
 BOOT_MIN_UNITS = 20   # fewest units for a percentile bootstrap interval; below it, exact or permutation inference only
@@ -792,103 +457,6 @@ def exact_proportion_ci(k:int,              # successes
                        )->tuple[float, float, float]:
     "(p, lo, hi): the Clopper-Pearson exact interval (statsmodels `proportion_confint(method='beta')`); all NaN when n = 0."
     return proportion_ci(k, n, method="beta", alpha=alpha)
-
-# %% ../../nbs/04_stats.ipynb #06c25e89
-def _swap_masks(C:int, n_resamples:int, seed:int)->tuple[np.ndarray, bool]:
-    "(masks, exact): every 0/1 pattern over C units when 2^C <= n_resamples, else n_resamples seeded random patterns."
-    if C <= 20 and 2**C <= n_resamples:
-        return ((np.arange(2**C)[:, None] >> np.arange(C)) & 1).astype(bool), True
-    return np.random.default_rng(seed).integers(0, 2, size=(n_resamples, C)).astype(bool), False
-
-# %% ../../nbs/04_stats.ipynb #852cc4f1
-def sign_flip_test(d,                       # one difference per unit (condition a - condition b), no NaN
-                   n_resamples:int=9999,    # random sign patterns when 2^n exceeds it; exact enumeration otherwise
-                   seed:int=0,
-                   min_units:int=MIN_UNITS
-                  )->dict:
-    "Two-sided paired permutation test of mean(d) = 0 by flipping signs within units: n, mean, p, exact, note ('too few units' -> p NaN)."
-    v = np.asarray(d, dtype=float).ravel()
-    if np.isnan(v).any(): raise ValueError(f"`d` has {int(np.isnan(v).sum())} NaN difference(s); drop (and count) those units first.")
-    n, why = len(v), too_few_units(len(v), min_units)
-    out = dict(n=n, mean=float(v.mean()) if n else float("nan"), p=float("nan"), exact=False, test="sign-flip permutation", note=why)
-    if why: return out
-    if not np.any(v): return {**out, "p": 1.0, "exact": True}
-    masks, exact = _swap_masks(n, n_resamples, seed)
-    t = np.abs(np.where(masks, -v, v).mean(axis=1)); hits = int((t >= abs(v.mean()) - 1e-12).sum())
-    return {**out, "p": hits / len(masks) if exact else (1 + hits) / (1 + len(masks)), "exact": exact}
-
-# %% ../../nbs/04_stats.ipynb #052f5978
-SWAP_BATCH = 1024   # masks per call of the statistic in `within_unit_swap_test`
-
-def _per_mask(stat:Callable)->Callable:
-    "A statistic of one mask (a number or {name: number}) as a batched one: (masks x units) -> an array, or {name: array} (a name a mask lacks: NaN there)."
-    def batch(masks):
-        rs = [stat(m) for m in masks]
-        if not isinstance(rs[0], dict): return np.asarray([float(r) for r in rs], dtype=float)
-        return {k: np.asarray([float(r.get(k, np.nan)) for r in rs], dtype=float) for k in dict.fromkeys(k for r in rs for k in r)}
-    return batch
-
-# %% ../../nbs/04_stats.ipynb #eb301309
-def within_unit_swap_test(stat,                    # mask (bool per unit, True = the unit's two conditions swapped) -> number or {name: number}
-                          n_units:int,             # units (the mask's length)
-                          n_resamples:int=9999,    # random masks when 2^n_units exceeds it; every mask otherwise
-                          seed:int=0,
-                          min_units:int=MIN_UNITS,
-                          max_undefined:float=MAX_UNDEFINED, # more undefined (NaN) permuted statistics than this share: no p
-                          batched:bool=False       # `stat` takes many masks at once, a (masks x units) array, and gives one value per mask (an array, or {name: array})
-                         )->dict:
-    "Per statistic: observed value, two-sided permutation p, masks used, how many gave an undefined statistic, exact or drawn, and a note."
-    batch = stat if batched else _per_mask(stat)
-    def values(masks:np.ndarray)->tuple[dict, bool]:   # (name -> one float per mask, whether `stat` gives plain numbers), SWAP_BATCH masks a call
-        chunks = [masks[i:i + SWAP_BATCH] for i in range(0, len(masks), SWAP_BATCH)]
-        parts = [batch(c) for c in chunks]
-        if not isinstance(parts[0], dict): return {"stat": np.concatenate([np.asarray(v, dtype=float) for v in parts])}, True
-        names = dict.fromkeys(k for v in parts for k in v)   # a name a batch lacks: NaN for its masks
-        return {k: np.concatenate([np.asarray(v[k], dtype=float) if k in v else np.full(len(c), np.nan) for c, v in zip(chunks, parts)]) for k in names}, False
-    first, scalar = values(np.zeros((1, n_units), dtype=bool))
-    observed = first["stat"][0] if scalar else {k: v[0] for k, v in first.items()}
-    obs = {"stat": observed} if scalar else dict(observed)
-    why = too_few_units(n_units, min_units)
-    res = {k: dict(observed=float(v), p=float("nan"), n_masks=0, n_undefined=0, exact=False, note=why) for k, v in obs.items()}
-    if not why:
-        masks, exact = _swap_masks(n_units, n_resamples, seed)
-        vals = values(masks)[0]
-        for k, o in obs.items():
-            v = vals.get(k, np.full(len(masks), np.nan)); ok = ~np.isnan(v); nu = int((~ok).sum())
-            r = res[k]; r.update(n_masks=len(v), n_undefined=nu, exact=exact)
-            if np.isnan(o): r["note"] = "no estimate"; continue
-            if nu > max_undefined * len(v): r["note"] = f"no test: the statistic is undefined under {nu} of {len(v)} permutations"; continue
-            hits = int((np.abs(v[ok]) >= abs(o) - 1e-12).sum())
-            r["p"] = hits / ok.sum() if exact else (1 + hits) / (1 + ok.sum())
-            if nu: r["note"] = f"{nu} of {len(v)} permutations undefined (left out of p)"
-    return res["stat"] if scalar else res
-
-# %% ../../nbs/04_stats.ipynb #494f69d1
-def two_group_permutation_test(x,                     # one score per unit of group x
-                               y,                     # one score per unit of group y
-                               n_resamples:int=9999, seed:int=0,
-                               min_units:int=MIN_UNITS
-                              )->dict:
-    "Two-sided permutation test of mean(x) - mean(y) = 0: n_x, n_y, diff, p, exact, note ('too few units' in either group -> p NaN)."
-    from itertools import combinations
-    from math import comb
-    a, b = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
-    why = too_few_units([len(a), len(b)], min_units)
-    out = dict(n_x=len(a), n_y=len(b), diff=float(a.mean() - b.mean()) if len(a) and len(b) else float("nan"),
-               p=float("nan"), exact=False, test="two-group permutation", note=why)
-    if why: return out
-    pooled, k = np.concatenate([a, b]), len(a)
-    if np.ptp(pooled) == 0: return {**out, "p": 1.0, "exact": True}
-    exact = comb(len(pooled), k) <= n_resamples
-    if exact:
-        inx = np.zeros((comb(len(pooled), k), len(pooled)), dtype=bool)
-        for r, idx in enumerate(combinations(range(len(pooled)), k)): inx[r, list(idx)] = True
-    else:
-        order = np.random.default_rng(seed).permuted(np.tile(np.arange(len(pooled)), (n_resamples, 1)), axis=1)
-        inx = np.zeros((n_resamples, len(pooled)), dtype=bool); np.put_along_axis(inx, order[:, :k], True, axis=1)
-    diffs = np.abs((inx * pooled).sum(1) / k - (~inx * pooled).sum(1) / (len(pooled) - k))
-    hits = int((diffs >= abs(out["diff"]) - 1e-12).sum())
-    return {**out, "p": hits / len(inx) if exact else (1 + hits) / (1 + len(inx)), "exact": exact}
 
 # %% ../../nbs/04_stats.ipynb #5ab54bfc
 def bootstrap_note(n_units:int,          # units the bootstrap resampled

@@ -16,7 +16,7 @@ from ..instruments.parse import ReplyGate
 # %% auto #0
 __all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Headline', 'Study',
            'check_prompt_variant', 'variant_system', 'variant_note', 'discover_studies', 'get_study', 'find_study',
-           'all_studies', 'card_headlines', 'start_run']
+           'check_study_params', 'all_studies', 'card_headlines', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #a11c5832
 HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
@@ -62,6 +62,7 @@ class Study:
     headlines: tuple = ()           # its bias-card `Headline`s, in card order; the first is the index's headline (`headline`); () = none on the card
     units: tuple = ()               # (the unit a headline resamples, answers per unit), e.g. ("scenario", 3): sample.n / answers per unit = units
     sample_units: Callable|None = None  # sample_units(params mapping) -> units it asks, where not sample.n / answers per unit (e.g. downstream: task.bbq_n)
+    sample_text: Callable|None = None  # sample_text(params mapping) -> how `run --dry-run` names the sample, where not sample.n and its units (downstream: each benchmark's n)
     units_in_items: Callable|None = None  # units_in_items(items: DataFrame) -> the units a run's items.csv holds, where not its distinct `item`s (narratives: resampled by name, counted in stories: `len`)
     arm_units: Callable|None = None  # arm_units(items) -> units per compared arm, where a headline compares two arms of the items (letters: the smaller of the measured men's and women's letters); None = the items
     paper_values: Callable|None = None  # paper_values() -> {metric: (the paper's value on the headline's scale or None, citation or why none)}
@@ -173,6 +174,19 @@ def find_study(name:str # a study name read from a file (a report's provenance, 
               )->Study|None:
     "The `Study` registered as `name`, or None where no study has that name (a report of a study since removed): `get_study` for names that must exist."
     return get_study(name) if name in STUDY_REGISTRY else None
+
+# %% ../../nbs/08_studies.ipynb #chkstd01
+def check_study_params(p:RunParams,         # loaded params (`load_params`: types and `BOUNDS` checked)
+                       src:str="<params>"   # the file (and where in it), for messages
+                      ):
+    "The study's own check of `p` (`Study.validate`), then one no study may skip: `sample.n` at most the study's full item set (its `paper_scale`'s sample.n), so no size a run cannot draw is planned, powered or timed. Returns the study's task options."
+    s = get_study(p.study, src)
+    opts = s.validate(p, src)
+    full = ((s.paper_scale or {}).get("sample") or {}).get("n")
+    if p.sample.n is not None and isinstance(full, int) and p.sample.n > full:
+        raise ParamsError(f"{src}: field `sample.n` = {p.sample.n} is more than the {full} answers of the study's full item set (its paper scale, "
+                          f"{full/s.units[1]:,.0f} {s.units[0]} units). Fix: use at most {full}, or null for every item.")
+    return opts
 
 # %% ../../nbs/08_studies.ipynb #8626428d
 def all_studies()->list:

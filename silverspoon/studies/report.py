@@ -328,7 +328,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
     if isinstance(eng, dict) and isinstance(eng.get("chat_template"), dict):
         prov["engine"], prov["chat_template"] = {k: v for k, v in eng.items() if k != "chat_template"}, eng["chat_template"]
     source = self.source if self.source and not str(self.source).startswith("<") else None
-    prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files)   # checked by `verify_provenance`
+    prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files, backends=named_backends(prov["params"]))   # checked by `verify_provenance`; the backends this run names
     for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
         if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
     if self.out_dir:

@@ -10,16 +10,16 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
 from ...core import SilverspoonError, ParamsError, ModelParams, GenerationParams, check_key_variable
 from .base import Backend, GenRequest, Generation
+from ..scrub import MIN_KEY_CHARS, FRAGMENT_CHARS, Secret, hide_secret, scrub
 from fastcore.basics import patch
 
 _log = logging.getLogger("silverspoon.engine.backends.openai")
 
 # %% auto #0
-__all__ = ['OPENAI_URL', 'MIN_KEY_CHARS', 'FRAGMENT_CHARS', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'HEADER_LIMIT_BYTES',
-           'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER', 'is_local_url', 'public_url', 'resolve_api_key',
-           'UnencryptedKeyWarning', 'warn_if_key_in_clear', 'Secret', 'hide_secret', 'scrub', 'chat_kwargs',
-           'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge', 'RedirectRefused',
-           'RedirectLoop', 'redirect_loop_text', 'TooManyHeaders', 'header_limit_text', 'BadReply',
+__all__ = ['OPENAI_URL', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'HEADER_LIMIT_BYTES', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
+           'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning', 'warn_if_key_in_clear',
+           'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge',
+           'RedirectRefused', 'RedirectLoop', 'redirect_loop_text', 'TooManyHeaders', 'header_limit_text', 'BadReply',
            'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
 
 # %% ../../../nbs/02c_openai.ipynb #201fb49c
@@ -50,8 +50,6 @@ def public_url(url:str)->str:
     return urlunsplit((p.scheme, netloc, p.path.rstrip("/"), "", ""))
 
 # %% ../../../nbs/02c_openai.ipynb #124c7dba
-MIN_KEY_CHARS = 8   # a shorter value is a local server's placeholder: never sent to another machine (too short to scrub safely)
-
 def resolve_api_key(model:ModelParams)->str:
     "The API key from `$<model.api_key_env>` (a name `check_key_variable` allows); `'EMPTY'` for a local server when unset; else `SilverspoonError`."
     check_key_variable(model.api_key_env, "api_key_env")
@@ -87,68 +85,6 @@ def warn_if_key_in_clear(base_url:str,   # the server (model.base_url, or the Op
         f"(a TLS proxy in front of the server), or reach it through an SSH tunnel (`ssh -L 8000:localhost:8000 {p.hostname}`, then "
         f"base_url: http://localhost:8000/v1). The run goes on; its provenance records the unencrypted transport."), stacklevel=3)
     return True
-
-# %% ../../../nbs/02c_openai.ipynb #fdb8986c
-class Secret:
-    "A string that does not show itself: `repr`/`str` are `***`; `.get()` returns the value."
-    __slots__ = ("_v",)
-    def __init__(self, v:str): self._v = v
-    def __repr__(self): return "Secret('***')"
-    __str__ = __repr__
-
-# %% ../../../nbs/02c_openai.ipynb #ba481173
-@patch
-def get(self:Secret)->str: return self._v
-
-# %% ../../../nbs/02c_openai.ipynb #bc10952b
-@patch
-def __reduce__(self:Secret): raise TypeError("a Secret cannot be pickled")
-
-# %% ../../../nbs/02c_openai.ipynb #20302060
-FRAGMENT_CHARS = 8   # any run of this many characters of a secret is hidden too: a proxy that echoes a cut `Authorization` header leaks a part
-
-def _secret_spans(text:str, secret:str)->list[tuple[int, int]]:
-    "(start, end) of every occurrence in `text` of `secret` or of a run of `FRAGMENT_CHARS` or more of its characters."
-    if not secret or len(secret) < 4 or secret == "EMPTY": return []
-    if len(secret) < FRAGMENT_CHARS: return [(m.start(), m.end()) for m in re.finditer(re.escape(secret), text)]
-    n, starts = FRAGMENT_CHARS, {}
-    for i in range(len(secret) - n + 1): starts.setdefault(secret[i:i + n], []).append(i)
-    find = re.compile("|".join(map(re.escape, starts))).search   # the regex engine finds the next fragment start (a report can be megabytes)
-    out, j = [], 0
-    while (m := find(text, j)) is not None:
-        j, longest = m.start(), 0
-        for i in starts[m.group(0)]:   # the longest run of the secret that starts here
-            k = n
-            while j + k < len(text) and i + k < len(secret) and text[j + k] == secret[i + k]: k += 1
-            longest = max(longest, k)
-        out.append((j, j + longest)); j += longest
-    return out
-
-def hide_secret(text:str,  # any text
-                *secrets:str # values sent as credentials (shorter than 4 characters: placeholders, never hidden)
-               )->str:
-    "`text` with each secret and every fragment of one of `FRAGMENT_CHARS` or more characters (a prefix, a cut-off middle) replaced by `***` (overlapping ones as one)."
-    spans = sorted(sp for s in secrets for sp in _secret_spans(text, s))
-    out, last = [], 0
-    for a, b in spans:
-        if b <= last: continue
-        if a >= last: out.append(text[last:a] + "***")
-        last = b
-    return "".join(out) + text[last:]
-
-_AUTH_HEADER = re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?bearer\s+)[^\s'\",;)\]}]+")   # an echoed header: whatever follows is the token
-_BEARER = re.compile(r"(?i)(\bbearer\s+)(?=[A-Za-z0-9\-._~+/]*\d)[A-Za-z0-9\-._~+/]{16,}=*")   # a token-like value: 16+ token characters, a digit among them
-_SK_KEY = re.compile(r"\bsk-(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{16,}|\bsk-[A-Za-z0-9_\-]*\*{4,}[A-Za-z0-9_\-]*")   # a key's shape (sk-proj-..., sk-ant-...), or one masked by a server
-
-def scrub(text:str,       # any message that may end up in a log, an error column or a report
-          secrets=()      # exact strings to hide (the API key)
-         )->str:
-    "Replace `secrets` (and fragments of them, `hide_secret`), an echoed `Authorization: Bearer` value, `Bearer <token-like value>` and key-shaped `sk-...` strings in `text` by `***`; ordinary words (\"the bearer of the warrant\", \"sk-learn\") stay."
-    text = str(text)
-    text = hide_secret(text, *(s.get() if isinstance(s, Secret) else s for s in secrets))
-    text = _AUTH_HEADER.sub(r"\1***", text)
-    text = _BEARER.sub(r"\1***", text)
-    return _SK_KEY.sub("sk-***", text)
 
 # %% ../../../nbs/02c_openai.ipynb #a398c974
 def chat_kwargs(model_id:str, messages:list, gen:GenerationParams, sample_index:int=0,

@@ -12,7 +12,8 @@ from ...core import ParamsError, cache_dir, stable_hash, sha256_file
 from ...engine.data import lookup
 from ...stats import proportion_ci
 from .letters import load_agency_split, AGENCY_LABELS, RETURN_TOKEN, agreement_with_authors
-from ...stats import paired_test, ci_on_scale, cluster_bootstrap_ci
+from ...stats.groups import paired_test, ci_on_scale
+from ...stats import cluster_bootstrap_ci
 from ...instruments.text import Instrument, HFTextClassifier
 from fastcore.basics import patch
 

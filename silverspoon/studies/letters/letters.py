@@ -13,9 +13,9 @@ import pandas as pd
 from ...core import DataError, ParamsError, RunParams, ModelParams, SampleParams, from_dict, task_params, is_missing
 from ...engine.data import fetch, lookup, REGISTRY, read_data_csv, read_data_json
 from ...engine.backends import GenRequest
-from ...stats import (log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, word_odds_ratios, weat, two_sample_t, warning_note,
-                               paired_test, cluster_bootstrap, MIN_CLUSTERS, ci_on_scale, MIN_UNITS, BOOT_MIN_UNITS, ALPHA,
-                               too_few_units, within_unit_swap_test, bootstrap_note, verdict_tier)
+from ...stats import log_odds_ratio, bh_fdr, proportion_ci, largest_remainder, cluster_bootstrap, MIN_CLUSTERS, MIN_UNITS, BOOT_MIN_UNITS, ALPHA, too_few_units, bootstrap_note, verdict_tier
+from ...stats.tests import within_unit_swap_test
+from ...stats.groups import word_odds_ratios, weat, two_sample_t, warning_note, paired_test, ci_on_scale
 from scipy.stats import norm as _norm
 from ...instruments.text import Instrument, HFTextClassifier
 from .. import Study, Headline

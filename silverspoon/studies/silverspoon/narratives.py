@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 from ...core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
 from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, _check_boot
-from ...stats import too_few_units, exact_proportion_ci, bootstrap_note, sign_flip_test, ALPHA, MIN_UNITS, BOOT_MIN_UNITS
+from ...stats import too_few_units, exact_proportion_ci, bootstrap_note, ALPHA, MIN_UNITS, BOOT_MIN_UNITS
+from ...stats.tests import sign_flip_test
 from ...instruments.text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
 from .. import Study, Headline, check_prompt_variant
 from .professions import (RACES, GENDERS, CITY_CLASSES, CELLS, N_STORIES, demographic_items, story_items,

@@ -11,9 +11,9 @@ import pandas as pd
 from ...core import ParamsError, DataError, ModelParams, GenerationParams, SampleParams, RunParams, from_dict, task_params, check_model, check_generation, is_missing
 from ...engine.backends import GenRequest, user
 from ...engine.data import fetch, lookup
-from ...stats import (agreement_table, agreement_metrics, metrics_from_counts, proportion_ci, cluster_proportion_ci, largest_remainder,
-                     too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test, cluster_bootstrap,
-                     bh_fdr, verdict_tier, MIN_UNITS, BOOT_MIN_UNITS, ALPHA)
+from ...stats.agreement import agreement_table, agreement_metrics, metrics_from_counts
+from ...stats import proportion_ci, cluster_proportion_ci, largest_remainder, too_few_units, exact_proportion_ci, bootstrap_note, cluster_bootstrap, bh_fdr, verdict_tier, MIN_UNITS, BOOT_MIN_UNITS, ALPHA
+from ...stats.tests import within_unit_swap_test
 from .. import Study, Headline, check_prompt_variant, variant_note
 from ...instruments.parse import Parsed, REFUSAL, ReplyGate, DEFAULT_CHECKS, TEMPLATE_TOKEN, parsed_frame, rule_counts, instrument_validity, parser_set, run_judge, validate_on_set, failed_reply
 from ...engine.provenance import model_label

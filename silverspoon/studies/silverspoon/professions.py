@@ -14,14 +14,16 @@ import pandas as pd
 from ...core import DataError, ParamsError, RunParams, ModelParams, GenerationParams, SampleParams, from_dict, task_params, check_model, check_generation, is_missing
 from ...engine.data import fetch, read_data_csv
 from ...engine.backends import GenRequest
-from ...stats import largest_remainder, cluster_proportion_ci, weighted_median, paired_test, proportion_ci, MIN_CLUSTERS
+from ...stats import largest_remainder, cluster_proportion_ci, weighted_median, proportion_ci, MIN_CLUSTERS
+from ...stats.groups import paired_test
 from ...instruments.text import Instrument, TextEmbedder
 from .. import Study, Headline, check_prompt_variant
 from ...instruments.parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
 from ...core import sha256_file, stable_hash
-from ...stats import bh_fdr, warning_note, ci_on_scale
+from ...stats import bh_fdr
+from ...stats.groups import warning_note, ci_on_scale
 
 
 # %% auto #0
@@ -684,7 +686,8 @@ def table3(answers:pd.DataFrame, # one row per item: name, gender, race, city_cl
     return pd.DataFrame(rows)
 
 # %% ../../../nbs/11_professions.ipynb #fcdca16a
-from ...stats import within_unit_swap_test, too_few_units, sign_flip_test
+from ...stats.tests import within_unit_swap_test, sign_flip_test
+from ...stats import too_few_units
 SHIFT_TEST = "within-name swap of city class (permutation over names)"
 
 def shift_swap_test(answers:pd.DataFrame, # one row per item: name, gender, race, city_class, income_class (None: no class)

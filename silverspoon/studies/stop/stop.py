@@ -14,14 +14,15 @@ from ...core import is_missing, ParamsError, DataError, SampleParams, RunParams,
 from ...engine.data import fetch, lookup, read_data_json
 from ...engine.backends import GenRequest, make_backend
 from ...engine.store import generate_all
-from ...stats import (cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, hedges_g, METRIC_DEFINITIONS,
-                               resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, exact_proportion_ci, too_few_units, bootstrap_note,
-                               two_group_permutation_test, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS)
+from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, METRIC_DEFINITIONS, resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, exact_proportion_ci, too_few_units, bootstrap_note, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS
+from ...stats.tests import two_group_permutation_test
+from ...stats.groups import hedges_g
 from .. import Study, Headline, check_prompt_variant, variant_system, variant_note
 from ...instruments.parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
-from ...stats import paired_test, paired_mcnemar, sign_flip_test
+from ...stats.groups import paired_test
+from ...stats.tests import paired_mcnemar, sign_flip_test
 from ..report import literal_text
 
 

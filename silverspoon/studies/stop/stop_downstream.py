@@ -12,8 +12,8 @@ import pandas as pd
 from ...core import ParamsError, DataError, SilverspoonError, RunParams, task_params, is_missing, stable_hash, project_root
 from ...engine.data import fetch, lookup, read_data_csv, data_dir, git_blob_sha1
 from ...engine.backends import GenRequest, user
-from ...stats import (cluster_bootstrap, _clusters, paired_mcnemar, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS,
-                               BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note, within_unit_swap_test)
+from ...stats import cluster_bootstrap, _clusters, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS, BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note
+from ...stats.tests import paired_mcnemar, within_unit_swap_test
 from ...instruments.text import Instrument
 from .. import Study, Headline
 from ...instruments.parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams, validate_on_set, failed_reply
@@ -31,7 +31,8 @@ __all__ = ['BBQ_CATEGORIES', 'BENCHMARKS', 'BENCHMARK_TITLES', 'MISSING_UPSTREAM
            'requests_for', 'parse_reply', 'parse_choice', 'parser_set_validity', 'outcomes', 'paired_scores',
            'answer_rate_tests', 'LogLikelihood', 'likelihood_pairs', 'likelihood_choices', 'answer_rate_table',
            'answer_rate_readings', 'likelihood_outcomes', 'performance_table', 'category_scores', 'crows_position',
-           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows', 'sample_units', 'paper_values']
+           'finetune_info', 'DownstreamTask', 'downstream_task', 'summary_rows', 'sample_units', 'sample_text',
+           'paper_values']
 
 # %% ../../../nbs/33_stop_downstream.ipynb #a40d8dfe
 BBQ_CATEGORIES = ("Age", "Disability_status", "Gender_identity", "Nationality", "Physical_appearance", "Race_ethnicity",
@@ -808,6 +809,12 @@ def sample_units(mapping:dict # a resolved params mapping or `PAPER_SCALE`
     n = (mapping.get("task") or {}).get("bbq_n", 240)
     return float(BBQ_ITEMS if n is None else n)
 
+def sample_text(mapping:dict # a resolved params mapping
+               )->str:
+    "What `silverspoon run --dry-run` says of the sample: each benchmark's n (null = every item present here); this study draws per benchmark, never by sample.n."
+    t = mapping.get("task") or {}
+    return ", ".join(f"task.{k} {'null (all present)' if t.get(k, 0) is None else t.get(k, 'default')}" for k in ("bbq_n", "crows_n", "stereoset_n"))
+
 def paper_values()->dict:
     "metric -> (None, why): the paper gives a relative change without the base rate."
     return {HEADLINE: (None, "Morabito et al.: fine-tuning Llama 3-70b on STOP raises answer rates "
@@ -826,5 +833,5 @@ STUDY = Study(name="downstream", title="STOP downstream: answer rates on BBQ, Cr
               notebook="33_stop_downstream.ipynb", task=DownstreamTask, validate=downstream_task,
               data_files=(*(f"bbq/{c}" for c in BBQ_CATEGORIES), "crows-pairs/pairs", "stereoset/dev"),
               summary_rows=summary_rows, describe=_describe, reply_gate=REPLY_GATE,
-              headlines=CARD_HEADLINES, units=("BBQ item", 1), sample_units=sample_units, paper_values=paper_values, paper_scale=PAPER_SCALE,
+              headlines=CARD_HEADLINES, units=("BBQ item", 1), sample_units=sample_units, sample_text=sample_text, paper_values=paper_values, paper_scale=PAPER_SCALE,
               paper_note=PAPER_NOTE, needs=NEEDS, factor_skip=FACTOR_SKIP)
