@@ -217,7 +217,7 @@ def test_headline_mde_says_when_a_test_cannot_reach_significance():
 def test_narratives_card_row_estimates_the_statistic_its_test_tests():
     "Issue 52 item 2: the card's narratives row showed a cell average over every name beside a sign-flip p over the names with stories in both city classes. Now the estimate, its SE source (`headlines_from_items`), p and MDE are all of the mean per-name difference over those names."
     from silverspoon.studies.silverspoon.narratives import sentiment_contrasts, headlines_from_items, story_items_table, _per_name_differences
-    from silverspoon.stats import sign_flip_test
+    from silverspoon.stats.tests import sign_flip_test
     rng, rows = np.random.default_rng(0), []
     for i in range(60):
         g, r = ("female", "male")[i % 2], ("White", "Black", "Hispanic", "Indian")[(i//2) % 4]

@@ -169,7 +169,8 @@ def test_plan_times_use_the_models_max_new_tokens_and_a_measured_cpu_rate_for_de
 
 def test_plan_takes_a_pilot_runs_own_se_and_states_its_assumptions():
     "Issue 52 item 7: `plan --pilot RUN` powers each headline from that run's own SE, and the plan says where its SD and allocation come from."
-    from silverspoon.site.card import headline_sd, _run_replicates, plan_text
+    from silverspoon.site.card import headline_sd, _run_replicates
+    from silverspoon.site.plan_page import plan_text
     reports = Path(__file__).resolve().parent.parent/"reports"
     h = [x for x in card_headlines() if x.metric == "share favouring underprivileged - annotators"][0]
     s = headline_sd(h, reports, pilot="smollm2-135m")

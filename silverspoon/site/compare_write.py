@@ -11,7 +11,8 @@ from ..studies.compare import compare_runs, model_order, read_run, COMPARE_RESAM
 from ..studies import all_studies, find_study
 from ..core import write_atomic
 from .card import _fmt
-from .runner import _page, figure_data_uri, scrub_text
+from .runner import figure_data_uri
+from ..run.executor import _page, scrub_text
 from .compare_page import released_runs, delta_forest, delta_matrix_html, how_to_read, PAIR_TABLE
 
 # %% auto #0

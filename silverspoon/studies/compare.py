@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np, pandas as pd
 from scipy.stats import norm
 from ..core import ParamsError, project_root
-from ..stats import ALPHA, BOOT_MIN_UNITS, cluster_bootstrap, within_unit_swap_test, enforce_policy, verdict_tier, too_few_units
+from ..stats import ALPHA, BOOT_MIN_UNITS, cluster_bootstrap, enforce_policy, verdict_tier, too_few_units
+from ..stats.tests import within_unit_swap_test
 from . import get_study, Study
 
 # %% auto #0
