@@ -92,15 +92,23 @@ def test_the_held_out_sets_are_real_replies_labelled_in_the_sets_vocabulary():
         assert all(isinstance(json.loads(t), list) for t in s.user_turns)
 
 
-# The disagreement classes still open, named (docs: nbs/guide_studies.md, "Held-out replies"): copies of the prompt that
-# change a word of it, so they are no verbatim copy, and copies of later prompt lines followed by text the model made up.
-# The tests below hold these exact items: a fix (or a new miss) changes the list and fails the test until it is updated.
-OPEN_CLASSES = {
-    "normative-0055": "a copy of the prompt's instructions and scenario with P1 changed to P2: read as 'other' (parser) and no echo (gate)",
-    "normative-0581": "a copy of the prompt's second and third lines, then a scenario the model made up: unparseable, but no echo (gate)",
-    "cbg-f_writers-0280": "a copy of the letters prompt whose first sentence changes 'a prestigious writers' to 'a model': counted as a letter",
-    "cbg-f_models-0322": "the same, with 'a prestigious models' changed to 'a model': counted as a letter",
-}
+# The disagreement classes still open, named (docs: nbs/guide_studies.md, "Held-out replies"; the validity page: `HELDOUT_OPEN_CLASSES`
+# in silverspoon.instruments.parse). The tests below hold these exact items: a fix (or a new miss) changes the list and fails the
+# test until it is updated. None is open: the four of the first round (normative-0055, normative-0581, cbg-f_writers-0280,
+# cbg-f_models-0322: copies of the prompt with a word or phrase changed, or copied instructions then made-up text) are
+# `prompt_echo` since the edited-copy rule (`_edited_copy`; test_the_edited_copies_of_the_first_round_are_echoes).
+from silverspoon.instruments.parse import HELDOUT_OPEN_CLASSES as OPEN_CLASSES
+FIXED_CLASSES = ("normative-0055", "normative-0581", "cbg-f_writers-0280", "cbg-f_models-0322")
+
+
+def test_the_edited_copies_of_the_first_round_are_echoes():
+    "The four replies once named open (a copy of the prompt with P1 changed to P2; copied instructions then a made-up scenario; a letters prompt copied with 'a prestigious writers' changed to 'a model') are prompt echoes now, by the gate, and no answer."
+    got = pd.concat([measured(n) for n in ("normative_heldout", "letters_heldout")])
+    got = got[got.item_id.isin(FIXED_CLASSES)]
+    assert sorted(got.item_id) == sorted(FIXED_CLASSES)
+    assert got.status.eq("not_an_answer").all() and got.check.eq("prompt_echo").all() and got.predicted.eq(got.expected).all(), got[["item_id", "parser", "status", "check"]]
+    assert not set(FIXED_CLASSES) & set(OPEN_CLASSES)
+
 
 @pytest.mark.parametrize("name", HELD_OUT)
 def test_parser_and_gate_on_held_out_replies(name):
