@@ -142,7 +142,7 @@ REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: 
                           "the reply (or its first sentence, when at most 2 words follow it) is 3+ consecutive words of the prompt that cross a "
                           "sentence end of the prompt (. ? ! : ; or a new line; not the dot of an option label such as 'A.'), contain the word "
                           "'or' (an option list), make up a whole question or a whole sentence of 8+ words of the prompt (the whole reply only, "
-                          "for a question), or number 12+ (e.g. 'or the store manager is wrong. Answer:', the prompt's last words); or 8+ words "
+                          "for a question), or number 12+ (e.g. 'or the store manager is wrong. Answer:', the prompt's last words), or 8+ that are a clause of the prompt from a comma, semicolon or dash to its sentence end ('P1 refers to the poor person in the scenario.'); or 8+ words "
                           "that open with the prompt's first 8 words; or 8+ words of which at least 80% of the word 4-grams occur in the prompt "
                           "while covering at least half of the prompt's 4-grams, or 12+ such words that open with a 4-gram of the prompt; or an edited copy: the reply opens with 12+ words of the prompt with at most 1 word in 8 changed (substituted, inserted or dropped), holding 2+ whole prompt sentences of 3+ words, not followed by the reply's own 'Answer:' (e.g. 'Answer ONLY P2 or other. Give EXACTLY one sentence ...', the prompt with P1 changed). Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
     "repeated": (True, "the same reply of 20+ words (longer than any short answer; case, spaces and punctuation ignored) given to 3 or "
@@ -239,6 +239,7 @@ def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
     pw, pends, pg = _prompt_tokens(prompt); pt = (pw, pends)
     first = _first_sentence(words, ends)
     if _copied(words, pt) or (len(words) - len(first) < 3 and _copied(first, pt, question=False)): return True   # a first sentence copied, then at most a cut word or two
+    if _clause_copy(words, prompt) or (len(words) - len(first) < 3 and _clause_copy(first, prompt)): return True  # a clause of the prompt copied
     if len(words) < 8: return False
     g = _grams(words)
     inside = len(g & pg)
@@ -275,6 +276,16 @@ def _edited_copy(words:list[str], # the reply's lower-case words (`_tokens`)
         cut = next((b.a + j - b.b + 1 for b in chain if b.b <= j < b.b + b.size), cut)
         i = j + 1
     return whole >= 2 and not (cut is not None and _ANSWER_LABEL.match(" ".join(words[cut:cut + 3])))
+
+# %% ../../nbs/04a_parse.ipynb #clause01
+def _clause_copy(words:list[str],   # the reply's (or its first sentence's) lower-case words
+                 prompt:str,        # the prompt's text
+                 min_words:int=8    # shorter copies are never judged so ('P1 is wrong')
+                )->bool:
+    "Whether `words` are a whole clause of the prompt: they follow a comma, semicolon or dash of it and end one of its sentences."
+    if len(words) < min_words: return False
+    pat = r"[,;\u2013\u2014-]\s*" + r"[\W_]+".join(map(re.escape, words)) + r"[\W_]*?(?:[.?!:;\n]|$)"
+    return re.search(pat, prompt, re.I) is not None
 
 # %% ../../nbs/04a_parse.ipynb #subj0001
 _PRONOUNS = {"female": frozenset("she her hers herself".split()), "male": frozenset("he him his himself".split())}
@@ -597,12 +608,17 @@ def run_judge(params,                # the run's RunParams (the judge's store is
     return out, counts
 
 # %% ../../nbs/04a_parse.ipynb #held0001
-HELDOUT_OPEN_CLASSES = {}   # item_id -> (study, the disagreement class the held-out replies still show); none is open (the first round's four edited prompt copies are `prompt_echo` since `_edited_copy`)
+_WHO_AS_PARTY = ("a word the corrupted prompt put in place of 'Who' or 'wrong' (World_Health_Organization, haywire), copied back alone or in "
+                 "the question's clause, is read as the other party: `classify_subject` takes a scenario word that is not P1 as the other party")
+HELDOUT_OPEN_CLASSES = {   # '<run>/<item_id>' -> (study, the disagreement class the held-out replies still show); the first round's four edited prompt copies are `prompt_echo` since `_edited_copy`
+    "qwen25coder-05b/normative-2901": ("normative", "'World_Health_Organization is wrong here.', the question copied with 'in the' dropped: read as 'other'; " + _WHO_AS_PARTY),
+    "qwen25coder-05b/normative-1901": ("normative", "'Haywire', the option list's corrupted 'wrong': read as 'other'; " + _WHO_AS_PARTY),
+}
 
 def heldout_note(study:str, # a study name (normative, letters, ...)
-                 classes:dict|None=None # item_id -> (study, description); default HELDOUT_OPEN_CLASSES
+                 classes:dict|None=None # '<run>/<item_id>' -> (study, description); default HELDOUT_OPEN_CLASSES
                 )->str:
-    "The open held-out disagreement classes of `study`, as a note for its parser rows ('' when none is open)."
+    "The open held-out disagreement classes of `study` (by run and item), as a note for its parser rows ('' when none is open)."
     open_ = [f"{i}: {d}" for i, (s, d) in (HELDOUT_OPEN_CLASSES if classes is None else classes).items() if s == study]
     return f"open on held-out replies (tests/parser_sets/{study}*_heldout.csv): " + "; ".join(open_) if open_ else ""
 
