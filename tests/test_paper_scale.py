@@ -1,7 +1,7 @@
 "SmolLM2-135M at the papers' scale (issue 55): the committed paper-scale run files are this model's own runs, `run --scale paper` runs them as they are, and the card prefers them to the default (pilot) runs."
 import shutil
 import pytest
-from silverspoon.site.card import scale_plan, model_run_names, model_params_files, PAPER_SCALE_SUFFIX
+from silverspoon.site.plan import scale_plan, model_run_names, model_params_files, PAPER_SCALE_SUFFIX
 from silverspoon.core import read_params_mapping
 
 PAPER_RUNS = {"normative": 3000, "stop": 450}   # committed: params/<study>/smollm2-135m-paper.yaml, sample.n = the study's paper scale

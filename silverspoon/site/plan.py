@@ -67,9 +67,9 @@ def model_run_names(name:str,                       # the model's name (its mode
                     models_dir:str|Path|None=None,  # None = <project>/params/models
                     declared:dict|None=None         # `_declared_runs(name, models_dir)` when already read
                    )->list[str]:
-    "The run names that are model `name`'s own run of `study`, preferred first: the run its model file declares for the study, `name`, then each one's `<run>-paper`. Exactly these: a run merely named like the model is not its run."
+    "The run names that are model `name`'s own run of `study`, preferred first: the paper-scale run `<run>-paper` of the run its model file declares for the study and of `name` (the powered one, where it was run), then the runs themselves (the cheap default samples). Exactly these: a run merely named like the model is not its run."
     base = list(dict.fromkeys([*(_declared_runs(name, models_dir) if declared is None else declared).get(study, []), name]))
-    return base + [r + PAPER_SCALE_SUFFIX for r in base]
+    return [r + PAPER_SCALE_SUFFIX for r in base] + base
 
 # %% ../../nbs/07c_plan.ipynb #fb659310
 def model_params_files(name:str,                       # the model's name (its model file's `name:`)
@@ -77,7 +77,7 @@ def model_params_files(name:str,                       # the model's name (its m
                        models_dir:str|Path|None=None,  # None = <project>/params/models
                        root:str|Path|None=None         # the project whose params/ holds the run files
                       )->set[str]:
-    "The params files (as provenance names them) whose runs are model `name`'s own runs of `study`, as `model_plan` would pick them without writing anything: the run file params/<study>/<run>.yaml when a model file named `name` runs it (it exists and loads this model's block), and the files only a model named `name` writes: tmp/models/<name>/<study>.yaml and its paper-scale tmp/models/<name>/paper/<study>.yaml."
+    "The params files (as provenance names them) whose runs are model `name`'s own runs of `study`, as `model_plan` and `scale_plan` would pick them without writing anything: the run file params/<study>/<run>.yaml and its committed paper-scale twin params/<study>/<run>-paper.yaml when a model file named `name` runs it (they exist and load this model's block), and the files only a model named `name` writes: tmp/models/<name>/<study>.yaml and its paper-scale tmp/models/<name>/paper/<study>.yaml."
     from silverspoon.site.plan import read_model_file   # the module's own name, defined further down its notebook
     root, out = Path(root or project_root()), {f"tmp/models/{name}/{study}.yaml", f"tmp/models/{name}/paper/{study}.yaml"}   # only `model_plan`/`scale_plan` of a model named `name` write these (its file may lie outside params/models)
     for f in sorted(Path(models_dir or root/"params"/"models").glob("*.yaml")):
@@ -86,12 +86,13 @@ def model_params_files(name:str,                       # the model's name (its m
         base = root/"params"/study/"_base-local.yaml"
         if m["name"] != name or study in m["skip"] or not base.exists(): continue
         over = dict(m["studies"].get(study) or {}); run = str(over.pop("run", name))
-        existing = root/"params"/study/f"{run}.yaml"
-        if existing.exists():
+        for r in (run, run + PAPER_SCALE_SUFFIX):
+            existing = root/"params"/study/f"{r}.yaml"
+            if not existing.exists(): continue
             try: want, got = merge_params(read_params_mapping(base).get("model", {}), m["model"]), read_params_mapping(existing).get("model", {})
             except Exception: continue
             if over or any(want.get(k) != got.get(k) for k in set(want) | set(got)): continue   # `model_plan` refuses it: not this model's run
-            out.add(f"params/{study}/{run}.yaml")
+            out.add(f"params/{study}/{r}.yaml")
     return out
 
 def made_by(run_dir:str|Path, # a published run folder
@@ -349,7 +350,7 @@ def scale_plan(models_file:str|Path,        # params/models/<name>.yaml
                root:str|Path|None=None,
                write:bool=False              # write the files (only `silverspoon run` does); else computed in memory (`doc`, `mapping`)
               )->pd.DataFrame:
-    "`model_plan`'s rows with each study's run file rewritten at `scale`: run `<run>-paper` (its own report folder and store file: no committed run changes), under tmp/models/<name>/paper/ (written only with `write`)."
+    "`model_plan`'s rows with each study's run file rewritten at `scale`: run `<run>-paper` (its own report folder and store file: no committed run changes), under tmp/models/<name>/paper/ (written only with `write`); where params/<study>/<run>-paper.yaml is committed and loads this model (`model_params_files`), that file."
     import yaml, os
     if scale != "paper": raise ParamsError(f"--scale {scale!r}: the one scale is `paper` (the papers' full item sets, each `Study.paper_scale`).")
     root = Path(root or project_root()); name = read_model_file(models_file)["name"]
@@ -359,6 +360,10 @@ def scale_plan(models_file:str|Path,        # params/models/<name>.yaml
         paper = get_study(p.study).paper_scale
         if paper is None:
             rows.append(dict(study=p.study, run=None, params=None, status="skipped: no paper scale (the study declares no `paper_scale`)", doc=None, mapping=None)); continue
+        committed = root/"params"/p.study/f"{p.run}{PAPER_SCALE_SUFFIX}.yaml"
+        if f"params/{p.study}/{committed.name}" in model_params_files(name, p.study, Path(models_file).parent, root):   # a committed paper-scale run file of this model: run it as it is
+            rows.append(dict(study=p.study, run=committed.stem, params=f"params/{p.study}/{committed.name}", status="run file (paper scale)",
+                             doc=read_yaml(committed), mapping=read_params_mapping(committed))); continue
         src, out = root/p.params, root/"tmp"/"models"/name/"paper"
         doc = dict(p.doc or {})
         if "include" in doc: doc["include"] = os.path.relpath(src.parent/doc["include"], out)   # the same base, from the new folder
