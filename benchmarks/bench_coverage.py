@@ -6,7 +6,7 @@ package's own `stats.cluster_bootstrap` gives a 95% interval by the plain percen
 (`stats.bca_ci`: BCa with bias correction and jackknife acceleration, small-sample expanded, widened to the hull of the
 expanded percentile interval; columns `*_bca`). Coverage is the share of intervals
 that contain the true value (target >= 0.93). Under the null (true effect 0) the designs' tests are run too (paired
-difference: the within-unit sign-flip test `stats.sign_flip_test`; two groups: `stats.two_group_permutation_test`),
+difference: the within-unit sign-flip test `stats.tests.sign_flip_test`; two groups: `stats.tests.two_group_permutation_test`),
 and their false-positive rate at alpha 0.05 is reported (target <= 0.05).
 
 Designs:
@@ -20,6 +20,7 @@ Designs:
 
 Writes benchmarks/results/coverage.csv and prints the table.
 """
+import silverspoon.stats.tests, silverspoon.stats.agreement, silverspoon.stats.groups, silverspoon.stats.power
 import argparse, pathlib, time
 import numpy as np, pandas as pd
 from silverspoon.stats import cluster_bootstrap, ALPHA

@@ -1,4 +1,5 @@
 """Issue 30: one inference policy. Each rule on constructed data, then the committed reports checked against it."""
+import silverspoon.stats.tests, silverspoon.stats.agreement, silverspoon.stats.groups, silverspoon.stats.power
 import math, re
 
 import numpy as np, pandas as pd, pytest
@@ -19,8 +20,8 @@ def test_minimum_units_withholds_intervals_tests_and_verdicts():
     assert out.loc[1, ["ci_low", "ci_high", "p_t"]].isna().all() and out.loc[1, "shift"] == 30.0   # the estimate stays, with its n
     assert out.policy_note[1] == "too few units: 4 < 5: no interval or test"
     assert stats.verdict_tier(30.0, 0.001, n_units=4) == "no estimate"
-    assert stats.sign_flip_test([3.0, 4.0, 5.0, 6.0])["note"] == "too few units: 4 < 5"
-    assert math.isnan(stats.two_group_permutation_test([1, 1, 1, 1, 1, 1], [0, 0, 0, 0])["p"])   # the smaller arm counts
+    assert stats.tests.sign_flip_test([3.0, 4.0, 5.0, 6.0])["note"] == "too few units: 4 < 5"
+    assert math.isnan(stats.tests.two_group_permutation_test([1, 1, 1, 1, 1, 1], [0, 0, 0, 0])["p"])   # the smaller arm counts
 
 
 def test_a_zero_width_interval_is_never_a_ci():
@@ -39,9 +40,9 @@ def test_bootstrap_only_above_its_size_and_with_few_undefined_replicates():
 
 def test_exact_small_n_tests_match_their_closed_forms():
     from math import comb
-    assert stats.sign_flip_test(np.arange(1.0, 8))["p"] == pytest.approx(2/2**7)
-    assert stats.two_group_permutation_test([5, 6, 7, 8, 9], [0, 1, 2, 3, 4])["p"] == pytest.approx(2/comb(10, 5))
-    m = stats.paired_mcnemar([1]*9 + [0]*11, [0]*9 + [0]*11)   # 9 discordant pairs, all one way
+    assert stats.tests.sign_flip_test(np.arange(1.0, 8))["p"] == pytest.approx(2/2**7)
+    assert stats.tests.two_group_permutation_test([5, 6, 7, 8, 9], [0, 1, 2, 3, 4])["p"] == pytest.approx(2/comb(10, 5))
+    m = stats.tests.paired_mcnemar([1]*9 + [0]*11, [0]*9 + [0]*11)   # 9 discordant pairs, all one way
     assert m["test"].startswith("McNemar exact") and m["pvalue"] == pytest.approx(2*0.5**9)
 
 
@@ -52,7 +53,7 @@ def test_the_factor_test_keeps_its_false_positive_rate_at_six_units():
     for _ in range(sims):
         ref, lvl = rng.integers(0, 2, (2, 6, 5)).astype(float)
         stat = lambda m, a=ref, b=lvl: float(np.where(m[:, None], a, b).mean() - np.where(m[:, None], b, a).mean())
-        reject += stats.within_unit_swap_test(stat, 6)["p"] < 0.05
+        reject += stats.tests.within_unit_swap_test(stat, 6)["p"] < 0.05
     assert reject / sims <= 0.05, f"{reject} of {sims} null runs rejected"
 
 
