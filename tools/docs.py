@@ -36,7 +36,7 @@ README_LIMIT_BYTES = 10_500   # issue 33: "at most ~10 KB"
 CACHE = ROOT/".cache"
 EXECUTED = CACHE/"docs-executed"   # <stem>-<sha256 of the notebook, 16 hex>.ipynb: the notebook with its outputs
 PREPARED = CACHE/"docs-pages"      # what mkdocs-jupyter renders (never executed again)
-CACHE_VERSION = "1"                # bump when `execute_notebook` changes what it writes
+CACHE_VERSION = "2"                # bump when `execute_notebook` changes what it writes
 
 # ---------------------------------------------------------------- README
 def directives_removed(source:str)->str:
@@ -110,7 +110,6 @@ def execute_notebook(nb:Path, out:Path)->int:
     `tst_flags` cells skipped) but without stopping at an error, and write it with its outputs to `out`.
     Returns the number of cells that raised."""
     from execnb.shell import CaptureShell
-    from execnb.nbio import write_nb
     from fastcore.xtras import working_directory
     from nbdev.process import NBProcessor
     from nbdev.frontmatter import FrontmatterProc
@@ -124,10 +123,13 @@ def execute_notebook(nb:Path, out:Path)->int:
     shell = CaptureShell(nb)
     with working_directory(nb.parent): shell.run_all(nb_obj, exc_stop=False, preproc=no_eval)
     errors = sum(any(o.get("output_type") == "error" for o in c.get("outputs", [])) for c in nb_obj.cells)
-    for c in nb_obj.cells:   # NBProcessor's own attributes (directives_, idx_) are not notebook fields
-        for k in [k for k in c if k.endswith("_")]: del c[k]
+    # the outputs go into the notebook as written (NBProcessor turned its title cell into front matter), matched by cell id
+    outputs = {c.get("id"): c.get("outputs", []) for c in nb_obj.cells if c.cell_type == "code"}
+    raw = json.loads(nb.read_text(encoding="utf-8"))
+    for c in raw["cells"]:
+        if c["cell_type"] == "code": c["outputs"] = json.loads(json.dumps(outputs.get(c.get("id"), []), default=str))
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp"); write_nb(nb_obj, tmp); tmp.replace(out)
+    tmp = out.with_suffix(".tmp"); tmp.write_text(json.dumps(raw, indent=1), encoding="utf-8"); tmp.replace(out)
     return errors
 
 def execute_all(notebooks:list[Path], workers:int=2)->list[str]:
@@ -204,10 +206,11 @@ def _cell(v)->str:
     return f"`{str(s).replace('|', '¦')}`"
 
 def api_modules()->dict[str, list[str]]:
-    "Module -> its exported names, from silverspoon/_modidx.py (what nbdev_export wrote)."
+    "Module -> its exported public names (`_private` ones left out), from silverspoon/_modidx.py (what nbdev_export wrote)."
     sys.path.insert(0, str(ROOT))
     from silverspoon._modidx import d
-    return {m: list(syms) for m, syms in d["syms"].items() if syms}
+    public = lambda n: not any(p.startswith("_") for p in n.split(".")[-2:])   # nbdev exports private helpers too
+    return {m: names for m, syms in d["syms"].items() if (names := [n for n in syms if public(n[len(m) + 1:])])}
 
 def api_page(module:str)->str: return f"api/{module.removeprefix('silverspoon.')}.md"
 
