@@ -36,7 +36,7 @@ README_LIMIT_BYTES = 10_500   # issue 33: "at most ~10 KB"
 CACHE = ROOT/".cache"
 EXECUTED = CACHE/"docs-executed"   # <stem>-<sha256 of the notebook, 16 hex>.ipynb: the notebook with its outputs
 PREPARED = CACHE/"docs-pages"      # what mkdocs-jupyter renders (never executed again)
-CACHE_VERSION = "2"                # bump when `execute_notebook` changes what it writes
+CACHE_VERSION = "3"                # bump when `execute_notebook` changes what it writes
 
 # ---------------------------------------------------------------- README
 def directives_removed(source:str)->str:
@@ -123,11 +123,13 @@ def execute_notebook(nb:Path, out:Path)->int:
     shell = CaptureShell(nb)
     with working_directory(nb.parent): shell.run_all(nb_obj, exc_stop=False, preproc=no_eval)
     errors = sum(any(o.get("output_type") == "error" for o in c.get("outputs", [])) for c in nb_obj.cells)
-    # the outputs go into the notebook as written (NBProcessor turned its title cell into front matter), matched by cell id
-    outputs = {c.get("id"): c.get("outputs", []) for c in nb_obj.cells if c.cell_type == "code"}
+    # the outputs go into the notebook as written (NBProcessor turned its title cell into front matter; it keeps every code
+    # cell, in order)
+    outputs = [c.get("outputs", []) for c in nb_obj.cells if c.cell_type == "code"]
     raw = json.loads(nb.read_text(encoding="utf-8"))
-    for c in raw["cells"]:
-        if c["cell_type"] == "code": c["outputs"] = json.loads(json.dumps(outputs.get(c.get("id"), []), default=str))
+    code = [c for c in raw["cells"] if c["cell_type"] == "code"]
+    assert len(code) == len(outputs), f"{nb}: {len(code)} code cells, {len(outputs)} executed"
+    for c, o in zip(code, outputs): c["outputs"] = json.loads(json.dumps(o, default=str))
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp"); tmp.write_text(json.dumps(raw, indent=1), encoding="utf-8"); tmp.replace(out)
     return errors
