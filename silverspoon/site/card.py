@@ -769,7 +769,7 @@ def headlines_forest(card:pd.DataFrame # `bias_card(...)`: study, headline, esti
         ax.set_yticks([]); ax.tick_params(axis="x", labelsize=7)
         ax.set_ylabel(f"{r['study']}: {r['headline']}", rotation=0, ha="right", va="center", fontsize=8)
         for side in ("top", "right", "left"): ax.spines[side].set_visible(False)
-    fig.subplots_adjust(left=0.42, right=0.97, hspace=1.2)
+    fig.subplots_adjust(left=0.42, right=0.97, top=1 - 0.1/fig.get_figheight(), bottom=0.35/fig.get_figheight(), hspace=1.2)
     with matplotlib.rc_context({"svg.hashsalt": "silverspoon", "svg.fonttype": "none"}):
         buf = io.StringIO(); fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = re.sub(r"<style.*?</style>", "", buf.getvalue(), flags=re.S)   # matplotlib's line-join default: a card body carries no stylesheet
