@@ -1,7 +1,7 @@
 # silverspoon: two commands do everything on a fresh machine.
 #   make reports   regenerate every default report + reports/index.html (offline from the committed store)
 #   make test      export/clean checks, notebook tests (nbdev_test) and pytest
-#   make docs      the documentation site in _docs/ (every notebook and nbs/guide_*.md page, not executed); make readme: README.md from nbs/index.ipynb
+#   make docs      the documentation site in _docs/ (MkDocs: every notebook executed, every guide, the API reference); make readme: README.md from nbs/index.ipynb
 #   make test-colab the same notebook tests and pytest, plus one default run per code path, on Google Colab's stack (.venv-colab:
 #                   Python 3.13, torch 2.11.0, Colab's pinned packages)
 # Both first build .venv (idempotent: a second call skips what is installed).
@@ -10,6 +10,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.silverspoon-installed
+DOCS_STAMP := $(VENV)/.silverspoon-docs-installed   # requirements-docs.txt installed (make install-docs)
 # Tests never reach a model hub (HF_HUB_OFFLINE=1 on their command lines below). `make reports` leaves the hub alone: the
 # default runs read local files only (released answers, the SmolLM2 GGUF of a pip package, the committed store), and
 # a model a user adds to params/ may need a download.
@@ -37,7 +38,7 @@ export PYTHONDONTWRITEBYTECODE :=
 # on a machine without a GPU (PyPI's torch==2.13.0 for Linux is the multi-GB CUDA build)
 TORCH_PIP_ARGS ?=
 
-.PHONY: install reports test docs readme check-sync nbtest pytest bench clean-venv install-colab install-colab-stack test-colab colab-pip-check colab-nbtest colab-pytest colab-reports colab-reports-all
+.PHONY: install install-docs reports test docs readme check-sync nbtest pytest bench clean-venv install-colab install-colab-stack test-colab colab-pip-check colab-nbtest colab-pytest colab-reports colab-reports-all
 
 install: $(STAMP)
 
@@ -67,18 +68,28 @@ nbtest: $(STAMP)
 	$(OFFLINE) $(ONE_THREAD) $(BIN)/nbdev_test --n_workers 2
 
 # `--lane main`: every test not marked for the Colab lane only (tests/conftest.py; tests/test_lanes.py checks the split)
-pytest: $(STAMP)
+pytest: $(STAMP) $(DOCS_STAMP)
 	$(OFFLINE) $(ONE_THREAD) $(BIN)/python -m pytest -q $(PYTEST_XDIST) tests --lane main; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
 test: check-sync nbtest pytest
 
-# README.md is generated from nbs/index.ipynb, and the site from nbs/ (tools/docs.py: nbconvert's markdown, offline;
-# nbdev_docs would need Quarto, whose PyPI package downloads its binary from GitHub at install time)
+# README.md is generated from nbs/index.ipynb (tools/docs.py: what nbdev_readme does, without Quarto).
 readme: $(STAMP)
 	$(BIN)/python tools/docs.py readme
 
-docs: readme
-	$(BIN)/python tools/docs.py site --out _docs
+# The site: MkDocs + Material + mkdocs-jupyter (mkdocs.yml says why that tool: pure-Python wheels from PyPI that build
+# offline, where nbdev_docs needs Quarto, whose PyPI package downloads its binary from GitHub). Their pins are in
+# requirements-docs.txt, installed into .venv by `make install-docs` (16 packages beside requirements.txt: 14 s), which `docs`
+# and the main pytest lane (tests/test_docs.py builds a site) need; `make reports` and the Colab lane do not, so they are
+# not in requirements.txt. The notebooks execute as nbdev_test runs them (tools/docs.py, its hooks), 2 at a time, each
+# cached by its content in .cache/ (git-ignored): a second `make docs` executes only the notebooks that changed.
+install-docs: $(DOCS_STAMP)
+$(DOCS_STAMP): requirements-docs.txt $(STAMP)
+	$(BIN)/$(PIP) -r requirements-docs.txt
+	@touch $@
+
+docs: readme $(DOCS_STAMP)
+	$(OFFLINE) $(ONE_THREAD) NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --site-dir _docs
 
 bench: $(STAMP)
 	$(OFFLINE) $(BIN)/python benchmarks/bench_generate.py

@@ -73,3 +73,37 @@ def test_the_report_opens_with_its_verdict_then_its_instruments(reports):
     run_line, verdict, instruments = text.find("<strong>Run</strong>"), text.find("<h3>Verdict</h3>"), text.find("<h3>Instruments")
     assert 0 <= run_line < verdict < instruments, (run_line, verdict, instruments)
     assert "answer rate change, BBQ (adapter - base)" in text[verdict:instruments] and "MDE (80% power)" in text[verdict:instruments]
+
+TABLE_MEASURE = ("<script>addEventListener('load', () => document.body.setAttribute('data-tables', JSON.stringify("
+                 "[...document.querySelectorAll(SELECTOR)].map(t => [t.scrollWidth, t.parentElement.clientWidth, t.rows.length]))));</script>")
+
+def table_widths(page:Path, selector:str, profile:Path)->list[list[int]]:
+    "Per table matching `selector`: [its scrollWidth, its box's width, its rows], measured in Chromium at 1400 px."
+    import json
+    copy = page.with_name(page.stem + ".tables.html")
+    copy.write_text(page.read_text(encoding="utf-8").replace("</body>", TABLE_MEASURE.replace("SELECTOR", repr(selector)) + "</body>"), encoding="utf-8")
+    m = re.search(r"data-tables=\"([^\"]*)\"", chromium(profile, "--dump-dom", copy.resolve().as_uri()))
+    assert m, f"{page}: the measuring script did not run"
+    import html as _html
+    return json.loads(_html.unescape(m.group(1)))
+
+def test_the_index_and_card_tables_show_every_column_at_1400_px(reports, tmp_path):
+    """Issue 56 (item 6): the index's models x studies table and the card's headline table fit their page at 1400 px, no
+    sideways scrolling inside their box either; a card row is one line per headline (its prose folded in <details>),
+    with a forest plot above, 'verdicts given' only where a headline has a verdict, and no 'nan' anywhere."""
+    import pandas as pd
+    from silverspoon.site.card import card_html
+    [[w, box, rows]] = table_widths(reports/"index.html", "table.models", tmp_path/"p1")
+    assert rows > 5 and w <= box, f"the index's models x studies table is {w} px wide in a {box} px box: a column is cut off"
+    card = pd.read_csv(ROOT/"reports"/"models"/"smollm2-135m"/"bias_card.csv")   # the committed card's data, this tree's layout
+    page = tmp_path/"card.html"; page.write_text(_page("card", card_html(card, "smollm2-135m")), encoding="utf-8")
+    text = page.read_text(encoding="utf-8")
+    [[w, box, rows]] = table_widths(page, "table.card.fit", tmp_path/"p2")
+    assert rows == len(card) + 1 and w <= box, f"the card's headline table is {w} px wide in a {box} px box"
+    assert "<figure class='forest'><svg" in text and text.count("<details><summary><b>") == len(card)
+    assert ">nan<" not in text.lower() and " nan " not in text.lower()
+    answers = text[text.index("Did the model answer?"):text.index("<h2>Headlines")]
+    real = card.verdict.astype(str).str.startswith(("evidence", "no evidence", "underpowered"))
+    for study, g in card.groupby("study"):
+        row = answers[answers.index(f"<td>{study}</td>"):][:2000].split("</tr>")[0]
+        assert ("verdicts given" in row) == bool(real[g.index].any()), f"{study}: 'verdicts given' where no headline has a verdict, or missing where one has"

@@ -521,5 +521,6 @@ th{background:#f4f4f4;position:sticky;top:0}small{color:#666}td:first-child,th:f
 .note{color:#555;font-size:13px}img{max-width:100%}pre{white-space:pre-wrap}
 .jp-OutputArea-output{overflow-x:auto}h1,h2,h3{font-weight:600}blockquote{color:#555;border-left:3px solid #ddd;margin-left:0;padding-left:1em}
 code{background:#f4f4f4;padding:0 3px;border-radius:3px}.anchor-link{display:none}
-.scroll,.output_subarea{overflow-x:auto;max-width:100%}table.models td,table.card td,table.models th,table.card th{text-align:left;vertical-align:top}
+.scroll,.output_subarea{overflow-x:auto;max-width:100%}table.models td,table.card td,table.models th,table.card th{text-align:left;vertical-align:top}table.fit{table-layout:fixed;width:100%}table.fit td,table.fit th{overflow-wrap:anywhere}table.fit details summary{cursor:pointer}figure.forest svg{max-width:100%;height:auto}
 td.text{text-align:left;min-width:18em;max-width:36em;overflow-wrap:anywhere}.verdict{border-left:4px solid #335;background:#f7f8fb;padding:2px 1em;margin:1em 0}summary{cursor:pointer;color:#335}"""
+

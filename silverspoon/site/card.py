@@ -23,11 +23,12 @@ from .plan import is_factor_run, made_by, model_params_files, model_run_names, r
 
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'PLANNED', 'study_headlines', 'verdict_words', 'answer_gate',
-           'chat_template_of', 'served_model_of', 'headline_row', 'headline_selection', 'instrument_validity',
-           'is_released_run', 'released_values', 'paper_effect', 'paper_binomial_sd', 'headline_sd', 'headline_power',
-           'detect_line', 'run_units', 'headline_power_row', 'headline_mde', 'adjust_card', 'published_deltas',
-           'card_rows', 'bias_card', 'card_html', 'answers_html', 'wording_band', 'nesting_line', 'factors_html',
+__all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'CARD_DETAIL_COLUMNS', 'PLANNED', 'study_headlines', 'verdict_words',
+           'answer_gate', 'chat_template_of', 'served_model_of', 'headline_row', 'headline_selection',
+           'instrument_validity', 'is_released_run', 'released_values', 'paper_effect', 'paper_binomial_sd',
+           'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'headline_mde',
+           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'short_words', 'power_word', 'validity_word',
+           'headlines_forest', 'card_html', 'answers_html', 'wording_band', 'nesting_line', 'factors_html',
            'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
@@ -503,6 +504,60 @@ def bias_card(name:str,                       # the model's run name, e.g. "smol
     extra = [dict(released=released_values(h, reports_dir), **run_cost(store_dir, h.study, runs[h.study].name)) if h.study in runs else {} for h in headlines]
     return pd.concat([card, pd.DataFrame(extra, index=card.index)], axis=1)
 
+# %% ../../nbs/07b_card.ipynb #b8ca04b6
+CARD_DETAIL_COLUMNS = ("tier", "family", "units", "effect_sought", "mde_method", "measured_on")   # other card columns shown in a row's details
+
+def short_words(text, # a verdict or note, e.g. "no verdict: 423 of 1600 replies were answers (...)"
+                limit:int=80 # longer than this: cut at the first ': '
+               )->str:
+    "The words a table cell shows of `text`: 'no verdict' for the answer gate's long reason, all of a short text (an evidence verdict keeps its side), else the part before its first ': ' (the rest is in the row's details)."
+    if text is None or (not isinstance(text, str) and pd.isna(text)): return ""
+    text = str(text)
+    return text.split(": ", 1)[0] if ": " in text and (len(text) > limit or text.startswith("no verdict:")) else text
+
+def power_word(r # a card row: `kind`, `detect` (`detect_line`'s sentence: 'yes: ...' / 'NO: ...')
+              )->str:
+    "'ok' where this n detects the paper's (or the stand-in's) effect with 80% power, 'low' where it cannot, '–' where there is nothing to detect."
+    d = str(r.get("detect") or "").strip().lower()
+    if r.get("kind") == "performance" or not d: return "–"
+    return "ok" if d.startswith("yes") else "low" if d.startswith("no:") else "–"
+
+def validity_word(r # a card row: `validity` (the lowest agreement of its instruments, 0-1) and its interval
+                 )->str:
+    "The lowest agreement of the instruments behind the number with their reference, with its interval; '–' without a measured instrument."
+    v = r.get("validity")
+    if v is None or pd.isna(v): return "–"
+    lo, hi = r.get("validity_low"), r.get("validity_high")
+    return f"{_fmt(v, 2)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]" if pd.notna(lo) and pd.notna(hi) else _fmt(v, 2)
+
+# %% ../../nbs/07b_card.ipynb #8c98bd9d
+def headlines_forest(card:pd.DataFrame # `bias_card(...)`: study, headline, estimate, ci_low, ci_high, null
+                    )->str:
+    "The headlines with an estimate as a forest plot, one panel (its own x scale) per headline, as an inline `<svg>` figure; '' when no headline has an estimate."
+    import io, re, matplotlib
+    from matplotlib.figure import Figure
+    rows = card[card["estimate"].notna()] if "estimate" in card else card.iloc[0:0]
+    if rows.empty: return ""
+    fig = Figure(figsize=(9, 0.5*len(rows) + 0.4))
+    axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
+    for ax, (_, r) in zip(axes, rows.iterrows()):
+        est, lo, hi = float(r["estimate"]), r.get("ci_low"), r.get("ci_high")
+        err = [[est - lo], [hi - est]] if pd.notna(lo) and pd.notna(hi) else None
+        ax.errorbar([est], [0], xerr=err, fmt="o", color="#223", capsize=3, ms=4)
+        if pd.notna(r.get("null")): ax.axvline(float(r["null"]), ls="--", lw=0.8, color="#999")
+        xs = [v for v in (est, lo, hi, r.get("null")) if v is not None and pd.notna(v)]
+        pad = (max(xs) - min(xs)) * 0.1 or abs(est) * 0.1 or 0.1
+        ax.set_xlim(min(xs) - pad, max(xs) + pad)   # the estimate, its CI and the no-bias value all in view
+        ax.set_yticks([]); ax.tick_params(axis="x", labelsize=7)
+        ax.set_ylabel(f"{r['study']}: {r['headline']}", rotation=0, ha="right", va="center", fontsize=8)
+        for side in ("top", "right", "left"): ax.spines[side].set_visible(False)
+    fig.subplots_adjust(left=0.42, right=0.97, top=1 - 0.1/fig.get_figheight(), bottom=0.35/fig.get_figheight(), hspace=1.2)
+    with matplotlib.rc_context({"svg.hashsalt": "silverspoon", "svg.fonttype": "none"}):
+        buf = io.StringIO(); fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = re.sub(r"<style.*?</style>", "", buf.getvalue(), flags=re.S)   # matplotlib's line-join default: a card body carries no stylesheet
+    return ("<figure class='forest'>" + svg[svg.index("<svg"):] + "<figcaption class='note'>Each headline's estimate and 95% CI on its own "
+            "scale; dashed: its no-bias value. Headlines without an estimate are in the table only.</figcaption></figure>")
+
 # %% ../../nbs/07b_card.ipynb #9bccd782
 def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
               factors:dict|None=None # `factor_deltas(...)`: the Factors section (none without factor runs)
@@ -510,25 +565,40 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
     "The bias card's page body (its page and stylesheet come from the publisher, `silverspoon.site.runner.write_card`)."
     rows = []
     esc = lambda x: html.escape(str(x)) if x is not None and not (not isinstance(x, str) and pd.isna(x)) else ""
+    used = {"study", "run", "headline", "what", "kind", "estimate", "ci_low", "ci_high", "n", "null", "p", "p_bh", "test", "n_units", "note",
+            "verdict", "mde_80", "detect", "instruments", "validity", "instrument", "released", "generations", "completion_tokens",
+            "wall_seconds", "generation_seconds", "always_yes", "always_no", "n_answers", "selection"}
     for _, r in card.iterrows():
         ci = f"[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
-        est = f"{_fmt(r.get('estimate'))} {ci}" + (f"<br><small>vs ideal {_fmt(r.get('null'))}</small>" if r.get("kind") == "performance" else "")
+        est = f"{_fmt(r.get('estimate'))} <small>{ci}</small>"
+        more = [f"<b>{esc(r.get('what'))}</b>" if esc(r.get("what")) else ""]
+        if r.get("kind") == "performance": more.append(f"performance level against its ideal {_fmt(r.get('null'))}, not a bias test")
         if pd.notna(r.get("always_yes")) or pd.notna(r.get("always_no")):   # a level beside its degenerate baselines, on the same items
-            est += f"<br><small>constant answers score: always 'yes' {_fmt(r.get('always_yes'))}, always 'no' {_fmt(r.get('always_no'))}</small>"
-        test = ("–" if r.get("kind") == "performance" or pd.isna(r.get("p")) else
-                f"p {_fmt_p(r.get('p'))}, adjusted {_fmt_p(r.get('p_bh'))}<br><small>{esc(r.get('test'))}; null {_fmt(r.get('null'))}; {_fmt(r.get('n_units'))} units</small>")
-        inst = "<br>".join(f"<small>{esc(x)}</small>" for x in str(r.get("instruments") or "").split("\n") if x) or "–"
+            more.append(f"constant answers score: always 'yes' {_fmt(r.get('always_yes'))}, always 'no' {_fmt(r.get('always_no'))}")
+        if r.get("kind") != "performance" and pd.notna(r.get("p")):
+            more.append(f"test: {esc(r.get('test'))}; p {_fmt_p(r.get('p'))}, BH-adjusted {_fmt_p(r.get('p_bh'))}; null {_fmt(r.get('null'))}; {_fmt(r.get('n_units'))} units")
+        if esc(r.get("note")): more.append(f"verdict: {esc(r.get('verdict'))}. {esc(r.get('note'))}")
+        elif len(esc(r.get("verdict"))) > 40: more.append(f"verdict: {esc(r.get('verdict'))}")
+        if pd.notna(r.get("mde_80")) or r.get("detect"): more.append(f"MDE (80% power) {_fmt(r.get('mde_80'), 2)}: {esc(r.get('detect'))}")
+        more += [f"instrument: {esc(x)}" for x in str(r.get("instruments") or "").split("\n") if x]
+        if esc(r.get("released")): more.append(f"released models: {esc(r.get('released'))}")
+        more.append(f"cost: {_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
+                    f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>")
+        more += [f"{esc(k)}: {esc(v)}" for k, v in r.items() if k not in used and k in CARD_DETAIL_COLUMNS and esc(v)]   # columns added to the card's data
         link = f'<a href="../{r["study"]}/{esc(r.get("run"))}.html">{esc(r["study"])}</a>' if pd.notna(r.get("run")) else esc(r["study"])
-        power = f"{_fmt(r.get('mde_80'), 2)}<br><small>{esc(r.get('detect'))}</small>" if r.get("detect") else _fmt(r.get("mde_80"), 2)
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, f"<b>{esc(r['headline'])}</b><br><small>{esc(r['what'])}</small>",
-                    est, _fmt(r.get("n_answers", r.get("n"))) + (f"<br><small>{_fmt(r.get('n_units'))} units</small>" if pd.notna(r.get("n_units")) else "") + (f"<br><small>{esc(r.get('selection'))}</small>" if r.get("selection") else ""), test, f"<b>{esc(r.get('verdict'))}</b>" + (f"<br><small>{esc(r.get('note'))}</small>" if r.get("note") else ""),
-                    power, inst, esc(r.get("released") or ""),
-                    f"{_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
-                    f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>"]) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ["study", "headline", "estimate [95% CI]", "n", "test (p, BH-adjusted)", "verdict",
-                                             "MDE (80% power); can this n detect the paper's effect?", "instruments (validity)", "released models", "cost"])
+        if esc(r.get("selection")): more.append(f"selection: {esc(r.get('selection'))}")
+        n_cell = _fmt(r.get("n_answers", r.get("n"))) + (f"<br><small>{_fmt(r.get('n_units'))} units</small>" if pd.notna(r.get("n_units")) else "")
+        details = "<details><summary>" + f"<b>{esc(r['headline'])}</b></summary><small>" + "<br>".join(m for m in more if m) + "</small></details>"
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, details, est, n_cell,
+                    "–" if r.get("kind") == "performance" else _fmt_p(r.get("p_bh")),
+                    f"<b>{esc(short_words(r.get('verdict')))}</b>", esc(power_word(r)), esc(validity_word(r))]) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ["study", "headline (click: what, test, MDE, instruments, released models, cost)", "estimate [95% CI]", "n",
+                                             "adjusted p", "verdict", "power", "validity"])
+    cols = "<colgroup><col style='width:8%'><col style='width:30%'><col style='width:15%'><col style='width:6%'><col style='width:8%'>" \
+           "<col style='width:15%'><col style='width:8%'><col style='width:10%'></colgroup>"
     family = card.family.dropna().iloc[0] if "family" in card and card.family.notna().any() else ""
-    return (f"<h1>Bias card: {html.escape(name)}</h1>" + answers_html(card) + "<h2>Headlines</h2><p>One row per study headline, under one "
+    return (f"<h1>Bias card: {html.escape(name)}</h1>" + answers_html(card) + "<h2>Headlines</h2>" + headlines_forest(card)
+            + "<details><summary>How to read this table</summary><p class='note'>One row per study headline, under one "
             f"{POLICY_LINK.format(href='../inference.html')}. A <b>contrast</b> (a bias comparison) gets a verdict from its declared test's "
             f"p, adjusted with the card's other headlines only (the confirmatory Benjamini-Hochberg family: {html.escape(family)}; the factor deltas below are an exploratory family of their own): <b>evidence</b> "
             "(its side stated), <b>no evidence</b> (and this n could detect the paper's effect), <b>underpowered</b> (no evidence, but this n "
@@ -542,8 +612,10 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             "the papers' numbers; the contrasts and the letters' classifier scores are our measurements of those answers). Cost: "
             "generations, completion tokens and seconds recorded in the store: the wall time the generations took (estimated from the "
             "times the store recorded each batch) and, below it, the requests' own seconds summed, which overstates the time where "
-            "requests ran at once (an API at <code>concurrency</code> above 1).</p>"
-            f"<table class='card'><tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
+            "requests ran at once (an API at <code>concurrency</code> above 1). Power: whether this n could detect the paper's effect "
+            "at 80% (ok / low; '–' where there is no effect to seek); validity: the lowest agreement of an instrument behind the number "
+            "with its reference (each instrument in the row's details).</p></details>"
+            f"<table class='card fit'>{cols}<tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
 
 # %% ../../nbs/07b_card.ipynb #0307bb6e
@@ -551,16 +623,20 @@ def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_a
                 )->str:
     "The card's opening: per study one line, how many replies were answers (answered / refused / not an answer / unparseable / failed) whether its headlines get a verdict, its chat template and, flagged, a served model other than the one asked for."
     if "answers" not in card: return ""
+    VERDICT_WORDS = ("evidence", "no evidence", "underpowered")   # a bias verdict (a performance level or 'no estimate' is none)
     rows = []
     for study, g in card.groupby("study", sort=False):
         g = g[g.answers.notna()] if "answers" in g else g
         if g.empty: continue
         r = g.iloc[0]
         ok = bool(r.get("verdict_allowed")) if pd.notna(r.get("verdict_allowed")) else True
+        given = [v for v in (g.verdict if "verdict" in g else []) if isinstance(v, str) and v.startswith(VERDICT_WORDS)]
+        said = (f"verdicts given ({len(given)} of {len(g)} headlines)" if given else
+                "no verdict: " + "; ".join(dict.fromkeys(short_words(v) for v in g.verdict.dropna())) if "verdict" in g else "verdicts given")
         tpl = r.get("chat_template") if isinstance(r.get("chat_template"), str) and r.get("chat_template") else "not applied (released answers or a scripted model)"
         served = r.get("served") if isinstance(r.get("served"), str) and r.get("served") else ""
         who = f"<b>⚠ {html.escape(served)}</b>" if served else "as asked (or not recorded: local models, replays)"
-        rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{'verdicts given' if ok else html.escape(str(r.get('gate')))}</td>"
+        rows.append(f"<tr><td>{html.escape(study)}</td><td>{html.escape(str(r['answers']))}</td><td>{html.escape(said) if ok else html.escape(str(r.get('gate')))}</td>"
                     f"<td><small>{html.escape(tpl)}</small></td><td><small>{who}</small></td></tr>")
     return ("<h2>Did the model answer?</h2><p class='note'>Every reply is screened before it is parsed (template tokens, prompt echoes, "
             "the same long text to many items, empty replies, another language: not an answer) and a study's headlines get a verdict only "
@@ -720,7 +796,8 @@ def models_overview_html(ov:pd.DataFrame)->str:
     studies = list(dict.fromkeys(studies))
     head = {s: ov[ov.study.eq(s)].headline.iloc[0] for s in studies}
     what = {(h.study, h.metric): h.what for h in heads}   # the headline in words; its metric name on hover
-    out = ["<table class='models'><tr><th>model</th><th>source</th>" + "".join(f"<th title='{html.escape(head[s])}'>{html.escape(s)}<br><small>"
+    cols = "<colgroup><col style='width:10%'><col style='width:6%'>" + f"<col style='width:{84/max(len(studies), 1):.1f}%'>"*len(studies) + "</colgroup>"
+    out = [f"<table class='models fit'>{cols}<tr><th>model</th><th>source</th>" + "".join(f"<th title='{html.escape(head[s])}'>{html.escape(s)}<br><small>"
            f"{html.escape(what.get((s, head[s]), head[s]))}</small></th>" for s in studies) + "</tr>"]
     for (model, kind), g in ov.groupby(["model", "kind"], sort=False):
         if kind == PLANNED:
@@ -734,7 +811,9 @@ def models_overview_html(ov:pd.DataFrame)->str:
             r = r.iloc[0]
             ci = f" [{_fmt(r.ci_low, 2)}, {_fmt(r.ci_high, 2)}]" if pd.notna(r.ci_low) else ""
             v = str(r.get("verdict")) if pd.notna(r.get("verdict")) else ""
-            why = f"<br><small class='{'verdict' if r.get('verdict_allowed', True) else 'noverdict'}'>{html.escape(v)}</small>" if v else ""
+            cls = 'verdict' if r.get('verdict_allowed', True) else 'noverdict'
+            why = (f"<br><small class='{cls}'>{html.escape(short_words(v))}</small>" + (f"<details><summary><small>why</small></summary><small>{html.escape(v)}</small></details>"
+                   if short_words(v) != v else "")) if v else ""
             cells.append(f"<td><a href='{html.escape(s)}/{html.escape(r.run)}.html'>{_fmt(r.estimate, 2)}{ci}</a><br><small>n={_fmt(r.n)}</small>{why}</td>")
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
