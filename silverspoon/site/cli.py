@@ -300,7 +300,7 @@ def _run(args)->int:
     with ThreadPoolExecutor(max(1, args.jobs)) as ex: list(ex.map(one, files))
     for name in model_cards(args): print(f"card  ->  {write_card(name, reports_folder(args.reports_dir))}")
     if args.all and not args.no_index:   # the released models, pair by pair, before the index that links them
-        from .compare_write import write_released_comparisons   # here: only run --all draws the comparison pages
+        from silverspoon.site.compare_write import write_released_comparisons   # here: only run --all draws the comparison pages
         for page in write_released_comparisons(reports_folder(args.reports_dir)): print(printable(f"compare ->  {page}"))
     if not args.no_index: print(f"index ->  {build_index(args.reports_dir)}")
     print(f"{len(files) - len(failed)} of {len(files)} runs succeeded in {time.time() - t0:.0f} s"
@@ -348,8 +348,8 @@ def _compare_parser(sub):
 
 def _compare(args)->int:
     "`silverspoon compare`: `compare_published`, written by `write_comparison`; one line per pair and headline."
-    from .compare_write import write_comparison   # here: only this subcommand draws the pages (matplotlib)
-    from ..studies.compare import compare_published, COMPARE_RESAMPLES, COMPARE_BOOT   # here: read by this subcommand only
+    from silverspoon.site.compare_write import write_comparison   # here: only this subcommand draws the pages (matplotlib)
+    from silverspoon.studies.compare import compare_published, COMPARE_RESAMPLES, COMPARE_BOOT   # here: read by this subcommand only
     n_perm, n_boot = args.n_perm or COMPARE_RESAMPLES, args.n_boot or COMPARE_BOOT
     pairs = compare_published(args.study, args.runs, reports_folder(args.reports_dir), n_perm=n_perm, n_boot=n_boot)
     for r in pairs.itertuples():
@@ -363,7 +363,7 @@ def _compare(args)->int:
 
 def _plan_compare(args)->int:
     "`plan --compare STUDY/RUN`: `compare_plan` printed, one line per released model and headline."
-    from .compare_page import compare_plan   # here: read by plan --compare only
+    from silverspoon.site.compare_page import compare_plan   # here: read by plan --compare only
     study, sep, run = str(args.compare).partition("/")
     if not sep or not run: raise ParamsError(f"plan --compare {args.compare!r}: give STUDY/RUN, e.g. --compare normative/smollm2-135m.")
     plan = compare_plan(study, run, reports_folder(getattr(args, "reports_dir", None)), args.d)

@@ -266,7 +266,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
                              "BH-adjusted p of its declared test: a model file's over its card's headlines, any other run's over its own headlines; "
                              "<a href='inference.html'>inference policy</a>), linked to the report. Every metric of every run is in the study sections below.</p>"
                              f"<div class='scroll'>{models_overview_html(ov)}</div>")
-    from .compare_page import compare_links   # here: the comparison pages' module, read only where the index links them
+    from silverspoon.site.compare_page import compare_links   # here: the comparison pages' module, read only where the index links them
     parts.append(compare_links(reports_dir))   # reports/compare/<study>/: the released models pair by pair
     write_atomic(reports_dir/"validity.html", validity_page(gather_instruments(reports_dir)))
     summaries, published = collect_summaries(reports_dir), published_runs(reports_dir)
@@ -377,7 +377,7 @@ def write_card(name:str,                          # the model's run name, e.g. "
         f = out/name/f"factor_{k}.csv"
         if len(fac[k]): write_atomic(f, fac[k].to_csv(index=False))
         else: f.unlink(missing_ok=True)
-    from .compare_page import against_released, against_released_html   # here: the comparison pages' module, read only where the card shows its section
+    from silverspoon.site.compare_page import against_released, against_released_html   # here: the comparison pages' module, read only where the card shows its section
     vs = against_released(card, reports_dir)   # the model's runs paired with each released model (their own BH family)
     if len(vs): write_atomic(out/name/"against_released.csv", vs.to_csv(index=False))
     else: (out/name/"against_released.csv").unlink(missing_ok=True)
