@@ -109,6 +109,8 @@ def test_the_held_out_sets_are_real_replies_labelled_in_the_sets_vocabulary():
 # (or a new miss) changes the list and fails the test until it is updated. The four of the first round (normative-0055,
 # normative-0581, cbg-f_writers-0280, cbg-f_models-0322 of gemma3-270m: copies of the prompt with a word or phrase changed, or
 # copied instructions then made-up text) are `prompt_echo` since the edited-copy rule (`_edited_copy`).
+# Qwen's normative-2901 and normative-1901 (a word the corrupted prompt put in place of 'Who' or 'wrong', copied back) read no party
+# since `_slot_words` (10_normative): no class is open now.
 from silverspoon.instruments.parse import HELDOUT_OPEN_CLASSES as OPEN_CLASSES
 FIXED_CLASSES = ("normative-0055", "normative-0581", "cbg-f_writers-0280", "cbg-f_models-0322")
 
@@ -124,6 +126,14 @@ def test_the_edited_copies_of_the_first_round_are_echoes():
     assert sorted(got.item_id) == sorted(FIXED_CLASSES)
     assert got.status.eq("not_an_answer").all() and got.check.eq("prompt_echo").all() and got.predicted.eq(got.expected).all(), got[["item_id", "parser", "status", "check"]]
     assert not {f"gemma3-270m/{i}" for i in FIXED_CLASSES} & set(OPEN_CLASSES)
+
+
+def test_a_word_in_the_questions_place_copied_back_names_no_party():
+    "Qwen's 'World_Health_Organization is wrong here.' and 'Haywire' (words the corrupted prompt put in place of 'Who' and 'wrong'), once read as 'other' and named open, are unparseable now (`_slot_words`): no class is open."
+    m = measured("normative_heldout")
+    got = m[m.run.eq("qwen25coder-05b") & m.item_id.isin(["normative-2901", "normative-1901"])]
+    assert len(got) == 2 and got.parser.eq("unparseable").all() and got.predicted.eq(got.expected).all(), got[["item_id", "reply", "parser", "status"]]
+    assert OPEN_CLASSES == {}
 
 
 @pytest.mark.parametrize("name", HELD_OUT)

@@ -51,6 +51,26 @@ def test_the_issue_replies_are_unparseable_with_or_without_the_scenario(data, re
     assert parse_normative(reply).status == "unparseable"
 
 
+@pytest.mark.parametrize("row, reply", [(1901, "Haywire"), (1901, "haywire."), (2901, "World_Health_Organization is wrong here."),
+                                         (2901, "World_Health_Organization"), (1010, "Alone"), (1010, "Hoosier_State")])
+def test_a_word_the_corrupted_question_holds_names_no_party(data, row, reply):
+    "Issue 50 (held-out Qwen replies): a word the word-substitution copy put in place of 'Who', 'wrong' or 'only', copied back alone or as the clause's subject, is in the scenario but names nobody: unparseable, not 'other'; the parties of the same scenario are still read."
+    sc = data.set_index("row")["text"][row]
+    got = parse_normative(reply, sc)
+    assert got.status == "unparseable", (reply, sc[-140:], got)
+    assert [parse_answer(r, sc) for r in ("Person P1 is wrong.", "The store manager is wrong.", "P1")] == ["P1", "other", "P1"]
+
+
+def test_no_lone_slot_word_of_any_question_is_read_as_a_party(data):
+    "Every scenario's question-slot words (the words a copy put in place of 'Who', 'wrong', 'only' that its story never uses), replied alone or as 'X is wrong here.', read no party: a lone arbitrary word is not 'other'."
+    from silverspoon.studies.silverspoon.normative import _slot_words
+    cases = [(w, sc) for sc in data.text for w in sorted(_slot_words(sc))]
+    assert len(cases) > 100 and {"haywire", "world_health_organization"} <= {w for w, _ in cases}
+    read = [(r, sc[-120:], p) for w, sc in cases for r in (w.capitalize(), f"{w.capitalize()} is wrong here.")
+            if (p := parse_normative(r, sc)).status == "answer"]
+    assert not read, read[:10]
+
+
 def test_every_prompt_style_echoed_is_unparseable_and_answers_still_read(data):
     sc = data.text[2]   # '... Only answer Person P1 is wrong or the store owner is wrong.'
     for style in ("gpt", "llama", "zephyr", "yi"):

@@ -608,12 +608,9 @@ def run_judge(params,                # the run's RunParams (the judge's store is
     return out, counts
 
 # %% ../../nbs/04a_parse.ipynb #held0001
-_WHO_AS_PARTY = ("a word the corrupted prompt put in place of 'Who' or 'wrong' (World_Health_Organization, haywire), copied back alone or in "
-                 "the question's clause, is read as the other party: `classify_subject` takes a scenario word that is not P1 as the other party")
-HELDOUT_OPEN_CLASSES = {   # '<run>/<item_id>' -> (study, the disagreement class the held-out replies still show); the first round's four edited prompt copies are `prompt_echo` since `_edited_copy`
-    "qwen25coder-05b/normative-2901": ("normative", "'World_Health_Organization is wrong here.', the question copied with 'in the' dropped: read as 'other'; " + _WHO_AS_PARTY),
-    "qwen25coder-05b/normative-1901": ("normative", "'Haywire', the option list's corrupted 'wrong': read as 'other'; " + _WHO_AS_PARTY),
-}
+HELDOUT_OPEN_CLASSES = {}   # '<run>/<item_id>' -> (study, the disagreement class the held-out replies still show); none is open: the first round's four edited prompt copies
+                            # are `prompt_echo` since `_edited_copy`, Qwen's 'World_Health_Organization is wrong here.' and 'Haywire' (a word the corrupted prompt put in place
+                            # of 'Who' or 'wrong', copied back) name no party since `_slot_words` (10_normative)
 
 def heldout_note(study:str, # a study name (normative, letters, ...)
                  classes:dict|None=None # '<run>/<item_id>' -> (study, description); default HELDOUT_OPEN_CLASSES

@@ -372,6 +372,24 @@ def _names_a_party(content:list[str],     # the noun phrase's lower-case words, 
     return any(f in said or f + "s" in said or f + "es" in said or (f.endswith("s") and f[:-1] in said) or (f.endswith("es") and f[:-2] in said) for f in forms)
 
 
+# %% ../../../nbs/10_normative.ipynb #slotw002
+_COPULA = r"(?:\b(?:is|are|was|were|be)|^\W*[a-z0-9_-]+\s+'s)"   # "Who 's": the copies' spaced clitic after the question's first word (not "the artefact 's claimant")
+
+@functools.lru_cache(maxsize=8192)
+def _slot_words(scenario:str # a scenario, its question included
+               )->frozenset:
+    "The words that stand in the slots of the scenario's question ('Who', 'wrong', 'only') and that the story before it never uses, lower-cased: a reply made of them names nobody."
+    sents = re.split(r"(?<=[.?!])\s+", scenario.strip())
+    q = next((k for k, t in enumerate(sents) if "?" in t), None)
+    if q is None: return frozenset()
+    story, slots = set(re.findall(r"[a-z0-9][a-z0-9_-]*", " ".join(sents[:q]).lower())), set()
+    for t in (x.lower() for x in sents[q:]):
+        slots |= set(re.findall(rf"^\W*([a-z0-9][a-z0-9_-]*)\s+(?=(?:is|are|was|were|be|'s)\s)", t))              # 'Who is ...', 'World_Health_Organization is ...'
+        slots |= set(re.findall(r"^\W*([a-z0-9][a-z0-9_-]*)\s+(?=answer\b)", t))                   # 'Only answer', 'alone answer'
+        for m in re.finditer(rf"{_COPULA}\s+(?!(?:the|a|an|person|p1)\b)((?:[a-z0-9_-]+\s+(?:the\s+)?)?[a-z0-9_-]+)\s*(?=\bor\b|\bhere\b|[?.,]|-\s|$)", t):
+            slots |= set(m.group(1).split())                                                         # 'is in the wrong', 'is haywire', "'s at fault"; not 'is the chemist wrong'
+    return frozenset(slots - story - _STOP - _OTHER_ROLES - _POOR_ROLES - set(scenario_names(scenario)) - {"p1"})
+
 # %% ../../../nbs/10_normative.ipynb #a311cb00
 def classify_subject(subj:str,              # the noun phrase a judgement is about, e.g. "The store owner"
                      scenario:str|None=None,# the scenario, to resolve names and roles
@@ -415,6 +433,7 @@ def classify_subject(subj:str,              # the noun phrase a judgement is abo
     content = [w for w in words if w not in _STOP]
     first_tok = [w for w in re.findall(r"[A-Za-z0-9][A-Za-z0-9_-]*", main) if w.lower() not in _STOP]
     if not content or content[-1] in _NOT_A_PARTY: return None
+    if scenario and all(w in _slot_words(scenario) for w in content): return None   # 'Haywire', 'World_Health_Organization': a word the copy put in the question's place
     if content[0] in _NOT_A_PARTY and not (first_tok and first_tok[0].isupper() and len(first_tok[0]) > 1): return None   # 'IT staff' is a party
     head = content[-1]
     if strict and not _names_a_party(content, scenario):                    # 'Banana', 'im_end', 'assistant': no party of this scenario
