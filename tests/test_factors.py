@@ -401,13 +401,13 @@ def test_first_run_model_with_factors_reports_say_what_the_card_says(tmp_path):
 import pandas as pd
 from pathlib import Path
 from silverspoon.site.runner import verify_provenance, verdict_fragment, VERDICT_START, VERDICT_END
-from silverspoon.site.card import _fmt_p
+from silverspoon.site.card import fmt_p
 reports = Path(sys.argv[1]); d = reports/"toy"/"echo"
 page = (reports/"toy"/"echo.html").read_text()
 block = page[page.index(VERDICT_START):page.index(VERDICT_END) + len(VERDICT_END)]
 card = pd.read_csv(reports/"models"/"echo"/"bias_card.csv").set_index("headline").loc["yes share A-B"]
 assert block == verdict_fragment("toy", d), "the report's block is not the card family's now"
-assert f"{_fmt_p(card.p)} / {_fmt_p(card.p_bh)}" in block and f">{card.verdict}</td>" in block, (block, card.p_bh, card.verdict)
+assert f"{fmt_p(card.p)} / {fmt_p(card.p_bh)}" in block and f">{card.verdict}</td>" in block, (block, card.p_bh, card.verdict)
 assert not verify_provenance(d), verify_provenance(d)
 print("ok", card.p_bh, card.verdict)'''
     out = _sh(sys.executable, "-c", check, reports, cwd=t, env=env)

@@ -173,3 +173,39 @@ def test_unexplained_function_level_imports_are_found(tmp_path):
 def test_every_function_level_own_import_says_why():
     bad = unexplained_function_imports()
     assert not bad, f"imports of silverspoon's own modules inside a function without a comment saying why (a circle, a heavy optional dependency): {bad}; move them to the notebook's import cell or add the reason on the line"
+
+def own_from_imports(pkg:Path=PKG)->list[tuple[str, str, str]]:
+    "(importing module, imported package module, name) for every `from X import name` of the package's own modules, anywhere in a file, relative imports resolved."
+    mods, out = module_files(pkg), []
+    for name, (f, is_pkg) in mods.items():
+        here = name.split(".") if is_pkg else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+            if not isinstance(node, ast.ImportFrom): continue
+            base = ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else [])) if node.level else (node.module or "")
+            if base in mods and base != name: out += [(name, base, a.name) for a in node.names]
+    return out
+
+MAX_PRIVATE_IMPORTS = 3   # issue 53: a helper another module needs is public and documented where it lives
+
+def private_imports(pkg:Path=PKG)->list[tuple[str, str, str]]:
+    "The imports of another module's private (`_name`, not dunder) names."
+    return [t for t in own_from_imports(pkg) if t[2].startswith("_") and not t[2].startswith("__")]
+
+def star_imports(pkg:Path=PKG)->list[tuple[str, str, str]]:
+    "The `from <own module> import *` lines: they hide which names a module uses (pyflakes: 'may be undefined')."
+    return [t for t in own_from_imports(pkg) if t[2] == "*"]
+
+def test_the_scan_sees_private_and_star_imports(tmp_path):
+    pkg = tmp_path/"silverspoon"; (pkg/"sub").mkdir(parents=True)
+    (pkg/"__init__.py").write_text("def _helper(): pass\n"); (pkg/"core.py").write_text("X = 1\n_Y = 2\n")
+    (pkg/"sub"/"__init__.py").write_text("")
+    (pkg/"sub"/"a.py").write_text("from ..core import *\nfrom .. import _helper\ndef f():\n    from silverspoon.core import _Y, X\n")
+    assert sorted(private_imports(pkg)) == [("silverspoon.sub.a", "silverspoon", "_helper"), ("silverspoon.sub.a", "silverspoon.core", "_Y")]
+    assert star_imports(pkg) == [("silverspoon.sub.a", "silverspoon.core", "*")]
+
+def test_few_private_names_cross_modules():
+    found = private_imports()
+    assert len(found) <= MAX_PRIVATE_IMPORTS, f"{len(found)} imports of another module's private name (at most {MAX_PRIVATE_IMPORTS}): {found}; make the helper public where it lives (a self-explaining name, a docstring, docments) and import that"
+
+def test_no_star_import_of_own_modules():
+    assert not star_imports(), f"{star_imports()} import * from the package's own modules; import the names used (pyflakes lists them as 'may be undefined')"

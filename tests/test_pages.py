@@ -8,7 +8,7 @@ import re, shutil, subprocess
 from pathlib import Path
 import pytest
 from conftest import ROOT
-from silverspoon.site.runner import build_index; from silverspoon.run.executor import _page
+from silverspoon.site.runner import build_index; from silverspoon.run.executor import html_page
 
 CHROMIUM = Path("/usr/bin/chromium")
 WIDTH = 1400
@@ -54,7 +54,7 @@ def reports(tmp_path_factory):
 def test_the_measure_sees_a_page_that_scrolls_sideways(tmp_path):
     "The check can fail: a 2000 px wide block outside any table makes the page scroll."
     p = tmp_path/"wide.html"
-    p.write_text(_page("wide", "<div style='width:2000px'>x</div>"))
+    p.write_text(html_page("wide", "<div style='width:2000px'>x</div>"))
     width, viewport = page_width(p, tmp_path/"profile")
     assert viewport == WIDTH and width > WIDTH
 
@@ -96,7 +96,7 @@ def test_the_index_and_card_tables_show_every_column_at_1400_px(reports, tmp_pat
     [[w, box, rows]] = table_widths(reports/"index.html", "table.models", tmp_path/"p1")
     assert rows > 5 and w <= box, f"the index's models x studies table is {w} px wide in a {box} px box: a column is cut off"
     card = pd.read_csv(ROOT/"reports"/"models"/"smollm2-135m"/"bias_card.csv")   # the committed card's data, this tree's layout
-    page = tmp_path/"card.html"; page.write_text(_page("card", card_html(card, "smollm2-135m")), encoding="utf-8")
+    page = tmp_path/"card.html"; page.write_text(html_page("card", card_html(card, "smollm2-135m")), encoding="utf-8")
     text = page.read_text(encoding="utf-8")
     [[w, box, rows]] = table_widths(page, "table.card.fit", tmp_path/"p2")
     assert rows == len(card) + 1 and w <= box, f"the card's headline table is {w} px wide in a {box} px box"

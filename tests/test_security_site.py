@@ -125,7 +125,7 @@ def test_a_rejected_reply_cannot_put_an_image_or_link_on_the_published_page(tmp_
     from silverspoon.core import load_params
     from silverspoon.studies.report import Report
     from silverspoon.instruments.parse import ReplyGate
-    from silverspoon.run.executor import _nb_html
+    from silverspoon.run.executor import notebook_html
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda *objs, **kw: shown.extend(objs))
     rep = Report(load_params(dict(study="normative", run="hostile", model=dict(backend="scripted", id="text:x"))), tmp_path)
@@ -136,7 +136,7 @@ def test_a_rejected_reply_cannot_put_an_image_or_link_on_the_published_page(tmp_
     outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": o.data} if isinstance(o, IPython.display.Markdown) else {"text/html": o.data})
                for o in shown if isinstance(o, (IPython.display.Markdown, IPython.display.HTML))]
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("rep.answers(...)", outputs=outputs)])
-    page = _nb_html(nb)
+    page = notebook_html(nb)
     assert "Replies that are not answers" in page
     assert "attacker.invalid" in page                                          # the replies are shown ...
     assert not re.search(r"<img[^>]*attacker", page), page                     # ... as text: no remote image

@@ -248,7 +248,7 @@ def test_committed_reports_carry_no_machine_paths():
     texts = [f for f in files if f.endswith((".html", ".json", ".csv"))]
     assert texts
     leaks = [f for f in texts if str(ROOT) in (ROOT/f).read_text(encoding="utf-8", errors="ignore")]
-    assert not leaks, f"{leaks[:5]} contain {ROOT}; pass paths through report._relpath"
+    assert not leaks, f"{leaks[:5]} contain {ROOT}; pass paths through report.project_relpath"
 
 
 def test_committed_reports_name_their_stores_where_they_are():

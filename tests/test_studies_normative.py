@@ -180,15 +180,15 @@ def test_the_gate_finds_only_option_list_echoes_in_the_released_answers_and_tabl
 
 def test_the_committed_smollm2_replies_the_gate_flags_are_copies_of_the_prompt(data):
     "18 of SmolLM2's 180 replies copy their prompt (a scenario's first sentence, 'P1 is a retired teacher who lives on a fixed income.', or the option list; one copies the scenario's sentences with 'The' added and the question dropped, then the first option): issue 50's echo check finds them; no other reply is flagged."
-    from silverspoon.instruments.parse import _words
+    from silverspoon.instruments.parse import word_tokens
     recs = [json.loads(l) for l in (ROOT/"store"/"normative"/"smollm2-135m.jsonl").read_text().splitlines() if l.strip()]
     items = data.set_index("item_id", drop=False).loc[[r["item_id"] for r in recs]].assign(answer=[r["answer"] for r in recs])
     reqs = normative_requests(items, "llama", "none")
     screen = screen_replies(items, "answer", reqs, [r["finish_reason"] for r in recs])
     assert len(screen) == 180 and screen.not_an_answer.value_counts().to_dict() == {"": 162, "prompt_echo": 18}
-    prompt = {q.item_id: " ".join(_words(q.messages[-1]["content"])) for q in reqs}
+    prompt = {q.item_id: " ".join(word_tokens(q.messages[-1]["content"])) for q in reqs}
     for i, a, c in zip(items.item_id, items.answer, screen.not_an_answer):
-        if c: assert " ".join(_words(a)[:4]) in prompt[i], a   # it opens with the prompt's words
+        if c: assert " ".join(word_tokens(a)[:4]) in prompt[i], a   # it opens with the prompt's words
     assert screen.cut_at_max.sum() == 2   # counted, not excluded
 
 

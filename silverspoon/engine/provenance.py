@@ -6,7 +6,7 @@
 from __future__ import annotations
 import re, ast, json, hashlib, subprocess, functools
 from pathlib import Path
-from ..core import *
+from ..core import ModelParams, SilverspoonError, canonical_json, project_root, read_yaml, sha256_file, stable_hash
 from .data import lookup, data_dir
 from .store import stores_read, store_file, prefix_sha256
 from .backends import BACKENDS

@@ -13,8 +13,8 @@ from fastcore.basics import patch
 # %% auto #0
 __all__ = ['MAX_COUNT', 'RECORD_FIELDS', 'NOTICES_ENV', 'MAX_LINE_BYTES', 'STORE_ENV_LABEL', 'RESULT_COLUMNS', 'request_key',
            'StoreError', 'record_problem', 'notice', 'GenerationStore', 'project_store', 'store_root', 'store_label',
-           'store_file', 'stores_read', 'prefix_sha256', 'relay_notices', 'unwritable_reason', 'store_for',
-           'generate_all']
+           'store_file', 'stores_read', 'prefix_sha256', 'store_fix_hint', 'relay_notices', 'unwritable_reason',
+           'store_for', 'item_progress', 'generate_all']
 
 # %% ../../nbs/03_store.ipynb #27462693
 _NOT_IN_KEY = ("retry_failed", "n_samples")
@@ -200,7 +200,7 @@ def _open_store_file(path:Path):
     "The store file opened for reading (binary), refused unless it is a regular file; None when it does not exist. Never waits on a FIFO."
     try: fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (FileNotFoundError, NotADirectoryError): return None
-    except OSError as e: raise StoreError(f"{path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
+    except OSError as e: raise StoreError(f"{path}: cannot read the generation store ({_os_reason(e)}). {store_fix_hint()}") from None
     try: _refuse_special(path, os.fstat(fd)); os.set_blocking(fd, True)
     except BaseException: os.close(fd); raise
     return os.fdopen(fd, "rb")
@@ -236,7 +236,7 @@ def refresh(self:GenerationStore)->int:
                     self._sha.update(line + b"\n"); self._offset += len(line) + 1
                 if len(tail) > MAX_LINE_BYTES: raise _too_long(self.path, no + 1)
         except OSError as e:
-            raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {_store_fix()}") from None
+            raise StoreError(f"{self.path}: cannot read the generation store ({_os_reason(e)}). {store_fix_hint()}") from None
         finally: self._line_no = no; self.n_lines += n_new; _note_read(self)
     if tail.strip():                     # kept unread: read again (complete, perhaps) next time
         why = self._take(tail, no + 1)
@@ -301,7 +301,7 @@ def append(self:GenerationStore, records:list[dict]):
                 f.write(buf); f.flush(); os.fsync(f.fileno())
         except OSError as e:
             raise StoreError(f"{self.path}: could not save a batch of {len(records)} answer(s) ({_os_reason(e)}). That batch is lost "
-                             f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {_store_fix()}") from None
+                             f"and will be generated again by the next run; the {len(self)} answer(s) stored before it are kept. {store_fix_hint()}") from None
         if at == self._offset:                        # nothing unread before this batch: its bytes count as read (and pinned)
             self._sha.update(buf); self._offset += len(buf); self._line_no += buf.count(b"\n"); self.n_lines += len(records); _note_read(self)
     for r in records: self._recs[r["key"]] = r   # `_keeps` checked above
@@ -320,7 +320,7 @@ def locked(self:GenerationStore):
         if self.path.exists(): os.close(os.open(self.path, os.O_WRONLY | os.O_APPEND | _NOFOLLOW))   # the store itself must be writable too
     except OSError as e:
         raise StoreError(f"{self.path}: cannot write the generation store ({_os_reason(e)}), so the run stopped before "
-                         f"generating anything and no answer was lost. {_store_fix()}") from None
+                         f"generating anything and no answer was lost. {store_fix_hint()}") from None
     try:
         if not _flock(fd, block=False):
             notice(f"{self.path}: another run ({_holder(fd)}) is generating into this store; waiting until it is done, "
@@ -423,7 +423,8 @@ def _os_reason(e:OSError)->str:
     return f"{e.strerror or type(e).__name__}: {e.filename}" if e.filename else (e.strerror or str(e))
 
 # %% ../../nbs/03_store.ipynb #313c2072
-def _store_fix()->str:
+def store_fix_hint()->str:
+    "The fix sentence for a store folder that cannot be written: which `SILVERSPOON_STORE` is in force (or the default root) and how to change it; shared by the store and the text instruments' errors."
     env = os.environ.get("SILVERSPOON_STORE")
     now = f"SILVERSPOON_STORE={env}" if env else f"SILVERSPOON_STORE is unset, so the store root is {project_store()}"
     return f"Fix: make that folder writable, or set SILVERSPOON_STORE to a writable folder ({now})."
@@ -520,14 +521,18 @@ def store_for(params:RunParams, # the run's parameters (study and run name)
     st = GenerationStore(store_root()/params.study/f"{params.run}.jsonl")
     why = unwritable_reason(st.path)
     if why: warnings.warn(f"{st.path}: the generation store cannot be written ({why}). Answers already stored there are used; "
-                          f"if anything still needs generating, the run stops before generating it. {_store_fix()}", stacklevel=2)
+                          f"if anything still needs generating, the run stops before generating it. {store_fix_hint()}", stacklevel=2)
     return st
 
 # %% ../../nbs/03_store.ipynb #68be420e
 RESULT_COLUMNS = ["key", "run", "item_id", "sample_index", "answer", "finish_reason", "error", "prompt_tokens",
                   "completion_tokens", "seconds", "cached"]
 
-def _progress(total:int, desc:str, enabled:bool):
+def item_progress(total:int,   # items to generate
+                  desc:str,    # the bar's label (the study or run)
+                  enabled:bool # False: a silent bar (`show_progress=False`, or nothing to do)
+                 ):
+    "A tqdm progress bar over `total` generation items, quiet when `enabled` is False or there is nothing to do; shared by `generate_all` and the text instruments."
     from tqdm.auto import tqdm
     return tqdm(total=total, desc=desc, unit="item", disable=not enabled or total == 0, dynamic_ncols=True, mininterval=0.5)
 
@@ -563,7 +568,7 @@ def generate_all(backend:Backend,            # what answers
             todo = missing(); fresh = set(todo)
             order = sorted(todo, key=lambda k: -sum(len(str(m.get("content", ""))) for m in todo[k].messages))
             n_failed, b = 0, 0
-            with _progress(len(order), desc, progress) as bar:
+            with item_progress(len(order), desc, progress) as bar:
                 while b < len(order):
                     bs = _chunk_size(batch_size, backend)   # read per batch: an hf `auto` backend lowers it after an out-of-memory
                     ks = order[b:b+bs]; reqs = [todo[k] for k in ks]; b += len(ks)

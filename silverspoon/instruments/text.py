@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 import numpy as np
 from ..core import SilverspoonError, ParamsError, DataError, RunParams, stable_hash, sha256_file
-from ..engine.store import GenerationStore, store_root, unwritable_reason, _store_fix, _progress
+from ..engine.store import GenerationStore, store_root, unwritable_reason, store_fix_hint, item_progress
 from fastcore.basics import patch
 
 # %% auto #0
@@ -565,7 +565,7 @@ def instrument_store_for(params:RunParams # the run's parameters (study and run 
     st = InstrumentStore(store_root()/params.study/f"{params.run}.instruments.jsonl")
     why = unwritable_reason(st.path)
     if why: warnings.warn(f"{st.path}: the instrument cache cannot be written ({why}). Outputs already cached there are used; "
-                          f"if anything still needs scoring, the run stops before scoring it. {_store_fix()}", stacklevel=2)
+                          f"if anything still needs scoring, the run stops before scoring it. {store_fix_hint()}", stacklevel=2)
     return st
 
 # %% ../../nbs/05_text.ipynb #9e3c5c46
@@ -608,7 +608,7 @@ def _through_cache(instrument, items:list, keys:list[str], compute, store:Instru
             todo = missing(); fresh = set(todo)
             order = sorted(todo, key=lambda k: -size(todo[k]))
             bs = max(1, int(getattr(instrument, "batch_size", 32) or 32))
-            with _progress(len(order), f"{desc} ({instrument.name})", progress) as bar:
+            with item_progress(len(order), f"{desc} ({instrument.name})", progress) as bar:
                 for b in range(0, len(order), bs):
                     ks = order[b:b+bs]; outs = compute([todo[k] for k in ks])
                     if len(outs) != len(ks):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 from ..core import ModelParams, ParamsError, RunParams, SilverspoonError, absolute_path_settings, canonical_json, hide_url_credentials, load_params, plain_data, project_root, write_atomic
 from ..engine.provenance import pin_outputs
-from ..studies.report import _relpath, INSTRUMENTS_MARK
+from ..studies.report import project_relpath, INSTRUMENTS_MARK
 from ..studies import get_study, check_study_params
 import silverspoon
 from ..engine.backends import backend_class
@@ -19,12 +19,12 @@ from ..engine.store import store_root, relay_notices
 # %% auto #0
 __all__ = ['RUN_CLOSURE', 'REPORT_MARKER', 'TEXT_CELL_CHARS', 'INSTRUMENTS_POINTER', 'VERDICT_CELL_ID', 'WIDGET_MIME',
            'NOTEBOOK_BUDGET_BYTES', 'MIN_SECRET_CHARS', 'SAVE_EVERY', 'EXAMPLES_NOTE', 'KERNEL_ARGS', 'report_start',
-           'report_cells', 'fit_tables', 'safe_markdown_outputs', 'notebook_to_html', 'lift_instruments',
-           'below_run_line', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir', 'notebooks_note',
-           'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values', 'scrub_text',
-           'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder', 'report_params_file',
-           'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples', 'run_params_file',
-           'notebook_to_html_safe', 'failed_calls']
+           'report_cells', 'html_page', 'fit_tables', 'safe_markdown_outputs', 'notebook_html', 'notebook_to_html',
+           'lift_instruments', 'below_run_line', 'plain_stream_text', 'publishable_notebook', 'notebooks_dir',
+           'notebooks_note', 'study_notebook', 'validate_task', 'read_params_file', 'preflight_model', 'secret_values',
+           'scrub_text', 'scrub_outputs', 'quiet_kernel_manager', 'saves_throttled', 'reports_folder',
+           'report_params_file', 'check_case_twin', 'check_report_owner', 'ended_early', 'without_examples',
+           'run_params_file', 'notebook_to_html_safe', 'failed_calls']
 
 # %% ../../nbs/06a_run.ipynb #exec0005
 RUN_CLOSURE = True   # what every run executes: this module and its imports (`silverspoon.engine.provenance.run_modules`)
@@ -45,7 +45,7 @@ def report_cells(nb):
     return title + nb.cells[idx:]
 
 # %% ../../nbs/06a_run.ipynb #96a59623
-def _page(title:str, body:str)->str:
+def html_page(title:str, body:str)->str:
     "A standalone HTML page with silverspoon's one stylesheet (shared by run reports, the index, the validity page and the bias cards; no CDN scripts), its tables made to fit (`fit_tables`)."
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{fit_tables(body)}</body></html>")
@@ -85,7 +85,7 @@ def safe_markdown_outputs(nb # an executed notebook (nbformat node), changed in 
     return nb
 
 # %% ../../nbs/06a_run.ipynb #160b88f4
-def _nb_html(nb, hide_code:bool=True)->str:
+def notebook_html(nb, hide_code:bool=True)->str:
     "The cells of notebook `nb` as an HTML fragment (nbconvert's `basic` template: markup only, images embedded)."
     from nbconvert import HTMLExporter
     nb = safe_markdown_outputs(nb)
@@ -104,7 +104,7 @@ def notebook_to_html(nb_path:str|Path, html_path:str|Path, title:str="silverspoo
     nb.cells = lift_instruments(report_cells(nb))
     if study and verdict: nb.cells = below_run_line(nb.cells, verdict(study, run_dir or Path(html_path).with_suffix("")), VERDICT_CELL_ID)   # the card's adjustment, as data the site hands in
     Path(html_path).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(html_path, _page(title, _nb_html(nb)))
+    write_atomic(html_path, html_page(title, notebook_html(nb)))
     return Path(html_path)
 
 # %% ../../nbs/06a_run.ipynb #lift0001
@@ -489,7 +489,7 @@ def run_params_file(path:str|Path,               # a file in params/
 def _make_publishable(nb_path:Path, tmp:Path, study_dir:Path):
     "Rewrite the executed notebook at `nb_path` as `publishable_notebook` makes it: the temporary folder `tmp` becomes `study_dir`, then the project root a relative path."
     import nbformat
-    replace = {str(tmp.resolve()): _relpath(study_dir.resolve()), str(tmp): _relpath(study_dir.resolve()), str(project_root()) + "/": ""}
+    replace = {str(tmp.resolve()): project_relpath(study_dir.resolve()), str(tmp): project_relpath(study_dir.resolve()), str(project_root()) + "/": ""}
     nbformat.write(publishable_notebook(nbformat.read(str(nb_path), as_version=4), replace), str(nb_path))
 
 # %% ../../nbs/06a_run.ipynb #8031483e
@@ -497,7 +497,7 @@ def notebook_to_html_safe(nb_path, html_path):
     "Best-effort HTML of a failed run (whole notebook, code shown) for debugging; None if even that fails."
     try:
         import nbformat
-        Path(html_path).write_text(_page("failed run", _nb_html(nbformat.read(str(nb_path), as_version=4), hide_code=False)), encoding="utf-8")
+        Path(html_path).write_text(html_page("failed run", notebook_html(nbformat.read(str(nb_path), as_version=4), hide_code=False)), encoding="utf-8")
         return Path(html_path)
     except Exception: return None
 

@@ -18,26 +18,30 @@ from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
 from ..engine.cost import run_cost
-from ..stats.power import normal_power, normal_n, mcnemar_power, mcnemar_n, mcnemar_mde, headline_replicates, replicate_sd, _write_replicates, _read_replicates
+from ..stats.power import normal_power, normal_n, mcnemar_power, mcnemar_n, mcnemar_mde, headline_replicates, replicate_sd, write_replicates, read_replicates
 from .plan import is_factor_run, made_by, model_params_files, model_run_names, read_model_file, runs_for_model, sample_units, trusted_provenance
 
 
 # %% auto #0
-__all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'CARD_DETAIL_COLUMNS', 'PLANNED', 'study_headlines', 'verdict_words',
-           'answer_gate', 'chat_template_of', 'served_model_of', 'headline_row', 'headline_selection',
-           'instrument_validity', 'is_released_run', 'released_values', 'paper_effect', 'paper_binomial_sd',
-           'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row', 'headline_mde',
-           'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'short_words', 'power_word', 'validity_word',
-           'headlines_forest', 'card_html', 'answers_html', 'wording_band', 'nesting_line', 'factors_html',
-           'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html']
+__all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'CARD_DETAIL_COLUMNS', 'PLANNED', 'fmt_number', 'fmt_p',
+           'study_headlines', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'headline_row',
+           'headline_selection', 'instrument_validity', 'is_released_run', 'released_values', 'paper_effect',
+           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
+           'headline_mde', 'delta_tier', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'short_words',
+           'power_word', 'validity_word', 'headlines_forest', 'card_html', 'answers_html', 'estimate_html',
+           'wording_band', 'nesting_line', 'factors_html', 'models_overview', 'card_owner', 'run_verdicts',
+           'models_overview_html']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
-def _fmt(x, digits=3)->str:
+def fmt_number(x,        # a number (or None/NaN: shown as '–')
+               digits=3  # significant digits below 10**digits
+              )->str:
+    "A number for a page: `digits` significant digits, large values in full with thousands separators (never 1.6e+03), '–' when there is none."
     if x is None or (not isinstance(x, str) and pd.isna(x)): return "–"
     if abs(x) >= 10**digits: return f"{x:,.0f}"   # counts and large values in full, never 1.6e+03
     return f"{x:.{digits}g}"
 
-def _fmt_p(x)->str:
+def fmt_p(x)->str:
     "A p-value: 3 significant digits, '<0.001' below it, '–' when there is none."
     if x is None or pd.isna(x): return "–"
     return "<0.001" if x < 0.001 else f"{x:.3g}"
@@ -155,7 +159,7 @@ def headline_selection(h:Headline,          # a card headline
     text = f"rests on {int(a.n_classified):,} of {int(a.n_answers):,} answers ({a.estimate:.1f}% got a class), from {int(a.n_names)} names"
     if len(diff):
         d = diff.iloc[0]
-        text += f"; selection rich - poor city {d.estimate:+.1f} points, p {_fmt_p(d.p)} ({d.test})" if pd.notna(d.p) else f"; selection rich - poor city {d.estimate:+.1f} points (no test)"
+        text += f"; selection rich - poor city {d.estimate:+.1f} points, p {fmt_p(d.p)} ({d.test})" if pd.notna(d.p) else f"; selection rich - poor city {d.estimate:+.1f} points (no test)"
     return dict(n_answers=int(a.n_classified), selection=text)
 
 
@@ -183,7 +187,7 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
         if rows.empty: got.append(dict(instrument=f"{start} (not in instruments.csv)", **none)); continue
         if "measured_on" in rows: rows = rows.sort_values("measured_on", key=lambda s: s.ne("this run"), kind="stable")   # this run's own audit first
         got.append(_instrument_line(rows.iloc[0]))
-    line = lambda g: (f"{g['instrument']}: " + (f"{_fmt(g['validity'], 2)} [{_fmt(g['validity_low'], 2)}, {_fmt(g['validity_high'], 2)}], n={_fmt(g['validity_n'])}; {g['measured_on']}"
+    line = lambda g: (f"{g['instrument']}: " + (f"{fmt_number(g['validity'], 2)} [{fmt_number(g['validity_low'], 2)}, {fmt_number(g['validity_high'], 2)}], n={fmt_number(g['validity_n'])}; {g['measured_on']}"
                                               if pd.notna(g["validity"]) else "not measured"))
     return {**got[0], "instruments": "\n".join(line(g) for g in got)}
 
@@ -261,12 +265,12 @@ def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
     key = (sha256_file(items_csv), study, n_boot, seed)
     if key not in _REPLICATES:
         disk = cache_dir()/"replicates"/f"{stable_hash([*key, _replicates_code(study)], 32)}.json"
-        got = _read_replicates(disk)
+        got = read_replicates(disk)
         if got is None:
             items = pd.read_csv(items_csv, dtype={"item": str})
             s = get_study(study)
             got = (headline_replicates(items, s.headlines_from_items, n_boot, seed)[0], s.item_units(items))   # `Study.item_units`: narratives counts stories
-            _write_replicates(disk, *got)
+            write_replicates(disk, *got)
         _REPLICATES[key] = got
     return _REPLICATES[key]
 
@@ -399,7 +403,7 @@ def headline_mde(h:Headline,   # the row's headline
 
 
 # %% ../../nbs/07b_card.ipynb #0643f3c7
-def _delta_tier(r, m:int=1)->tuple[str, str]:
+def delta_tier(r, m:int=1)->tuple[str, str]:
     "(tier, verdict) of one factor delta row after adjustment in its exploratory family of `m` tests: no effect is sought on a delta, so never 'underpowered'; a test that cannot reach p < 0.05 at its n says so."
     note = str(r.get("test_note") or "") if pd.notna(r.get("test_note")) else ""
     if pd.isna(r.get("delta")): return "no estimate", "no estimate: undefined"
@@ -451,7 +455,7 @@ def adjust_card(card:pd.DataFrame,                 # card rows (`card_rows`' fir
         if "sd_perm" in deltas:   # the MDE at this family's alpha (k tests), from the permuted deltas' SD; none without a test or a spread
             z = norm.ppf(1 - ALPHA/max(k, 1)/2) + norm.ppf(0.8)
             deltas["mde_80"] = (z*pd.to_numeric(deltas["sd_perm"], errors="coerce")).where(dp.notna() & (pd.to_numeric(deltas["sd_perm"], errors="coerce") > 0))
-        tv = [_delta_tier(r, k) for r in deltas.to_dict("records")]
+        tv = [delta_tier(r, k) for r in deltas.to_dict("records")]
         deltas["tier"], deltas["verdict"] = [t for t, _ in tv], [v for _, v in tv]
         deltas["mde_80"] = pd.to_numeric(deltas.get("mde_80", np.nan), errors="coerce").where(~deltas["tier"].isin(["cannot reach significance", "no estimate"]) & dp.notna())   # no MDE for a test that is forbidden or cannot reach
     return card, deltas
@@ -528,7 +532,7 @@ def validity_word(r # a card row: `validity` (the lowest agreement of its instru
     v = r.get("validity")
     if v is None or pd.isna(v): return "–"
     lo, hi = r.get("validity_low"), r.get("validity_high")
-    return f"{_fmt(v, 2)} [{_fmt(lo, 2)}, {_fmt(hi, 2)}]" if pd.notna(lo) and pd.notna(hi) else _fmt(v, 2)
+    return f"{fmt_number(v, 2)} [{fmt_number(lo, 2)}, {fmt_number(hi, 2)}]" if pd.notna(lo) and pd.notna(hi) else fmt_number(v, 2)
 
 # %% ../../nbs/07b_card.ipynb #8c98bd9d
 def headlines_forest(card:pd.DataFrame # `bias_card(...)`: study, headline, estimate, ci_low, ci_high, null
@@ -569,28 +573,28 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             "verdict", "mde_80", "detect", "instruments", "validity", "instrument", "released", "generations", "completion_tokens",
             "wall_seconds", "generation_seconds", "always_yes", "always_no", "n_answers", "selection"}
     for _, r in card.iterrows():
-        ci = f"[{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
-        est = f"{_fmt(r.get('estimate'))} <small>{ci}</small>"
+        ci = f"[{fmt_number(r.get('ci_low'))}, {fmt_number(r.get('ci_high'))}]" if pd.notna(r.get("ci_low")) else "no interval"
+        est = f"{fmt_number(r.get('estimate'))} <small>{ci}</small>"
         more = [f"<b>{esc(r.get('what'))}</b>" if esc(r.get("what")) else ""]
-        if r.get("kind") == "performance": more.append(f"performance level against its ideal {_fmt(r.get('null'))}, not a bias test")
+        if r.get("kind") == "performance": more.append(f"performance level against its ideal {fmt_number(r.get('null'))}, not a bias test")
         if pd.notna(r.get("always_yes")) or pd.notna(r.get("always_no")):   # a level beside its degenerate baselines, on the same items
-            more.append(f"constant answers score: always 'yes' {_fmt(r.get('always_yes'))}, always 'no' {_fmt(r.get('always_no'))}")
+            more.append(f"constant answers score: always 'yes' {fmt_number(r.get('always_yes'))}, always 'no' {fmt_number(r.get('always_no'))}")
         if r.get("kind") != "performance" and pd.notna(r.get("p")):
-            more.append(f"test: {esc(r.get('test'))}; p {_fmt_p(r.get('p'))}, BH-adjusted {_fmt_p(r.get('p_bh'))}; null {_fmt(r.get('null'))}; {_fmt(r.get('n_units'))} units")
+            more.append(f"test: {esc(r.get('test'))}; p {fmt_p(r.get('p'))}, BH-adjusted {fmt_p(r.get('p_bh'))}; null {fmt_number(r.get('null'))}; {fmt_number(r.get('n_units'))} units")
         if esc(r.get("note")): more.append(f"verdict: {esc(r.get('verdict'))}. {esc(r.get('note'))}")
         elif len(esc(r.get("verdict"))) > 40: more.append(f"verdict: {esc(r.get('verdict'))}")
-        if pd.notna(r.get("mde_80")) or r.get("detect"): more.append(f"MDE (80% power) {_fmt(r.get('mde_80'), 2)}: {esc(r.get('detect'))}")
+        if pd.notna(r.get("mde_80")) or r.get("detect"): more.append(f"MDE (80% power) {fmt_number(r.get('mde_80'), 2)}: {esc(r.get('detect'))}")
         more += [f"instrument: {esc(x)}" for x in str(r.get("instruments") or "").split("\n") if x]
         if esc(r.get("released")): more.append(f"released models: {esc(r.get('released'))}")
-        more.append(f"cost: {_fmt(r.get('generations'))} gen, {_fmt(r.get('completion_tokens'))} tok, {_fmt(r.get('wall_seconds'))} s wall (est.)<br><small>"
-                    f"{_fmt(r.get('generation_seconds'))} s summed over requests</small>")
+        more.append(f"cost: {fmt_number(r.get('generations'))} gen, {fmt_number(r.get('completion_tokens'))} tok, {fmt_number(r.get('wall_seconds'))} s wall (est.)<br><small>"
+                    f"{fmt_number(r.get('generation_seconds'))} s summed over requests</small>")
         more += [f"{esc(k)}: {esc(v)}" for k, v in r.items() if k not in used and k in CARD_DETAIL_COLUMNS and esc(v)]   # columns added to the card's data
         link = f'<a href="../{r["study"]}/{esc(r.get("run"))}.html">{esc(r["study"])}</a>' if pd.notna(r.get("run")) else esc(r["study"])
         if esc(r.get("selection")): more.append(f"selection: {esc(r.get('selection'))}")
-        n_cell = _fmt(r.get("n_answers", r.get("n"))) + (f"<br><small>{_fmt(r.get('n_units'))} units</small>" if pd.notna(r.get("n_units")) else "")
+        n_cell = fmt_number(r.get("n_answers", r.get("n"))) + (f"<br><small>{fmt_number(r.get('n_units'))} units</small>" if pd.notna(r.get("n_units")) else "")
         details = "<details><summary>" + f"<b>{esc(r['headline'])}</b></summary><small>" + "<br>".join(m for m in more if m) + "</small></details>"
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in [link, details, est, n_cell,
-                    "–" if r.get("kind") == "performance" else _fmt_p(r.get("p_bh")),
+                    "–" if r.get("kind") == "performance" else fmt_p(r.get("p_bh")),
                     f"<b>{esc(short_words(r.get('verdict')))}</b>", esc(power_word(r)), esc(validity_word(r))]) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ["study", "headline (click: what, test, MDE, instruments, released models, cost)", "estimate [95% CI]", "n",
                                              "adjusted p", "verdict", "power", "validity"])
@@ -615,7 +619,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             "requests ran at once (an API at <code>concurrency</code> above 1). Power: whether this n could detect the paper's effect "
             "at 80% (ok / low; '–' where there is no effect to seek); validity: the lowest agreement of an instrument behind the number "
             "with its reference (each instrument in the row's details).</p></details>"
-            f"<table class='card fit'>{cols}<tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else _estimate_html(estimate))
+            f"<table class='card fit'>{cols}<tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
 
 # %% ../../nbs/07b_card.ipynb #0307bb6e
@@ -647,12 +651,12 @@ def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_a
             f"<table class='card'><tr><th>study</th><th>replies</th><th>verdicts</th><th>chat template</th><th>model that answered</th></tr>{''.join(rows)}</table>") if rows else ""
 
 # %% ../../nbs/07b_card.ipynb #237561be
-def _estimate_html(est:pd.DataFrame)->str:
+def estimate_html(est:pd.DataFrame)->str:
     "The GPU time section of a card: per study, generations, tokens (upper bound) and estimated seconds on an H100 and an A100-40GB."
-    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{_fmt(r.generations)}</td><td>{_fmt(r.max_new_tokens)}</td><td>{_fmt(r.tokens_upper_bound)}</td>"
-                   f"<td>{_fmt(r.h100_seconds)}</td><td>{_fmt(r.a100_seconds)}</td></tr>" for r in est.itertuples())
-    rows += (f"<tr><td><b>all studies</b></td><td>{_fmt(est.generations.sum())}</td><td></td><td>{_fmt(est.tokens_upper_bound.sum())}</td>"
-             f"<td><b>{_fmt(est.h100_seconds.sum())}</b></td><td><b>{_fmt(est.a100_seconds.sum())}</b></td></tr>")
+    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{fmt_number(r.generations)}</td><td>{fmt_number(r.max_new_tokens)}</td><td>{fmt_number(r.tokens_upper_bound)}</td>"
+                   f"<td>{fmt_number(r.h100_seconds)}</td><td>{fmt_number(r.a100_seconds)}</td></tr>" for r in est.itertuples())
+    rows += (f"<tr><td><b>all studies</b></td><td>{fmt_number(est.generations.sum())}</td><td></td><td>{fmt_number(est.tokens_upper_bound.sum())}</td>"
+             f"<td><b>{fmt_number(est.h100_seconds.sum())}</b></td><td><b>{fmt_number(est.a100_seconds.sum())}</b></td></tr>")
     return ("<h2>Time on a GPU for an 8B model</h2><p>Each study at its default sample (the generations the SmolLM2 runs made), with "
             "max_new_tokens tokens per answer (an upper bound), at the Llama-3-8B rates measured on one H100 (benchmarks/results/, "
             "transformers batched generation, bf16). The A100-40GB figure is an estimate: the H100 rate measured with 40 GB held, "
@@ -672,7 +676,7 @@ def wording_band(levels:pd.DataFrame # `factor_deltas(...)["levels"]`: one row p
         e = g.estimate.dropna()   # a variant without an estimate is shown ("–") but is no end of the band
         lo, hi = (e.min(), e.max()) if len(e) >= 2 else (np.nan, np.nan)
         rows.append(dict(study=study, base_run=base, headline=h, n_variants=len(e), min=lo, max=hi, range=hi - lo, n_items=int(g.n_items.max()),
-                         estimates="; ".join(f"{n} {_fmt(e)}" for n, e in zip(lv.name, lv.estimate))))
+                         estimates="; ".join(f"{n} {fmt_number(e)}" for n, e in zip(lv.name, lv.estimate))))
     return pd.DataFrame(rows, columns=["study", "base_run", "headline", "n_variants", "min", "max", "range", "n_items", "estimates"])
 
 # %% ../../nbs/07b_card.ipynb #334c65a3
@@ -691,20 +695,20 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels, nesting
     nested = "".join(f"<li>{html.escape(r.study)}: {html.escape(nesting_line(r))}</li>" for r in nest.itertuples()) if len(nest) else ""
     esc = lambda x: html.escape(str(x)) if isinstance(x, str) else ""
     rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.factor)} = <a href='../{html.escape(r.study)}/{html.escape(r.run)}.html'><b>{html.escape(str(r.level))}</b></a><br><small>{html.escape(r.kind)}</small></td>"
-                   f"<td>{html.escape(r.headline)}</td><td>{_fmt(r.reference)}</td><td>{_fmt(r.level_estimate)}</td>"
-                   f"<td><b>{_fmt(r.delta)}</b> " + (f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" if pd.notna(r.ci_low) else f"<br><small>{esc(r.ci_note)}</small>")
+                   f"<td>{html.escape(r.headline)}</td><td>{fmt_number(r.reference)}</td><td>{fmt_number(r.level_estimate)}</td>"
+                   f"<td><b>{fmt_number(r.delta)}</b> " + (f"[{fmt_number(r.ci_low)}, {fmt_number(r.ci_high)}]" if pd.notna(r.ci_low) else f"<br><small>{esc(r.ci_note)}</small>")
                    + (f"<br><small>{html.escape(r.note)}</small>" if r.note else "") + "</td>"
-                   f"<td>{_fmt_p(r.p)} / {_fmt_p(r.p_bh)}</td><td><b>{esc(getattr(r, 'verdict', r.tier))}</b></td>"
-                   f"<td>{_fmt(r.mde_80, 2)}</td><td>{_fmt(r.n_items)}" + (f"<br><small>unmatched: {r.unmatched_reference} ref, {r.unmatched_level} level</small>"
-                   if r.unmatched_reference or r.unmatched_level else "") + (f"<br><small>{_fmt(r.n_units)} units per arm</small>" if r.n_units != r.n_items else "") + "</td></tr>" for r in d.itertuples())
-    band = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.headline)}</td><td>{_fmt(r['min'])} .. {_fmt(r['max'])}</td>"
-                   f"<td>{_fmt(r['range'])}</td><td>{r.n_variants}</td><td><small>{html.escape(r.estimates)}</small></td></tr>"
+                   f"<td>{fmt_p(r.p)} / {fmt_p(r.p_bh)}</td><td><b>{esc(getattr(r, 'verdict', r.tier))}</b></td>"
+                   f"<td>{fmt_number(r.mde_80, 2)}</td><td>{fmt_number(r.n_items)}" + (f"<br><small>unmatched: {r.unmatched_reference} ref, {r.unmatched_level} level</small>"
+                   if r.unmatched_reference or r.unmatched_level else "") + (f"<br><small>{fmt_number(r.n_units)} units per arm</small>" if r.n_units != r.n_items else "") + "</td></tr>" for r in d.itertuples())
+    band = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.headline)}</td><td>{fmt_number(r['min'])} .. {fmt_number(r['max'])}</td>"
+                   f"<td>{fmt_number(r['range'])}</td><td>{r.n_variants}</td><td><small>{html.escape(r.estimates)}</small></td></tr>"
                    for _, r in b.iterrows())
     th = lambda *c: "<tr>" + "".join(f"<th>{x}</th>" for x in c) + "</tr>"
     family = d.family.iloc[0] if "family" in d and d.family.notna().any() else ""
     return ("<h2>Factors</h2><p>Each study rerun on a small sample under each level of a factor (quantization: none is the reference; "
             "prompt variant: the paper's prompt is the reference), the same items under every level. Items per study: "
-            + ", ".join(f"{html.escape(s)} n={_fmt(n)}" for s, n in ns.items()) + ". Delta: level minus reference on the items both "
+            + ", ".join(f"{html.escape(s)} n={fmt_number(n)}" for s, n in ns.items()) + ". Delta: level minus reference on the items both "
             "runs scored. Test: a within-unit swap permutation (each item's reference and level rows exchanged; every pattern where 2^n "
             f"fits), p adjusted with the other factor deltas only ({html.escape(family)}): exploratory, apart from the headlines; no effect is sought on a delta, so a non-significant one is 'no evidence (no effect sought)', and one whose exact test cannot reach 0.05 at its n after adjustment says so. A percentile bootstrap CI "
             f"is shown only from {BOOT_MIN_UNITS} items up, with at most {MAX_UNDEFINED:.0%} undefined replicates and a non-zero width; "
@@ -809,12 +813,12 @@ def models_overview_html(ov:pd.DataFrame)->str:
             r = g[g.study.eq(s)]
             if r.empty: cells.append("<td></td>"); continue
             r = r.iloc[0]
-            ci = f" [{_fmt(r.ci_low, 2)}, {_fmt(r.ci_high, 2)}]" if pd.notna(r.ci_low) else ""
+            ci = f" [{fmt_number(r.ci_low, 2)}, {fmt_number(r.ci_high, 2)}]" if pd.notna(r.ci_low) else ""
             v = str(r.get("verdict")) if pd.notna(r.get("verdict")) else ""
             cls = 'verdict' if r.get('verdict_allowed', True) else 'noverdict'
             why = (f"<br><small class='{cls}'>{html.escape(short_words(v))}</small>" + (f"<details><summary><small>why</small></summary><small>{html.escape(v)}</small></details>"
                    if short_words(v) != v else "")) if v else ""
-            cells.append(f"<td><a href='{html.escape(s)}/{html.escape(r.run)}.html'>{_fmt(r.estimate, 2)}{ci}</a><br><small>n={_fmt(r.n)}</small>{why}</td>")
+            cells.append(f"<td><a href='{html.escape(s)}/{html.escape(r.run)}.html'>{fmt_number(r.estimate, 2)}{ci}</a><br><small>n={fmt_number(r.n)}</small>{why}</td>")
         card = f" (<a href='models/{html.escape(model)}.html'>card</a>)" if kind == "model file" else ""
         out.append(f"<tr><td>{html.escape(model)}{card}</td><td><small>{html.escape(kind)}</small></td>{''.join(cells)}</tr>")
     return "".join(out) + "</table>"

@@ -8,7 +8,7 @@ import re, sys, argparse, time, dataclasses
 import pandas as pd
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from ..core import *
+from ..core import BOUNDS, DataError, ParamsError, RunParams, SilverspoonError, absolute_path_settings, check_bounds, project_root, read_params_mapping, read_yaml
 from ..run.executor import read_params_file, run_params_file, reports_folder, preflight_model, check_report_owner, notebooks_note
 from .runner import build_index, write_card, check_model_files, verdict_html
 from ..studies import STUDY_REGISTRY, get_study

@@ -11,7 +11,7 @@ from ..core import ParamsError, project_root, write_atomic
 from ..studies.compare import compare_runs, compare_published, model_order, read_run, units_to_separate, COMPARE_RESAMPLES, COMPARE_BOOT
 from ..studies import all_studies, get_study, find_study
 from ..stats import VERDICT_TIERS, bh_fdr, verdict_tier
-from .card import is_released_run, _fmt, _fmt_p, POLICY_LINK
+from .card import is_released_run, fmt_number, fmt_p, POLICY_LINK
 from .plan import is_factor_run
 
 # %% auto #0
@@ -63,8 +63,8 @@ def delta_matrix_html(pairs:pd.DataFrame # `compare_runs` rows of one headline
             r = cell.get((a, b))
             if r is None: tds.append("<td></td>"); continue
             t = html.escape(str(r.tier))
-            tds.append(f"<td><b>{_fmt(r.delta)}</b><br><small>evidence, p_bh {_fmt_p(r.p_bh)}</small></td>" if r.tier == "evidence"
-                       else f"<td>{_fmt(r.delta)}<br><small>{t}</small></td>")
+            tds.append(f"<td><b>{fmt_number(r.delta)}</b><br><small>evidence, p_bh {fmt_p(r.p_bh)}</small></td>" if r.tier == "evidence"
+                       else f"<td>{fmt_number(r.delta)}<br><small>{t}</small></td>")
         body.append(f"<tr><th>{html.escape(a)}</th>{''.join(tds)}</tr>")
     return f"<table><caption>delta = column run - row run</caption><tr><th>a \\ b</th>{head}</tr>{''.join(body)}</table>"
 
@@ -117,9 +117,9 @@ def against_released_html(df:pd.DataFrame # `against_released` rows
                          )->str:
     "The card's section 'Against the released models': per study and headline, the model's delta against each released model; '' when there are no rows."
     if df is None or df.empty: return ""
-    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.headline)}</td><td>{html.escape(r.run_a)}</td><td>{_fmt(r.estimate_b)}</td><td>{_fmt(r.estimate_a)}</td>"
-                   f"<td><b>{_fmt(r.delta)}</b>" + (f" [{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]" if pd.notna(r.ci_low) else f"<br><small>{html.escape(str(r.ci_note or r.policy_note or ''))}</small>") + "</td>"
-                   f"<td>{_fmt_p(r.p)}, adjusted {_fmt_p(r.p_bh)}</td><td><b>{html.escape(str(r.tier))}</b></td><td>{_fmt(r.n_units)}</td><td>{_fmt(r.mde_80, 2)}</td></tr>"
+    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{html.escape(r.headline)}</td><td>{html.escape(r.run_a)}</td><td>{fmt_number(r.estimate_b)}</td><td>{fmt_number(r.estimate_a)}</td>"
+                   f"<td><b>{fmt_number(r.delta)}</b>" + (f" [{fmt_number(r.ci_low)}, {fmt_number(r.ci_high)}]" if pd.notna(r.ci_low) else f"<br><small>{html.escape(str(r.ci_note or r.policy_note or ''))}</small>") + "</td>"
+                   f"<td>{fmt_p(r.p)}, adjusted {fmt_p(r.p_bh)}</td><td><b>{html.escape(str(r.tier))}</b></td><td>{fmt_number(r.n_units)}</td><td>{fmt_number(r.mde_80, 2)}</td></tr>"
                    for r in df.itertuples())
     return ("<h2>Against the released models</h2>" + how_to_read().replace("run b - estimate of run a", "this model - the released model") +
             "<p class='note'>These rows are their own BH family (not the card's headline family). The released models compared with each other: "

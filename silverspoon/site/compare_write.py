@@ -10,9 +10,9 @@ import pandas as pd
 from ..studies.compare import compare_runs, model_order, read_run, COMPARE_RESAMPLES, COMPARE_BOOT
 from ..studies import all_studies, find_study
 from ..core import write_atomic
-from .card import _fmt
+from .card import fmt_number
 from .runner import figure_data_uri
-from ..run.executor import _page, scrub_text
+from ..run.executor import html_page, scrub_text
 from .compare_page import released_runs, delta_forest, delta_matrix_html, how_to_read, PAIR_TABLE
 
 # %% auto #0
@@ -31,12 +31,12 @@ def compare_html(pairs:pd.DataFrame, # `compare_runs` rows (one study)
     for h, d in pairs.groupby("headline", sort=False):
         what = next((x.what for x in (s.headlines if s else ()) if x.metric == h), "")
         o = model_order(pairs, h)
-        order = " &gt; ".join(f"{html.escape(r)} {_fmt(e)}" for r, e in o["by_estimate"])
+        order = " &gt; ".join(f"{html.escape(r)} {fmt_number(e)}" for r, e in o["by_estimate"])
         claims = "".join(f"<li>{html.escape(c)}</li>" for c in o["claims"]) or "<li>none: no pair is evidence</li>"
         paper = d[d.paper_supported.fillna("").ne("")]
         ptab = ("<p><b>The paper's order</b> (where it prints both models), and whether the paired test supports it:</p><ul>" + "".join(
             f"<li>{html.escape(r.run_b)} {'above' if r.paper_delta > 0 else 'below' if r.paper_delta < 0 else 'level with'} {html.escape(r.run_a)} "
-            f"(paper delta {_fmt(r.paper_delta)}, ours {_fmt(r.delta)}): <b>{html.escape(r.paper_supported)}</b></li>"
+            f"(paper delta {fmt_number(r.paper_delta)}, ours {fmt_number(r.delta)}): <b>{html.escape(r.paper_supported)}</b></li>"
             for r in paper.itertuples()) + f"</ul><p class='note'>{html.escape(str(paper.paper_source.iloc[0]))}</p>") if len(paper) else ""
         fig = delta_forest(d, f"{study}: {h}")
         t = d[PAIR_TABLE].copy()
@@ -55,7 +55,7 @@ def write_comparison(pairs:pd.DataFrame,  # `compare_runs` rows (one study)
     "Write `<out>/<study>/pairs.csv` and the page `<out>/<study>/index.html`; returns the page's path."
     d = Path(out)/str(pairs.study.iloc[0]); d.mkdir(parents=True, exist_ok=True)
     write_atomic(d/"pairs.csv", pairs.to_csv(index=False))
-    write_atomic(d/"index.html", scrub_text(_page(f"compare: {pairs.study.iloc[0]}", compare_html(pairs, n_perm, n_boot))))
+    write_atomic(d/"index.html", scrub_text(html_page(f"compare: {pairs.study.iloc[0]}", compare_html(pairs, n_perm, n_boot))))
     return d/"index.html"
 
 # %% ../../nbs/07e_compare_write.ipynb #c54b0017

@@ -10,14 +10,14 @@ import numpy as np, pandas as pd
 from scipy.stats import norm, binom
 from ..core import project_root, read_params_mapping, stable_hash, ParamsError
 from ..engine.cost import run_cost
-from ..stats import _check_boot
+from ..stats import check_boot
 from ..engine.store import store_root, project_store, notice
 from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED, VERDICT_TIERS, verdict_tier, too_few_units, bh_fdr, percentile_ci, bootstrap_note, cluster_bootstrap
 from ..stats.tests import within_unit_swap_test
-from ..stats.power import _object_strings
+from ..stats.power import object_strings
 from ..studies import Headline, card_headlines, get_study, find_study, STUDY_REGISTRY
-from .plan import FACTOR_FIELDS, FACTOR_SEP, _declared_runs
-from .card import _delta_tier, adjust_card, wording_band
+from .plan import FACTOR_FIELDS, FACTOR_SEP, declared_runs
+from .card import delta_tier, adjust_card, wording_band
 
 # %% auto #0
 __all__ = ['FACTOR_RESAMPLES', 'paired_deltas', 'factor_runs', 'why_undefined', 'factor_deltas']
@@ -33,7 +33,7 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                   arm_units=None           # items -> units per arm (the study's `Study.arm_units`); None = the shared items
                  )->pd.DataFrame:
     "Per headline: both estimates on the shared items, delta = level - reference, its within-unit swap permutation p, MDE, the bootstrap CI where the policy allows it (else `ci_note`), counts of units and undefined replicates, and a tier (BH over these rows)."
-    _check_boot(n_boot, alpha)
+    check_boot(n_boot, alpha)
     rk, lk = reference["item"].astype(str), level["item"].astype(str)
     common = sorted(set(rk) & set(lk))
     ref, lvl = reference[rk.isin(common).to_numpy()], level[lk.isin(common).to_numpy()]
@@ -48,7 +48,7 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
         return {c: df[c].to_numpy()[order] for c in df.columns}, sizes, np.concatenate([[0], np.cumsum(sizes)[:-1]])
     tests, perm = {}, {k: [] for k in est_r}
     if C and not few:   # the swap test: reference' and level' exchange the rows of the swapped items
-        both = _object_strings(pd.concat([ref.iloc[np.argsort(ref["item"].astype(str).map(pos).to_numpy(), kind="stable")],
+        both = object_strings(pd.concat([ref.iloc[np.argsort(ref["item"].astype(str).map(pos).to_numpy(), kind="stable")],
                                           lvl.iloc[np.argsort(lvl["item"].astype(str).map(pos).to_numpy(), kind="stable")]], ignore_index=True))
         (_, rs, r0), (_, ls, l0) = groups(ref), groups(lvl)
         rb = [np.arange(r0[i], r0[i] + rs[i]) for i in range(C)]; lb = [np.arange(len(ref) + l0[i], len(ref) + l0[i] + ls[i]) for i in range(C)]
@@ -94,7 +94,7 @@ def paired_deltas(reference:pd.DataFrame,  # items.csv of the reference run: an 
                                       "ci_low", "ci_high", "ci_note", "n_boot", "n_boot_undefined", "n_items", "n_units",
                                       "unmatched_reference", "unmatched_level", "mde_80", "sd_perm"])
     out["p_bh"] = bh_fdr(out["p"].to_numpy(dtype=float)) if len(out) else []
-    out["tier"] = [_delta_tier(r, int(out["p"].notna().sum()))[0] for r in out.to_dict("records")]
+    out["tier"] = [delta_tier(r, int(out["p"].notna().sum()))[0] for r in out.to_dict("records")]
     return out
 
 # %% ../../nbs/07d_factors.ipynb #12653a17
@@ -103,7 +103,7 @@ def factor_runs(name:str,                       # the model's name, e.g. smollm2
                 models_dir:str|Path|None=None   # where its model file declares its runs; None = <project>/params/models
                )->pd.DataFrame:
     "The published factor runs of a model: one row per run (study, base run, factor, level, folder), each study's reference first. A base run is the model's name or the run its model file declares for the study (`model_run_names`), never a run merely named like it."
-    rows, declared = [], _declared_runs(name, models_dir)
+    rows, declared = [], declared_runs(name, models_dir)
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models") if Path(reports_dir).is_dir() else []:
         bases = [*declared.get(study_dir.name, []), name]   # the runs `factor_plan` varies (a paper-scale run has no factor runs)
         for ref in sorted(study_dir.glob(f"*{FACTOR_SEP}reference")):

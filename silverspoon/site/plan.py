@@ -16,9 +16,10 @@ from ..studies import get_study, find_study, STUDY_REGISTRY, check_study_params
 
 # %% auto #0
 __all__ = ['FACTOR_FIELDS', 'FACTOR_SEP', 'PAPER_SCALE_SUFFIX', 'MODEL_FILE_FIXED', 'PLANNED_FILE', 'trusted_provenance',
-           'is_factor_run', 'model_run_names', 'model_params_files', 'made_by', 'runs_for_model', 'sample_units',
-           'check_factors', 'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name', 'factor_plan',
-           'replan', 'scale_plan', 'model_run_source', 'check_model_runs', 'write_model_runs', 'gpu_time_estimate']
+           'is_factor_run', 'declared_runs', 'model_run_names', 'model_params_files', 'made_by', 'runs_for_model',
+           'sample_units', 'check_factors', 'read_model_file', 'resolved_mapping', 'model_plan', 'factor_run_name',
+           'factor_plan', 'replan', 'scale_plan', 'model_run_source', 'check_model_runs', 'write_model_runs',
+           'gpu_time_estimate']
 
 # %% ../../nbs/07c_plan.ipynb #trustpv1
 def trusted_provenance(run_dir:str|Path # a published run folder
@@ -50,7 +51,7 @@ def is_factor_run(run:str # a run name (a report folder or store file stem)
 # %% ../../nbs/07c_plan.ipynb #6583bab0
 PAPER_SCALE_SUFFIX = "-paper"   # `scale_plan`'s runs: <run>-paper, the paper's full item set in its own report folder and store file
 
-def _declared_runs(name:str, models_dir:str|Path|None=None)->dict[str, list[str]]:
+def declared_runs(name:str, models_dir:str|Path|None=None)->dict[str, list[str]]:
     "Study -> the runs that the model file(s) named `name` declare (`studies.<study>.run`); a model file that does not read is skipped."
     from silverspoon.site.plan import read_model_file   # the module's own name, defined further down its notebook
     out = {}
@@ -65,10 +66,10 @@ def _declared_runs(name:str, models_dir:str|Path|None=None)->dict[str, list[str]
 def model_run_names(name:str,                       # the model's name (its model file's `name:`)
                     study:str,                      # a study folder under reports/
                     models_dir:str|Path|None=None,  # None = <project>/params/models
-                    declared:dict|None=None         # `_declared_runs(name, models_dir)` when already read
+                    declared:dict|None=None         # `declared_runs(name, models_dir)` when already read
                    )->list[str]:
     "The run names that are model `name`'s own run of `study`, preferred first: the paper-scale run `<run>-paper` of the run its model file declares for the study and of `name` (the powered one, where it was run), then the runs themselves (the cheap default samples). Exactly these: a run merely named like the model is not its run."
-    base = list(dict.fromkeys([*(_declared_runs(name, models_dir) if declared is None else declared).get(study, []), name]))
+    base = list(dict.fromkeys([*(declared_runs(name, models_dir) if declared is None else declared).get(study, []), name]))
     return [r + PAPER_SCALE_SUFFIX for r in base] + base
 
 # %% ../../nbs/07c_plan.ipynb #fb659310
@@ -109,7 +110,7 @@ def runs_for_model(name:str,                       # the model's name, e.g. smol
                   )->dict[str,Path]:
     "Study -> published run folder for model `name`: the first of `model_run_names` with a summary.csv whose provenance says this model file made it (`made_by` one of `model_params_files`): never a factor run, a run merely named like it, a run of another model file that declares its name, or someone else's `<name>-paper`."
     if not Path(reports_dir).is_dir(): raise FileNotFoundError(f"{reports_dir}: no such reports folder; run `silverspoon run` first or pass --reports-dir.")
-    declared, out = _declared_runs(name, models_dir), {}
+    declared, out = declared_runs(name, models_dir), {}
     for study_dir in sorted(p for p in Path(reports_dir).iterdir() if p.is_dir() and p.name != "models"):
         allowed = None
         for r in model_run_names(name, study_dir.name, declared=declared):

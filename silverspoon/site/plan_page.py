@@ -14,7 +14,7 @@ from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED, VERDICT_TIERS, ver
 from ..stats.tests import within_unit_swap_test
 from ..studies import Headline, card_headlines, get_study, find_study, STUDY_REGISTRY
 from .plan import check_model_runs, factor_plan, gpu_time_estimate, model_plan, read_model_file, runs_for_model, sample_units
-from .card import POLICY_LINK, _estimate_html, headline_power
+from .card import POLICY_LINK, estimate_html, headline_power
 
 # %% auto #0
 __all__ = ['CPU_TIME_NOTE', 'plan_card_html', 'plan_table', 'plan_text']
@@ -48,7 +48,7 @@ def plan_card_html(models_file:str|Path,    # params/models/<name>.yaml with no 
             f"<code>silverspoon run --model {esc(rel.as_posix())}</code> (one study: add <code>--studies normative</code>); this page "
             f"then becomes its bias card, its numbers tested under the {POLICY_LINK.format(href='../inference.html')}.</p><h2>Model</h2><table>{model}</table>"
             f"<h2>Studies</h2><table><tr><th>study</th><th>params file</th><th>status</th></tr>{studies}</table>{factors}"
-            + ("" if est is None or est.empty else _estimate_html(est)))
+            + ("" if est is None or est.empty else estimate_html(est)))
 
 # %% ../../nbs/07e_plan_page.ipynb #d2967600
 def plan_table(models_file:str|Path,         # params/models/<name>.yaml

@@ -7,17 +7,17 @@ from __future__ import annotations
 import os, re, json, time, html, shutil, tempfile, datetime, dataclasses, functools
 from pathlib import Path
 import pandas as pd
-from ..core import *
-from ..engine.provenance import *
-from ..studies.report import summary_wide, ci_text, _relpath, _SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
+from ..core import DataError, ParamsError, SilverspoonError, check_name, is_missing, project_root, read_yaml, write_atomic
+from ..engine.provenance import PROVENANCE_FORMAT, content_record, data_differences, input_differences, named_backends, output_differences, pin_outputs, provenance_differences, store_differences
+from ..studies.report import summary_wide, ci_text, project_relpath, SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
 from ..studies import STUDY_REGISTRY, get_study, find_study
 from ..stats import metric_definition
 from .plan import replan, is_factor_run, read_model_file, model_plan, check_model_runs, runs_for_model, gpu_time_estimate
-from .card import _fmt, _fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_released_run, models_overview, models_overview_html, PLANNED, bias_card, card_html
+from .card import fmt_number, fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_released_run, models_overview, models_overview_html, PLANNED, bias_card, card_html
 from .plan_page import plan_card_html
 from .factors import factor_deltas
 import silverspoon
-from ..run.executor import _page, _nb_html, fit_tables, below_run_line, VERDICT_CELL_ID, reports_folder, scrub_text, secret_values
+from ..run.executor import html_page, notebook_html, fit_tables, below_run_line, VERDICT_CELL_ID, reports_folder, scrub_text, secret_values
 from ..instruments.parse import gather_instruments
 from ..studies.report import policy_page
 
@@ -61,12 +61,12 @@ def _verdict_row(h, r:dict)->str:
     "One row of the verdict table from a card row (`card.run_verdicts`): the headline's numbers, test and verdict, or why it is absent."
     name = f"<b>{html.escape(h.metric)}</b>{''.join(f' ({html.escape(str(v))})' for _, v in h.where)}<br><small>{html.escape(h.what)}</small>"
     if isinstance(r.get("absent"), str): return f"<tr><td>{name}</td><td colspan='5'>{html.escape(r['absent'])}</td></tr>"
-    ci = f"[{_fmt(r['ci_low'])}, {_fmt(r['ci_high'])}]" if pd.notna(r.get("ci_low")) and pd.notna(r.get("ci_high")) else "no interval"
-    if h.kind == "performance": ci += f"<br><small>vs ideal {_fmt(h.no_bias)}</small>"
-    test = "–" if pd.isna(r.get("p")) else f"{_fmt_p(r['p'])} / {_fmt_p(r.get('p_bh'))}<br><small>{html.escape(str(r.get('test') or ''))}</small>"
+    ci = f"[{fmt_number(r['ci_low'])}, {fmt_number(r['ci_high'])}]" if pd.notna(r.get("ci_low")) and pd.notna(r.get("ci_high")) else "no interval"
+    if h.kind == "performance": ci += f"<br><small>vs ideal {fmt_number(h.no_bias)}</small>"
+    test = "–" if pd.isna(r.get("p")) else f"{fmt_p(r['p'])} / {fmt_p(r.get('p_bh'))}<br><small>{html.escape(str(r.get('test') or ''))}</small>"
     detect = f"<br><small>{html.escape(str(r['detect']))}</small>" if isinstance(r.get("detect"), str) else ""
-    return (f"<tr><td>{name}</td><td>{_fmt(r['estimate'])} {ci}</td><td>{_fmt(r.get('n'))}</td><td>{test}</td>"
-            f"<td>{html.escape(str(r.get('verdict')))}</td><td>{_fmt(r.get('mde_80'), 2)}{detect}</td></tr>")
+    return (f"<tr><td>{name}</td><td>{fmt_number(r['estimate'])} {ci}</td><td>{fmt_number(r.get('n'))}</td><td>{test}</td>"
+            f"<td>{html.escape(str(r.get('verdict')))}</td><td>{fmt_number(r.get('mde_80'), 2)}{detect}</td></tr>")
 
 # %% ../../nbs/07a_runner.ipynb #ea9e58de
 VERDICT_START, VERDICT_END = "<!-- silverspoon:verdict -->", "<!-- /silverspoon:verdict -->"   # around the verdict block in a report page: `refresh_verdicts` rewrites what is between them
@@ -145,7 +145,7 @@ def forest_figure(rows:pd.DataFrame, # summary rows of ONE metric: run, model, e
     "A forest plot: per run the estimate and its 95% CI, highest at the top; one panel per label set where a run has several (e.g. `labels`)."
     from matplotlib.figure import Figure   # a bare Figure: no pyplot, the process's backend is never touched
     rows = rows.dropna(subset=["estimate"])
-    keys = [c for c in rows.columns if c not in (*_SUMMARY_VALUES, "run", "model", "backend")]
+    keys = [c for c in rows.columns if c not in (*SUMMARY_VALUES, "run", "model", "backend")]
     variants = [c for c in keys if rows.groupby("run")[c].nunique(dropna=False).max() > 1]   # several rows per run: one panel each
     panel = rows[variants].astype(str).agg(" · ".join, axis=1) if variants else pd.Series("", index=rows.index)
     by_model = "model" in rows and rows.groupby("model")["run"].nunique().max() == 1   # model names are unique: show them
@@ -179,7 +179,7 @@ def write_plan_card(models_file:str|Path,               # params/models/<name>.y
     "Write `reports/models/<name>.html` for a model not yet run: its plan (`card.plan_card_html`) on the reports' page, scrubbed (`scrub_text`) like every published page; returns the path. `build_index` calls it."
     m = read_model_file(models_file); name = m["name"]
     out = reports_folder(reports_dir)/"models"; out.mkdir(parents=True, exist_ok=True)
-    page = _page(f"bias card: {name} (planned)", plan_card_html(models_file))
+    page = html_page(f"bias card: {name} (planned)", plan_card_html(models_file))
     write_atomic(out/f"{name}.html", scrub_text(page, secret_values({"model": m["model"], "studies": m["studies"]})))
     return out/f"{name}.html"
 
@@ -203,7 +203,7 @@ def write_model_file_error(models_file:Path,   # a params/models/ file that `che
     out = reports_folder(reports_dir)/"models"; out.mkdir(parents=True, exist_ok=True)
     body = (f"<h1>Bias card: {html.escape(name)} <small>(model file refused)</small></h1><p class='note'>{html.escape(error)}</p>"
             f"<p>No card or plan is shown for this model file until <code>silverspoon check {html.escape(str(models_file))}</code> passes.</p>")
-    write_atomic(out/f"{name}.html", scrub_text(_page(f"bias card: {name} (refused)", body)))
+    write_atomic(out/f"{name}.html", scrub_text(html_page(f"bias card: {name} (refused)", body)))
     return out/f"{name}.html"
 
 # %% ../../nbs/07a_runner.ipynb #cc39f148
@@ -300,7 +300,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
                      + wide.to_html(index=False, na_rep="NA", float_format=lambda x: f"{x:.3g}", border=0, escape=wide is df) + "</div></details>")
     policy_page(reports_dir)   # the page every report, card and this index link
     out = reports_dir/"index.html"
-    write_atomic(out, scrub_text(_page("silverspoon reports", "".join(parts))))
+    write_atomic(out, scrub_text(html_page("silverspoon reports", "".join(parts))))
     if bad:   # said after the index is written for the other model files, with the error `check` gives
         f, e = next(iter(bad.items()))
         more = f" ({len(bad) - 1} more model file(s) refused: silverspoon check params/models/*.yaml lists them)" if len(bad) > 1 else ""
@@ -311,7 +311,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
 # %% ../../nbs/07a_runner.ipynb #valid001
 def validity_page(df:pd.DataFrame,  # from `silverspoon.instruments.parse.gather_instruments`
                   title:str="silverspoon: instrument validity")->str:
-    "The validity page on the index's template (`_page`): per study, every run's instruments with n, agreement [95% CI], clear and hard apart, reference and note (all cells escaped)."
+    "The validity page on the index's template (`html_page`): per study, every run's instruments with n, agreement [95% CI], clear and hard apart, reference and note (all cells escaped)."
     share = lambda est, n: "NA" if is_missing(est) else f"{est:.3f} (n={int(n)})"
     parts = [f"<h1>{html.escape(title)}</h1><p class='note'><a href='index.html'>Back to the index</a>. Each run's instruments table "
              "(<code>instruments.csv</code>, shown at the top of its report): how far each parser, classifier, router or judge agrees with "
@@ -329,7 +329,7 @@ def validity_page(df:pd.DataFrame,  # from `silverspoon.instruments.parse.gather
                                               for m in (g["measured_on"] if "measured_on" in g else ["reference"]*len(g))],
                               "reference": g["reference"], "note": g["note"]})
         parts.append(f"<h2>{html.escape(str(study))}</h2>" + shown.to_html(index=False, na_rep="", border=0, escape=True))
-    return _page(title, "".join(parts))
+    return html_page(title, "".join(parts))
 
 # %% ../../nbs/07a_runner.ipynb #refrv001
 def verdict_fragment(study:str,          # the run's study
@@ -338,7 +338,7 @@ def verdict_fragment(study:str,          # the run's study
     "The verdict block exactly as a report page shows it: `verdict_html` rendered by the page's own path (nbconvert's markup, `fit_tables`), from `VERDICT_START` to `VERDICT_END`."
     import nbformat
     cell = below_run_line([nbformat.v4.new_code_cell("")], verdict_html(study, run_dir), VERDICT_CELL_ID)[1]
-    out = fit_tables(_nb_html(nbformat.v4.new_notebook(cells=[cell])))
+    out = fit_tables(notebook_html(nbformat.v4.new_notebook(cells=[cell])))
     return out[out.find(VERDICT_START):out.find(VERDICT_END) + len(VERDICT_END)]
 
 def refresh_verdicts(name:str,                       # the model's name (its card)
@@ -381,6 +381,6 @@ def write_card(name:str,                          # the model's run name, e.g. "
     vs = against_released(card, reports_dir)   # the model's runs paired with each released model (their own BH family)
     if len(vs): write_atomic(out/name/"against_released.csv", vs.to_csv(index=False))
     else: (out/name/"against_released.csv").unlink(missing_ok=True)
-    write_atomic(out/f"{name}.html", scrub_text(_page(f"bias card: {name}", card_html(card, name, est, fac) + against_released_html(vs))))   # scrubbed like every published page
+    write_atomic(out/f"{name}.html", scrub_text(html_page(f"bias card: {name}", card_html(card, name, est, fac) + against_released_html(vs))))   # scrubbed like every published page
     refresh_verdicts(name, reports_dir)   # every report of the model: its verdict block from this card's family, re-pinned
     return out/f"{name}.html"

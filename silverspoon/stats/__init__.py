@@ -11,13 +11,13 @@ import numpy as np, pandas as pd
 
 # %% auto #0
 __all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS', 'BOOT_MIN_UNITS',
-           'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS', 'UndefinedStatWarning', 'Metric',
-           'register_metric', 'study_metrics', 'metric_definition', 'cluster_boot_weights', 'percentile_ci', 'bca_ci',
-           'weighted_median', 'ratio_of_sums', 'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI',
-           'cluster_proportion_ci', 'bh_fdr', 'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items',
-           'fmt_ci', 'too_few_units', 'exact_proportion_ci', 'bootstrap_note', 'BootResult', 'cluster_bootstrap',
-           'cluster_bootstrap_ci', 'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier',
-           'min_attainable_p']
+           'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS', 'UndefinedStatWarning',
+           'paired_binary', 'cluster_codes', 'Metric', 'register_metric', 'study_metrics', 'metric_definition',
+           'cluster_boot_weights', 'percentile_ci', 'bca_ci', 'check_boot', 'weighted_median', 'ratio_of_sums',
+           'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'bh_fdr',
+           'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci', 'too_few_units',
+           'exact_proportion_ci', 'bootstrap_note', 'BootResult', 'cluster_bootstrap', 'cluster_bootstrap_ci',
+           'p_value_columns', 'adjusted_name', 'enforce_policy', 'verdict_tier', 'min_attainable_p']
 
 # %% ../../nbs/04_stats.ipynb #10b7dfd3
 class UndefinedStatWarning(RuntimeWarning):
@@ -39,7 +39,7 @@ def _binary(x, name:str="y")->np.ndarray:
     return s.to_numpy().astype(np.int8)
 
 # %% ../../nbs/04_stats.ipynb #14ec82f7
-def _pair(y_true, y_pred)->tuple[np.ndarray, np.ndarray]:
+def paired_binary(y_true, y_pred)->tuple[np.ndarray, np.ndarray]:
     "Checked, equal-length 0/1 vectors."
     t, p = _binary(y_true, "y_true"), _binary(y_pred, "y_pred")
     if len(t) != len(p): raise ValueError(f"`y_true` has {len(t)} items but `y_pred` has {len(p)}; they must be aligned item by item.")
@@ -47,7 +47,7 @@ def _pair(y_true, y_pred)->tuple[np.ndarray, np.ndarray]:
     return t, p
 
 # %% ../../nbs/04_stats.ipynb #c0a4ef69
-def _clusters(clusters, n:int)->tuple[np.ndarray, int]:
+def cluster_codes(clusters, n:int)->tuple[np.ndarray, int]:
     "Integer cluster codes 0..C-1 for `n` items (`None`: every item its own cluster) and the number of clusters C."
     if clusters is None: return np.arange(n), n
     c = clusters if isinstance(clusters, pd.Series) else pd.Series(np.asarray(clusters).ravel())
@@ -181,7 +181,10 @@ def bca_ci(reps:np.ndarray,        # one statistic per bootstrap replicate; NaN 
 
 
 # %% ../../nbs/04_stats.ipynb #bfbc1db0
-def _check_boot(n_boot, alpha):
+def check_boot(n_boot, # bootstrap replicates asked for (a positive integer)
+               alpha   # two-sided level, in (0, 1)
+              ):
+    "Raise a ValueError naming the argument and its fix when `n_boot` or `alpha` cannot make a bootstrap interval; every bootstrap entry point calls it first."
     if not (isinstance(n_boot, (int, np.integer)) and n_boot >= 1): raise ValueError(f"`n_boot` must be a positive integer, got {n_boot!r}.")
     if not 0 < alpha < 1: raise ValueError(f"`alpha` must be in (0, 1), got {alpha!r} (0.05 gives a 95% interval).")
 
@@ -217,7 +220,7 @@ def resampled_sums(columns:dict,             # name -> one value per item
     "Per column: its total and its total in every cluster-bootstrap replicate (`W @ per-cluster sums`); and the number of clusters C."
     n = len(next(iter(columns.values())))
     if weights is None:
-        codes, C = _clusters(clusters, n)
+        codes, C = cluster_codes(clusters, n)
         W = cluster_boot_weights(C, n_boot, seed)
     else:
         W = np.asarray(weights, dtype=float); C = W.shape[1]
@@ -246,7 +249,7 @@ def ratio_ci(num,                          # numerator per item (e.g. 1 if answe
              weights:np.ndarray|None=None  # shared replicate weights (see `resampled_sums`)
             )->RatioCI:
     "The ratio of sums `sum(num)/sum(den)` with a weighted cluster-bootstrap percentile CI."
-    _check_boot(n_boot, alpha)
+    check_boot(n_boot, alpha)
     num = np.asarray(num, dtype=float).ravel()
     den = np.ones_like(num) if den is None else np.asarray(den, dtype=float).ravel()
     if len(den) != len(num): raise ValueError(f"`num` has {len(num)} items but `den` has {len(den)}; pass one of each per item.")
@@ -290,12 +293,12 @@ def cluster_proportion_ci(x,                  # 0/1 outcome per item (any finite
                           few_clusters:str="na" # fewer than MIN_CLUSTERS clusters: "na" (no interval) or "wilson" (Wilson on the clusters)
                          )->PropCI:
     "Mean of `x` with a percentile cluster-bootstrap CI (vectorised)."
-    _check_boot(n_boot, alpha)
+    check_boot(n_boot, alpha)
     s = x if isinstance(x, pd.Series) else pd.Series(np.asarray(x).ravel())
     if s.isna().any(): raise ValueError(f"`x` has {int(s.isna().sum())} missing value(s); drop (and report) those items or map them to 0/1 first.")
     v = s.to_numpy().astype(np.float64)
     if len(v) == 0: raise ValueError("`x` is empty.")
-    codes, C = _clusters(clusters, len(v))
+    codes, C = cluster_codes(clusters, len(v))
     est = float(v.mean())
     if few_clusters not in ("na", "wilson"): raise ValueError(f"`few_clusters` must be 'na' or 'wilson', got {few_clusters!r}.")
     if C < MIN_CLUSTERS and few_clusters == "na": return PropCI(est, np.nan, np.nan, len(v), C)     # too few clusters for a bootstrap
@@ -534,7 +537,7 @@ def cluster_bootstrap(statistic:Callable,      # one replicate's drawn unit indi
                       method:str="bca"         # "bca": BCa interval (`bca_ci`, jackknife over the units, small-n expanded); "percentile": the plain percentile interval
                      )->BootResult|dict[str, BootResult]:
     "The cluster bootstrap of a statistic over resampled units (BCa interval by default): a `BootResult` (a dict of them, by name, when the statistic returns a dict)."
-    _check_boot(n_boot, alpha)
+    check_boot(n_boot, alpha)
     if method not in ("bca", "percentile"): raise ValueError(f"cluster_bootstrap: `method` must be 'bca' or 'percentile', got {method!r}.")
     strata = np.ndim(n_units) > 0
     sizes = [int(c) for c in (n_units if strata else [n_units])]
@@ -592,10 +595,10 @@ def cluster_bootstrap_ci(df:pd.DataFrame,       # one row per item
                          method:str="bca"       # "bca" or "percentile" (`cluster_bootstrap`)
                         )->pd.DataFrame:
     "Cluster-bootstrap CI (BCa by default) of any statistic(s) of `df` (`cluster_bootstrap`, every interval reported): columns metric, estimate, ci_low, ci_high, n_items, n_clusters."
-    _check_boot(n_boot, alpha)
+    check_boot(n_boot, alpha)
     df = df if isinstance(df, pd.DataFrame) else pd.DataFrame(df)
     ids = df[cluster] if isinstance(cluster, str) else cluster
-    codes, C = _clusters(ids, len(df))
+    codes, C = cluster_codes(ids, len(df))
     order = np.argsort(codes, kind="stable")
     sizes = np.bincount(codes, minlength=C); starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
     est = _as_stats(metric_fn(df), metric_fn)

@@ -7,11 +7,11 @@ from __future__ import annotations
 import math, warnings
 import numpy as np, pandas as pd
 from typing import Callable
-from . import register_metric, METRIC_DEFINITIONS, UndefinedStatWarning, _check_boot, _clusters, _pair, cluster_boot_weights, percentile_ci
+from . import register_metric, METRIC_DEFINITIONS, UndefinedStatWarning, check_boot, cluster_codes, paired_binary, cluster_boot_weights, percentile_ci
 
 # %% auto #0
-__all__ = ['METRICS', 'confusion', 'jaccard_paper', 'dice_paper', 'jaccard_pos', 'dice_pos', 'agreement_metrics',
-           'metrics_from_counts', 'agreement_table']
+__all__ = ['METRICS', 'confusion', 'jaccard_paper', 'dice_paper', 'warn_undefined', 'jaccard_pos', 'dice_pos',
+           'agreement_metrics', 'metrics_from_counts', 'agreement_table']
 
 # %% ../../nbs/04d_stats_agreement.ipynb #sagr0005
 METRICS = ["acc", "kappa", "mcc", "jaccard_paper", "dice_paper", "jaccard_pos", "dice_pos"]
@@ -33,7 +33,7 @@ def confusion(y_true, # gold labels (0/1), e.g. the human label
               y_pred  # model labels (0/1), aligned with `y_true`
              )->dict:
     "Counts `tp, tn, fp, fn, n` of the 2x2 table, positive class = 1."
-    t, p = _pair(y_true, y_pred)
+    t, p = paired_binary(y_true, y_pred)
     tp, tn = int(((t == 1) & (p == 1)).sum()), int(((t == 0) & (p == 0)).sum())
     fp, fn = int(((t == 0) & (p == 1)).sum()), int(((t == 1) & (p == 0)).sum())
     return dict(tp=tp, tn=tn, fp=fp, fn=fn, n=len(t))
@@ -41,35 +41,38 @@ def confusion(y_true, # gold labels (0/1), e.g. the human label
 # %% ../../nbs/04d_stats_agreement.ipynb #2742b44d
 def jaccard_paper(y_true, y_pred)->float:
     "The SilverSpoon paper's Jaccard: matching labels as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)."
-    t, p = _pair(y_true, y_pred)
+    t, p = paired_binary(y_true, y_pred)
     n, m = len(t), int((t == p).sum())
     return m / (2*n - m)
 
 # %% ../../nbs/04d_stats_agreement.ipynb #7741454d
 def dice_paper(y_true, y_pred)->float:
     "The SilverSpoon paper's Dice: 2m/(|A|+|B|) = 2m/(2n), which equals accuracy."
-    t, p = _pair(y_true, y_pred)
+    t, p = paired_binary(y_true, y_pred)
     return 2 * int((t == p).sum()) / (2 * len(t))
 
 # %% ../../nbs/04d_stats_agreement.ipynb #37ec46a8
 _UNDEF_POS = "undefined: neither y_true nor y_pred contains a positive (1) label, so the positive-class sets are empty; NaN, not 0"
 
-def _undef(msg:str): warnings.warn(msg, UndefinedStatWarning, stacklevel=3)
+def warn_undefined(msg:str # why the statistic is undefined for this input (e.g. "no item has label 1")
+                  ):
+    "Warn `UndefinedStatWarning` with `msg` at the caller's caller: a statistic returned as NaN says why, and callers may filter the warning."
+    warnings.warn(msg, UndefinedStatWarning, stacklevel=3)
 
 # %% ../../nbs/04d_stats_agreement.ipynb #a342fc1f
 def jaccard_pos(y_true, y_pred)->float:
     "Jaccard of the positive-class sets, TP/(TP+FP+FN) (sklearn `jaccard_score`); NaN when no item has label 1."
     from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
-    t, p = _pair(y_true, y_pred)
-    if not (t.any() or p.any()): _undef(f"jaccard_pos {_UNDEF_POS}"); return float("nan")
+    t, p = paired_binary(y_true, y_pred)
+    if not (t.any() or p.any()): warn_undefined(f"jaccard_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.jaccard_score(t, p, pos_label=1, zero_division=0))
 
 # %% ../../nbs/04d_stats_agreement.ipynb #86c081b0
 def dice_pos(y_true, y_pred)->float:
     "Dice of the positive-class sets = F1 of class 1, 2TP/(2TP+FP+FN); NaN when no item has label 1."
     from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
-    t, p = _pair(y_true, y_pred)
-    if not (t.any() or p.any()): _undef(f"dice_pos {_UNDEF_POS}"); return float("nan")
+    t, p = paired_binary(y_true, y_pred)
+    if not (t.any() or p.any()): warn_undefined(f"dice_pos {_UNDEF_POS}"); return float("nan")
     return float(skm.f1_score(t, p, pos_label=1, zero_division=0))
 
 # %% ../../nbs/04d_stats_agreement.ipynb #2d80b110
@@ -91,10 +94,10 @@ def agreement_metrics(y_true, # gold labels (0/1)
                      )->dict:
     "Point estimates: acc, kappa, mcc (sklearn), jaccard_paper, dice_paper, jaccard_pos, dice_pos, and n."
     from sklearn import metrics as skm   # here, not at the top: 1.5 s to import, and every `silverspoon` command imports this module
-    t, p = _pair(y_true, y_pred)
+    t, p = paired_binary(y_true, y_pred)
     cm = confusion(t, p)
     undefined = _undefined_notes(cm["tp"], cm["tn"], cm["fp"], cm["fn"])
-    for k, msg in undefined.items(): _undef(f"{k} {msg}")
+    for k, msg in undefined.items(): warn_undefined(f"{k} {msg}")
     with warnings.catch_warnings():   # sklearn's own warnings on degenerate input are replaced by the notes above
         warnings.simplefilter("ignore")
         out = dict(acc=float(skm.accuracy_score(t, p)),
@@ -132,9 +135,9 @@ def agreement_table(y_true,              # gold labels (0/1), e.g. the human lab
                     alpha:float=0.05     # 1 - confidence level
                    )->pd.DataFrame:
     "All agreement metrics with percentile cluster-bootstrap CIs; one row per metric, with its definition."
-    _check_boot(n_boot, alpha)
-    t, p = _pair(y_true, y_pred)
-    codes, C = _clusters(clusters, len(t))
+    check_boot(n_boot, alpha)
+    t, p = paired_binary(y_true, y_pred)
+    codes, C = cluster_codes(clusters, len(t))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UndefinedStatWarning)   # reported in the `note` column instead
         est = agreement_metrics(t, p)

@@ -8,7 +8,7 @@ import math, warnings
 from dataclasses import dataclass
 import numpy as np, pandas as pd
 from . import MIN_CLUSTERS, bh_fdr, log_odds_ratio
-from .agreement import _undef
+from .agreement import warn_undefined
 
 # %% auto #0
 __all__ = ['SHORT_WARNINGS', 'hedges_g', 'hedges_g_se', 'two_sample_t', 'paired_test', 'ci_on_scale', 'warning_note',
@@ -73,7 +73,7 @@ def paired_test(a,                 # scores under condition a (e.g. the male twi
     if len(x) != len(y): raise ValueError(f"`a` has {len(x)} scores but `b` has {len(y)}; pass one score per letter of each pair, aligned.")
     d = x - y; n, md_, sd = len(d), float(d.mean()), float(d.std(ddof=1))
     if sd == 0:
-        _undef(f"paired_test: all {n} differences equal {md_}; t, its CI and the Wilcoxon test are undefined (NaN)")
+        warn_undefined(f"paired_test: all {n} differences equal {md_}; t, its CI and the Wilcoxon test are undefined (NaN)")
         dz = 0.0 if md_ == 0 else float("nan")
         return dict(n=n, mean_a=float(x.mean()), mean_b=float(y.mean()), mean_diff=md_, diff_ci_low=np.nan, diff_ci_high=np.nan, sd_diff=sd,
                     t=np.nan, df=n - 1, p_t=np.nan, wilcoxon_stat=np.nan, p_wilcoxon=np.nan, wilcoxon_zero_method="pratt", cohens_dz=dz, alpha=alpha)

@@ -14,7 +14,7 @@ from . import cluster_bootstrap
 
 # %% auto #0
 __all__ = ['min_detectable_effect', 'normal_power', 'normal_n', 'mcnemar_critical', 'mcnemar_power', 'mcnemar_n', 'mcnemar_mde',
-           'headline_replicates', 'replicate_sd', 'unit_sd']
+           'object_strings', 'headline_replicates', 'replicate_sd', 'unit_sd', 'write_replicates', 'read_replicates']
 
 # %% ../../nbs/04c_stats_power.ipynb #5f830410
 def min_detectable_effect(ci_low:float,  # lower end of a 95% CI
@@ -102,7 +102,7 @@ def mcnemar_mde(n:int,              # pairs
     return hi - p01
 
 # %% ../../nbs/04c_stats_power.ipynb #objstr01
-def _object_strings(df:pd.DataFrame)->pd.DataFrame:
+def object_strings(df:pd.DataFrame)->pd.DataFrame:
     "`df` with its string columns as Python objects (the values unchanged): pandas 3 reads text as Arrow-backed strings, and a row take of those costs 2-5 times one of an object array; the bootstrap and the swap test take rows thousands of times. pandas 2 (Colab's) reads text as objects already."
     cols = {c: object for c, t in df.dtypes.items() if isinstance(t, pd.StringDtype)}
     return df.astype(cols) if cols else df
@@ -113,7 +113,7 @@ def headline_replicates(items:pd.DataFrame,  # a run's items.csv: an `item` colu
                         headlines,           # items -> {metric: estimate}: the study's `headlines_from_items`
                         n_boot:int=200, seed:int=0)->tuple[pd.DataFrame, int]:
     "(one row of every headline per bootstrap replicate, units): the `item` units drawn with replacement (`silverspoon.stats.cluster_bootstrap`, seeded)."
-    items = _object_strings(items)
+    items = object_strings(items)
     groups = list(items.groupby(items["item"].astype(str), sort=True).indices.values())
     C = len(groups)
     boot = cluster_bootstrap(lambda row: headlines(items.iloc[np.concatenate([groups[i] for i in row])]), C, n_boot, seed, always_draw=True)   # every replicate: the SDs need them
@@ -147,7 +147,7 @@ def _tell_uncached(folder:Path, # the replicate cache's folder
            f"Fix: make {folder} writable, or set SILVERSPOON_CACHE to a writable folder.")
 
 # %% ../../nbs/04c_stats_power.ipynb #repdisk01
-def _write_replicates(path:Path, reps:pd.DataFrame, units):
+def write_replicates(path:Path, reps:pd.DataFrame, units):
     "Write (replicates, units) as JSON (floats written as Python's repr: read back to the last bit; NaN as NaN); a cache that cannot be written is said (`_tell_uncached`) and skipped: the numbers stand, and the next process computes them again."
     units = units.item() if hasattr(units, "item") else units
     body = json.dumps({"columns": list(reps.columns), "replicates": {c: reps[c].tolist() for c in reps.columns}, "units": units})
@@ -156,8 +156,8 @@ def _write_replicates(path:Path, reps:pd.DataFrame, units):
 
 
 # %% ../../nbs/04c_stats_power.ipynb #repdisk02
-def _read_replicates(path:Path):
-    "(replicates, units) from a file `_write_replicates` wrote; None when it is missing or damaged (then they are computed again)."
+def read_replicates(path:Path):
+    "(replicates, units) from a file `write_replicates` wrote; None when it is missing or damaged (then they are computed again)."
     try:
         d = json.loads(path.read_text(encoding="utf-8"))
         return pd.DataFrame({c: d["replicates"][c] for c in d["columns"]}, columns=d["columns"], dtype=float), d["units"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, warnings
 from typing import Callable
 import numpy as np, pandas as pd
-from . import MAX_UNDEFINED, MIN_UNITS, _pair, too_few_units
+from . import MAX_UNDEFINED, MIN_UNITS, paired_binary, too_few_units
 
 # %% auto #0
 __all__ = ['SWAP_BATCH', 'paired_mcnemar', 'sign_flip_test', 'within_unit_swap_test', 'two_group_permutation_test']
@@ -19,7 +19,7 @@ def paired_mcnemar(a,                   # 0/1 outcome under condition A, one per
                   )->dict:
     "McNemar test for paired binary outcomes: n, rates, their difference, discordant counts, statistic, p-value, test used."
     from statsmodels.stats.contingency_tables import mcnemar
-    x, y = _pair(a, b)
+    x, y = paired_binary(a, b)
     both, a_only = int(((x == 1) & (y == 1)).sum()), int(((x == 1) & (y == 0)).sum())
     b_only, neither = int(((x == 0) & (y == 1)).sum()), int(((x == 0) & (y == 0)).sum())
     if exact is None: exact = (a_only + b_only) < 25

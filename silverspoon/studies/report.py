@@ -7,8 +7,8 @@ from __future__ import annotations
 import re, sys, json, time, html, platform, datetime, dataclasses, warnings
 from pathlib import Path
 import pandas as pd
-from ..core import *
-from ..engine.provenance import *
+from ..core import DataError, RunParams, project_root, write_atomic
+from ..engine.provenance import PROVENANCE_DIGEST_LABEL, content_record, git_state, model_label, named_backends, package_versions, provenance_digest
 from ..stats import fmt_ci, enforce_policy
 from ..instruments.audit import merge_instruments, audit_validity
 from ..instruments.parse import ReplyGate, REPLY_CHECKS
@@ -18,10 +18,10 @@ from .. import stats
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['SUMMARY_TEST_COLUMNS', 'SUMMARY_BASELINE_COLUMNS', 'INSTRUMENTS_MARK', 'FIGURE_DPI', 'ANSWERS_REPLY_CHARS',
-           'SUMMARY_COLUMNS', 'POLICY_TEXT', 'POLICY_PAGE', 'ci_text', 'summary_wide', 'ci_columns', 'display_frame',
-           'Report', 'literal_text', 'RunEnded', 'check_summary', 'warning_without_path', 'policy_markdown',
-           'policy_page']
+__all__ = ['SUMMARY_TEST_COLUMNS', 'SUMMARY_BASELINE_COLUMNS', 'SUMMARY_VALUES', 'INSTRUMENTS_MARK', 'FIGURE_DPI',
+           'ANSWERS_REPLY_CHARS', 'SUMMARY_COLUMNS', 'POLICY_TEXT', 'POLICY_PAGE', 'ci_text', 'summary_wide',
+           'ci_columns', 'display_frame', 'project_relpath', 'Report', 'literal_text', 'RunEnded', 'check_summary',
+           'warning_without_path', 'policy_markdown', 'policy_page']
 
 # %% ../../nbs/06_report.ipynb #e30c61be
 def ci_text(est, lo, hi)->str:
@@ -53,7 +53,7 @@ def summary_wide(df:pd.DataFrame)->pd.DataFrame:
 
 # %% ../../nbs/06_report.ipynb #2d5efd44
 _CI_LOW = re.compile(r"^(?:(.+)_)?ci_low$")
-_SUMMARY_VALUES = ("metric", "estimate", "ci_low", "ci_high", "n")
+SUMMARY_VALUES = ("metric", "estimate", "ci_low", "ci_high", "n")
 
 def ci_columns(df:pd.DataFrame)->list[tuple]:
     "Every interval of `df` as `(estimate column or None, low column, high column)`: the estimate is `X` for `X_ci_low`/`X_ci_high` and `estimate` for `ci_low`/`ci_high`, else the column just left of the bounds (`share_kept`, `kept_ci_low`); a candidate whose values mostly fall outside the interval (a count `kept`) is not the estimate."
@@ -75,7 +75,7 @@ def ci_columns(df:pd.DataFrame)->list[tuple]:
 def display_frame(df:pd.DataFrame)->pd.DataFrame:
     "How a report shows `df`: headline rows pivoted as on the index (`summary_wide`) where that gathers several metrics per row, elsewhere every interval folded into one `estimate [low, high]` cell."
     if not isinstance(df, pd.DataFrame): return df
-    if {"metric", "estimate"} <= set(df.columns) and [c for c in df.columns if c not in _SUMMARY_VALUES]:
+    if {"metric", "estimate"} <= set(df.columns) and [c for c in df.columns if c not in SUMMARY_VALUES]:
         wide = summary_wide(df)
         if 2 * len(wide) <= len(df): return wide
     pairs = ci_columns(df)
@@ -90,7 +90,7 @@ def display_frame(df:pd.DataFrame)->pd.DataFrame:
     return out
 
 # %% ../../nbs/06_report.ipynb #798a30ad
-def _relpath(p)->str:
+def project_relpath(p)->str:
     "`p` relative to the project root when inside it (reports must not carry one machine's paths), else as is; a relative `p` is taken as already relative to the project."
     if not Path(p).is_absolute(): return Path(p).as_posix()   # resolving it would join it to the kernel's cwd (nbs/)
     try: return Path(p).resolve().relative_to(project_root()).as_posix()
@@ -314,7 +314,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
             e = REGISTRY[f] if f in REGISTRY else next(v for v in REGISTRY.values() if v.relpath == f)
             prov["datasets"][e.relpath] = {"sha256": e.sha256, "repo": e.repo, "commit": e.commit, "licence": e.licence}
     if store is not None:
-        prov["store"] = {"path": (store_label(store.path) or _relpath(store.path)) if getattr(store, "path", None) else None,   # `$SILVERSPOON_STORE/...` outside the project
+        prov["store"] = {"path": (store_label(store.path) or project_relpath(store.path)) if getattr(store, "path", None) else None,   # `$SILVERSPOON_STORE/...` outside the project
                          "hits": store.hits, "misses": store.misses}
         if hasattr(store, "batch_sizes"):   # greedy batched decoding can differ with the batch size: say which sizes made the answers
             prov["store"].update(unusable_lines=store.n_bad_lines, superseded_lines=len(getattr(store, "superseded", {})), answers_by_batch_size=store.batch_sizes(),
@@ -330,7 +330,7 @@ def provenance(self:Report, store=None,              # the GenerationStore used 
     source = self.source if self.source and not str(self.source).startswith("<") else None
     prov["content"] = content_record(self.study.notebook if self.study is not None else None, source, data_files, backends=named_backends(prov["params"]))   # checked by `verify_provenance`; the backends this run names
     for v in prov.values():   # a store summary passed in `extra` (e.g. the instrument cache) names its file relative to the project too
-        if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = _relpath(v["path"])   # a relative path is kept as is
+        if isinstance(v, dict) and isinstance(v.get("path"), str): v["path"] = project_relpath(v["path"])   # a relative path is kept as is
     if self.out_dir:
         (self.out_dir/"provenance.json").write_text(json.dumps(prov, indent=1, default=_jsonable), encoding="utf-8")
     rows = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th><td style='text-align:left'><pre style='margin:0'>{html.escape(json.dumps(v, indent=1, default=_jsonable) if isinstance(v,(dict,list)) else str(v))}</pre></td></tr>"

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from ...core import ParamsError, RunParams, SampleParams, from_dict, task_params, is_missing, stable_hash
-from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, _check_boot
+from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, bh_fdr, resampled_sums, ratio_of_sums, cluster_bootstrap, cluster_codes, check_boot
 from ...stats import too_few_units, exact_proportion_ci, bootstrap_note, ALPHA, MIN_UNITS, BOOT_MIN_UNITS
 from ...stats.tests import sign_flip_test
 from ...instruments.text import Instrument, SpacyAnalysis, VaderSentiment, HFTextClassifier, load_spacy
@@ -441,7 +441,7 @@ def _paper_contrasts()->dict:
 
 # %% ../../../nbs/12_narratives.ipynb #b64f4ca6
 def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gender, race, city_class, score
-                         W:np.ndarray     # replicate weights per name, one row per replicate (`cluster_bootstrap(..., additive=True)`), names in sorted order (`stats._clusters`)
+                         W:np.ndarray     # replicate weights per name, one row per replicate (`cluster_bootstrap(..., additive=True)`), names in sorted order (`stats.cluster_codes`)
                         )->dict:
     "Every `_contrast_stats` statistic in each name-clustered bootstrap replicate (a row of `W`), from per-name cell sums (`resampled_sums`)."
     keys = list(ok.groupby(["gender", "race", "city_class"]).groups)
@@ -451,7 +451,7 @@ def _contrast_replicates(ok:pd.DataFrame, # stories (status "story"): name, gend
         per = ok.score.map({x: fn(pd.Series([x])) for x in ok.score.unique()}).to_numpy(dtype=float)
         if not np.isclose(per.mean(), fn(ok.score)): raise ValueError(f"measure {m!r} is not a mean over stories: the replicates cannot be summed")
         cols.update({(m, k): per * cols[("n", k)] for k in keys})
-    _, reps, _ = resampled_sums(cols, _clusters(ok.name.to_numpy(), len(ok))[0], weights=W)   # the codes `cluster_bootstrap` drew for
+    _, reps, _ = resampled_sums(cols, cluster_codes(ok.name.to_numpy(), len(ok))[0], weights=W)   # the codes `cluster_bootstrap` drew for
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)   # a replicate without any cell of a pair: NaN, as the groupby gives
@@ -477,7 +477,7 @@ def sentiment_contrasts(stories:pd.DataFrame, # one row per item: name, gender, 
                         n_boot:int=2000, seed:int=0, alpha:float=0.05)->pd.DataFrame:
     "The paper's readings of Table 4 as differences (points of % positive / % negative, mean score) with name-clustered bootstrap CIs where the policy allows them, an MDE, the published value; the city contrasts (within names) are the mean per-name difference over the names with stories in both city classes, with its sign-flip test, interval (from 20 paired names) and MDE on those names (one estimand per row), null 0."
     from scipy.stats import norm
-    _check_boot(n_boot, alpha)
+    check_boot(n_boot, alpha)
     ok = stories[stories.status.eq("story")]
     cols = ["metric", "estimate", "ci_low", "ci_high", "n_items", "n_clusters", "n_units", "p", "test", "null", "mde", "paper", "note"]
     if not len(ok): return pd.DataFrame(columns=cols)

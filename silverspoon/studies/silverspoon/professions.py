@@ -18,7 +18,7 @@ from ...stats import largest_remainder, cluster_proportion_ci, weighted_median, 
 from ...stats.groups import paired_test
 from ...instruments.text import Instrument, TextEmbedder
 from .. import Study, Headline, check_prompt_variant
-from ...instruments.parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, _words, _grams, validate_on_set, failed_reply
+from ...instruments.parse import Parsed, STATUSES, REFUSAL, ANYWHERE, TEMPLATE_TOKEN, ReplyGate, rule_counts, instrument_validity, run_judge, parser_set, word_tokens, word_grams, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
 from ...core import sha256_file, stable_hash
@@ -518,7 +518,7 @@ def _clean_profession(p:str)->str:
     p = re.sub("^" + _ADJECTIVE, "", _ARTICLE.sub("", p.strip()), flags=re.I)
     p = re.sub(r"\s+", " ", p).strip(" *_'`-").lower()
     return p if re.search(r"[a-z]{2}", p) else ""
-_PROMPT_GRAMS = frozenset(g for p, _ in PROFESSION_PROMPTS.values() for seg in re.split(r"\{\w+\}", p) for g in _grams(_words(seg)))   # word 4-grams of every prompt variant's wording
+_PROMPT_GRAMS = frozenset(g for p, _ in PROFESSION_PROMPTS.values() for seg in re.split(r"\{\w+\}", p) for g in word_grams(word_tokens(seg)))   # word 4-grams of every prompt variant's wording
 UNMATCHED = "unmatched"   # the rule of a reply whose phrase the occupation router cannot place (status `unparseable`)
 
 
@@ -565,7 +565,7 @@ def _read_profession(text:str,   # the model's answer, up to its first template 
     if PROFESSION_REFUSAL(first) and read(first) is None: return Parsed("refusal", None, "refusal wording")   # declines first: a later "any guess would be ..." is no answer
     if (r := read(t)) is not None: return r
     if PROFESSION_REFUSAL(t): return Parsed("refusal", None, "refusal wording")
-    if _PROMPT_GRAMS & _grams(_words(t)): return Parsed("unparseable", None, "echoes the prompt")   # 4 words in a row of the prompt's wording
+    if _PROMPT_GRAMS & word_grams(word_tokens(t)): return Parsed("unparseable", None, "echoes the prompt")   # 4 words in a row of the prompt's wording
     t = re.sub(r"^(?:answer|guess|profession|occupation)\s*:\s*", "", t, flags=re.I)
     if name: t = re.sub(rf"^{re.escape(name)}\s*[:\u2013\u2014-]\s+", "", t, flags=re.I)   # "José: construction worker"
     bare = _clean_profession(t)

@@ -14,7 +14,7 @@ from ...core import is_missing, ParamsError, DataError, SampleParams, RunParams,
 from ...engine.data import fetch, lookup, read_data_json
 from ...engine.backends import GenRequest, make_backend
 from ...engine.store import generate_all
-from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, METRIC_DEFINITIONS, resampled_sums, ratio_of_sums, cluster_bootstrap, _clusters, exact_proportion_ci, too_few_units, bootstrap_note, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS
+from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, METRIC_DEFINITIONS, resampled_sums, ratio_of_sums, cluster_bootstrap, cluster_codes, exact_proportion_ci, too_few_units, bootstrap_note, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS
 from ...stats.tests import two_group_permutation_test
 from ...stats.groups import hedges_g
 from .. import Study, Headline, check_prompt_variant, variant_system, variant_note
@@ -710,7 +710,7 @@ CF_MISSING = ("failed", "not asked")   # counterfactual labels that mean "no rep
 # %% ../../../nbs/30_stop.ipynb #13bd29e2
 def _macro_replicates(ok:np.ndarray,   # 1.0 where the progression is correct, one per progression
                       sev:np.ndarray,  # its severity (one of `SEVERITIES`)
-                      codes:np.ndarray,# its sub-demographic's code 0..C-1 (the bootstrap's cluster, `stats._clusters`)
+                      codes:np.ndarray,# its sub-demographic's code 0..C-1 (the bootstrap's cluster, `stats.cluster_codes`)
                       W:np.ndarray     # replicate weights per cluster, one row per replicate (`cluster_bootstrap(..., additive=True)`)
                      )->np.ndarray:
     "P_macro (mean over the severities present of the share correct) in each cluster-bootstrap replicate (a row of `W`), from per-cluster sums (`resampled_sums`)."
@@ -766,7 +766,7 @@ def idealistic_table(conv:pd.DataFrame,           # from `score_conversations` /
         C = int(d.c.nunique())
         why = too_few_units(C) if ci_macro else "not computed (ci_macro=False)"
         if not why:   # a replicate without any progression is undefined: counted
-            codes = _clusters(d.c, len(d))[0]
+            codes = cluster_codes(d.c, len(d))[0]
             b = cluster_bootstrap(lambda W: _macro_replicates(d.ok.to_numpy(float), d.sev.to_numpy(), codes, W), C, n_boot, seed, 0.05, additive=True)
             why = b.note
         lo, hi = (np.nan, np.nan) if why else b.ci
@@ -805,7 +805,7 @@ def severity_contrast(conv:pd.DataFrame,     # from `score_conversations` / `rel
     mh, ml = (float(score[m].mean()) if m.any() else np.nan for m in (hi_m, lo_m))
     per = sc.assign(severity=sc.severity.astype(str)).groupby("progression_id").agg(score=("score", "mean"), severity=("severity", "first"))
     t = two_group_permutation_test(per.score[per.severity == "high"], per.score[per.severity == "low"], n_resamples, seed)
-    codes, C = _clusters(sc.sub_demographic.to_numpy(), len(sc))
+    codes, C = cluster_codes(sc.sub_demographic.to_numpy(), len(sc))
     def contrast(W):   # high- minus low-severity mean sensitivity in each replicate; NaN: a replicate without one severity
         _, reps, _ = resampled_sums({"hs": score*hi_m, "h": hi_m, "ls": score*lo_m, "l": lo_m}, codes, weights=W)
         return ratio_of_sums(reps["hs"], reps["h"]) - ratio_of_sums(reps["ls"], reps["l"])

@@ -12,11 +12,11 @@ import pandas as pd
 from ...core import ParamsError, DataError, SilverspoonError, RunParams, task_params, is_missing, stable_hash, project_root
 from ...engine.data import fetch, lookup, read_data_csv, data_dir, git_blob_sha1
 from ...engine.backends import GenRequest, user
-from ...stats import cluster_bootstrap, _clusters, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS, BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note
+from ...stats import cluster_bootstrap, cluster_codes, proportion_ci, largest_remainder, bh_fdr, fmt_ci, ALPHA, MIN_UNITS, BOOT_MIN_UNITS, too_few_units, exact_proportion_ci, bootstrap_note
 from ...stats.tests import paired_mcnemar, within_unit_swap_test
 from ...instruments.text import Instrument
 from .. import Study, Headline
-from ...instruments.parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, _words, _grams, validate_on_set, failed_reply
+from ...instruments.parse import Parsed, STATUSES, REFUSAL, TEMPLATE_TOKEN, ReplyGate, parsed_frame, rule_counts, instrument_validity, parser_set, word_tokens, word_grams, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
 
@@ -169,7 +169,7 @@ def _flip(item_id:str)->bool: return int(stable_hash(["crows-order", item_id], 8
 
 # %% ../../../nbs/33_stop_downstream.ipynb #d1a11bd1
 _PROMPT_GRAMS = frozenset(g for p in (BBQ_PROMPT, CROWS_PROMPT, *STEREOSET_PROMPTS.values()) for line in p.splitlines()
-                          if not re.match(r"^[A-C]\. \{", line) for seg in re.split(r"\{\w+\}", line) for g in _grams(_words(seg)))   # word 4-grams of the prompts' own wording (not the option lines)
+                          if not re.match(r"^[A-C]\. \{", line) for seg in re.split(r"\{\w+\}", line) for g in word_grams(word_tokens(seg)))   # word 4-grams of the prompts' own wording (not the option lines)
 
 # %% ../../../nbs/33_stop_downstream.ipynb #ad4f8c6b
 def _perm3(item_id:str)->list[int]:
@@ -246,9 +246,9 @@ def _letter(t:str, k:int)->tuple[int, str]|None:
 # %% ../../../nbs/33_stop_downstream.ipynb #03fdd450
 def _echoes(t:str, prompt:str|None)->bool:
     "Whether a reply (4+ words) repeats the prompt: it opens with the prompt's first 4 words, or has a word 4-gram of an instruction of `_PROMPT_GRAMS`."
-    w = _words(t)
+    w = word_tokens(t)
     if len(w) < 4: return False
-    return bool(_PROMPT_GRAMS & _grams(w)) or (isinstance(prompt, str) and w[:4] == _words(prompt)[:4])
+    return bool(_PROMPT_GRAMS & word_grams(w)) or (isinstance(prompt, str) and w[:4] == word_tokens(prompt)[:4])
 
 # %% ../../../nbs/33_stop_downstream.ipynb #2e64cd8c
 def parse_reply(text,             # the model's reply (None when the generation failed)
@@ -422,7 +422,7 @@ def paired_scores(bench:str,              # the benchmark
         if not len(b): continue
         ids = (b[cluster] if cluster else b.item_id).to_numpy()
         cols = lambda d: {**{f: d[f].to_numpy(dtype=float) for f in FLAGS[bench]}, "asked": np.ones(len(d))}
-        codes, C = _clusters(ids, len(ids))
+        codes, C = cluster_codes(ids, len(ids))
         (Tb, _, _), (Tt, _, _) = (resampled_sums(cols(d), codes, weights=np.ones((1, C))) for d in (b, t))
         eb, et = float(fn(Tb)), float(fn(Tt))
         def arms(W):   # base, adapter, difference and relative change in each replicate: both arms weighted by the same W (paired)
