@@ -18,9 +18,9 @@ from fastcore.basics import patch
 __all__ = ['STATUSES', 'NO_REPLY', 'BASE_REFUSAL_PHRASES', 'REFUSAL', 'ANYWHERE', 'REPLY_CHECKS', 'DEFAULT_CHECKS',
            'SHORT_ANSWER_CHECKS', 'TEMPLATE_TOKEN', 'LANGUAGE_SCRIPTS', 'ANSWER_SUMMARY_COLUMNS', 'MEASURED_ON',
            'INSTRUMENT_COLUMNS', 'PARSER_SET_COLUMNS', 'SET_SOURCES', 'HELDOUT_OPEN_CLASSES', 'Parsed', 'failed_reply',
-           'spine_reasons', 'parsed_frame', 'rule_counts', 'RefusalDetector', 'reply_checks', 'ReplyGate',
-           'instrument_validity', 'parser_set_path', 'parser_set', 'set_counts', 'validate_on_set', 'run_judge',
-           'heldout_note', 'gather_instruments']
+           'spine_reasons', 'parsed_frame', 'rule_counts', 'RefusalDetector', 'word_tokens', 'word_grams',
+           'reply_checks', 'ReplyGate', 'instrument_validity', 'parser_set_path', 'parser_set', 'set_counts',
+           'validate_on_set', 'run_judge', 'heldout_note', 'gather_instruments']
 
 # %% ../../nbs/04a_parse.ipynb #e09b7779
 STATUSES = ("answer", "refusal", "not_an_answer", "unparseable", "failed")   # not_an_answer: the reply gate found no answer to read (`ReplyGate`)
@@ -179,8 +179,16 @@ _ENGLISH = frozenset("the and or but of to on at for with from by is are was wer
                      "who which when where why how all some any one than then also very just".split())   # words rare in other languages (no 'a', 'no', 'in', 'me')
 _FOREIGN = frozenset("el la los las y del que por para con una es está son pero porque muy también le les des et est dans avec pas qui sur "
                      "ce cette sont der das und ist nicht mit ein eine zu von auf für sich dem o os um não é il gli è che di".split())   # none is an English word
-def _words(text:str)->list[str]: return re.findall(r"[^\W_]+", text.lower())
-def _grams(words:list[str], k:int=4)->set: return {tuple(words[i:i+k]) for i in range(len(words) - k + 1)}
+def word_tokens(text:str # a reply or a prompt
+               )->list[str]:
+    "The lower-cased words of `text` (runs of letters and digits; punctuation and underscores split them): the unit of the echo checks."
+    return re.findall(r"[^\W_]+", text.lower())
+
+def word_grams(words:list[str], # words, as `word_tokens` gives them
+               k:int=4          # words per gram
+              )->set:
+    "Every run of `k` consecutive words as a tuple: a reply sharing one with the prompt echoes it."
+    return {tuple(words[i:i+k]) for i in range(len(words) - k + 1)}
 
 # %% ../../nbs/04a_parse.ipynb #lang0001
 LANGUAGE_SCRIPTS = {   # a language a study may declare (`ReplyGate.languages`) -> the scripts its letters are in (the first word of a letter's Unicode name)
@@ -232,7 +240,7 @@ def _copied(words:list[str], prompt:tuple, question:bool=True)->bool:
 def _prompt_tokens(prompt:str)->tuple:
     "`_tokens` of a prompt and its 4-grams, remembered: a run asks many replies the same prompt (STOP's first turn, every item's instruction)."
     words, ends = _tokens(prompt)
-    return words, ends, _grams(words)
+    return words, ends, word_grams(words)
 
 def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
     "Whether a reply (its `_tokens`) echoes one prompt: `REPLY_CHECKS['prompt_echo']`."
@@ -241,7 +249,7 @@ def _echoes(words:list[str], ends:list[int], prompt:str)->bool:
     if _copied(words, pt) or (len(words) - len(first) < 3 and _copied(first, pt, question=False)): return True   # a first sentence copied, then at most a cut word or two
     if _clause_copy(words, prompt) or (len(words) - len(first) < 3 and _clause_copy(first, prompt)): return True  # a clause of the prompt copied
     if len(words) < 8: return False
-    g = _grams(words)
+    g = word_grams(words)
     inside = len(g & pg)
     return ((len(pw) >= 8 and words[:8] == pw[:8]) or bool(pg and inside >= 0.8*len(g) and (inside >= 0.5*len(pg) or (len(words) >= 12 and tuple(words[:4]) in pg)))
             or _edited_copy(words, pw, pends))   # a copy with a few words changed, or copied instructions then made-up text
@@ -299,11 +307,11 @@ _FIRST_PERSON = frozenset("i me my mine myself".split())
 def _off_topic(reply:str, words:list[str], subject, narrator:bool=False)->bool:
     "Whether a text asked about a person (`subject`: (name, gender)) is off topic: `REPLY_CHECKS['off_topic']`; `narrator`: a first-person text may be the person's own (a story)."
     name, gender = subject
-    names = {w for w in _words(str(name or "")) if len(w) >= 2}
+    names = {w for w in word_tokens(str(name or "")) if len(w) >= 2}
     g = _GENDERS.get(str(gender or "").strip().lower())
     pron = (_PRONOUNS[g] if g else _PRONOUNS["female"] | _PRONOUNS["male"] | _THEY) | (_FIRST_PERSON if narrator else frozenset())
     about = any(w in names or w in pron for w in words)
-    sentence = any(len(s) >= 4 and any(w in _FUNCTION for w in s) for s in (_words(m.group()) for m in _SENTENCE.finditer(reply)))
+    sentence = any(len(s) >= 4 and any(w in _FUNCTION for w in s) for s in (word_tokens(m.group()) for m in _SENTENCE.finditer(reply)))
     return not (about and sentence)
 
 # %% ../../nbs/04a_parse.ipynb #trail001
@@ -323,7 +331,7 @@ def _trailing_off_topic(words:list[str], ends:list[int], prompts:list[str])->boo
     rest = words[len(_first_sentence(words, ends)):]
     c = _content(rest)
     if len(rest) < 6 or len(c) < 3 or any(w in _PERSON for w in rest): return False   # text about a person (he, she, ...) may explain the answer
-    known = {s for p in prompts for s in _content(_words(p))}
+    known = {s for p in prompts for s in _content(word_tokens(p))}
     return not any(s in known for s in c)
 
 # %% ../../nbs/04a_parse.ipynb #8bd6c955
@@ -338,10 +346,10 @@ def reply_checks(reply:str|None,         # one reply (None: no reply, a failed g
     "The checks of `REPLY_CHECKS` that fire on one reply (in `REPLY_CHECKS` order), `repeated` aside."
     if not isinstance(reply, str): return []
     prompts = [p for p in ([prompt] if isinstance(prompt, str) else list(prompt or [])) if isinstance(p, str)]
-    fired, words = [], _words(reply)
+    fired, words = [], word_tokens(reply)
     toks = _tokens(reply) if prompts else None
     if "empty" in checks and not re.search(r"[^\W_]", reply): fired.append("empty")
-    if "template_tokens" in checks and (m := TEMPLATE_TOKEN.search(reply)) and not _words(reply[:m.start()]): fired.append("template_tokens")
+    if "template_tokens" in checks and (m := TEMPLATE_TOKEN.search(reply)) and not word_tokens(reply[:m.start()]): fired.append("template_tokens")
     if "prompt_echo" in checks and prompts and any(_echoes(*toks, p) for p in prompts): fired.append("prompt_echo")
     if "other_language" in checks:
         n, share = _script_share(reply, frozenset(s for l in languages for s in LANGUAGE_SCRIPTS[l]))
@@ -377,15 +385,15 @@ class ReplyGate:
 def _near_duplicates(replies:list, prompts:list, items:list, min_words:int=20, jaccard:float=0.8, min_share:float=0.1)->list[bool]:
     "Per reply: `REPLY_CHECKS['repeated']`: 20+ words, and the same (case, spaces, punctuation ignored) as replies of 2+ other items, or (3+ items and 1 in 10 of the run's items) identical once numbers and its prompts' words are removed, or in a group of such size chained by word 4-gram Jaccard >= 0.8 (candidate pairs by prefix filtering on rare 4-grams)."
     from collections import Counter, defaultdict
-    n = len(replies); words = [_words(r) if r is not None else [] for r in replies]
+    n = len(replies); words = [word_tokens(r) if r is not None else [] for r in replies]
     long = [i for i in range(n) if len(words[i]) >= min_words]
     same = defaultdict(set)   # signature -> items
     sig = {}
     for i in long:
-        known = {w for p in prompts[i] for w in _words(p)}
+        known = {w for p in prompts[i] for w in word_tokens(p)}
         sig[i] = " ".join(w for w in words[i] if not any(ch.isdigit() for ch in w) and w not in known)
         same[sig[i]].add(items[i])
-    grams = {i: _grams([w for w in words[i] if not any(ch.isdigit() for ch in w)]) for i in long}
+    grams = {i: word_grams([w for w in words[i] if not any(ch.isdigit() for ch in w)]) for i in long}
     df = Counter(g for i in long for g in grams[i])
     order = {i: sorted(grams[i], key=lambda g: (df[g], g)) for i in long}
     index = defaultdict(list)

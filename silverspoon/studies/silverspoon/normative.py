@@ -537,7 +537,7 @@ def _bare(text, scenario=None):
     return classify_subject(first, scenario, strict=True)
 
 # %% ../../../nbs/10_normative.ipynb #79542523
-from ...instruments.parse import _words, _grams
+from ...instruments.parse import word_tokens as _words, word_grams as _grams
 _TEMPLATE_TEXTS = [prompt_template(st, v).replace("$text$", "\n") for st in PROMPTS for v in PROMPT_VARIANTS] + [SYSTEM_PROMPT]
 _TEMPLATE_GRAMS = frozenset().union(*(_grams(_words(t)) for t in _TEMPLATE_TEXTS))   # every template's own word 4-grams, scenario aside
 _TEMPLATE_CLAUSES = frozenset(tuple(_words(c)) for t in _TEMPLATE_TEXTS for c in _clauses(t))
