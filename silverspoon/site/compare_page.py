@@ -98,6 +98,7 @@ def against_released(card:pd.DataFrame,     # the bias card's rows (study, run)
                     )->pd.DataFrame:
     "`compare_runs` rows: each of the card's runs (run b) against each released run of its study (run a), one BH family over them all; empty where none shares units."
     reports_dir, out = Path(reports_dir), []
+    if not {"study", "run"} <= set(card.columns): return pd.DataFrame()   # a card with no published run (a plan card): nothing to pair
     for (study, run) in card[["study", "run"]].dropna().drop_duplicates().itertuples(index=False):
         s = find_study(study)
         if s is None or not s.headlines or s.headlines_from_items is None or not (reports_dir/study/run/"items.csv").is_file(): continue
