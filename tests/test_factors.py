@@ -62,8 +62,9 @@ def varied_studies(monkeypatch):
         s = real(name, src)
         return dataclasses.replace(s, headlines_from_items=lambda d: {}, prompt_variants=VARIANTS) if name != "stop_scale" else s
     monkeypatch.setattr(st, "get_study", fake)
-    import silverspoon.site.card as card
-    monkeypatch.setattr(card, "get_study", fake)   # the card imports it at module level
+    import silverspoon.site.card as card, silverspoon.site.plan as plan, silverspoon.site.factors as factors
+    for m in (card, plan, factors):
+        if hasattr(m, "get_study"): monkeypatch.setattr(m, "get_study", fake)   # each imports it at module level
 
 
 def test_planner_files_for_smollm2(root, tmp_path, varied_studies):

@@ -238,7 +238,7 @@ def compare_csvs(expected_dir:Path, actual_dir:Path)->list[str]:
 # fails cannot leave the committed files standing in), the cards are written again there, and every CSV is compared.
 RUN_KINDS = ("import sys, json\n"
              "from silverspoon.run.executor import read_params_file\n"
-             "from silverspoon.site.card import is_factor_run, FACTOR_SEP\n"
+             "from silverspoon.site.plan import is_factor_run, FACTOR_SEP\n"
              "out = []\n"
              "for f in sys.argv[1:]:\n"
              "    p = read_params_file(f); rest = p.run.rpartition(FACTOR_SEP)[2] if is_factor_run(p.run) else ''\n"
