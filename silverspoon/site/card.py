@@ -716,10 +716,10 @@ def factors_html(f:dict # `factor_deltas(...)`: deltas, band, levels, nesting
             "with 80% power (from the spread of the permuted deltas). At this n a delta without evidence is <b>not</b> evidence of no effect.</p>"
             + (f"<p>Which items the factor reference runs share with the headline runs (the factor runs draw their own smaller sample, so a "
                f"delta describes those items, not necessarily the headline's):</p><ul>{nested}</ul>" if nested else "")
-            + f"<table>{th('study', 'level', 'headline', 'reference', 'level', 'delta [95% CI]', 'p / adjusted', 'verdict', 'MDE (80% power)', 'n items')}{rows}</table>"
+            + f"<table class='fit'>{th('study', 'level', 'headline', 'reference', 'level', 'delta [95% CI]', 'p / adjusted', 'verdict', 'MDE (80% power)', 'n items')}{rows}</table>"
             + ("" if b.empty else "<h3>Wording band</h3><p>Each headline across the rewordings of the prompt (the paper's included): "
                "min..max of the estimates, on the same items; a variant without an estimate (–) is counted out of the band.</p>"
-               f"<table>{th('study', 'headline', 'min .. max', 'range', 'variants with an estimate', 'each variant')}{band}</table>"))
+               f"<table class='fit'>{th('study', 'headline', 'min .. max', 'range', 'variants with an estimate', 'each variant')}{band}</table>"))
 
 # %% ../../nbs/07b_card.ipynb #9b33b6a5
 def _model_key(run:str, released:bool=True)->str:
