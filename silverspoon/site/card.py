@@ -746,6 +746,9 @@ def models_overview(reports_dir:str|Path|None=None, models_dir:str|Path|None=Non
         card, _ = card_rows(runs, reports_dir, deltas=published_deltas(name, reports_dir))   # the model's card: one BH family
         for study, run_dir in runs.items():
             claimed.add((study, run_dir.name))
+            own = model_params_files(name, study, models_dir)
+            claimed |= {(study, r) for r in model_run_names(name, study, models_dir)   # its other runs of the study (the default pilot of a paper-scale run): the card's, not rows of their own
+                        if (reports_dir/study/r/"summary.csv").exists() and made_by(reports_dir/study/r, own)}
             if study in first: rows.append(dict(model=name, kind="model file", **_cell(card, first[study])))
     for study, h in first.items():
         for d in sorted(Path(reports_dir, study).glob("*")) if Path(reports_dir, study).is_dir() else []:
