@@ -206,7 +206,7 @@ def test_power_comes_from_the_run_itself_at_the_verdicts_alpha():
     assert not card.tier.eq("underpowered").where(card.effect_sought.isna()).fillna(False).any()   # no "underpowered" without an effect sought
 
 def test_headline_mde_says_when_a_test_cannot_reach_significance():
-    from silverspoon.site.card import headline_mde
+    from silverspoon.site.headline_power import headline_mde
     h = [x for x in card_headlines() if x.study == "narratives"][0]
     r = dict(estimate=1.0, p=0.5, units=5, se=1.0, effect_sought=7.0, test="sign-flip permutation over names, exact")
     out = headline_mde(h, r, m=6)

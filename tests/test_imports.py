@@ -209,3 +209,16 @@ def test_few_private_names_cross_modules():
 
 def test_no_star_import_of_own_modules():
     assert not star_imports(), f"{star_imports()} import * from the package's own modules; import the names used (pyflakes lists them as 'may be undefined')"
+
+# issue 53: the site names no study; what a study's released answers reproduce is the studies' own knowledge (studies.released)
+def test_site_holds_no_study_name_literal():
+    from silverspoon.studies import STUDY_REGISTRY
+    names = set(STUDY_REGISTRY)
+    assert {"normative", "letters", "stop"} <= names   # the scan below looks for real names
+    bad = []
+    for f in sorted((PKG/"site").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"), str(f))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and (
+                    node.value in names or any(re.search(rf"reports/{n}\b", node.value) for n in names)):
+                bad.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
+    assert not bad, f"site/ names a study (move what the study knows into its Study record or studies/): {bad}"

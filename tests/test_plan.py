@@ -5,7 +5,8 @@ import numpy as np, pandas as pd, pytest
 from scipy.stats import binom
 from silverspoon.stats.power import (normal_n, normal_power, mcnemar_power, mcnemar_n, mcnemar_mde, unit_sd, replicate_sd,
                                      headline_replicates, min_detectable_effect)
-from silverspoon.site.card import paper_effect, paper_binomial_sd, study_headlines, headline_power, detect_line
+from silverspoon.site.card import study_headlines
+from silverspoon.site.headline_power import paper_effect, paper_binomial_sd, headline_power, detect_line
 from silverspoon.site.plan import scale_plan, sample_units
 from silverspoon.studies import card_headlines
 from silverspoon.core import read_params_mapping, ParamsError
@@ -169,7 +170,7 @@ def test_plan_times_use_the_models_max_new_tokens_and_a_measured_cpu_rate_for_de
 
 def test_plan_takes_a_pilot_runs_own_se_and_states_its_assumptions():
     "Issue 52 item 7: `plan --pilot RUN` powers each headline from that run's own SE, and the plan says where its SD and allocation come from."
-    from silverspoon.site.card import headline_sd, _run_replicates
+    from silverspoon.site.headline_power import headline_sd, _run_replicates
     from silverspoon.site.plan_page import plan_text
     reports = Path(__file__).resolve().parent.parent/"reports"
     h = [x for x in card_headlines() if x.metric == "share favouring underprivileged - annotators"][0]

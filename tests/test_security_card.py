@@ -5,7 +5,8 @@ import hashlib, json, shutil
 import pandas as pd
 import pytest
 from silverspoon.engine.cost import run_cost
-from silverspoon.site.card import bias_card, card_html, card_owner, models_overview, released_values, headline_sd, paper_effect, is_released_run, served_model_of
+from silverspoon.site.card import bias_card, card_html, card_owner, models_overview, released_values, served_model_of
+from silverspoon.site.headline_power import headline_sd, paper_effect, is_released_run
 from silverspoon.site.plan import runs_for_model
 from silverspoon.site.factors import factor_runs
 from silverspoon.studies import card_headlines
@@ -181,7 +182,7 @@ def test_cost_at_concurrency_four_reports_wall_time(root, tmp_path, committed):
 # --- review clean-up: no paper value is kept for a headline that left the card --------------------------------------------
 
 def test_every_stop_paper_value_belongs_to_a_card_headline():
-    from silverspoon.site.card import _paper_values
+    from silverspoon.site.headline_power import _paper_values
     stop = {k for k in _paper_values() if k[0] == "stop"}
     assert stop == {(h.study, h.metric) for h in card_headlines() if h.study == "stop"}   # ("stop", "mean sensitivity") left the card; so did its entry
 

@@ -416,7 +416,8 @@ def test_edited_data_list_with_recomputed_sha256_still_fails(env_store):
 @needs_data
 @pytest.mark.parametrize("attack", ["replay backend", "served model fields deleted"])
 def test_edited_provenance_json_fails_verification_and_is_not_trusted_by_the_card(env_store, attack):
-    from silverspoon.site.card import is_released_run, served_model_of
+    from silverspoon.site.card import served_model_of
+    from silverspoon.site.headline_power import is_released_run
     p = env_store["run_dir"]/"provenance.json"; before = p.read_bytes()
     prov = json.loads(before)
     assert not is_released_run(env_store["run_dir"]) and served_model_of(env_store["run_dir"]) == ""

@@ -11,7 +11,8 @@ from ..core import ParamsError, project_root, write_atomic
 from ..studies.compare import compare_runs, compare_published, model_order, read_run, units_to_separate, COMPARE_RESAMPLES, COMPARE_BOOT
 from ..studies import all_studies, get_study, find_study
 from ..stats import VERDICT_TIERS, bh_fdr, verdict_tier
-from .card import is_released_run, fmt_number, fmt_p, POLICY_LINK
+from .card import fmt_number, fmt_p, POLICY_LINK
+from .headline_power import is_released_run
 from .plan import is_factor_run
 
 # %% auto #0

@@ -14,7 +14,8 @@ from ..stats import MIN_UNITS, BOOT_MIN_UNITS, MAX_UNDEFINED, VERDICT_TIERS, ver
 from ..stats.tests import within_unit_swap_test
 from ..studies import Headline, card_headlines, get_study, find_study, STUDY_REGISTRY
 from .plan import check_model_runs, factor_plan, gpu_time_estimate, model_plan, read_model_file, runs_for_model, sample_units
-from .card import POLICY_LINK, estimate_html, headline_power
+from .card import POLICY_LINK, estimate_html
+from .headline_power import headline_power
 
 # %% auto #0
 __all__ = ['CPU_TIME_NOTE', 'plan_card_html', 'plan_table', 'plan_text']

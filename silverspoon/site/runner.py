@@ -13,7 +13,9 @@ from ..studies.report import summary_wide, ci_text, project_relpath, SUMMARY_VAL
 from ..studies import STUDY_REGISTRY, get_study, find_study
 from ..stats import metric_definition
 from .plan import replan, is_factor_run, read_model_file, model_plan, check_model_runs, runs_for_model, gpu_time_estimate
-from .card import fmt_number, fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, is_released_run, models_overview, models_overview_html, PLANNED, bias_card, card_html
+from .card import fmt_number, fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, models_overview, models_overview_html, PLANNED, bias_card, card_html
+from .headline_power import is_released_run
+from ..studies.released import released_answers_note as studies_released_note
 from .plan_page import plan_card_html
 from .factors import factor_deltas
 import silverspoon
@@ -206,20 +208,11 @@ def write_model_file_error(models_file:Path,   # a params/models/ file that `che
     write_atomic(out/f"{name}.html", scrub_text(html_page(f"bias card: {name} (refused)", body)))
     return out/f"{name}.html"
 
-# %% ../../nbs/07a_runner.ipynb #cc39f148
-def released_answers_note(reports_dir:str|Path # the reports folder (its letters replays' instruments.csv give the classifier's r)
+# %% ../../nbs/07a_runner.ipynb #rel0cc39
+def released_answers_note(reports_dir:str|Path # the reports folder (the studies' released runs, by provenance)
                          )->str:
-    "What the released-answers rows show: which columns reproduce the papers' numbers (normative's CKC, Table 2; STOP's P) and what the letters column is (our classifier, with its measured r against the authors' scores)."
-    r = ""
-    for f in sorted(Path(reports_dir, "letters").glob("*/instruments.csv")):
-        if not is_released_run(f.parent): continue   # the released answers by their provenance (replay backend), not by a `-replay` name
-        i = pd.read_csv(f)
-        row = i[i["instrument"].astype(str).str.endswith("no threshold")] if "pearson_r" in i else i.iloc[:0]
-        if len(row) and pd.notna(row.pearson_r.iloc[0]): r = f" (per-letter Pearson r = {row.pearson_r.iloc[0]:.2f}, n = {int(row.n.iloc[0])})"; break
-    return ("Only some columns reproduce the papers' numbers: normative's CKC rows reproduce Singh et al. Table 2 and STOP's P reproduces "
-            "Morabito et al.; the bias contrasts computed from those answers (e.g. CKC lower-upper, sensitivity high-low severity) are our "
-            "analyses, printed by no paper. The letters column (p_agentic m-f) comes from our agency classifier (appendix F.2, trained here), "
-            f"which disagrees with the authors' own scores{r}: it is our measurement of their letters, not their number.")
+    "What the released-answers rows show (`studies.released.released_answers_note`: the studies' own knowledge of which columns reproduce their papers), the released runs told apart by their provenance (`is_released_run`)."
+    return studies_released_note(reports_dir, is_released_run)
 
 # %% ../../nbs/07a_runner.ipynb #2d583685
 _INDEX_LISTS = ("Every `silverspoon run` rebuilds the index, which lists every model file in params/models/: fix the file, "
