@@ -20,17 +20,16 @@ from ..studies.report import SUMMARY_BASELINE_COLUMNS
 from ..engine.cost import run_cost
 from ..stats.power import normal_power, normal_n, mcnemar_power, mcnemar_n, mcnemar_mde, headline_replicates, replicate_sd, write_replicates, read_replicates
 from .plan import is_factor_run, made_by, model_params_files, model_run_names, read_model_file, runs_for_model, sample_units, trusted_provenance
+from .headline_power import is_released_run, summary_row, headline_power_row, headline_mde   # the card's power columns, below it
 
 
 # %% auto #0
 __all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'CARD_DETAIL_COLUMNS', 'PLANNED', 'fmt_number', 'fmt_p',
            'study_headlines', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'headline_row',
-           'headline_selection', 'instrument_validity', 'is_released_run', 'released_values', 'paper_effect',
-           'paper_binomial_sd', 'headline_sd', 'headline_power', 'detect_line', 'run_units', 'headline_power_row',
-           'headline_mde', 'delta_tier', 'adjust_card', 'published_deltas', 'card_rows', 'bias_card', 'short_words',
-           'power_word', 'validity_word', 'headlines_forest', 'card_html', 'answers_html', 'estimate_html',
-           'wording_band', 'nesting_line', 'factors_html', 'models_overview', 'card_owner', 'run_verdicts',
-           'models_overview_html']
+           'headline_selection', 'instrument_validity', 'released_values', 'delta_tier', 'adjust_card',
+           'published_deltas', 'card_rows', 'bias_card', 'short_words', 'power_word', 'validity_word',
+           'headlines_forest', 'card_html', 'answers_html', 'estimate_html', 'wording_band', 'nesting_line',
+           'factors_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def fmt_number(x,        # a number (or None/NaN: shown as '–')
@@ -121,13 +120,7 @@ def served_model_of(run_dir:str|Path # a published run folder
 def headline_row(h:Headline, run_dir:str|Path)->dict:
     "One card row as the run published it: estimate, CI, n, the declared test (p, test, null, n_units; NaN / '' where summary.csv has none), a performance level's constant-responder baselines (always_yes, always_no, where summary.csv has them), the answer gate, the model the server said answered where it is not the one asked for (`served_model_of`) and every instrument's validity. No verdict: `card_rows` adjusts the card's p-values together first."
     run_dir = Path(run_dir)
-    s = pd.read_csv(run_dir/"summary.csv")
-    m = s["metric"].eq(h.metric)
-    for col, val in h.where: m &= s[col].astype(str).eq(str(val)) if col in s else False
-    if not m.any():
-        raise KeyError(f"{run_dir/'summary.csv'}: no row with metric={h.metric!r}{''.join(f', {c}={v!r}' for c, v in h.where)}; "
-                       f"fix the Headline in the `STUDY = Study(headlines=...)` cell of its study notebook or rerun the study.")
-    r = s[m].iloc[0]
+    r = summary_row(h, run_dir)   # the headline's summary.csv row (a KeyError naming the fix where none)
     num = lambda k: float(r[k]) if k in r.index and pd.notna(r[k]) else float("nan")
     null, note = h.no_bias, ""
     if h.kind == "contrast" and pd.notna(num("null")) and num("null") != h.no_bias:   # the run's test says which null it tested
@@ -191,14 +184,6 @@ def instrument_validity(h:Headline, run_dir:str|Path)->dict:
                                               if pd.notna(g["validity"]) else "not measured"))
     return {**got[0], "instruments": "\n".join(line(g) for g in got)}
 
-# %% ../../nbs/07b_card.ipynb #d8c44392
-def is_released_run(run_dir:str|Path # a published run folder
-                   )->bool:
-    "True when the run scored the authors' released answers: its provenance.json (`trusted_provenance`: unedited) records `params.model.backend` 'replay' (its name does not count)."
-    prov = trusted_provenance(run_dir) or {}
-    model = (prov.get("params") or {}).get("model")
-    return isinstance(model, dict) and model.get("backend") == "replay"
-
 # %% ../../nbs/07b_card.ipynb #b2027fd0
 def released_values(h:Headline, reports_dir:str|Path)->str:
     "The headline in every run of its study that scored the authors' released answers (`is_released_run`), as 'run estimate' pairs."
@@ -209,198 +194,6 @@ def released_values(h:Headline, reports_dir:str|Path)->str:
         except KeyError: continue
         out.append(f"{d.name.removesuffix('-replay')} {r['estimate']:.3g}")
     return "; ".join(out)
-
-# %% ../../nbs/07b_card.ipynb #74fd74c7
-def _paper_values()->dict:
-    "(study, metric) -> (the paper's value on the headline's scale or None, citation or the reason it has none): every study's `paper_values()`."
-    return {(s.name, m): v for s in all_studies() if s.paper_values is not None for m, v in s.paper_values().items()}
-
-# %% ../../nbs/07b_card.ipynb #7fc59f1f
-def paper_effect(h:Headline,                         # a card headline
-                 reports_dir:str|Path|None=None       # for the released answers' stand-in; None = <project>/reports
-                )->dict:
-    "The paper's effect on `h`: value, effect (value - no_bias; log ratio for a ratio headline; NaN for a performance level), source, stand_in (True where the released answers stand in)."
-    reports_dir = Path(reports_dir or project_root()/"reports")
-    value, source = _paper_values().get((h.study, h.metric), (None, "no paper number is recorded for this headline"))
-    stand_in = False
-    if h.kind == "performance":
-        return dict(value=np.nan if value is None else float(value), effect=float("nan"), scale="", stand_in=False,
-                    source=f"a performance level (ideal {h.no_bias:g}), not a bias contrast: no effect to detect" + (f" (paper: {source})" if value is not None else ""))
-    if value is None:
-        rel = []
-        for d in sorted(Path(reports_dir, h.study).glob("*")):
-            if is_factor_run(d.name) or not is_released_run(d): continue
-            try: rel.append((d.name, float(headline_row(h, d)["estimate"])))
-            except (KeyError, FileNotFoundError): continue
-        rel = [(r, v) for r, v in rel if np.isfinite(v)]
-        if rel:
-            run, value = min(rel, key=lambda rv: abs(rv[1] - h.no_bias)); stand_in = True
-            source = f"paper: none ({source}); stand-in: the released answers, {run} {value:.3g} (of {len(rel)} released runs, the nearest {h.no_bias:g})"
-        else: source = f"paper: none ({source}); no released answers to stand in"
-    effect = float("nan") if value is None else (np.log(value) if h.ratio else value - h.no_bias)
-    return dict(value=np.nan if value is None else float(value), effect=float(effect), scale="log" if h.ratio else "", source=source, stand_in=stand_in)
-
-# %% ../../nbs/07b_card.ipynb #68f6ce99
-def paper_binomial_sd(study:str, metric:str)->float:
-    "SD per unit of a contrast if every answer were an independent draw at the paper's own cell rates: the study's `paper_sd(metric)` (professions' Table 3, narratives' Table 4); NaN where it declares none. A floor: answers of one unit are correlated."
-    s = find_study(study)
-    return float("nan") if s is None or s.paper_sd is None else float(s.paper_sd(metric))
-
-# %% ../../nbs/07b_card.ipynb #repcode01
-@functools.lru_cache(maxsize=None)
-def _replicates_code(study:str)->str:
-    "A digest of what computes a study's replicates besides its items: the sha256 of each source file `code_closure` finds (`file_digests`) from the study's module and this one, and the versions of Python, numpy, pandas and scipy. The files are the imported package's, wherever `SILVERSPOON_ROOT` points."
-    import sys, scipy, importlib
-    root = Path(importlib.import_module("silverspoon").__file__).resolve().parent.parent
-    files = code_closure([STUDY_REGISTRY[study].split(":")[0], "silverspoon.site.card"], root)
-    return stable_hash({"files": file_digests(files, root),
-                        "versions": [sys.version, np.__version__, pd.__version__, scipy.__version__]}, 32)
-
-
-# %% ../../nbs/07b_card.ipynb #cf2991fc
-_REPLICATES = {}   # (sha256 of items.csv, study, n_boot, seed) -> (`headline_replicates`, the units its items hold)
-
-def _run_replicates(items_csv:Path, study:str, n_boot:int, seed:int):
-    "`headline_replicates` of a run's items.csv and its units, remembered by the file's content: in this process, and on disk in `cache_dir()/replicates` (one JSON file per items.csv sha256, study, n_boot, seed and `_replicates_code`). The index, each card and the plan bootstrap the same released runs, a copy of reports/ (a test's, the Colab lane's) holds the same files, and every `silverspoon run` rebuilds the index in a new process."
-    key = (sha256_file(items_csv), study, n_boot, seed)
-    if key not in _REPLICATES:
-        disk = cache_dir()/"replicates"/f"{stable_hash([*key, _replicates_code(study)], 32)}.json"
-        got = read_replicates(disk)
-        if got is None:
-            items = pd.read_csv(items_csv, dtype={"item": str})
-            s = get_study(study)
-            got = (headline_replicates(items, s.headlines_from_items, n_boot, seed)[0], s.item_units(items))   # `Study.item_units`: narratives counts stories
-            write_replicates(disk, *got)
-        _REPLICATES[key] = got
-    return _REPLICATES[key]
-
-
-# %% ../../nbs/07b_card.ipynb #4856fb94
-def headline_sd(h:Headline,                       # a card headline (not the downstream McNemar one)
-                reports_dir:str|Path|None=None,    # None = <project>/reports
-                n_boot:int=100, seed:int=0,
-                pilot:str|None=None                # a pilot run's name (reports/<study>/<pilot>): its own SE, instead of the released answers'
-               )->dict:
-    "SD per unit of `h` (`replicate_sd`): a pilot run's own (its items.csv bootstrap SE x sqrt(its units)) where `pilot` names one of this study, else the median over the released answers (the items.csv of the runs `is_released_run`), else the study's first other run with an items.csv; for professions and narratives at least `paper_binomial_sd`. With `sd_source`."
-    reports_dir = Path(reports_dir or project_root()/"reports")
-    dirs = sorted(d for d in Path(reports_dir, h.study).glob("*") if d.is_dir() and (d/"items.csv").exists() and not is_factor_run(d.name))
-    rel, own = [d for d in dirs if is_released_run(d)], [d for d in dirs if not is_released_run(d)]
-    def sds(runs):
-        out = []
-        for d in runs:
-            reps, units = _run_replicates(d/"items.csv", h.study, n_boot, seed)
-            sd = replicate_sd(reps, h.metric, units, log=h.ratio)
-            if np.isfinite(sd) and sd > 0: out.append((d.name, sd, units))
-        return out
-    ok = get_study(h.study).headlines_from_items is not None
-    if pilot and ok and (Path(reports_dir, h.study, pilot)/"items.csv").exists():   # the pilot's own SE: no released runs' SD, no binomial floor
-        reps, units = _run_replicates(Path(reports_dir, h.study, pilot)/"items.csv", h.study, n_boot, seed)
-        sd = replicate_sd(reps, h.metric, units, log=h.ratio)
-        return dict(sd=sd, sd_source=f"pilot run {pilot}'s own SE x sqrt({units:,} units), {n_boot} bootstrap replicates")
-    got, what = (sds(rel) if ok else []), "released answers"
-    if not got and ok: got, what = sds(own[:1]), "no released answers; a local run,"
-    sd, src = float("nan"), "no items.csv with this headline"
-    if got:
-        sd = float(np.median([s for _, s, _ in got]))
-        src = (f"{what} median of {len(got)} replay runs ({min(s for _, s, _ in got):.3g}..{max(s for _, s, _ in got):.3g}; "
-               f"{', '.join(sorted({f'{u:,}' for _, _, u in got}))} units)" if len(got) > 1 else f"{what} {got[0][0]} ({got[0][2]:,} units)")
-    floor = paper_binomial_sd(h.study, h.metric)
-    if np.isfinite(floor) and not sd >= floor: sd, src = floor, f"binomial at the paper's cell rates (above {src}: {sd:.3g})"
-    elif np.isfinite(floor): src += f"; above the binomial at the paper's rates, {floor:.3g}"
-    return dict(sd=sd, sd_source=(f"no pilot run {pilot} of {h.study}; " if pilot else "") + src + f"; bootstrap SE x sqrt(units), {n_boot} replicates")
-
-# %% ../../nbs/07b_card.ipynb #d87298ff
-def headline_power(h:Headline,               # a card headline
-                   n_default:float,          # units of the study's default sample
-                   n_paper:float,            # units of the paper's full item set
-                   reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0,
-                   power:float=0.8, alpha:float=0.05,
-                   pilot:str|None=None)->dict:   # a pilot run's name: its own SE (`headline_sd`)
-    "One plan row: the paper's effect (`paper_effect`), the SD per unit (`headline_sd`), the n units that detect it with `power`, and at the default and the paper's n: power, whether it reaches `power`, and the MDE."
-    pe = paper_effect(h, reports_dir)
-    row = dict(study=h.study, headline=h.metric, unit=(get_study(h.study).units or ("unit", 1))[0], paper_value=pe["value"], effect=pe["effect"],
-               scale=pe["scale"], source=pe["source"], stand_in=pe["stand_in"], n_default=n_default, n_paper=n_paper)
-    if h.mcnemar:   # a binary paired design (`Headline.mcnemar`); best case: every change one way (p01 = 0); a change back raises every n
-        e = abs(pe["effect"]) if np.isfinite(pe["effect"]) else np.nan
-        pw = lambda n: mcnemar_power(int(n), e) if np.isfinite(e) and np.isfinite(n) else np.nan
-        row.update(method="exact McNemar (enumeration), every change one way (p01 = 0)", sd=np.nan, sd_source="",
-                   n_needed=mcnemar_n(e, power=power, alpha=alpha) if np.isfinite(e) else None,
-                   mde_default=mcnemar_mde(int(n_default), power=power, alpha=alpha) if np.isfinite(n_default) else np.nan,
-                   mde_paper=mcnemar_mde(int(n_paper), power=power, alpha=alpha) if np.isfinite(n_paper) else np.nan)
-    else:
-        s = headline_sd(h, reports_dir, n_boot, seed, pilot)
-        pw = lambda n: normal_power(pe["effect"], s["sd"], n, alpha)
-        z = norm.ppf(1 - alpha/2) + norm.ppf(power)
-        row.update(method="normal approximation" + (" on the log odds ratio" if pe["scale"] == "log" else ""), sd=s["sd"], sd_source=s["sd_source"],
-                   n_needed=normal_n(pe["effect"], s["sd"], power, alpha),
-                   mde_default=z*s["sd"]/np.sqrt(n_default) if n_default > 0 else np.nan, mde_paper=z*s["sd"]/np.sqrt(n_paper) if n_paper > 0 else np.nan)
-    for k, n in (("default", n_default), ("paper", n_paper)):
-        p = pw(n); row[f"power_{k}"] = p; row[f"detects_{k}"] = bool(p >= power) if np.isfinite(p) else None
-    return row
-
-# %% ../../nbs/07b_card.ipynb #b5659f7c
-def detect_line(r:dict,             # a `headline_power` row
-                which:str="default" # "default" or "paper": the n it judges (the card passes the run's own units as n_default)
-               )->str:
-    "'can this n detect the paper's effect?' in one line: yes/no, the power, the n needed and the effect's source; why not where there is no effect."
-    unit, n, need = r["unit"], r[f"n_{which}"], r["n_needed"]
-    if r[f"detects_{which}"] is None: return f"no answer: {r['source']}"
-    what = f"the {'stand-in' if r['stand_in'] else 'paper'}'s effect ({r['effect']:+.3g}{' log' if r['scale'] else ''})"
-    return (f"{'yes' if r[f'detects_{which}'] else 'NO'}: {n:,.0f} {unit} units {'can' if r[f'detects_{which}'] else 'cannot'} detect {what} "
-            f"(power {np.floor(r[f'power_{which}']*1000)/1000:.3f}; {need:,} needed for 80%). Source: {r['source']}")
-
-# %% ../../nbs/07b_card.ipynb #e9fd444f
-def run_units(h:Headline, run_dir:str|Path, row:dict)->float:
-    "The units a headline's MDE counts, as `headline_sd` counts them: the units of the run's items.csv (`Study.item_units`: its `item`s; narratives: its stories), pairs for the McNemar headline, else summary.csv's n_units (NaN when none)."
-    if h.mcnemar: return row["n_units"] if pd.notna(row.get("n_units")) else row.get("n", np.nan)
-    f = Path(run_dir)/"items.csv"
-    if f.exists():
-        return float(get_study(h.study).item_units(pd.read_csv(f, dtype={"item": str}, usecols=["item"])))
-    return row.get("n_units", np.nan)
-
-def headline_power_row(h:Headline, row:dict, run_dir:str|Path, reports_dir:str|Path|None=None, n_boot:int=100, seed:int=0)->dict:
-    "A card row's power inputs, from the run itself: `units` (the units its test had: summary.csv's n_units, else the run's items), `se` (the headline's bootstrap SE over the run's own items.csv units, on the log scale for a ratio; NaN for the exact McNemar headline, whose power is enumerated at its pairs), `effect_sought` (the paper's effect, else the released answers' stand-in; NaN: none sought) with `effect_source`, and `mde_method`. `adjust_card` turns them into `mde_80` at the alpha the verdict uses (`headline_mde`)."
-    out = dict(units=np.nan, se=np.nan, mde_80=np.nan, effect_sought=np.nan, effect_source="", mde_method="", detect="")
-    if h.kind == "performance": return {**out, "detect": f"a performance level (ideal {h.no_bias:g}), not a bias test: no effect to detect"}
-    units = row["n_units"] if pd.notna(row.get("n_units")) else run_units(h, run_dir, row)
-    pe = paper_effect(h, reports_dir)
-    out.update(units=units, effect_sought=pe["effect"], effect_source=pe["source"])
-    if h.mcnemar: return {**out, "mde_method": "exact McNemar (enumeration) at the test's pairs, every change one way (p01 = 0)"}
-    f, s = Path(run_dir)/"items.csv", find_study(h.study)
-    if not f.exists() or s is None or s.headlines_from_items is None: return {**out, "mde_method": "no MDE: the run has no items.csv to bootstrap its own SE from"}
-    try: reps, n_items = _run_replicates(f, h.study, n_boot, seed)
-    except Exception as e: return {**out, "mde_method": f"no MDE: the run's own SE could not be computed ({type(e).__name__}: {e})"}   # said on the card, never a silent blank
-    v = reps[h.metric].to_numpy(dtype=float) if h.metric in reps else np.array([])
-    if h.ratio: v = np.log(np.where(v > 0, v, np.nan))
-    v = v[np.isfinite(v)]
-    if len(v) < 2: return {**out, "mde_method": "no MDE: under two defined bootstrap replicates of the run"}
-    se = float(v.std(ddof=1))
-    return {**out, "se": se, "mde_method": f"normal approximation from this run's own SE {se:.3g}{' (log odds ratio)' if h.ratio else ''}: "
-                                            f"{len(v)} bootstrap replicates over its {n_items:,} units"}
-
-def headline_mde(h:Headline,   # the row's headline
-                 r:dict,       # a card row with `headline_power_row`'s columns, its p, test and estimate
-                 m:int,        # tests in the card's confirmatory family (BH over its headlines)
-                 power:float=0.8)->dict:
-    "`mde_80`, `mde_alpha`, `p_min` and `detect` of one card row: the MDE at alpha/m (the BH threshold a lone real effect must pass, rank 1 of m) from the run's own SE (exact McNemar at its pairs); none for a row without a test, with too few units, or whose test cannot reach significance at its n (`stats.min_attainable_p`)."
-    a = ALPHA/max(int(m), 1)
-    out = dict(mde_80=np.nan, mde_alpha=a, p_min=np.nan)
-    if h.kind == "performance": return {**out, "mde_alpha": np.nan, "detect": r.get("detect") or ""}
-    units = r.get("units", np.nan)
-    if pd.notna(units) and too_few_units(units): return {**out, "detect": f"too few units for a test ({units:g} < {MIN_UNITS}): no power shown"}
-    if pd.isna(r.get("p")) or pd.isna(r.get("estimate")) or pd.isna(units): return {**out, "detect": "no test: no power shown"}
-    out["p_min"] = pm = min_attainable_p(r.get("test"), units, m)
-    if pd.notna(pm) and pm >= ALPHA: return {**out, "detect": f"cannot reach significance at this n: its test's smallest p after adjustment is {pm:.3g} (2/2^{int(units)} x {m} tests)"}
-    se, eff = r.get("se", np.nan), r.get("effect_sought", np.nan)
-    mde = mcnemar_mde(int(units), power=power, alpha=a) if h.mcnemar else (norm.ppf(1 - a/2) + norm.ppf(power))*se if pd.notna(se) and se > 0 else np.nan
-    out["mde_80"] = mde if pd.notna(mde) and mde > 0 else np.nan
-    at = f"at alpha {a:.3g} (0.05 / {m} confirmatory tests)"
-    if pd.isna(eff): return {**out, "detect": "no effect sought: power not assessed" + (f" (MDE {mde:.3g} {at})" if pd.notna(out["mde_80"]) else "")}
-    if pd.isna(out["mde_80"]): return {**out, "detect": f"no MDE ({r.get('mde_method') or 'no SE'}): cannot say this n detects the effect sought {abs(eff):.3g}"}
-    ok = out["mde_80"] <= abs(eff)
-    return {**out, "detect": f"{'yes' if ok else 'NO'}: MDE {out['mde_80']:.3g} {at} {'<=' if ok else '>'} the effect sought {abs(eff):.3g}"
-                             f"{' (log scale)' if h.ratio else ''}, at {units:,.0f} units. Source: {r.get('effect_source') or ''}"}
-
 
 # %% ../../nbs/07b_card.ipynb #0643f3c7
 def delta_tier(r, m:int=1)->tuple[str, str]:
