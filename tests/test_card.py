@@ -64,7 +64,7 @@ def test_card_of_the_committed_smollm2_runs(root, tmp_path):
     s = pd.read_csv(runs["stop"]/"summary.csv").query("metric == 'P' and parser == 'faithful'").iloc[0]
     assert (stop.estimate, stop.ci_low, stop.ci_high, stop.n) == (s.estimate, s.ci_low, s.ci_high, s.n)
     assert stop.verdict == "performance level: ideal 1, not a bias test" and np.isnan(stop.mde_80)   # P is no bias test
-    assert stop.generations == 72 and stop.completion_tokens > 0
+    assert stop.generations == 2700 and stop.completion_tokens > 0   # the card's STOP run is the paper-scale one: 450 progressions x 6 turns
     prof = card[card.study.eq("professions")]
     assert prof.instruments.str.contains("profession parser").all() and prof.instruments.str.contains("income router").all()
     assert prof.verdict.str.startswith("no verdict:").all()   # 423 of 1600 answered: the answer gate wins
@@ -196,7 +196,8 @@ def test_a_model_file_not_yet_run_gets_a_plan_card_linked_from_the_index(root, t
 def test_power_comes_from_the_run_itself_at_the_verdicts_alpha():
     "Issue 52 items 1 and 4: the committed SmolLM2 normative share row was 'no evidence' from other models' SD, 60 sampled units and alpha 0.05; with this run's own SE at alpha 0.05 / m (m: the card's confirmatory tests) its MDE is above the effect sought 0.159, so 'underpowered'."
     from silverspoon.site.card import card_rows, runs_for_model
-    card, _ = card_rows(runs_for_model("smollm2-135m", REPORTS), REPORTS)
+    runs = {**runs_for_model("smollm2-135m", REPORTS), "normative": REPORTS/"normative"/"smollm2-135m", "stop": REPORTS/"stop"/"smollm2-135m"}   # the default (pilot) runs the issue read; the card now reads the paper-scale ones
+    card, _ = card_rows(runs, REPORTS)
     r = card.set_index("headline").loc["share favouring underprivileged - annotators"]
     m = int(card.family_size.iloc[0])
     assert m == card.p.where(card.kind.eq("contrast")).notna().sum() and r.mde_alpha == pytest.approx(0.05/m)
@@ -261,4 +262,4 @@ def test_every_tested_card_row_estimates_the_statistic_its_test_and_mde_use():
             a = items.assign(income_class=items.income_class.where(items.income_class.notna(), None))
             assert shift_swap_test(a, h.metric.split()[-1], n_resamples=99)["estimate"] == pytest.approx(s.loc[h.metric, "estimate"], abs=1e-9)
         checked.append(h.metric)
-    assert len(checked) == 5, checked   # normative 2, professions 2, narratives 1
+    assert len(checked) == 6, checked   # normative 2, professions 2, narratives 1, STOP 1 (the paper-scale run has a test)

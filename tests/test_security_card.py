@@ -78,8 +78,8 @@ def test_a_run_named_like_the_model_adds_nothing_to_its_card(root, tmp_path, com
 def test_the_committed_cards_still_find_their_runs(root):
     "The exact rule keeps what the committed cards show: smollm2-135m's declared letters and downstream runs and its factor runs."
     runs = {s: d.name for s, d in runs_for_model("smollm2-135m", root/"reports").items()}
-    assert runs == {"downstream": "smollm2-135m-stop-lora", "letters": "smollm2-135m-cbg", "narratives": "smollm2-135m", "normative": "smollm2-135m",
-                    "professions": "smollm2-135m", "stop": "smollm2-135m", "stop_scale": "smollm2-135m"}
+    assert runs == {"downstream": "smollm2-135m-stop-lora", "letters": "smollm2-135m-cbg", "narratives": "smollm2-135m", "normative": "smollm2-135m-paper",
+                    "professions": "smollm2-135m", "stop": "smollm2-135m-paper", "stop_scale": "smollm2-135m"}   # normative and STOP: the paper-scale runs
     published = pd.read_csv(root/"reports"/"models"/"smollm2-135m"/"factor_deltas.csv")
     assert set(factor_runs("smollm2-135m", root/"reports").run) - {r for r in factor_runs("smollm2-135m", root/"reports").run if r.endswith("--reference")} \
         == set(published.run)

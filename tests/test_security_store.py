@@ -427,7 +427,7 @@ def test_edited_provenance_json_fails_verification_and_is_not_trusted_by_the_car
     try:
         p.write_text(json.dumps(prov, indent=1))
         diff = verify_provenance(env_store["run_dir"])
-        assert len(diff) == 1 and diff[0].startswith(f"{p}: was edited after the run wrote it"), diff
+        assert any(d.startswith(f"{p}: was edited after the run wrote it") for d in diff), diff   # (naming the replay backend also asks for its code in the record: a second difference)
         assert not is_released_run(env_store["run_dir"])                                  # the edited record is never read for the card
         assert served_model_of(env_store["run_dir"]).startswith("served model unknown: provenance.json is not the record the run wrote")
     finally: p.write_bytes(before)

@@ -82,7 +82,7 @@ def how_to_read(n_perm:int=COMPARE_RESAMPLES, n_boot:int=COMPARE_BOOT)->str:
             f"{n_boot} paired cluster-bootstrap replicates (units resampled together), withheld where it disagrees with the test. "
             "<b>tier</b>: evidence (p_bh &lt; 0.05), no evidence (this pair could detect the paper's own gap between the two models), "
             "underpowered, or no estimate; <b>mde_80</b>: the smallest delta this pair detects with 80% power, from its own paired SD. "
-            f"A model is placed above another only where the tier is evidence. {POLICY_LINK}</p>")
+            f"A model is placed above another only where the tier is evidence. {POLICY_LINK.format(href='../../inference.html')}</p>")
 
 # %% ../../nbs/07d_compare_page.ipynb #c54b0018
 def compare_links(reports_dir:str|Path)->str:
