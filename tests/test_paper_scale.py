@@ -29,3 +29,10 @@ def test_scale_paper_runs_a_committed_paper_file_as_it_is(root, tmp_path):
     f.write_text(f.read_text().replace('gguf_file: SmolLM2-135M-Instruct.Q4_1.gguf', 'gguf_file: other.gguf'))
     plan = scale_plan(tmp_path/"params"/"models"/"smollm2-135m.yaml", studies=["stop"], root=tmp_path).set_index("study")
     assert plan.params["stop"] == "tmp/models/smollm2-135m/paper/stop.yaml"
+
+def test_the_committed_card_says_which_rows_rest_on_the_papers_scale_and_why_professions_does_not(root):
+    "Issue 55 item 1: professions at the default scale answers 423 of 1600, under the share a verdict needs, so it was not run at paper scale; the card says so, and names the paper-scale runs its normative and STOP rows rest on."
+    card = (root/"reports"/"models"/"smollm2-135m.html").read_text(encoding="utf-8")
+    assert "<h3>Scale</h3>" in card
+    assert "<b>normative</b>: the papers' full item set (smollm2-135m-paper" in card and "<b>stop</b>: the papers' full item set (smollm2-135m-paper" in card
+    assert "<b>professions</b>: the default sample only. Not run at the papers' scale: its default run gave 423 of 1600 answered" in card

@@ -19,7 +19,7 @@ from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
 from ..engine.cost import run_cost
 from ..stats.power import normal_power, normal_n, mcnemar_power, mcnemar_n, mcnemar_mde, headline_replicates, replicate_sd, write_replicates, read_replicates
-from .plan import is_factor_run, made_by, model_params_files, model_run_names, read_model_file, runs_for_model, sample_units, trusted_provenance
+from .plan import PAPER_SCALE_SUFFIX, is_factor_run, made_by, model_params_files, model_run_names, read_model_file, runs_for_model, sample_units, trusted_provenance
 from .headline_power import is_released_run, summary_row, headline_power_row, headline_mde   # the card's power columns, below it
 
 
@@ -28,8 +28,8 @@ __all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'CARD_DETAIL_COLUMNS', 
            'study_headlines', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'headline_row',
            'headline_selection', 'instrument_validity', 'released_values', 'delta_tier', 'adjust_card',
            'published_deltas', 'card_rows', 'bias_card', 'short_words', 'power_word', 'validity_word',
-           'headlines_forest', 'card_html', 'answers_html', 'estimate_html', 'wording_band', 'nesting_line',
-           'factors_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html']
+           'headlines_forest', 'scale_note_html', 'card_html', 'answers_html', 'estimate_html', 'wording_band',
+           'nesting_line', 'factors_html', 'models_overview', 'card_owner', 'run_verdicts', 'models_overview_html']
 
 # %% ../../nbs/07b_card.ipynb #827ef75f
 def fmt_number(x,        # a number (or None/NaN: shown as '–')
@@ -355,6 +355,24 @@ def headlines_forest(card:pd.DataFrame # `bias_card(...)`: study, headline, esti
     return ("<figure class='forest'>" + svg[svg.index("<svg"):] + "<figcaption class='note'>Each headline's estimate and 95% CI on its own "
             "scale; dashed: its no-bias value. Headlines without an estimate are in the table only.</figcaption></figure>")
 
+# %% ../../nbs/07b_card.ipynb #scale001
+def scale_note_html(card:pd.DataFrame # `bias_card(...)`: study, run, answers, verdict_allowed per row
+                   )->str:
+    "The card's 'Scale' note: per study, whether its rows rest on the papers' full item set (a `<run>-paper` run) or on the default sample, and for a default-sample study whose run fails the answer gate, that a paper-scale run at the same answer rate could not earn a verdict either."
+    if "run" not in card or card.run.isna().all(): return ""
+    lines = []
+    for study, g in card.dropna(subset=["run"]).groupby("study", sort=False):
+        r = g.iloc[0]; run = str(r.run)
+        s = find_study(study)
+        if run.endswith(PAPER_SCALE_SUFFIX): lines.append(f"<b>{html.escape(study)}</b>: the papers' full item set ({html.escape(run)}; its default-sample run is the pilot)")
+        elif s is None or s.paper_scale is None: continue
+        elif r.get("verdict_allowed") is False or str(r.get("verdict_allowed")) == "False":
+            lines.append(f"<b>{html.escape(study)}</b>: the default sample only. Not run at the papers' scale: its default run gave {html.escape(str(r.get('answers') or ''))}, "
+                         "below the share of answers a verdict needs, and more prompts at the same answer rate would not earn one")
+        else: lines.append(f"<b>{html.escape(study)}</b>: the default sample (<code>silverspoon run --model ... --scale paper</code> runs the papers' full set)")
+    return "<h3>Scale</h3><ul>" + "".join(f"<li>{l}</li>" for l in lines) + "</ul>" if lines else ""
+
+
 # %% ../../nbs/07b_card.ipynb #9bccd782
 def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
               factors:dict|None=None # `factor_deltas(...)`: the Factors section (none without factor runs)
@@ -412,7 +430,7 @@ def card_html(card:pd.DataFrame, name:str, estimate:pd.DataFrame|None=None,
             "requests ran at once (an API at <code>concurrency</code> above 1). Power: whether this n could detect the paper's effect "
             "at 80% (ok / low; '–' where there is no effect to seek); validity: the lowest agreement of an instrument behind the number "
             "with its reference (each instrument in the row's details).</p></details>"
-            f"<table class='card fit'>{cols}<tr>{head}</tr>{''.join(rows)}</table>" + ("" if estimate is None or estimate.empty else estimate_html(estimate))
+            f"<table class='card fit'>{cols}<tr>{head}</tr>{''.join(rows)}</table>" + scale_note_html(card) + ("" if estimate is None or estimate.empty else estimate_html(estimate))
             + ("" if factors is None else factors_html(factors)))
 
 # %% ../../nbs/07b_card.ipynb #0307bb6e
