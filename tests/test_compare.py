@@ -121,3 +121,15 @@ def test_card_section_pairs_the_model_with_each_released_model():
     assert np.allclose(ar.p_bh, bh_fdr(ar.p.to_numpy(dtype=float)), equal_nan=True)
     page = against_released_html(ar)
     assert "Against the released models" in page and "../compare/stop/index.html" in page
+
+
+def test_a_pair_with_a_model_that_did_not_answer_gets_no_verdict(root):
+    "A model the answer gate gives no verdict (it echoed, refused or answered in another language) yields no finding against any other, even where its few answered units differ: the pair's tier says why."
+    from silverspoon.studies.compare import answer_gate
+    got = {r: read_run(root/"reports", "normative", r) for r in ("gpt35-replay", "zephyr7b-replay")}
+    gates = {r: answer_gate(root/"reports"/"normative"/r) for r in got}
+    assert all(g["verdict_allowed"] for g in gates.values())   # both released runs answered
+    gates["zephyr7b-replay"] = dict(verdict_allowed=False, why="no verdict: 30 of 3000 replies were answers (2970 not an answer: 2970 other language)")
+    pr = compare_runs("normative", {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, n_perm=19, n_boot=19, gates=gates)
+    assert pr.tier.str.startswith("no verdict: zephyr7b-replay: 30 of 3000 replies were answers").all(), pr.tier.tolist()
+    assert not pr.paper_supported.eq("supported").any()   # Table 2's order is not claimed from a model that did not answer

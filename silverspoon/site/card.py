@@ -17,6 +17,7 @@ from ..stats.tests import within_unit_swap_test
 from ..instruments.audit import AUDIT_INSTRUMENT
 from ..studies import all_studies
 from ..studies.report import SUMMARY_BASELINE_COLUMNS
+from ..studies.compare import answer_gate
 from ..engine.cost import run_cost
 from ..stats.power import normal_power, normal_n, mcnemar_power, mcnemar_n, mcnemar_mde, headline_replicates, replicate_sd, write_replicates, read_replicates
 from .plan import PAPER_SCALE_SUFFIX, is_factor_run, made_by, model_params_files, model_run_names, read_model_file, runs_for_model, sample_units, trusted_provenance
@@ -25,7 +26,7 @@ from .headline_power import is_released_run, summary_row, headline_power_row, he
 
 # %% auto #0
 __all__ = ['POLICY_LINK', 'CONFIRMATORY', 'EXPLORATORY', 'CARD_DETAIL_COLUMNS', 'PLANNED', 'fmt_number', 'fmt_p',
-           'study_headlines', 'verdict_words', 'answer_gate', 'chat_template_of', 'served_model_of', 'headline_row',
+           'study_headlines', 'verdict_words', 'chat_template_of', 'served_model_of', 'headline_row',
            'headline_selection', 'instrument_validity', 'released_values', 'delta_tier', 'adjust_card',
            'published_deltas', 'card_rows', 'bias_card', 'short_words', 'power_word', 'validity_word',
            'headlines_forest', 'scale_note_html', 'card_html', 'answers_html', 'estimate_html', 'wording_band',
@@ -66,24 +67,6 @@ def verdict_words(h:Headline,            # the headline
     if tier == "evidence": return "evidence: " + (h.positive if estimate > h.no_bias else f"opposite of: {h.positive}")
     if tier == "no estimate": return "no estimate" + (f": {why}" if why else "")
     return tier
-
-# %% ../../nbs/07b_card.ipynb #1a645c6f
-def answer_gate(run_dir:str|Path # a published run folder
-               )->dict:
-    "Whether the run's headlines may get a verdict (`verdict_allowed`), `why` not, and a one-line `answers` summary, from its `answer_summary.csv`."
-    f = Path(run_dir)/"answer_summary.csv"
-    if not f.exists():
-        return dict(verdict_allowed=False, answers="not recorded", why="no verdict: this run recorded no answer accounting (answer_summary.csv; "
-                    "it was made before the reply gate): rerun it")
-    s = pd.read_csv(f)
-    _trailing = lambda r: 0 if pd.isna(v := getattr(r, "trailing_off_topic", 0)) else int(v)   # counted where a study expects a short answer; absent from older runs
-    line = "; ".join((f"{r.part}: " if len(s) > 1 else "") + f"{r.answered} of {r.replies} answered"
-                     + "".join(f", {int(v)} {w}" for v, w in ((r.refused, "refused"), (r.not_an_answer, "not an answer"), (r.unparseable, "unparseable"), (r.failed, "failed"),
-                                                      (_trailing(r), "answers trailing off topic")) if v)
-                     for r in s.itertuples())
-    bad = s[~s.verdict_allowed.astype(bool)]
-    why = "; ".join((f"{r.part}: " if len(s) > 1 else "") + str(r.why) for r in bad.itertuples())
-    return dict(verdict_allowed=bad.empty, answers=line, why=why if why.startswith("no verdict") else (f"no verdict: {why}" if why else ""))
 
 # %% ../../nbs/07b_card.ipynb #966377a3
 def chat_template_of(run_dir:str|Path # a published run folder

@@ -8,7 +8,7 @@ import html
 from pathlib import Path
 import numpy as np, pandas as pd
 from ..core import ParamsError, project_root, write_atomic
-from ..studies.compare import compare_runs, compare_published, model_order, read_run, units_to_separate, COMPARE_RESAMPLES, COMPARE_BOOT
+from ..studies.compare import answer_gate, compare_runs, compare_published, model_order, read_run, units_to_separate, COMPARE_RESAMPLES, COMPARE_BOOT
 from ..studies import all_studies, get_study, find_study
 from ..stats import VERDICT_TIERS, bh_fdr, verdict_tier
 from .card import fmt_number, fmt_p, POLICY_LINK
@@ -105,10 +105,12 @@ def against_released(card:pd.DataFrame,     # the bias card's rows (study, run)
         if s is None or not s.headlines or s.headlines_from_items is None or not (reports_dir/study/run/"items.csv").is_file(): continue
         rel = {r: m for r, m in released_runs(reports_dir, study).items() if r != run}
         if not rel: continue
-        items = {r: read_run(reports_dir, study, r)[0] for r in [*rel, run]}
+        got = {r: read_run(reports_dir, study, r) for r in [*rel, run]}   # each items.csv read once
+        items = {r: v[0] for r, v in got.items()}
         shared = {r for r in rel if set(items[r]["item"].astype(str)) & set(items[run]["item"].astype(str))}
         if not shared: continue
-        out.append(compare_runs(s, items, {**rel, run: read_run(reports_dir, study, run)[1]}, pairs=[(r, run) for r in rel if r in shared]))
+        out.append(compare_runs(s, items, {**rel, run: got[run][1]}, pairs=[(r, run) for r in rel if r in shared],
+                                gates={r: answer_gate(reports_dir/study/r) for r in [*shared, run]}))
     if not out: return pd.DataFrame()
     df = pd.concat(out, ignore_index=True)
     df["p_bh"] = bh_fdr(df["p"].to_numpy(dtype=float))   # one family: every row of this section
@@ -140,7 +142,8 @@ def compare_plan(study:str, run:str,           # a published run of the study
     rel = {r: m for r, m in released_runs(reports_dir, study).items() if r != run}
     if not rel: raise ParamsError(f"plan --compare {study}/{run}: {reports_dir/study} has no released run to compare with; run the replays first (silverspoon run --all --study {study}).")
     got = {r: read_run(reports_dir, study, r) for r in [*rel, run]}
-    pr = compare_runs(study, {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, pairs=[(r, run) for r in rel], **kw)
+    pr = compare_runs(study, {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, pairs=[(r, run) for r in rel],
+                      gates={r: answer_gate(Path(reports_dir)/study/r) for r in got}, **kw)
     want = pr.delta.abs() if d is None else pd.Series(abs(d), index=pr.index)
     return pr.assign(d=want, units_needed=[units_to_separate(sd, x) for sd, x in zip(pr.paired_sd, want)])[
         ["study", "headline", "run_a", "run_b", "n_units", "delta", "paired_sd", "d", "units_needed", "tier"]]

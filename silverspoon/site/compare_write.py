@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 from pathlib import Path
 import pandas as pd
-from ..studies.compare import compare_runs, model_order, read_run, COMPARE_RESAMPLES, COMPARE_BOOT
+from ..studies.compare import answer_gate, compare_runs, model_order, read_run, COMPARE_RESAMPLES, COMPARE_BOOT
 from ..studies import all_studies, find_study
 from ..core import write_atomic
 from .card import fmt_number
@@ -70,5 +70,5 @@ def write_released_comparisons(reports_dir:str|Path, # a reports folder
         rel = released_runs(reports_dir, s.name)
         if len(set(rel.values())) < 2: continue
         items = {r: read_run(reports_dir, s.name, r)[0] for r in rel}
-        pages.append(write_comparison(compare_runs(s, items, rel), out))
+        pages.append(write_comparison(compare_runs(s, items, rel, gates={r: answer_gate(Path(reports_dir)/s.name/r) for r in rel}), out))
     return pages

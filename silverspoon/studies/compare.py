@@ -15,7 +15,8 @@ from . import get_study, Study
 
 # %% auto #0
 __all__ = ['COMPARE_RESAMPLES', 'COMPARE_BOOT', 'PAIR_COLUMNS', 'safe_headlines', 'shared_frames', 'pair_deltas', 'paper_pair',
-           'paper_supported', 'compare_runs', 'model_order', 'read_run', 'compare_published', 'units_to_separate']
+           'paper_supported', 'compare_runs', 'model_order', 'answer_gate', 'read_run', 'compare_published',
+           'units_to_separate']
 
 # %% ../../nbs/07c_compare.ipynb #c54a0006
 COMPARE_RESAMPLES = 199   # within-unit swap patterns per pair (every one of 2^n when 2^n <= this: exact)
@@ -150,7 +151,8 @@ def compare_runs(study,                      # a study name or its `Study`
                  items:dict,                 # run name -> its items.csv (DataFrame), at least two runs
                  models:dict|None=None,      # run name -> its model (as the paper's per-model values name it); None = the run names
                  n_perm:int=COMPARE_RESAMPLES, n_boot:int=COMPARE_BOOT, seed:int=0, alpha:float=ALPHA,
-                 pairs:list|None=None        # (run a, run b) pairs to compare; None = every two runs, in the order given
+                 pairs:list|None=None,       # (run a, run b) pairs to compare; None = every two runs, in the order given
+                 gates:dict|None=None        # run name -> its `answer_gate`; a pair with a run the gate gives no verdict gets none (None: not checked)
                 )->pd.DataFrame:
     "`PAIR_COLUMNS`: every pair x card headline of the study: estimates on the shared units, delta = b - a, paired interval and swap p, p_bh over this comparison, tier with the pair's own MDE, and the paper's order where it prints both models."
     s = get_study(study) if isinstance(study, str) else study
@@ -168,6 +170,8 @@ def compare_runs(study,                      # a study name or its `Study`
     df = pd.concat(out, ignore_index=True)
     df = enforce_policy(df, units="n_units", tests={"": ("p", 0.0)})   # p_bh: BH over this comparison's pairs x headlines; an interval that disagrees with its test is withheld
     df["tier"] = [verdict_tier(r["delta"], r["p_bh"], r["mde_80"], abs(r["paper_delta"]) if pd.notna(r["paper_delta"]) else np.nan, r["n_units"]) for r in df.to_dict("records")]
+    failed = {r: g["why"].removeprefix("no verdict: ") for r, g in (gates or {}).items() if not g["verdict_allowed"]}   # the model did not answer: no finding about it
+    df["tier"] = [next((f"no verdict: {r}: {failed[r]}" for r in (a, b) if r in failed), t) for a, b, t in zip(df.run_a, df.run_b, df.tier)]
     df["paper_supported"] = [paper_supported(r) for r in df.to_dict("records")]
     return df.reindex(columns=PAIR_COLUMNS)
 
@@ -181,6 +185,24 @@ def model_order(pairs:pd.DataFrame, # `compare_runs`' rows
     ev = d[d.tier.eq("evidence")]
     claims = [f"{r.run_b if r.delta > 0 else r.run_a} above {r.run_a if r.delta > 0 else r.run_b} (delta {abs(r.delta):.3g}, p_bh {r.p_bh:.2g})" for r in ev.itertuples()]
     return dict(by_estimate=list(est.sort_values(ascending=False).items()), claims=claims, unresolved=int(len(d) - len(ev)))
+
+# %% ../../nbs/07c_compare.ipynb #1a645c6f
+def answer_gate(run_dir:str|Path # a published run folder
+               )->dict:
+    "Whether the run's headlines may get a verdict (`verdict_allowed`), `why` not, and a one-line `answers` summary, from its `answer_summary.csv`."
+    f = Path(run_dir)/"answer_summary.csv"
+    if not f.exists():
+        return dict(verdict_allowed=False, answers="not recorded", why="no verdict: this run recorded no answer accounting (answer_summary.csv; "
+                    "it was made before the reply gate): rerun it")
+    s = pd.read_csv(f)
+    _trailing = lambda r: 0 if pd.isna(v := getattr(r, "trailing_off_topic", 0)) else int(v)   # counted where a study expects a short answer; absent from older runs
+    line = "; ".join((f"{r.part}: " if len(s) > 1 else "") + f"{r.answered} of {r.replies} answered"
+                     + "".join(f", {int(v)} {w}" for v, w in ((r.refused, "refused"), (r.not_an_answer, "not an answer"), (r.unparseable, "unparseable"), (r.failed, "failed"),
+                                                      (_trailing(r), "answers trailing off topic")) if v)
+                     for r in s.itertuples())
+    bad = s[~s.verdict_allowed.astype(bool)]
+    why = "; ".join((f"{r.part}: " if len(s) > 1 else "") + str(r.why) for r in bad.itertuples())
+    return dict(verdict_allowed=bad.empty, answers=line, why=why if why.startswith("no verdict") else (f"no verdict: {why}" if why else ""))
 
 # %% ../../nbs/07c_compare.ipynb #c54a0029
 def read_run(reports_dir:str|Path, # a reports folder
@@ -206,7 +228,8 @@ def compare_published(study:str, runs:list,        # run names of the study, at 
     runs = list(dict.fromkeys(runs))
     if len(runs) < 2: raise ParamsError(f"compare {study}: {len(runs)} different run(s) given ({', '.join(runs)}); name at least two different runs (a run against itself is delta 0, p = 1).")
     got = {r: read_run(Path(reports_dir or project_root()/"reports"), study, r) for r in runs}
-    return compare_runs(study, {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, **kw)
+    gates = {r: answer_gate(Path(reports_dir or project_root()/"reports")/study/r) for r in runs}
+    return compare_runs(study, {r: v[0] for r, v in got.items()}, {r: v[1] for r, v in got.items()}, gates=gates, **kw)
 
 # %% ../../nbs/07c_compare.ipynb #c54a0032
 def units_to_separate(paired_sd:float, # SD of the per-unit delta (`pair_deltas`' paired_sd)
