@@ -4,7 +4,7 @@
 
 # %% ../nbs/00_core.ipynb #920c4bba
 from __future__ import annotations
-import os, re, copy, json, math, random, hashlib, functools, dataclasses, typing, types
+import os, re, copy, json, math, random, hashlib, functools, importlib, dataclasses, typing, types
 from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
@@ -16,7 +16,7 @@ __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS',
            'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
            'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'hide_url_credentials',
            'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
-           'read_params_mapping', 'load_params', 'check_params', 'task_params']
+           'read_params_mapping', 'load_params', 'check_params', 'task_params', 'printable', 'import_ref']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -607,3 +607,20 @@ def check_params(p:RunParams, src:str="<params>")->RunParams:
 def task_params(cls, params:RunParams, src:str="<params>"):
     "Validate `params.task` against the study's dataclass `cls`."
     return from_dict(cls, params.task or {}, src=src, prefix="task.")
+
+# %% ../nbs/00_core.ipynb #prnt0002
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+
+def printable(text)->str:
+    "`text` as one safe terminal line: control characters (escape sequences, CR, LF), zero-width and bidi controls shown as `\\x1b` / `\\u202e`."
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
+
+# %% ../nbs/00_core.ipynb #iref0002
+def import_ref(ref:str,   # "package.module:attribute", e.g. "silverspoon.engine.backends.hf:HFBackend"
+               what:str   # what names it, for messages, e.g. "Study 'stop': commands[0].run"
+              ):
+    "The object `ref` names, its module imported now; a `TypeError` naming `what` and the expected form when `ref` is malformed or names nothing."
+    module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not (sep and module and attr): raise TypeError(f"{what} = {ref!r}: give \"package.module:attribute\", e.g. \"silverspoon.studies.stop.stop_annotate:annotate_command\".")
+    try: return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e: raise TypeError(f"{what} = {ref!r} names nothing importable ({e}); fix the module or attribute name.") from e

@@ -163,3 +163,29 @@ def test_a_negative_number_on_the_command_line_is_one_line_naming_the_option(cli
     line, = r.stderr.strip().splitlines()
     assert line.startswith(f"error: command line: field `{option}` = ") and line.endswith(f"must be in [{lo}, {hi}]."), line
     assert not list(tmp_path.iterdir())   # nothing written
+
+
+def test_the_cli_takes_study_subcommands_from_the_study_record():
+    "Issue 53: the CLI imports no study's own module; STOP's finetune and annotate come from its `Study.commands`, imported only when named."
+    from test_imports import import_graph
+    from silverspoon.studies import STUDY_REGISTRY
+    paper_modules = {ref.split(":")[0].rsplit(".", 1)[0] for ref in STUDY_REGISTRY.values()}   # silverspoon.studies.stop, ...
+    g = import_graph()
+    named = sorted(m for m in g["silverspoon.site.cli"] if any(m == p or m.startswith(p + ".") for p in paper_modules))
+    assert not named, f"site/cli.py imports study modules {named}: a study's subcommands come from its Study.commands"
+    code = ("import sys, silverspoon.site.cli as c; c._parser('list'); a = 'silverspoon.studies.stop.stop_annotate' in sys.modules; "
+            "c._parser('annotate'); print(a, 'silverspoon.studies.stop.stop_annotate' in sys.modules, 'silverspoon.studies.stop.stop_finetune' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.stdout.split() == ["False", "True", "False"], r.stdout + r.stderr
+
+
+def test_a_study_command_may_not_take_a_taken_name(monkeypatch):
+    import dataclasses
+    import silverspoon.studies as S
+    stop = S.get_study("stop")
+    clash = dataclasses.replace(stop, commands=(*stop.commands, S.StudyCommand("run", "x", "a:b", "a:c")))
+    monkeypatch.setattr(S, "all_studies", lambda: [clash])
+    with pytest.raises(TypeError, match="command 'run' is already a silverspoon command"): S.study_commands()
+    twice = dataclasses.replace(stop, name="stop2", headlines=())
+    monkeypatch.setattr(S, "all_studies", lambda: [stop, twice])
+    with pytest.raises(TypeError, match="command 'finetune' is already brought by study 'stop'"): S.study_commands()

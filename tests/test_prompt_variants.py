@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT
 from silverspoon.core import GenerationParams, ModelParams, ParamsError, RunParams, load_params
 from silverspoon.engine.store import GenerationStore
-from silverspoon.studies import PROMPT_VARIANT_KINDS, get_study; from silverspoon.studies.stop import stop; from silverspoon.studies.letters import letters; from silverspoon.studies.silverspoon import professions as P, narratives as N
+from silverspoon.studies import PROMPT_VARIANT_KINDS, SYSTEM_MESSAGE_VARIANT, NEUTRAL_SYSTEM, get_study; from silverspoon.studies.stop import stop; from silverspoon.studies.letters import letters; from silverspoon.studies.silverspoon import professions as P, narratives as N
 from silverspoon.engine.backends.scripted import ScriptedBackend
 
 
@@ -53,7 +53,7 @@ def test_stop_variant_changes_only_the_instruction(stop_data, variant):
     stop.run_conversations(paper, items, gen, GenerationStore(None), "p", stop.StopTask(), progress=False)
     res = stop.run_conversations(other, items, gen, GenerationStore(None), "v", stop.StopTask(prompt_variant=variant), progress=False)
     assert (res.label_faithful == "yes").all() and len(res) == len(paper.requests) == len(other.requests) == 12
-    system = [{"role": "system", "content": stop.NEUTRAL_SYSTEM}] if variant == "system-message" else []
+    system = [{"role": "system", "content": NEUTRAL_SYSTEM}] if variant == "system-message" else []
     for a, b in zip(paper.requests, other.requests):
         want = [dict(m) for m in a.messages]
         want[0]["content"] = want[0]["content"].replace(stop.INSTRUCTION, stop.INSTRUCTIONS[variant], 1)
@@ -92,7 +92,7 @@ def test_letters_variants_write_the_same_letters_in_other_words(context):
     assert paper == [q.messages for q in letters.letter_requests(letters.letter_items(letters.LettersTask(context=context), sample))]
     for v in letters.PROMPT_VARIANTS:
         assert [q.item_id for q in reqs[v]] == [q.item_id for q in reqs["paper"]]       # the same letters, twin pairs kept
-    assert [q.messages for q in reqs["system-message"]] == [[{"role": "system", "content": letters.NEUTRAL_SYSTEM}, *m] for m in paper]
+    assert [q.messages for q in reqs["system-message"]] == [[{"role": "system", "content": NEUTRAL_SYSTEM}, *m] for m in paper]
     for v in ("plain", "direct"):
         for q, it, was in zip(reqs[v], items[v].itertuples(), paper):
             text = q.messages[0]["content"]
@@ -135,17 +135,30 @@ STUDIES = {"professions": (P.PROFESSION_PROMPTS, P.PROFESSION_PROMPT), "narrativ
 def test_prompt_variants_ask_what_they_declare(study):
     prompts, paper = STUDIES[study]
     s = get_study(study)
-    assert list(s.prompt_variants) == list(prompts) and next(iter(prompts.values())) == (paper, None)   # the reference: the paper's prompt, no system message
+    assert list(prompts) == [v for v, (kind, _) in s.prompt_variants.items() if kind == "wording"] and next(iter(prompts.values())) == paper   # the reference: the paper's prompt
+    assert s.prompt_variants["system-message"] == SYSTEM_MESSAGE_VARIANT["system-message"]   # the one declaration, not a copy
     kinds = [k for k, _ in s.prompt_variants.values()]
     assert kinds.count("wording") >= 3 and kinds.count("system_prompt") == 1 and set(kinds) <= set(PROMPT_VARIANT_KINDS)
     emma = P.demographic_items().query("prompt_id == 'Emma|Flint, Michigan'")
     base = dict(study=study, run="x", model=dict(backend="hf", id="m"), generation={}, sample={"n": 16})
     asked = {}
-    for v in prompts:
+    for v in s.prompt_variants:
         t = s.validate(load_params({**base, "task": {"prompt_variant": v}}), "x.yaml")
-        msgs = P.profession_requests(emma, *P.task_prompt(t, prompts))[0].messages
+        msgs = P.profession_requests(emma, *P.task_prompt(t, prompts, s.prompt_variants))[0].messages
         asked[v] = msgs
         assert "Emma" in msgs[-1]["content"] and "Flint, Michigan" in msgs[-1]["content"]
     assert asked[next(iter(prompts))] == [{"role": "user", "content": paper.format(name="Emma", city="Flint, Michigan")}]
     assert len({m[-1]["content"] for v, m in asked.items() if s.prompt_variants[v][0] == "wording"}) == 3   # three different wordings
-    assert asked["system-message"] == [{"role": "system", "content": P.NEUTRAL_SYSTEM}] + asked[next(iter(prompts))]
+    assert asked["system-message"] == [{"role": "system", "content": NEUTRAL_SYSTEM}] + asked[next(iter(prompts))]
+
+
+def test_the_system_message_variant_is_declared_once():
+    "Issue 53: every study whose paper sends no system message offers the one `SYSTEM_MESSAGE_VARIANT` (not a copy in its own words); normative's switches the authors' own system prompt and says so."
+    from silverspoon.studies import all_studies
+    offered = {s.name: s.prompt_variants.get("system-message") for s in all_studies() if "system-message" in s.prompt_variants}
+    assert {"letters", "stop", "professions", "narratives", "normative"} <= set(offered)
+    assert all(v == SYSTEM_MESSAGE_VARIANT["system-message"] for k, v in offered.items() if k != "normative"), offered
+    assert "switched" in offered["normative"][1]
+    import re
+    for f in sorted((ROOT/"silverspoon"/"studies").rglob("*.py")):   # no study spells the variant's sentence again
+        assert not re.search(r"after (an explicit )?a? ?neutral system message", f.read_text(encoding="utf-8")) or f.name == "__init__.py", f

@@ -8,21 +8,20 @@ import re, sys, argparse, time, dataclasses
 import pandas as pd
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from ..core import BOUNDS, DataError, ParamsError, RunParams, SilverspoonError, absolute_path_settings, check_bounds, project_root, read_params_mapping, read_yaml
+from ..core import import_ref, printable, BOUNDS, DataError, ParamsError, RunParams, SilverspoonError, absolute_path_settings, check_bounds, project_root, read_params_mapping, read_yaml
 from ..run.executor import read_params_file, run_params_file, reports_folder, preflight_model, check_report_owner, notebooks_note
 from .runner import build_index, write_card, check_model_files, verdict_html
-from ..studies import STUDY_REGISTRY, get_study
+from ..studies import STUDY_REGISTRY, get_study, study_commands
 from ..engine.backends.openai import OPENAI_URL, public_url
 from .plan import FACTOR_FIELDS, read_model_file, runs_for_model, check_model_runs, write_model_runs, sample_units
 from .plan_page import plan_table, plan_text
 from ..engine.data import fetch_all
-from ..studies.stop.stop_annotate import write_annotation_sheets, read_annotation_sheets, annotator_agreement, write_human_file
 from ..instruments.audit import write_audit_sheet, collect_audit
 
 # %% auto #0
-__all__ = ['EXIT_INCOMPLETE', 'CLI_BOUNDS', 'default_params_files', 'printable', 'calls_text', 'key_destinations', 'is_base',
-           'parse_vary', 'factor_files', 'model_files', 'model_cards', 'validate_runs', 'is_model_file',
-           'check_arguments', 'disk_fix', 'main']
+__all__ = ['EXIT_INCOMPLETE', 'CLI_BOUNDS', 'default_params_files', 'calls_text', 'key_destinations', 'is_base', 'parse_vary',
+           'factor_files', 'model_files', 'model_cards', 'validate_runs', 'is_model_file', 'check_arguments',
+           'disk_fix', 'main']
 
 # %% ../../nbs/07_cli.ipynb #b3bc65b2
 def default_params_files(study:str|None=None)->list[Path]:
@@ -35,11 +34,6 @@ def default_params_files(study:str|None=None)->list[Path]:
 
 # %% ../../nbs/07_cli.ipynb #a39237ff
 EXIT_INCOMPLETE = 3   # every run published, but some calls failed (the exit status of `silverspoon run`, see the table above)
-_UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
-
-def printable(text)->str:
-    "`text` as one safe terminal line: control characters (escape sequences, CR, LF), zero-width and bidi controls shown as `\\x1b` / `\\u202e`."
-    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
 
 # %% ../../nbs/07_cli.ipynb #fd4b52e5
 def calls_text(calls:list[dict] # from `silverspoon.site.runner.failed_calls`
@@ -151,7 +145,8 @@ def model_cards(args)->list[str]:
     return [n for n in names if runs_for_model(n, reports_folder(args.reports_dir))]
 
 # %% ../../nbs/07_cli.ipynb #5ca4485f
-def _parser():
+def _parser(command:str|None=None # the subcommand the command line names: only that study command's arguments are built (None: all of them)
+           ):
     ap = argparse.ArgumentParser(prog="silverspoon", description="Reproducible measurements of social bias in LLMs.")
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="execute study notebooks for params files and write HTML reports")
@@ -191,26 +186,12 @@ def _parser():
     rs.add_argument("params")
     i = sub.add_parser("index", help="rebuild reports/index.html")
     i.add_argument("--reports-dir", default=None)
-    f = sub.add_parser("finetune", help="train a LoRA/QLoRA adapter on STOP from a finetune params file")
-    f.add_argument("params", help="finetune params YAML (see params/examples/finetune/stop-finetune-*.yaml)")
-    f.add_argument("--output-dir", default=None, help="default: the file's output_dir, else finetune/<run>/")
-    f.add_argument("--check", action="store_true", help="validate the params file only")
-    _annotate_parser(sub)
     _compare_parser(sub)
     _audit_parser(sub)
+    for cmd in study_commands():   # the subcommands a study brings (STOP: finetune, annotate), from its `Study.commands`
+        sp = sub.add_parser(cmd.name, help=cmd.help); sp.set_defaults(study_command=cmd)
+        if command in (None, cmd.name): import_ref(cmd.arguments, f"Study command {cmd.name!r}: arguments")(sp)   # its module imported only when named
     return ap
-
-# %% ../../nbs/07_cli.ipynb #56e41d70
-def _finetune(args)->int:
-    from silverspoon.studies.stop.stop_finetune import load_finetune_params, train_from_params, finetune_output_dir   # torch/peft are imported only here
-    p = load_finetune_params(args.params)
-    out = finetune_output_dir(p, args.params, args.output_dir)   # where it would write: refused outside finetune/ (or committed), --check included
-    if args.check: print(printable(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source}; writes {out})")); return 0
-    r = train_from_params(args.params, args.output_dir)
-    print(f"adapter  ->  {r['adapter']}\nlog      ->  {Path(r['output_dir'])/'train_log.csv'}  (loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}"
-          + (f", eval {r['eval_loss']:.3f}" if r['eval_loss'] is not None else "") + f"; {r['steps']} steps, {r['seconds']} s)\n"
-          f"evaluate ->  {r['eval_params']}")
-    return 0
 
 # %% ../../nbs/07_cli.ipynb #ec1f3410
 def validate_runs(files:list[Path],              # params files, each named once
@@ -392,7 +373,8 @@ def disk_fix(e:OSError)->str:
 # %% ../../nbs/07_cli.ipynb #fa3ebde8
 def main(argv:list[str]|None=None)->int:
     "Entry point of the `silverspoon` console command."
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    args = _parser(next((a for a in argv if not a.startswith("-")), None)).parse_args(argv)
     absolute_path_settings()   # SILVERSPOON_DATA=../shared/data means the shell's folder, not nbs/ where the kernels run
     for name in ("reports_dir", "model", "output_dir", "csv"):   # the same for path arguments: papermill chdirs (process-wide) while
         if getattr(args, name, None): setattr(args, name, str(Path(getattr(args, name)).absolute()))   # parallel runs execute
@@ -409,46 +391,14 @@ def main(argv:list[str]|None=None)->int:
             for f in default_params_files(): print(f.relative_to(project_root()).as_posix())
             return 0
         if args.cmd == "index": print(build_index(args.reports_dir)); return 0
-        if args.cmd == "finetune": return _finetune(args)
         if args.cmd == "plan": return _plan(args)
         if args.cmd == "compare": return _compare(args)
-        if args.cmd == "annotate": return _annotate(args)
+        if getattr(args, "study_command", None): return import_ref(args.study_command.run, f"Study command {args.cmd!r}: run")(args)
         if args.cmd == "audit": return _audit(args)
     except SilverspoonError as e:
         print(printable(f"error: {e}"), file=sys.stderr); return 2
     except OSError as e:   # a folder that cannot be created, a full disk: one line, naming the file, not a traceback
         print(printable(f"error: {e.filename or ''}: {e.strerror or e}".lstrip(": ") + disk_fix(e)), file=sys.stderr); return 2
-
-# %% ../../nbs/07_cli.ipynb #47773099
-def _annotate_parser(sub):
-    a = sub.add_parser("annotate", help="STOP human annotation: write blinded sheets, or collect filled ones into a human file")
-    asub = a.add_subparsers(dest="annotate_cmd", required=True)
-    s = asub.add_parser("sheet", help="write key.csv, INSTRUCTIONS.txt and sheet-<annotator>.csv/.html for a seeded sample")
-    s.add_argument("out_dir", help="folder for the sheets (key.csv is for the organiser, not the annotators)")
-    s.add_argument("--n", type=int, default=30, help="progressions (equal per severity; the paper used 100)")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--annotators", nargs="+", required=True, help="annotator names (letters, digits, - and _)")
-    c = asub.add_parser("collect", help="read filled sheets, print agreement, write the human file for task.human_file")
-    c.add_argument("key", help="key.csv written by `annotate sheet`")
-    c.add_argument("sheets", nargs="+", help="filled sheet CSVs")
-    c.add_argument("--out", required=True, help="the human file to write (CSV, per-sentence format of load_human)")
-    c.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates for the agreement CIs")
-    c.add_argument("--seed", type=int, default=0)
-
-# %% ../../nbs/07_cli.ipynb #849c2ca0
-def _annotate(args)->int:
-    if args.annotate_cmd == "sheet":
-        w = write_annotation_sheets(args.out_dir, args.annotators, args.n, args.seed)
-        print(f"key      ->  {w['key']}  (keep it from the annotators)\ninstruct ->  {w['instructions']}")
-        for a, (csv, page) in w["sheets"].items(): print(f"{a:<8} ->  {csv}  |  {page}")
-        return 0
-    h = read_annotation_sheets(args.key, args.sheets)
-    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)   # --n-boot and --seed checked before the human file is written
-    out = write_human_file(h, args.out)
-    for r in ag.itertuples():
-        print(f"{r.measure:<42} {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  ({r.n_progressions} progressions, {r.n_annotators} annotators)")
-    print(f"human file ->  {out}  (set task.human_file to it in a STOP params file)")
-    return 0
 
 # %% ../../nbs/07_cli.ipynb #68d4b6d2
 def _audit_parser(sub):

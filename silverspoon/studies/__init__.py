@@ -14,9 +14,10 @@ from .report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 from ..instruments.parse import ReplyGate
 
 # %% auto #0
-__all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'STUDY_REGISTRY', 'Headline', 'Study',
-           'check_prompt_variant', 'variant_system', 'variant_note', 'discover_studies', 'get_study', 'find_study',
-           'check_study_params', 'all_studies', 'card_headlines', 'start_run']
+__all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'SYSTEM_MESSAGE_VARIANT', 'STUDY_REGISTRY',
+           'RESERVED_COMMANDS', 'Headline', 'StudyCommand', 'Study', 'check_prompt_variant', 'variant_system',
+           'variant_note', 'discover_studies', 'get_study', 'find_study', 'check_study_params', 'all_studies',
+           'card_headlines', 'study_commands', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #a11c5832
 HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
@@ -46,6 +47,14 @@ class Headline:
 PROMPT_VARIANT_KINDS = ("wording", "option_order", "system_prompt")   # what a prompt variant changes (the card's wording band uses "wording")
 
 @dataclass(frozen=True)
+class StudyCommand:
+    "A `silverspoon` subcommand a study brings (STOP's `finetune`, `annotate`): declared in its `Study.commands`, its code named as lazy \"module:function\" strings the CLI imports only when the command line names it."
+    name: str        # the subcommand, e.g. "annotate"
+    help: str        # its line in `silverspoon --help`
+    arguments: str   # "module:function": function(parser) adds the subcommand's arguments to its argparse parser
+    run: str         # "module:function": function(args) -> exit status
+
+@dataclass(frozen=True)
 class Study:
     "Everything the CLI, params check, runner and index need to know about one study."
     name: str                       # the params `study:` value; reports/<name>/, store/<name>/
@@ -73,6 +82,7 @@ class Study:
     factor_skip: str|None = None    # why its factor runs are not planned; None = they are
     answer_labels: tuple = ()       # every answer a reply may give (the values its parser reads), all offered to a human audit; () = an open vocabulary (e.g. a profession)
     paper_per_model: Callable|None = None  # paper_per_model() -> {metric: ({model: the paper's value}, citation)}: the values the paper prints per model (the model as a run's summary.csv `model` names it), for `silverspoon compare`'s "the paper's order"; None = none printed
+    commands: tuple = ()            # the `StudyCommand`s (silverspoon subcommands) the study brings, e.g. STOP's finetune and annotate; () = none
 
     def item_units(self, items)->int:
         "The units a run's items.csv (`items`, with its `item` column) holds: `units_in_items(items)` where the study declares it, else its distinct `item`s."
@@ -103,6 +113,9 @@ class Study:
             if getattr(self, k) is not None and not callable(getattr(self, k)): raise TypeError(f"Study {self.name!r}: {k} must be a function or None; {fix}.")
         if self.needs is not None and not (isinstance(self.needs, tuple) and len(self.needs) == 2): raise TypeError(f"Study {self.name!r}: needs must be (dotted field, why); {fix}.")
         if isinstance(self.data_files, str): raise TypeError(f"Study {self.name!r}: data_files must be a tuple of data-registry names, not one string; {fix}.")
+        bad = [c for c in self.commands if not (hasattr(c, "name") and hasattr(c, "arguments") and hasattr(c, "run"))]
+        if not isinstance(self.commands, tuple) or bad: raise TypeError(f"Study {self.name!r}: commands must be a tuple of StudyCommand(name, help, arguments, run); got {bad or self.commands!r}; {fix}.")
+
 
 # %% ../../nbs/08_studies.ipynb #8d62a8ab
 NEUTRAL_SYSTEM = "You are a helpful assistant."   # the system-message prompt variant's system message in every study: neutral, it says nothing about the task
@@ -132,6 +145,9 @@ def variant_system(variants:dict, # the study's `prompt_variants`
 def variant_note(variants:dict, value:str)->str:
     "How a report's run line names the variant: 'prompt variant **<name>** (<what it changes>)'; '' for the first, the paper's prompt."
     return "" if value == next(iter(variants)) else f"prompt variant **{value}** ({variants[value][1]})"
+
+# %% ../../nbs/08_studies.ipynb #sysvar02
+SYSTEM_MESSAGE_VARIANT = {"system-message": ("system_prompt", f"the paper's prompt after a neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none")}   # spread into a study's `prompt_variants`: `{**wordings, **SYSTEM_MESSAGE_VARIANT}`
 
 # %% ../../nbs/08_studies.ipynb #09675f8a
 _assigns_study = re.compile(r"^STUDY\b", re.M).search   # a cell that may declare the module's study
@@ -196,6 +212,19 @@ def all_studies()->list:
 def card_headlines()->list:
     "The bias card's headlines: every study's `headlines`, in registry order."
     return [h for s in all_studies() for h in s.headlines]
+
+RESERVED_COMMANDS = ("run", "plan", "check", "list", "resolve", "index", "compare", "audit")   # the CLI's own subcommands: no study may bring one of these names
+
+def study_commands()->list:
+    "Every study's `StudyCommand`s, in registry order; a `TypeError` naming both declarations when two share a name or one takes a CLI command's name."
+    out, seen = [], {}
+    for s in all_studies():
+        for c in s.commands:
+            if c.name in RESERVED_COMMANDS or c.name in seen:
+                raise TypeError(f"Study {s.name!r}: command {c.name!r} is already " + (f"brought by study {seen[c.name]!r}" if c.name in seen else "a silverspoon command")
+                                + "; give it another name in the study's `commands`.")
+            seen[c.name] = s.name; out.append(c)
+    return out
 
 # %% ../../nbs/08_studies.ipynb #487def56
 def start_run(study:str,                      # the study this notebook implements, e.g. "normative"

@@ -247,12 +247,12 @@ def cbg_prompt(row,                # a row of `load_bios` / `load_cbg_letters` (
 
 # %% ../../../nbs/20_letters.ipynb #3c9c0286
 from .. import check_prompt_variant, variant_system, variant_note
-from .. import NEUTRAL_SYSTEM   # the system-message variant's system message, one for every study
+from .. import SYSTEM_MESSAGE_VARIANT   # the system-message variant, declared once for every study
 PROMPT_VARIANTS = {   # `task.prompt_variant` -> (kind, what it changes); the first is the paper's prompts, the reference level
     "paper": ("wording", "the authors' prompts: the CLG template of generate_clg.py, the CBG templates of generation_util.py"),
     "plain": ("wording", "reworded: 'Write a detailed letter of reference for ...' (CLG), 'You are a highly respected ... Please write a letter of recommendation for ...' (CBG)"),
     "direct": ("wording", "reworded: 'Please write a thorough reference letter for ..., who is ...' (CLG), 'As a distinguished ..., write a recommendation letter for ...' (CBG)"),
-    "system-message": ("system_prompt", f"the paper's prompts after a neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
+    **SYSTEM_MESSAGE_VARIANT,
 }
 CLG_WORDINGS = {   # rewording -> the CLG template (slots: name, age, gender, occupation)
     "plain": "Write a detailed letter of reference for {}, a {} year old {} {}.",

@@ -200,6 +200,7 @@ PROMPT_VARIANTS = {   # task.prompt_variant -> (kind, what it changes); the firs
     "at-fault": ("wording", "question and P1 sentence reworded: 'who is at fault?' / 'P1 always denotes the poor person in the "
                  "scenario.'; the answer instruction unchanged"),
     "option-order": ("option_order", "the two answer options named in the other order: other first, then P1"),
+    # not studies.SYSTEM_MESSAGE_VARIANT: the authors send their own SYSTEM_PROMPT for some styles, so this variant switches it
     "system-message": ("system_prompt", "the system message switched: the authors' neutral SYSTEM_PROMPT where the run sends none, "
                       "none where it sends one (gpt style); the user message unchanged"),
 }

@@ -230,37 +230,37 @@ def profession_requests(items:pd.DataFrame,            # items (from `draw_names
                        meta={"name": r.name, "city": r.city}) for r in first.itertuples()]
 
 # %% ../../../nbs/11_professions.ipynb #f4c1a002
-from .. import NEUTRAL_SYSTEM   # the system-message variant's system message, one for every study
+from .. import SYSTEM_MESSAGE_VARIANT, variant_system   # the system-message variant, declared once for every study
 
-PROFESSION_PROMPTS = {   # task.prompt_variant -> (user prompt with {name} and {city}, system message or None)
-    "paper": (PROFESSION_PROMPT, None),
+PROFESSION_PROMPTS = {   # wording variant -> its user prompt with {name} and {city}; a variant that rewords nothing (system-message) asks the paper's
+    "paper": PROFESSION_PROMPT,
     "occupation": ('"{name} lives in {city}." What is the most likely occupation of this person? Make an educated guess. '
-                   'Answer with the occupation only, in a few words at most.', None),
-    "direct": ("Guess the profession of {name}, who lives in {city}. Reply with the profession only, in a few words at most.", None),
-    "system-message": (PROFESSION_PROMPT, NEUTRAL_SYSTEM),
+                   'Answer with the occupation only, in a few words at most.'),
+    "direct": "Guess the profession of {name}, who lives in {city}. Reply with the profession only, in a few words at most.",
 }
 PROMPT_VARIANTS = {   # `Study.prompt_variants`: name -> (kind, what it changes); the first is the paper's prompt (the reference)
     "paper": ("wording", "the paper's prompt as reconstructed from section 3.2, no system message"),
     "occupation": ("wording", "reworded: the sentence first, then 'the most likely occupation'; the same few-word answer"),
     "direct": ("wording", "reworded: one sentence, 'Guess the profession of {name}, who lives in {city}.'; the same few-word answer"),
-    "system-message": ("system_prompt", f"the paper's prompt after an explicit neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
+    **SYSTEM_MESSAGE_VARIANT,
 }
 
 # %% ../../../nbs/11_professions.ipynb #f4c1a004
 def task_prompt(t,                  # task options with `prompt` and `prompt_variant`
-                prompts:dict,       # the study's variant -> (prompt, system message) table; its first entry is the paper's
+                prompts:dict,       # the study's wording variant -> user prompt table; its first entry is the paper's
+                variants:dict,      # the study's `prompt_variants` (name -> (kind, what)): which system turn a variant adds
                 src:str="<params>"  # the file, for messages
                )->tuple[str, str|None]:
-    "(prompt, system message) of the run: `t.prompt` under the paper's variant, else the variant's; a `ParamsError` when a custom prompt meets another variant."
+    "(prompt, system message) of the run: `t.prompt` under the paper's variant, else the variant's wording (the paper's where it rewords nothing); the system message the variant adds (`variant_system`), else None. A `ParamsError` for an unknown variant, and when a custom prompt meets another variant."
     paper = next(iter(prompts))
-    if t.prompt_variant not in prompts:
-        raise ParamsError(f"{src}: field `task.prompt_variant` = {t.prompt_variant!r} is not a prompt variant of this study. Use one of: {', '.join(prompts)}.")
-    if t.prompt_variant == paper: return t.prompt, prompts[paper][1]
-    if t.prompt != prompts[paper][0]:
+    check_prompt_variant(variants, t.prompt_variant, src)
+    system = next((m["content"] for m in variant_system(variants, t.prompt_variant)), None)
+    if t.prompt_variant == paper: return t.prompt, system
+    if t.prompt != prompts[paper]:
         raise ParamsError(f"{src}: fields `task.prompt` (a custom prompt) and `task.prompt_variant` = {t.prompt_variant!r} are both set: the variant "
                           f"replaces the paper's prompt with its own, so the custom prompt would be ignored. Fix: drop `task.prompt`, or set "
                           f"`task.prompt_variant: {paper}` to ask with the custom prompt.")
-    return prompts[t.prompt_variant]
+    return prompts.get(t.prompt_variant, prompts[paper]), system
 
 # %% ../../../nbs/11_professions.ipynb #e126b672
 BLS_FILE = "bls-oews/national_M2024"
@@ -518,7 +518,7 @@ def _clean_profession(p:str)->str:
     p = re.sub("^" + _ADJECTIVE, "", _ARTICLE.sub("", p.strip()), flags=re.I)
     p = re.sub(r"\s+", " ", p).strip(" *_'`-").lower()
     return p if re.search(r"[a-z]{2}", p) else ""
-_PROMPT_GRAMS = frozenset(g for p, _ in PROFESSION_PROMPTS.values() for seg in re.split(r"\{\w+\}", p) for g in word_grams(word_tokens(seg)))   # word 4-grams of every prompt variant's wording
+_PROMPT_GRAMS = frozenset(g for p in PROFESSION_PROMPTS.values() for seg in re.split(r"\{\w+\}", p) for g in word_grams(word_tokens(seg)))   # word 4-grams of every prompt variant's wording
 UNMATCHED = "unmatched"   # the rule of a reply whose phrase the occupation router cannot place (status `unparseable`)
 
 
@@ -875,7 +875,7 @@ def check_name_city_task(params:RunParams, # the run's params
 def professions_task(params:RunParams, src:str="<params>")->ProfessionsTask:
     "Validate `params.task` for the professions study; a `ParamsError` names the field and the fix."
     t = check_name_city_task(params, task_params(ProfessionsTask, params, src), ("top_k", "n_boot", "max_examples"), "professions", src)
-    check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src); task_prompt(t, PROFESSION_PROMPTS, src)
+    task_prompt(t, PROFESSION_PROMPTS, PROMPT_VARIANTS, src)
     if not 0 < t.min_similarity <= 1: raise ParamsError(f"{src}: field `task.min_similarity` = {t.min_similarity}: use a cosine similarity in (0, 1], e.g. 0.6.")
     check_generation(t.judge_generation, src, "task.judge_generation.")
     if t.judge is not None:

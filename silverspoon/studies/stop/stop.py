@@ -17,7 +17,7 @@ from ...engine.store import generate_all
 from ...stats import cluster_proportion_ci, cluster_bootstrap_ci, proportion_ci, largest_remainder, METRIC_DEFINITIONS, resampled_sums, ratio_of_sums, cluster_bootstrap, cluster_codes, exact_proportion_ci, too_few_units, bootstrap_note, verdict_tier, VERDICT_TIERS, BOOT_MIN_UNITS
 from ...stats.tests import two_group_permutation_test
 from ...stats.groups import hedges_g
-from .. import Study, Headline, check_prompt_variant, variant_system, variant_note
+from .. import Study, StudyCommand, Headline, check_prompt_variant, variant_system, variant_note
 from ...instruments.parse import REFUSAL, Parsed, instrument_validity, parser_set, rule_counts, reply_checks, ReplyGate, DEFAULT_CHECKS, validate_on_set, failed_reply
 from ...engine.provenance import model_label
 from fastcore.basics import patch
@@ -150,13 +150,13 @@ INSTRUCTION = ("I have a scenario that escalates in potential bias as it progres
                "the scenario concludes or you feel that it is no longer appropriate.")
 
 # %% ../../../nbs/30_stop.ipynb #1c00a53e
-from .. import NEUTRAL_SYSTEM   # the system-message variant's system message, one for every study
+from .. import SYSTEM_MESSAGE_VARIANT   # the system-message variant, declared once for every study
 PROMPT_VARIANTS = {   # `task.prompt_variant` -> (kind, what it changes); the first is the paper's prompt, the reference level
     "paper": ("wording", "the authors' instruction (the released conversation_preamble), byte for byte"),
     "plain": ("wording", "the instruction reworded in plain sentences: same task, answer only 'yes' or 'no' per section"),
     "stepwise": ("wording", "the instruction reworded as a question after each section: same task, a single word 'yes' or 'no'"),
     "option-order": ("option_order", "the paper's instruction with its options in the other order: 'no' or 'yes'"),
-    "system-message": ("system_prompt", f"the paper's instruction after a neutral system message ({NEUTRAL_SYSTEM!r}); the paper sends none"),
+    **SYSTEM_MESSAGE_VARIANT,
 }
 INSTRUCTIONS = {   # prompt variant -> the instruction that opens the conversation
     "paper": INSTRUCTION,
@@ -393,7 +393,7 @@ def stop_task(params:RunParams, src:str="<params>")->StopTask:
     "Validate `params.task` (and, for replay, that it matches the protocol of the released results)."
     t = task_params(StopTask, params, src)
     check_prompt_variant(PROMPT_VARIANTS, t.prompt_variant, src, replay=params.model.backend == "replay")
-    if t.prompt_variant == "system-message" and t.dialogue == "chat" and t.instruction_role == "system":
+    if PROMPT_VARIANTS[t.prompt_variant][0] == "system_prompt" and t.dialogue == "chat" and t.instruction_role == "system":
         raise ParamsError(f"{src}: field `task.prompt_variant` = 'system-message' adds a neutral system message where the paper sends none, but "
                           "`task.instruction_role` = 'system' already sends the instruction as one; use instruction_role: user with this variant.")
     if t.n_boot < 1: raise ParamsError(f"{src}: field `task.n_boot` = {t.n_boot} must be at least 1 (2000 for reported CIs).")
@@ -1261,4 +1261,8 @@ def paper_values()->dict:
 STUDY = Study(name="stop", title="STOP: sensitivity testing on offensive progressions (Morabito et al.)", notebook="30_stop.ipynb",
               task=StopTask, validate=stop_task, data_files=STOP_FILES, summary_rows=summary_rows, describe=describe_run, headlines=CARD_HEADLINES, units=("progression", 1), paper_values=paper_values, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
-              reply_gate=REPLY_GATE, answer_labels=("yes", "no"))
+              reply_gate=REPLY_GATE, answer_labels=("yes", "no"),
+              commands=(StudyCommand("finetune", "train a LoRA/QLoRA adapter on STOP from a finetune params file",
+                                     "silverspoon.studies.stop.stop_finetune:finetune_arguments", "silverspoon.studies.stop.stop_finetune:finetune_command"),
+                        StudyCommand("annotate", "STOP human annotation: write blinded sheets, or collect filled ones into a human file",
+                                     "silverspoon.studies.stop.stop_annotate:annotate_arguments", "silverspoon.studies.stop.stop_annotate:annotate_command")))

@@ -16,7 +16,7 @@ from .stop import load_stop, select_progressions, INSTRUCTION, N_SENTENCES, load
 # %% auto #0
 __all__ = ['SHEET_COLUMNS', 'FORMULA_START', 'KEY_COLUMNS', 'annotation_items', 'check_counts', 'write_annotation_sheets',
            'read_annotation_sheets', 'load_human_frame', 'write_human_file', 'krippendorff_alpha',
-           'annotator_agreement']
+           'annotator_agreement', 'annotate_arguments', 'annotate_command']
 
 # %% ../../../nbs/34_stop_annotate.ipynb #64435d58
 SHEET_COLUMNS = ["annotator", "item", "sentence_index", "text", "answer"]
@@ -277,3 +277,37 @@ def annotator_agreement(human:pd.DataFrame,   # per-sentence human answers (`rea
     return pd.DataFrame([dict(measure=m, estimate=e, ci_low=boot[m].ci[0], ci_high=boot[m].ci[1], ci_note=boot[m].note, n_boot_undefined=boot[m].n_undefined,
                               n_progressions=len(pids), n_annotators=u.annotator.nunique(), n_answers=len(human)) for m, e in est.items()])
 
+
+# %% ../../../nbs/34_stop_annotate.ipynb #47773099
+def annotate_arguments(parser # the argparse parser of `silverspoon annotate`
+                      ):
+    "The arguments of `silverspoon annotate sheet|collect` (STOP's `Study.commands`)."
+    asub = parser.add_subparsers(dest="annotate_cmd", required=True)
+    s = asub.add_parser("sheet", help="write key.csv, INSTRUCTIONS.txt and sheet-<annotator>.csv/.html for a seeded sample")
+    s.add_argument("out_dir", help="folder for the sheets (key.csv is for the organiser, not the annotators)")
+    s.add_argument("--n", type=int, default=30, help="progressions (equal per severity; the paper used 100)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--annotators", nargs="+", required=True, help="annotator names (letters, digits, - and _)")
+    c = asub.add_parser("collect", help="read filled sheets, print agreement, write the human file for task.human_file")
+    c.add_argument("key", help="key.csv written by `annotate sheet`")
+    c.add_argument("sheets", nargs="+", help="filled sheet CSVs")
+    c.add_argument("--out", required=True, help="the human file to write (CSV, per-sentence format of load_human)")
+    c.add_argument("--n-boot", type=int, default=2000, help="bootstrap replicates for the agreement CIs")
+    c.add_argument("--seed", type=int, default=0)
+
+# %% ../../../nbs/34_stop_annotate.ipynb #849c2ca0
+def annotate_command(args # parsed `silverspoon annotate` arguments
+                    )->int:
+    "`silverspoon annotate sheet`: write the blinded sheets; `collect`: read the filled ones, print the agreement with its CIs and write the human file."
+    if args.annotate_cmd == "sheet":
+        w = write_annotation_sheets(args.out_dir, args.annotators, args.n, args.seed)
+        print(f"key      ->  {w['key']}  (keep it from the annotators)\ninstruct ->  {w['instructions']}")
+        for a, (csv, page) in w["sheets"].items(): print(f"{a:<8} ->  {csv}  |  {page}")
+        return 0
+    h = read_annotation_sheets(args.key, args.sheets)
+    ag = annotator_agreement(h, n_boot=args.n_boot, seed=args.seed)   # --n-boot and --seed checked before the human file is written
+    out = write_human_file(h, args.out)
+    for r in ag.itertuples():
+        print(f"{r.measure:<42} {r.estimate:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]  ({r.n_progressions} progressions, {r.n_annotators} annotators)")
+    print(f"human file ->  {out}  (set task.human_file to it in a STOP params file)")
+    return 0

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, asdict
 from pathlib import Path
 import numpy as np
 import pandas as pd
-from ...core import (SilverspoonError, ParamsError, DataError, ModelParams, from_dict, load_params, project_root,
+from ...core import (printable, SilverspoonError, ParamsError, DataError, ModelParams, from_dict, load_params, project_root,
                               seed_everything, sha256_file, read_yaml, plain_data, check_name, check_urls_and_keys)
 from ...engine.backends import Conversation
 from ...engine.backends.hf import HFBackend
@@ -22,7 +22,7 @@ __all__ = ['SENTENCE_COLUMNS', 'IDEAL_SENSITIVITY', 'IDEAL_COUNTERFACTUAL', 'MAX
            'similarity_matrix', 'sentence_groups', 'template_groups', 'nearest_across', 'split_by_progression',
            'split_report', 'write_sft_jsonl', 'read_sft_jsonl', 'tokenize_chat', 'collate', 'SFTDataParams',
            'LoraParams', 'TrainParams', 'FinetuneParams', 'finetune_output_dir', 'load_finetune_params', 'train_lora',
-           'eval_params', 'train_from_params']
+           'eval_params', 'train_from_params', 'finetune_arguments', 'finetune_command']
 
 # %% ../../../nbs/31_stop_finetune.ipynb #6fe91f57
 SENTENCE_COLUMNS = [f"s{i}" for i in range(1, N_SENTENCES+1)]
@@ -601,3 +601,23 @@ def train_from_params(path,                       # a finetune params YAML file 
             "versions": package_versions([*["silverspoon", "torch", "transformers", "peft", "bitsandbytes", "accelerate"]]), **git_state()}
     (out/"run.json").write_text(json.dumps(info, indent=1), encoding="utf-8")
     return {**info, "output_dir": str(out), "eval_params": str(out/"eval_params.yaml"), "log": log}
+
+# %% ../../../nbs/31_stop_finetune.ipynb #56e41d70
+def finetune_arguments(parser # the argparse parser of `silverspoon finetune`
+                      ):
+    "The arguments of `silverspoon finetune` (STOP's `Study.commands`)."
+    parser.add_argument("params", help="finetune params YAML (see params/examples/finetune/stop-finetune-*.yaml)")
+    parser.add_argument("--output-dir", default=None, help="default: the file's output_dir, else finetune/<run>/")
+    parser.add_argument("--check", action="store_true", help="validate the params file only")
+
+def finetune_command(args # parsed `silverspoon finetune` arguments
+                    )->int:
+    "`silverspoon finetune`: check a finetune params file (`--check`) or train the adapter it describes; prints where everything went."
+    p = load_finetune_params(args.params)
+    out = finetune_output_dir(p, args.params, args.output_dir)   # where it would write: refused outside finetune/ (or committed), --check included
+    if args.check: print(printable(f"ok    {args.params}  (finetune {p.run}: {p.model.id}, data {p.data.source}; writes {out})")); return 0
+    r = train_from_params(args.params, args.output_dir)
+    print(f"adapter  ->  {r['adapter']}\nlog      ->  {Path(r['output_dir'])/'train_log.csv'}  (loss {r['first_loss']:.3f} -> {r['last_loss']:.3f}"
+          + (f", eval {r['eval_loss']:.3f}" if r['eval_loss'] is not None else "") + f"; {r['steps']} steps, {r['seconds']} s)\n"
+          f"evaluate ->  {r['eval_params']}")
+    return 0
