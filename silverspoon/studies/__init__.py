@@ -8,7 +8,7 @@ import ast, importlib, re, warnings
 from pathlib import Path
 from dataclasses import dataclass, field, is_dataclass
 from typing import Any, Callable
-from ..core import ParamsError, RunParams, load_params
+from ..core import ParamsError, RunParams, import_ref, load_params
 from ..engine.provenance import model_label, parse_cells
 from .report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 from ..instruments.parse import ReplyGate
@@ -179,8 +179,7 @@ def get_study(name:str,          # the params `study:` value
     "The `Study` registered as `name`; a `ParamsError` listing the known studies if there is none."
     if name not in STUDY_REGISTRY:
         raise ParamsError(f"{src}: field `study` = {name!r} is unknown; known studies: {sorted(STUDY_REGISTRY)}.")
-    mod, attr = STUDY_REGISTRY[name].split(":")
-    study = getattr(importlib.import_module(mod), attr)
+    study = import_ref(STUDY_REGISTRY[name], f"STUDY_REGISTRY[{name!r}]")
     if getattr(study, "name", None) != name or not hasattr(study, "notebook"):   # a Study (duck-typed: notebooks redefine the class)
         raise TypeError(f"{STUDY_REGISTRY[name]} must be the Study named {name!r} (its notebook's `STUDY = Study(name=...)` cell).")
     return study
