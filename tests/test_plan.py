@@ -162,6 +162,10 @@ def test_plan_times_use_the_models_max_new_tokens_and_a_measured_cpu_rate_for_de
     assert re.search(r"^  GPU at the target n 60: 180 generations, H100 .*; max_new_tokens 4,096$", plan_text(l), re.M)
     est = gpu_time_estimate().set_index("study")
     assert est.cpu_seconds.gt(0).all()                                   # the committed SmolLM2 runs' wall time, measured on a CPU
+    assert est.run["normative"].endswith("-paper") and not est.run["professions"].endswith("-paper")   # the run the card's rows rest on, named
+    from silverspoon.site.card import estimate_html
+    page = estimate_html(est.reset_index())
+    assert "papers' full item set" in page and f"<code>{est.run['normative']}</code>" in page   # the card says which run each row counts
     for s in ("normative", "stop"): assert cs.cpu_seconds_target[s] > 10*gs.h100_seconds_target[s]
     text = plan_text(c)
     assert "H100" not in text and "A100" not in text and "no rate is measured for some/model" in text

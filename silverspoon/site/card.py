@@ -446,16 +446,17 @@ def answers_html(card:pd.DataFrame # `bias_card(...)`: its `answers`, `verdict_a
 
 # %% ../../nbs/07b_card.ipynb #237561be
 def estimate_html(est:pd.DataFrame)->str:
-    "The GPU time section of a card: per study, generations, tokens (upper bound) and estimated seconds on an H100 and an A100-40GB."
-    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td>{fmt_number(r.generations)}</td><td>{fmt_number(r.max_new_tokens)}</td><td>{fmt_number(r.tokens_upper_bound)}</td>"
+    "The GPU time section of a card: per study, the run counted, its generations, tokens (upper bound) and estimated seconds on an H100 and an A100-40GB."
+    rows = "".join(f"<tr><td>{html.escape(r.study)}</td><td><code>{html.escape(str(getattr(r, 'run', '')))}</code></td><td>{fmt_number(r.generations)}</td><td>{fmt_number(r.max_new_tokens)}</td><td>{fmt_number(r.tokens_upper_bound)}</td>"
                    f"<td>{fmt_number(r.h100_seconds)}</td><td>{fmt_number(r.a100_seconds)}</td></tr>" for r in est.itertuples())
-    rows += (f"<tr><td><b>all studies</b></td><td>{fmt_number(est.generations.sum())}</td><td></td><td>{fmt_number(est.tokens_upper_bound.sum())}</td>"
+    rows += (f"<tr><td><b>all studies</b></td><td></td><td>{fmt_number(est.generations.sum())}</td><td></td><td>{fmt_number(est.tokens_upper_bound.sum())}</td>"
              f"<td><b>{fmt_number(est.h100_seconds.sum())}</b></td><td><b>{fmt_number(est.a100_seconds.sum())}</b></td></tr>")
-    return ("<h2>Time on a GPU for an 8B model</h2><p>Each study at its default sample (the generations the SmolLM2 runs made), with "
+    return ("<h2>Time on a GPU for an 8B model</h2><p>Each study at the sample of the run its rows rest on (the generations that SmolLM2 run made: "
+            "the papers' full item set where a paper-scale run exists, else the default sample), with "
             "max_new_tokens tokens per answer (an upper bound), at the Llama-3-8B rates measured on one H100 (benchmarks/results/, "
             "transformers batched generation, bf16). The A100-40GB figure is an estimate: the H100 rate measured with 40 GB held, "
             "scaled by the memory-bandwidth ratio 1555/3350. Prompts in the benchmark are short: STOP's multi-turn histories run slower.</p>"
-            "<table><tr><th>study</th><th>generations</th><th>max_new_tokens</th><th>tokens (upper bound)</th><th>H100 s</th><th>A100-40GB s (est.)</th></tr>"
+            "<table><tr><th>study</th><th>run</th><th>generations</th><th>max_new_tokens</th><th>tokens (upper bound)</th><th>H100 s</th><th>A100-40GB s (est.)</th></tr>"
             f"{rows}</table>")
 
 # %% ../../nbs/07b_card.ipynb #baaed538

@@ -417,7 +417,7 @@ def write_model_runs(models_file:str|Path, studies:list[str]|None=None, vary:dic
 # %% ../../nbs/07c_plan.ipynb #d794dd9c
 def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give each study's number of generations
                       root:str|Path|None=None)->pd.DataFrame:
-    "Per study: generations at its default sample, max_new_tokens, a token upper bound, estimated seconds on an H100 and an A100-40GB, and `cpu_seconds`: the wall time the reference runs took on the CPU that made them (their store records; SmolLM2-135M on this project's machine)."
+    "Per study: the reference run whose generations it counts (`run`: the paper-scale run where the model has one, else its default sample, as the card reads them), its generations, max_new_tokens, a token upper bound, estimated seconds on an H100 and an A100-40GB, and `cpu_seconds`: the wall time the reference runs took on the CPU that made them (their store records; SmolLM2-135M on this project's machine)."
     root = Path(root or project_root()); rates = gpu_rates(root/"benchmarks"/"results")
     rows = []
     for study, run_dir in runs_for_model(reference, root/"reports", root/"params"/"models").items():
@@ -426,6 +426,6 @@ def gpu_time_estimate(reference:str="smollm2-135m", # a model whose runs give ea
         cost = run_cost(project_store(root), study, run_dir.name); gen = cost["generations"]
         mnt = int(read_params_mapping(base).get("generation", {}).get("max_new_tokens", 0))
         tok = gen*mnt
-        rows.append(dict(study=study, generations=gen, max_new_tokens=mnt, tokens_upper_bound=tok,
+        rows.append(dict(study=study, run=run_dir.name, generations=gen, max_new_tokens=mnt, tokens_upper_bound=tok,
                          h100_seconds=round(tok/rates["h100"], 1), a100_seconds=round(tok/rates["a100_40gb"], 1), cpu_seconds=cost["wall_seconds"]))
     return pd.DataFrame(rows)
