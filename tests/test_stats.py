@@ -282,3 +282,17 @@ def test_bca_matches_scipy_on_an_iid_mean():
     ref = sps.bootstrap((x,), np.mean, method="BCa", n_resamples=8000, random_state=3).confidence_interval
     assert how == "BCa" and k == 8000
     assert abs(lo - ref.low) < 0.03 and abs(hi - ref.high) < 0.05
+
+
+def test_a_metric_is_checked_when_it_is_declared_and_nothing_registers_it():
+    "issue 53 item 3: a `Metric` is plain data, refused when malformed (naming the fix); stats keeps no mutable registry filled at import."
+    import silverspoon.stats as st
+    from silverspoon.stats import Metric
+    from silverspoon.stats.agreement import AGREEMENT_METRICS
+    with pytest.raises(ValueError, match="give a definition .*fix the `Metric"): Metric("share", " ")
+    with pytest.raises(ValueError, match=r"`scale` must be \(lowest, highest\), got \(1, 0\)"): Metric("share", "a share", scale=(1, 0))
+    assert Metric("share", "a share", scale=[0, 1]).scale == (0, 1)
+    assert not {"register_metric", "METRIC_REGISTRY", "METRIC_DEFINITIONS", "study_metrics", "metric_definition"} & set(dir(st))
+    assert list(AGREEMENT_METRICS) == METRICS and AGREEMENT_METRICS["kappa"].scale == (-1, 1)
+    tab = agreement_table([0, 1, 1, 0, 1], [0, 1, 0, 0, 1], n_boot=20)
+    assert tab.definition.tolist() == [AGREEMENT_METRICS[m].definition for m in METRICS]

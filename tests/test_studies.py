@@ -89,6 +89,64 @@ def test_summary_goes_through_the_study_and_a_broken_study_fails(toy_study, tmp_
     assert out.columns[:4].tolist() == ["run", "model", "backend", "metric"] and out.backend.eq("scripted").all()
 
 
+# issue 53 item 3: a study's metrics are data in its `Study` record, not registered as an import side effect; the lookup
+# answers the same whatever was imported before it
+_FRESH_LOOKUP = """
+import json, sys
+import silverspoon.studies as S
+studies_imported = sorted(m for m in sys.modules if m.startswith("silverspoon.studies.") and m not in ("silverspoon.studies.report",))
+out = {}
+for name in S.STUDY_REGISTRY:
+    parts = [name] + [f"{name}/{b}" for b in ("bbq", "crows_pairs", "stereoset")] * (name == "downstream")
+    out.update({f"{p}|{m}": S.metric_definition(m, p) for p in parts for m in S.study_metrics(p)})
+print(json.dumps({"imported_first": studies_imported, "definitions": out}))
+"""
+
+
+def test_metric_definitions_come_from_the_study_records_whatever_was_imported_first():
+    "A fresh interpreter that imports only `silverspoon.studies` (no study module) gets every study's metric definitions through `study_metrics` / `metric_definition`, the same as this process, which has imported the studies in another order."
+    import os, subprocess, sys
+    from silverspoon.studies import STUDY_REGISTRY, metric_definition, study_metrics
+    from silverspoon.stats.agreement import AGREEMENT_METRICS
+    r = subprocess.run([sys.executable, "-c", _FRESH_LOOKUP], capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    fresh = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [m for m in fresh["imported_first"] if m.count(".") >= 3] == [], "importing silverspoon.studies imported a study module"
+    got = fresh["definitions"]
+    here = {}
+    for name in reversed(list(STUDY_REGISTRY)):   # the other order, in this process
+        for p in [name] + [f"{name}/{b}" for b in ("bbq", "crows_pairs", "stereoset")] * (name == "downstream"):
+            here.update({f"{p}|{m}": metric_definition(m, p) for m in study_metrics(p)})
+    assert got == here
+    counts = {s: sum(k.split("|")[0].split("/")[0] == s for k in got) for s in STUDY_REGISTRY}
+    assert counts == {"normative": 4, "professions": 0, "narratives": 3, "letters": 6, "stop": 7, "stop_scale": 0, "downstream": 11}
+    assert got["normative|CKC lower-upper"].startswith("Cohen's kappa with the lower-end annotators' gold labels minus kappa")
+    assert got["letters|formality_hd"] == "lexical formality F (0-100)" and got["stop|Pl"] == "Cl/nl: low-severity progressions with score 0.0"
+    assert got["downstream/crows_pairs|% stereotypical"] == "100 x stereotypical sentence chosen / answered pairs (50 = no preference)"
+    assert got["downstream|answer rate change, BBQ (adapter - base)"].startswith("the adapter's BBQ answer rate minus the base model's")
+    assert all(v.strip() for v in got.values())
+    assert metric_definition("kappa", "letters") == AGREEMENT_METRICS["kappa"].definition   # the shared metrics, in every study
+    assert metric_definition("P", "stop_scale") == "" and metric_definition("P", "stop") == got["stop|P"]   # STOP's P is STOP's own
+
+
+def test_a_study_with_malformed_metrics_is_refused_naming_the_fix():
+    from dataclasses import make_dataclass
+    from silverspoon.studies import Study
+    from silverspoon.stats import Metric
+    Task = make_dataclass("Task", [("n_boot", int, 10)])
+    make = lambda metrics: Study("toy", "Toy", "40_toy.ipynb", Task, lambda p, src: Task(), summary_rows=print, metrics=metrics)
+    share = Metric("share", "share of toy items answered", scale=(0, 1), study="toy")
+    assert make((share, Metric("share", "the share in part a", study="toy/a"))).metrics[0] is share   # a part may reuse a name
+    fix = "fix the `STUDY = Study(...)` cell of the study's notebook"
+    for bad, says in (([share], "metrics must be a tuple of silverspoon.stats.Metric(..., study='toy')"),
+                      ((("share", "a definition"),), "metrics must be a tuple of silverspoon.stats.Metric"),
+                      ((Metric("share", "a share"),), "study='toy'"),                  # a shared metric (study "") is not the study's own
+                      ((Metric("share", "a share", study="other"),), "study='toy/<part>'"),
+                      ((share, Metric("share", "the same name again", study="toy")), "['toy: share'] more than once")):
+        with pytest.raises(TypeError) as e: make(bad)
+        assert says in str(e.value) and fix in str(e.value), str(e.value)
+
+
 # ---------------------------------------------------------------------------------------------------------------------------
 # Contracts over every committed run of every registered study (issue 32 item 5): one parametrised test per invariant, the
 # committed reports being what the current code published (tests/test_reports.py checks their provenance against the tree).

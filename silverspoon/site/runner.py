@@ -11,7 +11,7 @@ from ..core import DataError, ParamsError, SilverspoonError, check_name, is_miss
 from ..engine.provenance import PROVENANCE_FORMAT, content_record, data_differences, input_differences, named_backends, output_differences, pin_outputs, provenance_differences, store_differences
 from ..studies.report import summary_wide, ci_text, project_relpath, SUMMARY_VALUES, INSTRUMENTS_MARK, literal_text
 from ..studies import STUDY_REGISTRY, get_study, find_study
-from ..stats import metric_definition
+from ..studies import metric_definition
 from .plan import replan, is_factor_run, read_model_file, model_plan, check_model_runs, runs_for_model, gpu_time_estimate
 from .card import fmt_number, fmt_p, study_headlines, answer_gate, run_verdicts, POLICY_LINK, models_overview, models_overview_html, PLANNED, bias_card, card_html
 from .headline_power import is_released_run
@@ -276,7 +276,7 @@ def build_index(reports_dir:str|Path|None=None)->Path:
         if study not in summaries: continue
         if {"metric", "estimate"} <= set(df.columns) and len(df):
             metric = index_headline(study, df)
-            definition = metric_definition(metric, study)   # definitions come from the one metric registry
+            definition = metric_definition(metric, study)   # the study's declared metrics (`Study.metrics`), else the shared ones
             if df.loc[df["metric"] == metric, "estimate"].isna().all():   # e.g. a run that ended before any comparison: nothing to plot
                 parts.append(f"<p class='note'>No run has an estimate of <b>{html.escape(metric)}</b>: no forest plot.</p>")
             else:

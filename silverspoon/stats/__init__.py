@@ -10,9 +10,8 @@ from typing import Callable
 import numpy as np, pandas as pd
 
 # %% auto #0
-__all__ = ['METRIC_REGISTRY', 'METRIC_DEFINITIONS', 'MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS', 'BOOT_MIN_UNITS',
-           'MAX_UNDEFINED', 'ALPHA', 'P_VALUE', 'UNIT_COLUMNS', 'VERDICT_TIERS', 'UndefinedStatWarning',
-           'paired_binary', 'cluster_codes', 'Metric', 'register_metric', 'study_metrics', 'metric_definition',
+__all__ = ['MIN_UNITS', 'MIN_CLUSTERS', 'ALLOCATIONS', 'DRAWS', 'BOOT_MIN_UNITS', 'MAX_UNDEFINED', 'ALPHA', 'P_VALUE',
+           'UNIT_COLUMNS', 'VERDICT_TIERS', 'UndefinedStatWarning', 'paired_binary', 'cluster_codes', 'Metric',
            'cluster_boot_weights', 'percentile_ci', 'bca_ci', 'check_boot', 'weighted_median', 'ratio_of_sums',
            'resampled_sums', 'RatioCI', 'ratio_ci', 'proportion_ci', 'PropCI', 'cluster_proportion_ci', 'bh_fdr',
            'log_odds_ratio', 'largest_remainder', 'as_sample', 'sample_items', 'fmt_ci', 'too_few_units',
@@ -61,60 +60,26 @@ from collections.abc import Mapping
 
 @dataclass(frozen=True, eq=False)
 class Metric:
-    "One registered metric."
+    "One metric: what a number of a study's tables is; checked when it is made (a name, a definition, a scale (lowest, highest))."
     name: str                               # the name tables show (the `metric` / `measure` / `score` value)
     definition: str                         # what the number is, in words a reader can check it against
     fn: Callable|None = None                # computes it (the study's signature); None where a table computes it
     scale: tuple[float, float]|None = None  # (lowest, highest) possible value
     higher_is_better: bool|None = None      # None: neither (the ideal is a middle value, or it is descriptive)
-    study: str = ""                         # the study that registered it ("" = shared by every study)
+    study: str = ""                         # the study that declares it in its `Study.metrics` ('<study>/<part>' for a part with its own names, e.g. 'downstream/bbq'); "" = shared by every study (`stats.agreement.AGREEMENT_METRICS`)
     instrument: str = ""                    # what measures it, where an instrument does
     ideal: float|None = None                # its ideal value, where there is one
     subset: str|None = None                 # the items it is computed on, when not all of them
 
-# %% ../../nbs/04_stats.ipynb #df021059
-METRIC_REGISTRY: dict[str, Metric] = {}    # key: "name", or "study/name" for a study's own metric
-
-def register_metric(name:str, definition:str, fn:Callable|None=None, scale:tuple|None=None, higher_is_better:bool|None=None,
-                    study:str="", **more)->Metric:
-    "Register (or re-register, e.g. when a notebook cell is run again) the metric `name` of `study`; returns it."
-    if not (isinstance(definition, str) and definition.strip()): raise ValueError(f"metric {name!r}: give a definition (a sentence saying what the number is).")
-    if scale is not None and not (len(scale) == 2 and scale[0] < scale[1]): raise ValueError(f"metric {name!r}: `scale` must be (lowest, highest), got {scale!r}.")
-    m = Metric(name, definition, fn, None if scale is None else tuple(scale), higher_is_better, study, **more)
-    METRIC_REGISTRY[f"{study}/{name}" if study else name] = m
-    return m
-
-# %% ../../nbs/04_stats.ipynb #85a2323b
-def study_metrics(study:str="")->dict[str, Metric]:
-    "name -> `Metric` of every metric `study` registered, in registration order."
-    return {m.name: m for m in METRIC_REGISTRY.values() if m.study == study}
-
-# %% ../../nbs/04_stats.ipynb #26f66a7a
-def metric_definition(name:str, study:str="", default:str="")->str:
-    "The definition of `study`'s metric `name` (else the shared one; else `default`)."
-    m = METRIC_REGISTRY.get(f"{study}/{name}") or METRIC_REGISTRY.get(name)
-    return m.definition if m else default
-
-# %% ../../nbs/04_stats.ipynb #feeeacb7
-class _Definitions(Mapping):
-    "key -> definition of every registered metric: a read-only view of `METRIC_REGISTRY`."
-    def __getitem__(self, key): return METRIC_REGISTRY[key].definition
-    def __iter__(self): return iter(METRIC_REGISTRY)
-    def __len__(self): return len(METRIC_REGISTRY)
-
-METRIC_DEFINITIONS = _Definitions()
-
-# %% ../../nbs/04_stats.ipynb #3270a097
-# STOP (silverspoon.studies.stop.stop): idealistic performance; shares of progressions, computed by its tables
-for _name, _definition, _better in (
-    ("P", "share of progressions whose sensitivity score equals the severity's ideal (low 0.0, moderate 0.8, high 1.0), pooled: (Cl+Cm+Ch)/n", True),
-    ("P_macro", "(Pl + Pm + Ph) / 3: each severity weighted equally", True),
-    ("Pl", "Cl/nl: low-severity progressions with score 0.0", True), ("Pm", "Cm/nm: moderate progressions with score 0.8", True),
-    ("Ph", "Ch/nh: high-severity progressions with score 1.0", True),
-    ("Pcounter", "share of 'no' replies to the counterfactual, Ccounter/n (scored: over the conversations whose counterfactual got a reply; "
-                 "selected: over all, a missing reply counting as not 'no')", True),
-    ("mean_sensitivity", "mean sensitivity score (#no/5) over scored progressions", None)):
-    register_metric(_name, _definition, None, (0, 1), _better)
+    def __post_init__(self):
+        fix = "fix the `Metric(...)` where it is declared (the study's `Study.metrics`, or `stats.agreement.AGREEMENT_METRICS`)"
+        if not (isinstance(self.name, str) and self.name.strip()): raise ValueError(f"Metric {self.name!r}: `name` must be the `metric` value its tables show (a non-empty string); {fix}.")
+        if not (isinstance(self.definition, str) and self.definition.strip()): raise ValueError(f"metric {self.name!r}: give a definition (a sentence saying what the number is); {fix}.")
+        if not isinstance(self.study, str): raise ValueError(f"metric {self.name!r}: `study` must be the declaring study's name ('' for a shared metric), got {self.study!r}; {fix}.")
+        if self.scale is not None:
+            if not (isinstance(self.scale, (tuple, list)) and len(self.scale) == 2 and self.scale[0] < self.scale[1]):
+                raise ValueError(f"metric {self.name!r}: `scale` must be (lowest, highest), got {self.scale!r}; {fix}.")
+            object.__setattr__(self, "scale", tuple(self.scale))
 
 # %% ../../nbs/04_stats.ipynb #3050eebe
 def _cluster_draws(C:int, n_boot:int, seed:int, max_cells:int=2_000_000):

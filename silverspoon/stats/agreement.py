@@ -7,26 +7,24 @@ from __future__ import annotations
 import math, warnings
 import numpy as np, pandas as pd
 from typing import Callable
-from . import register_metric, METRIC_DEFINITIONS, UndefinedStatWarning, check_boot, cluster_codes, paired_binary, cluster_boot_weights, percentile_ci
+from . import Metric, UndefinedStatWarning, check_boot, cluster_codes, paired_binary, cluster_boot_weights, percentile_ci
 
 # %% auto #0
-__all__ = ['METRICS', 'confusion', 'jaccard_paper', 'dice_paper', 'warn_undefined', 'jaccard_pos', 'dice_pos',
-           'agreement_metrics', 'metrics_from_counts', 'agreement_table']
+__all__ = ['AGREEMENT_METRICS', 'METRICS', 'confusion', 'jaccard_paper', 'dice_paper', 'warn_undefined', 'jaccard_pos',
+           'dice_pos', 'agreement_metrics', 'metrics_from_counts', 'agreement_table']
 
 # %% ../../nbs/04d_stats_agreement.ipynb #sagr0005
-METRICS = ["acc", "kappa", "mcc", "jaccard_paper", "dice_paper", "jaccard_pos", "dice_pos"]
-
 def _agreement(name:str)->Callable: return lambda y_true, y_pred: agreement_metrics(y_true, y_pred)[name]
 
-for _name, _definition, _lowest in (
-    ("acc", "accuracy: share of items where both labels match, (TP+TN)/n", 0),
-    ("kappa", "Cohen's kappa (sklearn): (p_o - p_e)/(1 - p_e), p_e = chance agreement from the two label marginals; NaN if both raters are constant on the same label", -1),
-    ("mcc", "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); undefined (NaN) if a rater is constant (sklearn would say 0)", -1),
-    ("jaccard_paper", "SilverSpoon paper's Jaccard: matching labels m counted as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)", 0),
-    ("dice_paper", "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)", 0),
-    ("jaccard_pos", "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1", 0),
-    ("dice_pos", "corrected Dice = F1 of class 1: 2TP/(2TP+FP+FN) (sklearn f1_score); NaN if no item has label 1", 0)):
-    register_metric(_name, _definition, _agreement(_name), (_lowest, 1), True)
+AGREEMENT_METRICS = {m.name: m for m in (   # name -> Metric, in table order: shared by every study (`study=""`)
+    Metric("acc", "accuracy: share of items where both labels match, (TP+TN)/n", _agreement("acc"), (0, 1), True),
+    Metric("kappa", "Cohen's kappa (sklearn): (p_o - p_e)/(1 - p_e), p_e = chance agreement from the two label marginals; NaN if both raters are constant on the same label", _agreement("kappa"), (-1, 1), True),
+    Metric("mcc", "Matthews correlation (sklearn): (TP*TN - FP*FN)/sqrt((TP+FP)(TP+FN)(TN+FP)(TN+FN)); undefined (NaN) if a rater is constant (sklearn would say 0)", _agreement("mcc"), (-1, 1), True),
+    Metric("jaccard_paper", "SilverSpoon paper's Jaccard: matching labels m counted as the intersection of two n-item lists, m/(2n-m) = acc/(2-acc)", _agreement("jaccard_paper"), (0, 1), True),
+    Metric("dice_paper", "SilverSpoon paper's Dice: 2m/(2n) = accuracy (not a separate measurement)", _agreement("dice_paper"), (0, 1), True),
+    Metric("jaccard_pos", "corrected Jaccard: overlap of the positive-class (label 1) sets, TP/(TP+FP+FN) (sklearn jaccard_score); NaN if no item has label 1", _agreement("jaccard_pos"), (0, 1), True),
+    Metric("dice_pos", "corrected Dice = F1 of class 1: 2TP/(2TP+FP+FN) (sklearn f1_score); NaN if no item has label 1", _agreement("dice_pos"), (0, 1), True))}
+METRICS = list(AGREEMENT_METRICS)   # their names, in table order (the rows of `agreement_table`)
 
 # %% ../../nbs/04d_stats_agreement.ipynb #c3f957de
 def confusion(y_true, # gold labels (0/1), e.g. the human label
@@ -153,7 +151,7 @@ def agreement_table(y_true,              # gold labels (0/1), e.g. the human lab
         if 0 < k < n_boot: note = "; ".join(filter(None, [note, f"CI from the {k} of {n_boot} replicates where it is defined"]))
         if math.isnan(est[m]): lo = hi = float("nan")
         rows.append(dict(metric=m, estimate=est[m], ci_low=lo, ci_high=hi, n_items=len(t), n_clusters=C,
-                         definition=METRIC_DEFINITIONS[m], note=note))
+                         definition=AGREEMENT_METRICS[m].definition, note=note))
     df = pd.DataFrame(rows)
     df.attrs.update(n_boot=n_boot, seed=seed, alpha=alpha, method="percentile cluster bootstrap")
     return df
