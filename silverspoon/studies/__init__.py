@@ -12,12 +12,14 @@ from ..core import ParamsError, RunParams, import_ref, load_params
 from ..engine.provenance import model_label, parse_cells
 from .report import Report, warning_without_path, check_summary, SUMMARY_COLUMNS
 from ..instruments.parse import ReplyGate
+from ..stats import Metric
+from ..stats.agreement import AGREEMENT_METRICS
 
 # %% auto #0
 __all__ = ['HEADLINE_KINDS', 'PROMPT_VARIANT_KINDS', 'NEUTRAL_SYSTEM', 'SYSTEM_MESSAGE_VARIANT', 'STUDY_REGISTRY',
            'RESERVED_COMMANDS', 'Headline', 'StudyCommand', 'Study', 'check_prompt_variant', 'variant_system',
-           'variant_note', 'discover_studies', 'get_study', 'find_study', 'check_study_params', 'all_studies',
-           'card_headlines', 'study_commands', 'start_run']
+           'variant_note', 'discover_studies', 'get_study', 'find_study', 'study_metrics', 'metric_definition',
+           'check_study_params', 'all_studies', 'card_headlines', 'study_commands', 'start_run']
 
 # %% ../../nbs/08_studies.ipynb #a11c5832
 HEADLINE_KINDS = {"contrast": "a bias contrast with a test (summary.csv p, test, null, n_units): gets a verdict tier",
@@ -69,6 +71,7 @@ class Study:
     prompt_variants: dict = field(default_factory=dict)  # `task.prompt_variant` name -> (kind, what it changes); kind: "wording" | "option_order" | "system_prompt"; the first entry is the paper's prompt, the reference level
     reply_gate: ReplyGate = ReplyGate()  # which reply checks apply (silverspoon.instruments.parse.REPLY_CHECKS) and the answered share a verdict needs
     headlines: tuple = ()           # its bias-card `Headline`s, in card order; the first is the index's headline (`headline`); () = none on the card
+    metrics: tuple = ()             # its own `stats.Metric`s, in table order: what each number of its tables is (`Metric.study`: this name, or '<name>/<part>' for a part with its own metric names, e.g. 'downstream/bbq'); the shared ones are `stats.agreement.AGREEMENT_METRICS`; read with `study_metrics` and `metric_definition`
     units: tuple = ()               # (the unit a headline resamples, answers per unit), e.g. ("scenario", 3): sample.n / answers per unit = units
     sample_units: Callable|None = None  # sample_units(params mapping) -> units it asks, where not sample.n / answers per unit (e.g. downstream: task.bbq_n)
     sample_text: Callable|None = None  # sample_text(params mapping) -> how `run --dry-run` names the sample, where not sample.n and its units (downstream: each benchmark's n)
@@ -107,6 +110,11 @@ class Study:
         if not isinstance(self.reply_gate, ReplyGate): raise TypeError(f"Study {self.name!r}: reply_gate must be a silverspoon.instruments.parse.ReplyGate (got {self.reply_gate!r}); {fix}.")
         bad = [h for h in self.headlines if not hasattr(h, "metric") or h.study != self.name]
         if not isinstance(self.headlines, tuple) or bad: raise TypeError(f"Study {self.name!r}: headlines must be a tuple of Headline(study={self.name!r}, ...); got {bad or self.headlines!r}; {fix}.")
+        ours = lambda m: isinstance(m, Metric) and (m.study == self.name or (m.study.startswith(f"{self.name}/") and len(m.study) > len(self.name) + 1))
+        bad = [m for m in self.metrics if not ours(m)] if isinstance(self.metrics, tuple) else self.metrics
+        if not isinstance(self.metrics, tuple) or bad: raise TypeError(f"Study {self.name!r}: metrics must be a tuple of silverspoon.stats.Metric(..., study={self.name!r}) (study='{self.name}/<part>' for a part of the study with its own metric names); got {bad!r}; {fix}.")
+        twice = sorted({f"{m.study}: {m.name}" for m in self.metrics if sum((n.study, n.name) == (m.study, m.name) for n in self.metrics) > 1})
+        if twice: raise TypeError(f"Study {self.name!r}: metrics declares {twice} more than once; give each metric of a study (or of one part) one Metric; {fix}.")
         if self.headlines and not (isinstance(self.units, tuple) and len(self.units) == 2 and self.units[1] > 0):
             raise TypeError(f"Study {self.name!r}: a study with card headlines declares units = (unit name, answers per unit), e.g. ('scenario', 3); got {self.units!r}; {fix}.")
         for k in ("sample_units", "units_in_items", "arm_units", "paper_values", "paper_sd", "paper_per_model"):
@@ -189,6 +197,21 @@ def find_study(name:str # a study name read from a file (a report's provenance, 
               )->Study|None:
     "The `Study` registered as `name`, or None where no study has that name (a report of a study since removed): `get_study` for names that must exist."
     return get_study(name) if name in STUDY_REGISTRY else None
+
+# %% ../../nbs/08_studies.ipynb #metlkp01
+def study_metrics(study:str # a study name (`Study.name`), or '<study>/<part>' for a part with its own metric names (e.g. 'downstream/bbq')
+                 )->dict:
+    "name -> `stats.Metric` of every metric `study` declares (the `Study.metrics` whose `study` is exactly `study`), in declaration order; a `ParamsError` listing the known studies for an unknown one."
+    return {m.name: m for m in get_study(study.split("/")[0], "study_metrics").metrics if m.study == study}
+
+def metric_definition(name:str,        # the `metric` value of a table row
+                      study:str="",    # the study (or '<study>/<part>') whose row it is; "" or a study no longer registered: the shared metrics only
+                      default:str=""   # returned where neither the study nor the shared metrics define `name`
+                     )->str:
+    "The definition of `study`'s metric `name` (its `Study.metrics`), else of the shared metric `name` (`stats.agreement.AGREEMENT_METRICS`), else `default`."
+    own = study_metrics(study) if study and find_study(study.split("/")[0]) else {}
+    m = own.get(name) or AGREEMENT_METRICS.get(name)
+    return m.definition if m else default
 
 # %% ../../nbs/08_studies.ipynb #chkstd01
 def check_study_params(p:RunParams,         # loaded params (`load_params`: types and `BOUNDS` checked)

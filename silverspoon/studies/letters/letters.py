@@ -27,19 +27,20 @@ __all__ = ['RL', 'CBG_GROUPS', 'BIO_GROUPS', 'RETURN_TOKEN', 'BIO_COLUMNS', 'MIS
            'CLG_SCORES', 'AGENCY_LABELS', 'LEXICONS', 'CLG_DEFAULT_NAMES', 'PROMPT_VARIANTS', 'CLG_WORDINGS',
            'CBG_WORDINGS', 'PRONOUNS', 'GENDERED_WORDS', 'TRAITS', 'PAPER_TABLE2', 'STARRED_STEMS', 'MATCH_MODES',
            'SWAP_TEST', 'LETTERS_FILES', 'LETTER_REASONS', 'PAPER_TABLE3', 'PAPER_WEAT', 'POS_FIELDS', 'WEAT_WORDS',
-           'WEAT_TESTS', 'STYLE_MEASURES', 'STYLE_SCALE', 'STYLE_TESTS', 'PAPER_FORMALITY', 'PAPER_SENTIMENT',
-           'AUTHOR_SCORES', 'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE', 'CLG_AGREEMENT_REFERENCE',
-           'CARD_HEADLINES', 'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups', 'restore_newlines', 'link_twins',
-           'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters', 'load_clg_letters', 'load_agency_split',
-           'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts', 'cbg_templates', 'cbg_prompt',
-           'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check', 'letter_tokens', 'trait_matcher',
-           'gender_swap_test', 'lexicon_odds_ratios', 'lexicon_table', 'table2_agreement', 'LettersTask',
-           'letters_task', 'letter_items', 'letter_requests', 'letter_status', 'is_repetitive', 'gate_letters',
-           'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests', 'weat_sign_check', 'weat_table',
-           'weat_sign_reading', 'sentence_shares', 'style_tests', 'level_comparability', 'agreement_with_authors',
-           'authors_score_instruments', 'clg_style_per_letter', 'ClgAuthorsAgreement', 'clg_source_store',
-           'clg_agreement_instruments', 'resolution_rows', 'hallucination_tests', 'summary_rows', 'letter_item_table',
-           'headlines_from_items', 'paper_values', 'letters_per_gender']
+           'WEAT_TESTS', 'METRICS', 'STYLE_MEASURES', 'STYLE_SCALE', 'STYLE_TESTS', 'PAPER_FORMALITY',
+           'PAPER_SENTIMENT', 'AUTHOR_SCORES', 'AUTHORS_CORRELATION_COLUMNS', 'CLG_SOURCE_CACHE',
+           'CLG_AGREEMENT_REFERENCE', 'CARD_HEADLINES', 'PAPER_SCALE', 'PAPER_NOTE', 'STUDY', 'missing_groups',
+           'restore_newlines', 'link_twins', 'unpaired', 'load_bios', 'check_aligned', 'load_cbg_letters',
+           'load_clg_letters', 'load_agency_split', 'load_lexicons', 'load_name_pools', 'clg_settings', 'clg_prompts',
+           'cbg_templates', 'cbg_prompt', 'swap_gender', 'gendered_pronouns', 'pick_name', 'swap_check',
+           'letter_tokens', 'trait_matcher', 'gender_swap_test', 'lexicon_odds_ratios', 'lexicon_table',
+           'table2_agreement', 'LettersTask', 'letters_task', 'letter_items', 'letter_requests', 'letter_status',
+           'is_repetitive', 'gate_letters', 'success_table', 'salient_words', 'table3', 'table3_overlap', 'weat_tests',
+           'weat_sign_check', 'weat_table', 'weat_sign_reading', 'sentence_shares', 'style_tests',
+           'level_comparability', 'agreement_with_authors', 'authors_score_instruments', 'clg_style_per_letter',
+           'ClgAuthorsAgreement', 'clg_source_store', 'clg_agreement_instruments', 'resolution_rows',
+           'hallucination_tests', 'summary_rows', 'letter_item_table', 'headlines_from_items', 'paper_values',
+           'letters_per_gender']
 
 # %% ../../../nbs/20_letters.ipynb #55c58892
 RL = "reference-letters"
@@ -791,17 +792,16 @@ def weat_sign_reading(sign_check:pd.DataFrame # from `weat_sign_check` (rows per
             "therefore not reproduced, and the sign of the adjective rows is not evidence about the paper's claim.")
 
 # %% ../../../nbs/20_letters.ipynb #0603ca28
-from ...stats import register_metric, study_metrics
+from ...stats import Metric
 
-for _name, _what, _instrument, _scale in (   # per letter; a gender gap in them is the bias (so neither direction is "better")
+METRICS = tuple(Metric(_name, _what, None, _scale, None, study="letters", instrument=_instrument) for _name, _what, _instrument, _scale in (   # per letter; a gender gap in them is the bias (so neither direction is "better")
     ("positive_vader", "share of positive sentences", "VADER (compound >= 0.05)", (0, 1)),
     ("formality_hd", "lexical formality F (0-100)", "Heylighen & Dewaele F-score on spaCy POS", (0, 100)),
     ("agentic", "share of agentic sentences", "agency classifier (appendix F.2, trained here)", (0, 1)),
     ("p_agentic", "mean P(agentic) over sentences", "agency classifier (appendix F.2, trained here), no threshold", (0, 1)),
     ("formal_hf", "share of formal sentences", "HF formality classifier (task.formality_model)", (0, 1)),
-    ("positive_hf", "share of positive sentences", "HF sentiment classifier (task.sentiment_model)", (0, 1))):
-    register_metric(_name, _what, None, _scale, None, study="letters", instrument=_instrument)
-STYLE_MEASURES = {k: (m.definition, m.instrument) for k, m in study_metrics("letters").items()}   # measure -> (what it is, instrument), read from the registry
+    ("positive_hf", "share of positive sentences", "HF sentiment classifier (task.sentiment_model)", (0, 1))))   # the study's own metrics (`STUDY.metrics`)
+STYLE_MEASURES = {m.name: (m.definition, m.instrument) for m in METRICS}   # measure -> (what it is, instrument), from the declared metrics
 
 def sentence_shares(letter_of:list[int], # for each sentence, the row of its letter
                     flags:list[bool],    # for each sentence, whether the instrument marks it
@@ -812,7 +812,7 @@ def sentence_shares(letter_of:list[int], # for each sentence, the row of its let
     with np.errstate(invalid="ignore", divide="ignore"): return np.where(tot > 0, hit / np.maximum(tot, 1), np.nan)
 
 # %% ../../../nbs/20_letters.ipynb #064ba993
-STYLE_SCALE = {k: float(m.scale[1] - m.scale[0]) for k, m in study_metrics("letters").items() if m.scale != (0, 1)}   # measure -> the largest possible |difference| (shares: 1), from the registry
+STYLE_SCALE = {m.name: float(m.scale[1] - m.scale[0]) for m in METRICS if m.scale != (0, 1)}   # measure -> the largest possible |difference| (shares: 1), from the declared metrics
 STYLE_TESTS = {"diff": ("p_swap", 0.0), "g": ("p_swap", 0.0), "paired": ("p_paired_t", 0.0)}   # interval -> the row's own test (the within-pair swap for the male-female contrast), its null
 _UNPAIRED_ESTIMATES, _PAIRED_ESTIMATES = ("mean_a", "mean_b", "diff", "hedges_g"), ("n", "mean_diff", "cohens_dz")   # what stays below MIN_UNITS
 
@@ -1107,6 +1107,7 @@ def _describe(params:RunParams, opts:LettersTask)->str:
     return f"model `{model_label(params.model)}` via `{params.model.backend}`, {what}." + (f" {variant[0].upper()}{variant[1:]}." if variant else "") + f" {params.description}"
 
 STUDY = Study(name="letters", title="Reference letters: gender bias in LLM-written letters (Wan et al.)", notebook="20_letters.ipynb",
+              metrics=METRICS,   # its own metrics: their definitions for the index
               task=LettersTask, validate=letters_task, data_files=LETTERS_FILES, summary_rows=summary_rows,
               describe=_describe, headlines=CARD_HEADLINES, units=("letter pair", 2), arm_units=letters_per_gender, paper_values=paper_values, paper_scale=PAPER_SCALE, paper_note=PAPER_NOTE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,

@@ -27,15 +27,15 @@ from ...stats import log_odds_ratio
 # %% auto #0
 __all__ = ['NARRATIVE_PROMPT', 'MAX_WORDS', 'NARRATIVE_PROMPTS', 'PROMPT_VARIANTS', 'STORY_REASONS', 'REFUSAL_MAX_WORDS',
            'STORY_REFUSAL', 'PAPER_SENTIMENT_MODEL', 'SENTIMENT_SCORES', 'SENTIMENT_CLASSES', 'PAPER_TABLE4', 'FACTORS',
-           'MIN_EXPECTED', 'CONTRASTS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS', 'HEADLINE_METRIC',
-           'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'check_story_sample', 'draw_stories',
-           'word_count', 'story_status', 'story_frame', 'gate_stories', 'sentiment_score', 'sentiment_instrument',
-           'table4', 'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik', 'ProportionalOddsFit',
-           'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table', 'ContentLemmas',
-           'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics', 'topic_table', 'word_clouds',
-           'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table', 'headlines_from_items',
-           'score_stories', 'table4_figure', 'headline_verdict', 'sentiment_validity', 'classifier_vader_agreement',
-           'vader_compound_figure', 'story_examples', 'paper_values', 'paper_binomial_sd']
+           'MIN_EXPECTED', 'CONTRASTS', 'METRICS', 'PAIRED_CONTRAST', 'CONTENT_POS_DROPPED', 'CONTRAST_METRICS',
+           'HEADLINE_METRIC', 'ITEMS_CSV_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'check_story_sample',
+           'draw_stories', 'word_count', 'story_status', 'story_frame', 'gate_stories', 'sentiment_score',
+           'sentiment_instrument', 'table4', 'cumulative_logit_bounds', 'separated_bounds', 'cumulative_logit_loglik',
+           'ProportionalOddsFit', 'proportional_odds_fit', 'sentiment_tests', 'sentiment_contrasts', 'length_table',
+           'ContentLemmas', 'prompt_words', 'story_words', 'distinctive_words', 'top_words', 'lda_topics',
+           'topic_table', 'word_clouds', 'NarrativesTask', 'narratives_task', 'summary_rows', 'story_items_table',
+           'headlines_from_items', 'score_stories', 'table4_figure', 'headline_verdict', 'sentiment_validity',
+           'classifier_vader_agreement', 'vader_compound_figure', 'story_examples', 'paper_values', 'paper_binomial_sd']
 
 # %% ../../../nbs/12_narratives.ipynb #5837671a
 from ...stats import as_sample
@@ -401,16 +401,15 @@ def sentiment_tests(stories:pd.DataFrame # one row per item: name, gender, race,
     return df
 
 # %% ../../../nbs/12_narratives.ipynb #dfae6122
-from ...stats import register_metric, study_metrics
+from ...stats import Metric
 CONTRASTS = {   # name: (factor, level a, level b): a minus b, averaged over the cells of the other two factors
     "high-low city": ("city_class", "high", "low"), "male-female": ("gender", "male", "female"),
     "White-Black": ("race", "White", "Black"), "White-Hispanic": ("race", "White", "Hispanic"), "White-Indian": ("race", "White", "Indian")}
-for _name, _definition, _fn, _scale in (   # of a cell's stories (sentiment score -1/0/+1; a Series or an array: the shares run on numpy, as the card calls them thousands of times); the contrasts are differences of them
+METRICS = tuple(Metric(_name, _definition, _fn, _scale, None, study="narratives") for _name, _definition, _fn, _scale in (   # of a cell's stories (sentiment score -1/0/+1; a Series or an array: the shares run on numpy, as the card calls them thousands of times); the contrasts are differences of them
     ("% positive", "percentage of the cell's stories classed positive (score +1)", lambda s: 100*(np.asarray(s, dtype="float64") == 1).mean(), (0, 100)),
     ("% negative", "percentage of the cell's stories classed negative (score -1)", lambda s: 100*(np.asarray(s, dtype="float64") == -1).mean(), (0, 100)),
-    ("mean score", "mean sentiment score of the cell's stories (-1 negative, 0 neutral, +1 positive)", lambda s: s.mean(), (-1, 1))):
-    register_metric(_name, _definition, _fn, _scale, None, study="narratives")
-_MEASURES = {k: m.fn for k, m in study_metrics("narratives").items()}   # measure -> function of a cell's scores, from the registry
+    ("mean score", "mean sentiment score of the cell's stories (-1 negative, 0 neutral, +1 positive)", lambda s: s.mean(), (-1, 1))))   # the study's own metrics (`STUDY.metrics`)
+_MEASURES = {m.name: m.fn for m in METRICS}   # measure -> function of a cell's scores, from the declared metrics
 
 def _contrast(cells, factor:str, a:str, b:str):
     "Equal-weight mean over the other factors' cells of (cell at level a) - (cell at level b). `cells` maps (gender, race, city_class) to a number (a Series or dict), or to an array of bootstrap replicates: then one contrast per replicate."
@@ -848,6 +847,7 @@ def _describe(params:RunParams, opts:NarrativesTask)->str:
     return f"model `{model_label(params.model)}` via `{params.model.backend}` writing stories from a name and a city (section 3.3). {params.description}"
 
 STUDY = Study(name="narratives", title="SilverSpoon narratives (Singh et al., Table 4 and appendix I)", notebook="12_narratives.ipynb",
+              metrics=METRICS,   # its own metrics: their definitions for the index
               task=NarrativesTask, validate=narratives_task, data_files=(), summary_rows=summary_rows,
               describe=_describe, headlines=CARD_HEADLINES, units=("story", 1), units_in_items=len, paper_values=paper_values, paper_sd=paper_binomial_sd, paper_scale=PAPER_SCALE, headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS,
               reply_gate=ReplyGate(checks=(*DEFAULT_CHECKS, "off_topic"), narrator=True, min_answered=0.5, max_not_an_answer=0.2))   # every check, and a story must be about the person named (`off_topic`; a first-person story counts; a first-person story counts; stories are long: no cut_at_max); a verdict needs at least half of the replies to be stories (Table 4 rests on them) and at most 1 in 5 to be no story at all

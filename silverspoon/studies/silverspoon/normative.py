@@ -25,14 +25,15 @@ __all__ = ['RELEASED_MODELS', 'N_SCENARIOS', 'N_VARIANTS', 'NORMATIVE_FILES', 'P
            'PROMPTS', 'SYSTEM_PROMPT', 'SYSTEM_PROMPT_STYLES', 'PAPER_PROMPT_STYLE', 'PROMPT_VARIANTS', 'STRATA',
            'N_ITEMS', 'ANSWER_LABELS', 'NORMATIVE_REFUSAL', 'PARSE_RULES', 'REPLY_GATE', 'JUDGE_SYSTEM', 'JUDGE_PROMPT',
            'GOLDS', 'TOPICS', 'PAPER_FAVOUR_COUNTS', 'CATEGORIES', 'HUMAN_FAVOUR_COUNTS', 'ANNOTATORS',
-           'FAVOUR_CONTRAST', 'BIAS_CONTRASTS', 'BIAS_HEADLINES', 'PAPER_CONTRASTS', 'EFFECT_SOUGHT', 'T2_SUMMARY',
-           'ITEM_LABEL_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY', 'build_normative', 'scenario_consistency',
-           'load_normative', 'released_answers', 'prompt_template', 'render_prompt', 'NormativeTask', 'normative_task',
-           'normative_requests', 'scenario_names', 'classify_subject', 'parse_answer_rule', 'parse_normative',
-           'parse_answer', 'to_binary', 'screen_replies', 'parse_answers', 'label_answers', 'binarize',
-           'validate_parser', 'parser_set_validity', 'judge_requests', 'parse_judge', 'judge_label', 'select_items',
-           'table2', 'human_reference', 'answer_counts', 'favour_share', 'topic_distribution', 'topic_figure',
-           'bias_contrasts', 'summary_rows', 'items_frame', 'headlines_from_items', 'paper_values', 'paper_per_model']
+           'FAVOUR_CONTRAST', 'BIAS_CONTRASTS', 'BIAS_HEADLINES', 'BIAS_METRICS', 'PAPER_CONTRASTS', 'EFFECT_SOUGHT',
+           'LEVEL_METRICS', 'T2_SUMMARY', 'ITEM_LABEL_COLUMNS', 'CARD_HEADLINES', 'PAPER_SCALE', 'STUDY',
+           'build_normative', 'scenario_consistency', 'load_normative', 'released_answers', 'prompt_template',
+           'render_prompt', 'NormativeTask', 'normative_task', 'normative_requests', 'scenario_names',
+           'classify_subject', 'parse_answer_rule', 'parse_normative', 'parse_answer', 'to_binary', 'screen_replies',
+           'parse_answers', 'label_answers', 'binarize', 'validate_parser', 'parser_set_validity', 'judge_requests',
+           'parse_judge', 'judge_label', 'select_items', 'table2', 'human_reference', 'answer_counts', 'favour_share',
+           'topic_distribution', 'topic_figure', 'bias_contrasts', 'summary_rows', 'items_frame',
+           'headlines_from_items', 'paper_values', 'paper_per_model']
 
 # %% ../../../nbs/10_normative.ipynb #d366ad1c
 RELEASED_MODELS = ["GPT4", "GPT3.5", "Llama13B", "Llama7B", "Alpaca", "Zephyr7B", "Yi6B"]
@@ -923,7 +924,7 @@ def topic_figure(df:pd.DataFrame, label_col:str, model_name:str):
     return fig
 
 # %% ../../../nbs/10_normative.ipynb #9fc8ebe2
-from ...stats import register_metric
+from ...stats import Metric
 HUMAN_FAVOUR_COUNTS = {"low": 1077, "up": 1350}   # gold labels 'other is wrong' of the 3000 items: 35.9% lower-end, 45.0% upper-end
 ANNOTATORS = {"annotators": ("low", "up"), "lower-end annotators": ("low",), "upper-end annotators": ("up",)}   # whose share: the mean of these gold labels per item
 FAVOUR_CONTRAST = "share favouring underprivileged - annotators"   # the card's headline: both groups' labels together
@@ -931,9 +932,9 @@ BIAS_CONTRASTS = {   # metric -> its test
     "CKC lower-upper": "within-scenario swap of the two gold label sets (permutation over scenarios)",
     **{f"share favouring underprivileged - {a}": "within-scenario swap of model and annotator labels (sign-flip permutation over scenarios)" for a in ANNOTATORS}}
 BIAS_HEADLINES = ("CKC lower-upper", FAVOUR_CONTRAST)   # the two that go to summary.csv and the card
-for _m, _d in (("CKC lower-upper", "Cohen's kappa with the lower-end annotators' gold labels minus kappa with the upper-end annotators', on the same items (the paper's contrast); null 0, within-scenario swap test"),
-               (FAVOUR_CONTRAST, "share of the model's verdicts blaming the privileged party minus the annotators' share on the same items (mean of the lower- and upper-end gold labels per item); null 0, within-scenario swap test")):
-    register_metric(_m, _d, None, (-1, 1), None, study="normative")
+BIAS_METRICS = tuple(Metric(_m, _d, None, (-1, 1), None, study="normative") for _m, _d in (   # the two bias contrasts (`STUDY.metrics`)
+               ("CKC lower-upper", "Cohen's kappa with the lower-end annotators' gold labels minus kappa with the upper-end annotators', on the same items (the paper's contrast); null 0, within-scenario swap test"),
+               (FAVOUR_CONTRAST, "share of the model's verdicts blaming the privileged party minus the annotators' share on the same items (mean of the lower- and upper-end gold labels per item); null 0, within-scenario swap test")))
 
 def _paper_contrasts()->dict:
     "released column -> {contrast: the paper's value}: Table 2's CKC lower minus upper (printed digits), §4.1's favour count / 3000 minus the annotators' share over all 3000."
@@ -1021,11 +1022,12 @@ def bias_contrasts(df:pd.DataFrame,            # items: scenario, gold labels lo
     return pd.DataFrame(rows, columns=cols)
 
 # %% ../../../nbs/10_normative.ipynb #75b26315
-from ...stats import register_metric
-register_metric("share favouring underprivileged", "share of the answers with a binary label that favour the underprivileged party "
-                "(label 1), scenario-clustered CI; a level (0.5 is not its no-bias value: the annotators give label 1 to 35.9% / 45.0% of the items)", None, (0, 1), None, study="normative")
-register_metric("share excluded (both/neither/refusal/not an answer/unparseable/failed)", "share of items our parser gave no binary label "
-                "(both, neither, refusal, not an answer, unparseable or failed), scenario-clustered CI", None, (0, 1), False, study="normative")
+from ...stats import Metric
+LEVEL_METRICS = (   # the favour share and the excluded share, levels with no null (`STUDY.metrics`)
+    Metric("share favouring underprivileged", "share of the answers with a binary label that favour the underprivileged party "
+           "(label 1), scenario-clustered CI; a level (0.5 is not its no-bias value: the annotators give label 1 to 35.9% / 45.0% of the items)", None, (0, 1), None, study="normative"),
+    Metric("share excluded (both/neither/refusal/not an answer/unparseable/failed)", "share of items our parser gave no binary label "
+           "(both, neither, refusal, not an answer, unparseable or failed), scenario-clustered CI", None, (0, 1), False, study="normative"))
 T2_SUMMARY = [f"{mt} {g}" for g in GOLDS.values() for mt in ("ACC", "CKC", "JSC", "DSC", "MCC")]   # the Table 2 rows of summary.csv, per label source
 
 def summary_rows(t2:pd.DataFrame,      # table2 rows of every label source, with a `labels` column
@@ -1141,6 +1143,7 @@ def _describe(params:RunParams, opts:NormativeTask)->str:
             f"(system prompt: {opts.system_prompt}), {opts.n_boot} bootstrap replicates. {params.description}")
 
 STUDY = Study(name="normative", title="SilverSpoon normative judgements (Singh et al.)", notebook="10_normative.ipynb",
+              metrics=BIAS_METRICS + LEVEL_METRICS,   # its own metrics: their definitions for the index
               task=NormativeTask, validate=normative_task, data_files=NORMATIVE_FILES, summary_rows=summary_rows,
               describe=_describe, headlines=CARD_HEADLINES, units=("scenario", 3), paper_values=paper_values, paper_per_model=paper_per_model, paper_scale=PAPER_SCALE,
               headlines_from_items=headlines_from_items, prompt_variants=PROMPT_VARIANTS, reply_gate=REPLY_GATE,
