@@ -186,6 +186,6 @@ def test_a_study_command_may_not_take_a_taken_name(monkeypatch):
     clash = dataclasses.replace(stop, commands=(*stop.commands, S.StudyCommand("run", "x", "a:b", "a:c")))
     monkeypatch.setattr(S, "all_studies", lambda: [clash])
     with pytest.raises(TypeError, match="command 'run' is already a silverspoon command"): S.study_commands()
-    twice = dataclasses.replace(stop, name="stop2", headlines=())
+    twice = dataclasses.replace(stop, name="stop2", headlines=(), metrics=())
     monkeypatch.setattr(S, "all_studies", lambda: [stop, twice])
     with pytest.raises(TypeError, match="command 'finetune' is already brought by study 'stop'"): S.study_commands()
