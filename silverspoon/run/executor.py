@@ -205,16 +205,14 @@ _PREFLIGHT_PASSED: dict[str, str] = {}   # canonical JSON of a model -> its chat
 def preflight_model(model:ModelParams,   # the run's `model`
                     src:str="<params>"   # the params file, for the message
                    )->str|None:
-    "The chat template's source of an hf or vllm model (`tokenizer` or `params:...`), checked by loading its tokenizer only; a `ParamsError` with the fix for a model without one. None for other backends, or when the tokenizer cannot be loaded here (the run meets that and reports it as before)."
-    if model.backend not in ("hf", "vllm"): return None
+    "What the model's backend checks before a run starts (`model.preflight()`: an hf or vllm model's chat template source, `tokenizer` or `params:...`, from its tokenizer alone); a `ParamsError` with the fix for a model without one. None for a backend that checks nothing, or when the check cannot be made here (the run meets that and reports it as before)."
     key = canonical_json(dataclasses.asdict(model))
     if key in _PREFLIGHT_PASSED: return _PREFLIGHT_PASSED[key]   # the backend checks again when the notebook loads it
-    backend = backend_class("hf")(model)   # imported by name, now: the hf module is in the record of the runs that name it only
-    try: backend.tokenizer
+    try: source = model.preflight()   # the backend's own settings class: its module was imported when the params were read
     except ParamsError as e: raise ParamsError(f"{src}: {e} Nothing was run.") from None
     except Exception: return None
-    _PREFLIGHT_PASSED[key] = backend.chat_template_source
-    return backend.chat_template_source
+    if source is not None: _PREFLIGHT_PASSED[key] = source
+    return source
 
 # %% ../../nbs/06a_run.ipynb #d9e07ca2
 from ..engine.scrub import MIN_KEY_CHARS

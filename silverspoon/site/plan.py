@@ -139,9 +139,10 @@ def _dotted(d:dict, key:str):
 
 # %% ../../nbs/07c_plan.ipynb #bb4499f3
 def check_factors(factors,                  # the `factors:` value of a model file (or of `--vary`)
-                  src:str="<model file>"    # the file, for messages
+                  src:str="<model file>",   # the file, for messages
+                  backend:str="hf"          # the model's backend (the studies' local bases run hf): its settings declare the quantization levels
                  )->dict:
-    "`factors` checked: `quantization` (known levels, `none` put first: the reference), `prompt_variant` (`all` or names), `n` (study -> positive int)."
+    "`factors` checked: `quantization` (levels the backend's `quantization` field declares, `none` put first: the reference), `prompt_variant` (`all` or names), `n` (study -> positive int)."
     import typing
     if factors is None: return {}
     if not isinstance(factors, dict):
@@ -150,7 +151,10 @@ def check_factors(factors,                  # the `factors:` value of a model fi
     if unknown: raise ParamsError(f"{src}: field `factors` has unknown key(s) {sorted(unknown)}; it takes {', '.join(FACTOR_FIELDS)} and n.")
     out = {}
     if "quantization" in factors:
-        q, known = factors["quantization"], typing.get_args(typing.get_type_hints(ModelParams)["quantization"])
+        q, hints = factors["quantization"], typing.get_type_hints(ModelParams.settings_for(backend, (), src, "model."))
+        if "quantization" not in hints:
+            raise ParamsError(f"{src}: field `factors.quantization` is set but backend {backend!r} has no `model.quantization` setting. Fix: remove `quantization` from `factors`.")
+        known = typing.get_args(hints["quantization"])
         if not (isinstance(q, list) and q and all(isinstance(x, str) for x in q)):
             raise ParamsError(f"{src}: field `factors.quantization` = {q!r} must be a list of levels, e.g. [none, 8bit, 4bit].")
         bad = [x for x in q if x not in known]
@@ -202,7 +206,7 @@ def read_model_file(path:str|Path)->dict:
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
     check_urls_and_keys({"model": d["model"], "studies": studies}, str(path))   # a key pasted as `api_key_env`, a URL login: refused as `check` refuses them, before any page shows the block
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
-            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
+            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path), d["model"].get("backend") or "hf")}
 
 # %% ../../nbs/07c_plan.ipynb #b13res02
 PLANNED_FILE = "new: `silverspoon run` writes it"   # the status of a run file `model_plan` computes but does not write
@@ -284,7 +288,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
     "One row per (study, factor, level): the factor run's params file under tmp/models/<name>/factors/<study>/ (written only with `write`) with its `doc` and resolved `mapping`, or why it is skipped."
     import yaml, os
     root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
-    factors = m["factors"] if vary is None else check_factors({**vary, "n": m["factors"].get("n", {})}, "--vary")
+    factors = m["factors"] if vary is None else check_factors({**vary, "n": m["factors"].get("n", {})}, "--vary", m["model"].get("backend") or "hf")
     want = {f: factors[f] for f in FACTOR_FIELDS if f in factors}
     cols = ["study", "factor", "level", "run", "params", "status", "doc", "mapping"]
     if not want: return pd.DataFrame(columns=cols)
