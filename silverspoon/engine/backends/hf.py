@@ -107,10 +107,11 @@ def _template_markers(text:str)->list[str]:
     return list(dict.fromkeys(_MARKER.findall(text)))
 
 # %% ../../../nbs/02b_hf.ipynb #c7a70104
-def no_chat_template_message(model:ModelParams # the model whose tokenizer has no chat template
+def no_chat_template_message(model:ModelParams, # the model whose tokenizer has no chat template
+                             backend:str|None=None # the backend named in the message (default `model.backend`; vllm renders through hf settings)
                             )->str:
     "Why a model without a chat template is refused, and the fix (the text of the `ParamsError`)."
-    return (f"model.id = {model.id!r} (backend {model.backend}): its tokenizer has no chat template, so the studies' chats cannot be put in "
+    return (f"model.id = {model.id!r} (backend {backend or model.backend}): its tokenizer has no chat template, so the studies' chats cannot be put in "
             "the prompt format the model was trained on (is it a base model, not an instruction-tuned chat model?). silverspoon does "
             "not guess one: a model asked in a format it never saw answers with template tokens or an echo of the prompt. Fix: set "
             "`model.chat_template` (a judge: `task.judge.chat_template`) to the template the model was trained on, a known name "
@@ -148,12 +149,13 @@ def template_end_tokens(tok,           # the loaded tokenizer: its vocabulary re
 
 # %% ../../../nbs/02b_hf.ipynb #c7a70105
 def pick_chat_template(tok,                # the loaded tokenizer: its own `chat_template` and its vocabulary
-                       model:ModelParams   # `model.chat_template`, and `model.id` for messages
+                       model:ModelParams,  # `model.chat_template`, and `model.id` for messages
+                       backend:str|None=None # the backend named in messages (default `model.backend`)
                       )->ChatTemplateChoice:
     "`model.chat_template` when set, else the tokenizer's own template; a `ParamsError` naming the fix when there is neither, or when a set template cannot serve this model."
     if model.chat_template is None:
         if tok.chat_template: return ChatTemplateChoice(tok.chat_template, "tokenizer", ())
-        raise ParamsError(no_chat_template_message(model))
+        raise ParamsError(no_chat_template_message(model, backend))
     text, known = read_chat_template(model.chat_template)
     field_ = f"model.chat_template = {model.chat_template!r}"
     vocab = tok.get_vocab()
@@ -264,9 +266,10 @@ def _compiled_graphs()->int:
 class HFBackend(Backend):
     "A transformers causal LM answering chats in length-sorted, left-padded batches."
     Settings = HFModel   # what `model:` of an hf run holds
-    def __init__(self, model:ModelParams # the `model` section of the run params (backend "hf")
+    def __init__(self, model:ModelParams,   # the `model` section of the run params (backend "hf")
+                 served_by:str|None=None # the backend whose prompts this one renders, named in messages (vllm); default `model.backend`
                 ):
-        self.params = model
+        self.params, self.served_by = model, served_by or model.backend
         self._path = self._tok = self._model = self._identity = self._compile_config = None
         self.chat_template_source = None           # on load: "tokenizer" or "params:<model.chat_template>" (`pick_chat_template`)
         self.chat_template_end_tokens: tuple = ()  # on load: stop tokens beyond eos that the template needs
@@ -351,7 +354,7 @@ def tokenizer(self:HFBackend):
             tok = AutoTokenizer.from_pretrained(src, padding_side="left")
         else: tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
         tok.padding_side = "left"
-        tok.chat_template, self.chat_template_source, self.chat_template_end_tokens = pick_chat_template(tok, self.params)
+        tok.chat_template, self.chat_template_source, self.chat_template_end_tokens = pick_chat_template(tok, self.params, self.served_by)
         if tok.pad_token is None:
             if tok.eos_token is None: raise SilverspoonError(f"the tokenizer of {self.params.id!r} has neither a pad nor an eos token; cannot batch.")
             tok.pad_token = tok.eos_token

@@ -50,7 +50,9 @@ class VLLMModel(ModelParams):
 
     def preflight(self)->str:
         "The chat template's source, from the tokenizer alone, as for hf (`HFModel.preflight`)."
-        return self.hf_settings().preflight()
+        b = HFBackend(self.hf_settings(), served_by="vllm")
+        b.tokenizer
+        return b.chat_template_source
 
 # %% ../../../nbs/02d_vllm.ipynb #ac54b728
 VLLM_INSTALL_HINT = ("backend 'vllm' needs the vllm package, which runs on Linux with an NVIDIA GPU: `pip install vllm` in a fresh "
@@ -107,7 +109,7 @@ class VLLMBackend(Backend):
     def __init__(self, model:ModelParams # the `model` section of the run params (backend "vllm")
                 ):
         if model.backend != "vllm": raise ParamsError(f"VLLMBackend needs model.backend = 'vllm', got {model.backend!r}.")
-        self.params, self.chat = model, HFBackend(model.hf_settings())   # `chat`: tokenizer, chat template, commit and adapter checks
+        self.params, self.chat = model, HFBackend(model.hf_settings(), served_by="vllm")   # `chat`: tokenizer, chat template, commit and adapter checks
         self._llm = self._vllm = self._identity = self._lora = None
         self.load_seconds: float|None = None
 
