@@ -367,6 +367,7 @@ class ModelParams:
     backend: str   # a name in `BACKENDS`: hf (transformers on this machine), openai (an OpenAI-compatible server), vllm (in-process vLLM), replay (released answers), scripted (scripted answers, offline tests)
     id: str        # HF id or local path; API model name; replay: the released column name; scripted: an answers file or a rule
     NOT_READ: typing.ClassVar[dict] = {}   # a field other backends read -> why this one does not ("*": any field), said when a params file sets it
+    RETRIES_FAILED: typing.ClassVar[bool] = True   # a generation without an answer is a failed call that a rerun retries (replay: False, a released answer that is missing stays missing)
 
     def __new__(cls, *args, **kw):
         "The instance is of the class `backend` declares; a field it does not read is a `ParamsError` (`not_read`)."

@@ -4,11 +4,11 @@
 
 # %% ../../nbs/07c_plan.ipynb #plan0002
 from __future__ import annotations
-import json, functools
+import json, functools, dataclasses
 from pathlib import Path
 import pandas as pd
 from ..core import project_root, merge_params, write_atomic
-from ..core import ParamsError, ModelParams, check_name, check_urls_and_keys, read_yaml, read_params_mapping, load_params
+from ..core import ParamsError, ModelParams, model_settings, check_name, check_urls_and_keys, read_yaml, read_params_mapping, load_params
 from ..engine.store import project_store
 from ..engine.provenance import provenance_differences
 from ..engine.cost import run_cost, gpu_rates
@@ -305,6 +305,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
         base, run = dict(p.doc or {}), resolved.get("run") or src.stem
         headline_n = (resolved.get("sample") or {}).get("n")   # the factor runs draw their items inside the headline run's (sample.within): deltas compare like with like
         variants = list(s.prompt_variants)
+        quantizes = "quantization" in {x.name for x in dataclasses.fields(model_settings((resolved.get("model") or {}).get("backend") or "hf"))}   # the reference pins quantization: none where the backend has the setting
         levels = [(None, None)]
         for f, lv in want.items():
             if f == "quantization": levels += [(f, x) for x in lv[1:]]; continue
@@ -321,7 +322,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
             if p.study in factors["n"]:
                 doc["sample"] = {**(doc.get("sample") or {}), "n": factors["n"][p.study]}
                 if headline_n and headline_n > factors["n"][p.study]: doc["sample"]["within"] = headline_n
-            if f in (None, "quantization"): doc["model"] = {**(doc.get("model") or {}), "quantization": x or "none"}
+            if f == "quantization" or (f is None and quantizes): doc["model"] = {**(doc.get("model") or {}), "quantization": x or "none"}
             if variants and f in (None, "prompt_variant"): doc["task"] = {**(doc.get("task") or {}), "prompt_variant": x or variants[0]}
             what = "reference (quantization none, the paper's prompt)" if f is None else f"{FACTOR_FIELDS[f]} = {x}"
             doc["description"] = f"{base.get('description') or run}; factor run: {what}"

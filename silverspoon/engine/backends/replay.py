@@ -17,6 +17,7 @@ __all__ = ['ReplayModel', 'ReplayBackend']
 class ReplayModel(ModelParams):
     "`model:` of a replay run: `id` names the released column (e.g. GPT4); no other field, since no model is asked."
     NOT_READ = {"*": "asks no model (it reads released answers)"}
+    RETRIES_FAILED = False   # a missing released answer is no failed call: a rerun cannot make it
 
 # %% ../../../nbs/02a_replay.ipynb #7a0e1c06
 class ReplayBackend(Backend):
