@@ -324,7 +324,7 @@ def _check_value(v, t, where:str, src:str):
 def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error messages
               prefix:str="")->object:
     "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of their range (`field_bounds`) and missing fields. A model section (`cls` a `ModelParams`) is built as the settings class its `backend` declares, a field that backend does not read refused (`ModelParams.settings_for`)."
-    if isinstance(cls, type) and issubclass(cls, ModelParams):
+    if hasattr(cls, "settings_for"):   # a model section: `ModelParams` or a backend's settings class
         if "backend" not in d: raise ParamsError(f"{src}: required field `{prefix}backend` is missing.")
         cls = cls.settings_for(d["backend"], d, src, prefix)
     hints = typing.get_type_hints(cls)
@@ -384,7 +384,7 @@ class ModelParams:
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ParamsError(f"{src}: field `{prefix}backend` = {_shown(backend)} is not allowed; choose one of {list(BACKENDS)}.")
         target = model_settings(backend)
-        if not issubclass(target, cls):
+        if cls is not ModelParams and not issubclass(target, cls):
             raise ParamsError(f"{src}: {cls.__name__} holds another backend's settings; backend {backend!r} declares {target.__name__}. "
                               f"Fix: build ModelParams(backend={backend!r}, ...).")
         names = {f.name for f in fields(target)}
