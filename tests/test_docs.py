@@ -215,3 +215,17 @@ def test_site_pages_fit_1400_px_in_chromium(site, page, tmp_path):
     assert not_blank(png) > 0.01, f"{page}.html: the screenshot at {WIDTH} px is blank"
     scroll, view = page_width(f, tmp_path/"profile2")
     assert scroll <= view, f"{page}.html scrolls sideways at {WIDTH} px: {scroll} px wide"
+
+
+def test_guide_lists_the_model_fields_of_every_backend():
+    "nbs/guide_running.md's table of `model:` fields names, in each backend's row, every field that backend's settings class declares, and no field it does not (issue 53)."
+    import dataclasses
+    from silverspoon.core import BACKENDS, model_settings
+    text = (ROOT/"nbs"/"guide_running.md").read_text(encoding="utf-8")
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|[^|]*\|([^\n]*)\|$", text, re.M)}
+    assert set(rows) == set(BACKENDS), rows.keys()
+    every = {f.name for b in BACKENDS for f in dataclasses.fields(model_settings(b))}
+    for b in BACKENDS:
+        declared = {f.name for f in dataclasses.fields(model_settings(b))} - {"backend", "id"}
+        named = set(re.findall(r"`(\w+)`", rows[b])) & every
+        assert named == declared, (b, named ^ declared)

@@ -222,3 +222,14 @@ def test_site_holds_no_study_name_literal():
                     node.value in names or any(re.search(rf"reports/{n}\b", node.value) for n in names)):
                 bad.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.value!r}")
     assert not bad, f"site/ names a study (move what the study knows into its Study record or studies/): {bad}"
+
+
+def test_loading_params_imports_only_the_named_backend_and_nothing_heavy():
+    "core resolves `model.backend` to the settings class its backend declares by importlib (issue 53): reading an hf params file imports the hf backend module, no other backend, and neither torch nor transformers nor an HTTP client."
+    import subprocess, sys
+    code = ("import sys\nfrom silverspoon.core import load_params\n"
+            "p = load_params({'study': 'normative', 'run': 'r', 'model': {'backend': 'hf', 'id': 'x', 'dtype': 'float32', 'device': 'cpu'}})\n"
+            "print(type(p.model).__name__, sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'httpx', 'openai', 'vllm') "
+            "or m.startswith('silverspoon.engine.backends.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT).stdout.split(" ", 1)
+    assert out[0] == "HFModel" and eval(out[1]) == ["silverspoon.engine.backends.base", "silverspoon.engine.backends.hf"], out

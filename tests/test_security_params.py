@@ -169,17 +169,19 @@ def test_cli_misuse_is_one_line(tmp_path, cli):
 
 @pytest.fixture(scope="module")
 def good_run(tmp_path_factory):
-    "A small replay report whose description carries markup, a key and a code-injection attempt."
+    "A small report whose description carries markup, a key and a code-injection attempt; its model (on a local fake server) reads the key from the variable its params name."
     d = tmp_path_factory.mktemp("sec")
     pwned = d/"pwned"
     desc = f"<script>alert(1)</script> [x](javascript:alert(2)) <img src=x onerror=alert(3)> key {SECRET} {_payload(pwned)}"
-    params = {"study": "normative", "description": desc,
-              "model": {"backend": "replay", "id": "GPT4", "api_key_env": "SILVERSPOON_TEST_API_KEY"},
-              "sample": {"n": 30, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 50}}
-    f = d/"sec-run.yaml"; f.write_text(yaml.safe_dump(params))
-    env = {"SILVERSPOON_TEST_API_KEY": SECRET, "SILVERSPOON_STORE": str(d/"store")}
-    r = run_cli("run", f, "--reports-dir", d/"reports", env=env)
-    assert r.returncode == 0, r.stdout + r.stderr
+    with FakeChatServer() as srv:   # only an openai model reads `api_key_env` (a replay model's would be refused as a field it does not read)
+        params = {"study": "normative", "description": desc,
+                  "model": {"backend": "openai", "id": "m", "base_url": srv.base_url, "api_key_env": "SILVERSPOON_TEST_API_KEY"},
+                  "sample": {"n": 30, "stratify_by": "topic", "seed": 1}, "task": {"n_boot": 50}}
+        f = d/"sec-run.yaml"; f.write_text(yaml.safe_dump(params))
+        env = {"SILVERSPOON_TEST_API_KEY": SECRET, "SILVERSPOON_STORE": str(d/"store")}
+        r = run_cli("run", f, "--reports-dir", d/"reports", env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert srv.stats()["requests"] >= 30   # the key went to the server only
     return dict(dir=d, file=f, params=params, env=env, reports=d/"reports", pwned=pwned, result=r)
 
 

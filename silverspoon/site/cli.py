@@ -8,11 +8,10 @@ import re, sys, argparse, time, dataclasses
 import pandas as pd
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
-from ..core import import_ref, printable, BOUNDS, DataError, ParamsError, RunParams, SilverspoonError, absolute_path_settings, check_bounds, project_root, read_params_mapping, read_yaml
+from ..core import import_ref, printable, BOUNDS, DataError, ParamsError, RunParams, ModelParams, from_dict, SilverspoonError, absolute_path_settings, check_bounds, project_root, read_params_mapping, read_yaml
 from ..run.executor import read_params_file, run_params_file, reports_folder, preflight_model, check_report_owner, notebooks_note
 from .runner import build_index, write_card, check_model_files, verdict_html
 from ..studies import STUDY_REGISTRY, get_study, study_commands
-from ..engine.backends.openai import OPENAI_URL, public_url
 from .plan import FACTOR_FIELDS, read_model_file, runs_for_model, check_model_runs, write_model_runs, sample_units
 from .plan_page import plan_table, plan_text
 from ..engine.data import fetch_all
@@ -43,10 +42,15 @@ def calls_text(calls:list[dict] # from `silverspoon.site.runner.failed_calls`
 
 # %% ../../nbs/07_cli.ipynb #37635f03
 def key_destinations(p:RunParams)->str:
-    "Where the run sends which key: `; key $VAR -> URL` for the model and a judge on the openai backend (what `check` shows before you run a file someone sent)."
-    models = [("", dataclasses.asdict(p.model)), ("judge ", (p.task or {}).get("judge"))]
-    return "".join(f"; {who}key ${m.get('api_key_env') or 'OPENAI_API_KEY'} -> {public_url(m.get('base_url') or OPENAI_URL)}"
-                   for who, m in models if isinstance(m, dict) and m.get("backend") == "openai")
+    "Where the run sends which key: `; key $VAR -> URL` for the model and a judge whose backend sends one (`ModelParams.sends_key`: openai), what `check` shows before you run a file someone sent."
+    out = ""
+    for who, m in [("", p.model), ("judge ", (p.task or {}).get("judge"))]:
+        if isinstance(m, dict):   # `task.judge`, a mapping the study validated (a malformed one was refused there)
+            try: m = from_dict(ModelParams, m, prefix="task.judge.")
+            except ParamsError: continue
+        sent = m.sends_key() if isinstance(m, ModelParams) else None
+        if sent: out += f"; {who}key ${sent[0]} -> {sent[1]}"
+    return out
 
 # %% ../../nbs/07_cli.ipynb #91d525d3
 def is_base(path:Path|str)->bool:

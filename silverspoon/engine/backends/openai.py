@@ -8,6 +8,8 @@ import os, re, json, time, zlib, random, logging, warnings, threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit, urlunsplit
+from dataclasses import dataclass
+from typing import Literal
 from ...core import SilverspoonError, ParamsError, ModelParams, GenerationParams, check_key_variable
 from .base import Backend, GenRequest, Generation
 from ..scrub import MIN_KEY_CHARS, FRAGMENT_CHARS, Secret, hide_secret, scrub
@@ -17,10 +19,11 @@ _log = logging.getLogger("silverspoon.engine.backends.openai")
 
 # %% auto #0
 __all__ = ['OPENAI_URL', 'REPLY_MIN_BYTES', 'REPLY_BYTES_PER_TOKEN', 'HEADER_LIMIT_BYTES', 'MAX_TOKEN_COUNT', 'FAIL_FAST_AFTER',
-           'is_local_url', 'public_url', 'resolve_api_key', 'UnencryptedKeyWarning', 'warn_if_key_in_clear',
-           'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap', 'ReplyTooLarge',
-           'RedirectRefused', 'RedirectLoop', 'redirect_loop_text', 'TooManyHeaders', 'header_limit_text', 'BadReply',
-           'capped_http_client', 'reply_error_message', 'failure_text', 'OpenAIBackend']
+           'is_local_url', 'public_url', 'OpenAIModel', 'resolve_api_key', 'UnencryptedKeyWarning',
+           'warn_if_key_in_clear', 'chat_kwargs', 'retry_after_s', 'is_retryable', 'backoff_delay', 'reply_byte_cap',
+           'ReplyTooLarge', 'RedirectRefused', 'RedirectLoop', 'redirect_loop_text', 'TooManyHeaders',
+           'header_limit_text', 'BadReply', 'capped_http_client', 'reply_error_message', 'failure_text',
+           'OpenAIBackend']
 
 # %% ../../../nbs/02c_openai.ipynb #201fb49c
 OPENAI_URL = "https://api.openai.com/v1"
@@ -48,6 +51,23 @@ def public_url(url:str)->str:
     if ":" in netloc: netloc = f"[{netloc}]"
     if p.port: netloc += f":{p.port}"
     return urlunsplit((p.scheme, netloc, p.path.rstrip("/"), "", ""))
+
+# %% ../../../nbs/02c_openai.ipynb #0pena102
+@dataclass
+class OpenAIModel(ModelParams):
+    "`model:` of an OpenAI-compatible server: where it is, which variable holds the key, how hard to try."
+    revision: str|None = None              # a revision of the served model, when you know one: part of the store key only when set
+    base_url: str|None = None              # e.g. http://localhost:8000/v1; None = the OpenAI API (https://api.openai.com/v1)
+    api_key_env: str = "OPENAI_API_KEY"    # name of the variable holding the key (never the key): *_API_KEY, or listed in $SILVERSPOON_KEY_VARS
+    concurrency: int = 4                   # requests in flight at once
+    timeout_s: float = 60.0                # total seconds of one attempt (connect, send, wait, read the whole reply); each retry gets its own
+    max_retries: int = 4                   # retries with backoff on 429 / 5xx / timeouts; an item that still fails is recorded as failed
+    batch_size: int|Literal["auto"] = 8    # answers handed over (and stored) at a time, at least `concurrency`; "auto" = 32
+    NOT_READ = {"chat_template": "renders no prompts (the server applies its own chat template, set on the server, e.g. `vllm serve --chat-template`)"}
+
+    def sends_key(self)->tuple[str, str]:
+        "(the variable whose value is sent as the bearer token, the server it is sent to, without credentials)."
+        return self.api_key_env, public_url(self.base_url or OPENAI_URL)
 
 # %% ../../../nbs/02c_openai.ipynb #124c7dba
 def resolve_api_key(model:ModelParams)->str:
@@ -354,6 +374,7 @@ FAIL_FAST_AFTER = 3   # items rejected with HTTP 400/422 before any answer, afte
 class OpenAIBackend(Backend):
     "Chat completions from an OpenAI-compatible endpoint, concurrent, retried, never leaking the key."
     cacheable = True
+    Settings = OpenAIModel   # what `model:` of an openai run holds
     def __init__(self, model:ModelParams,             # backend "openai": id, base_url, api_key_env, concurrency, timeout_s, max_retries
                  backoff_s:float=0.5,                 # first retry waits backoff_s * U(0.5, 1); doubles each retry
                  max_backoff_s:float=8.0,             # cap of one wait

@@ -4,18 +4,27 @@
 
 # %% ../../../nbs/02a_replay.ipynb #7a0e1c02
 from __future__ import annotations
-from ...core import GenerationParams, stable_hash, is_missing
+from dataclasses import dataclass
+from ...core import ModelParams, GenerationParams, stable_hash, is_missing
 from .base import Backend, GenRequest, Generation
 from fastcore.basics import patch
 
 # %% auto #0
-__all__ = ['ReplayBackend']
+__all__ = ['ReplayModel', 'ReplayBackend']
+
+# %% ../../../nbs/02a_replay.ipynb #r3p1ay02
+@dataclass
+class ReplayModel(ModelParams):
+    "`model:` of a replay run: `id` names the released column (e.g. GPT4); no other field, since no model is asked."
+    NOT_READ = {"*": "asks no model (it reads released answers)"}
+    RETRIES_FAILED = False   # a missing released answer is no failed call: a rerun cannot make it
 
 # %% ../../../nbs/02a_replay.ipynb #7a0e1c06
 class ReplayBackend(Backend):
     "Returns released answers by `item_id`; nothing is generated and nothing is cached on disk."
     cacheable = False
     batch_size = 1024
+    Settings = ReplayModel   # what `model:` of a replay run holds
 
     def __init__(self, answers:dict, # item_id -> released answer text (None/NaN/"" when the release has none)
                  name:str="replay"   # the released column (e.g. "GPT4"), recorded in the identity

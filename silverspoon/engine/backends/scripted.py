@@ -8,16 +8,26 @@ import json, time
 from collections import Counter
 from fastcore.basics import patch
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Literal
+from dataclasses import dataclass
 from ...core import ModelParams, GenerationParams, ParamsError, project_root, sha256_file
 from .base import Backend, GenRequest, Generation
 
 # %% auto #0
-__all__ = ['ScriptedBackend']
+__all__ = ['ScriptedModel', 'ScriptedBackend']
+
+# %% ../../../nbs/02f_scripted.ipynb #scr1pt02
+@dataclass
+class ScriptedModel(ModelParams):
+    "`model:` of a scripted run: `id` is an answers file or a rule (`ScriptedBackend.from_model`)."
+    batch_size: int|Literal["auto"] = 8   # answers made (and stored) at a time; "auto" = 8
+    adapter: str|None = None              # a name only, never loaded (the answers are the same): lets offline tests run an adapter run's paired base arm (STOP `task.compare_base`)
+    NOT_READ = {"*": "asks no model (its answers come from the file or rule in `id`)"}
 
 # %% ../../../nbs/02f_scripted.ipynb #9e570006
 class ScriptedBackend(Backend):
     "A backend for tests and examples: answers from a function, a dict or one text, fails the items it is told to, records every call."
+    Settings = ScriptedModel   # what `model:` of a scripted run holds
     def __init__(self, answer:Callable|dict|str|None=None,      # fn(GenRequest) -> text or Generation; {item_id: text or Generation}; one text for all; None: "ok <item_id>"
                  fail_on:Callable|Iterable[str]=(),             # item ids that fail, or fn(GenRequest) -> bool
                  error:str="ScriptedError: a scripted failure", # `Generation.error` of an item that fails

@@ -406,7 +406,7 @@ def stop_task(params:RunParams, src:str="<params>")->StopTask:
             if getattr(t, k) != v:
                 raise ParamsError(f"{src}: field `task.{k}` = {getattr(t, k)!r}, but the released results of {params.model.id} were made "
                                   f"with {k} = {v!r} (the authors' code). Set task.{k}: {v} for a replay run.")
-    if t.compare_base and not params.model.adapter:
+    if t.compare_base and not getattr(params.model, "adapter", None):   # a backend that declares no adapter has none
         raise ParamsError(f"{src}: field `task.compare_base` is true but `model.adapter` is not set: the base arm is the model without its "
                           "adapter, so name the adapter folder in model.adapter (e.g. adapters/stop-finetune-smollm2-cpu/adapter) or set compare_base: false.")
     if t.human_file is not None and not resolve_human_file(t.human_file).is_file():
@@ -649,12 +649,12 @@ def stop_replies(params:RunParams,        # the run's params (model, generation,
         return StopReplies(ev, backend, store, res, convs, replies, arms, screen, base, released_model(params.model.id))
     backend = make_backend(params.model)
     store = store_factory(params, backend)
-    res = run_conversations(backend, items, params.generation, store, run=params.run, opts=opts, batch_size=params.model.batch_size)
+    res = run_conversations(backend, items, params.generation, store, run=params.run, opts=opts, batch_size=getattr(params.model, "batch_size", None))
     convs = {p: score_conversations(res, items, p) for p in PARSERS}
     arms, base = [("all", res)], None
     if opts.compare_base:   # the base arm (the model without its adapter), judged apart by the reply gate
         base_params = dataclasses.replace(params.model, adapter=None)
-        base_res = run_conversations(make_backend(base_params), items, params.generation, store, run=params.run, opts=opts, batch_size=params.model.batch_size)
+        base_res = run_conversations(make_backend(base_params), items, params.generation, store, run=params.run, opts=opts, batch_size=getattr(params.model, "batch_size", None))
         arms, base = [("adapter", res), ("base", base_res)], (base_params, base_res)
     screen = pd.concat([screen_turns(r) for _, r in arms], ignore_index=True)
     return StopReplies(ev, backend, store, res, convs, res, arms, screen, base)

@@ -441,7 +441,7 @@ def load_finetune_params(source, # a YAML file or a mapping
     check_name(p.run, "run", src, why="it names the output folder finetune/<run>/ and the evaluation run")
     check_urls_and_keys(asdict(p), src)
     if p.model.backend != "hf": raise ParamsError(f"{src}: field `model.backend` = {p.model.backend!r}: fine-tuning needs a local transformers model (backend: hf).")
-    if p.model.adapter: raise ParamsError(f"{src}: field `model.adapter` is set; fine-tuning trains a new adapter on the base model, remove it.")
+    if getattr(p.model, "adapter", None): raise ParamsError(f"{src}: field `model.adapter` is set; fine-tuning trains a new adapter on the base model, remove it.")
     if p.data.source == "human" and not p.data.human_labels: raise ParamsError(f"{src}: field `data.human_labels` is required with data.source: human.")
     if p.data.source == "jsonl" and not p.data.train_file: raise ParamsError(f"{src}: field `data.train_file` is required with data.source: jsonl.")
     for name in ("train_file", "valid_file"):
@@ -541,7 +541,7 @@ def _rel(p:Path)->str:
 def eval_params(params:FinetuneParams, adapter_dir:str|Path,
                 held_out:list[str]|None=None)->dict:  # validation progression ids: evaluated on these only
     "A STOP study params mapping evaluating the adapter: the base model's non-default fields plus `adapter`, the training format as `task`."
-    default = ModelParams(backend="hf", id="x")
+    default = ModelParams(backend=params.model.backend, id="x")   # the defaults of the backend named
     model = {k: v for k, v in asdict(params.model).items() if k in ("backend", "id") or v != getattr(default, k)}
     model["adapter"] = _rel(adapter_dir)
     d = params.data
