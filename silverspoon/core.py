@@ -13,11 +13,11 @@ __all__ = ['PATH_SETTINGS', 'PLAIN_TYPES', 'MAX_PARAMS_BYTES', 'MAX_TEXT_CHARS',
            'WINDOWS_DEVICE_NAMES', 'CHAT_TEMPLATES', 'RESERVED_RUN_SUFFIXES', 'SilverspoonError', 'ParamsError',
            'DataError', 'project_root', 'cache_dir', 'absolute_path_settings', 'canonical_json', 'stable_hash',
            'sha256_file', 'write_atomic', 'seed_everything', 'is_missing', 'plain_data', 'read_yaml', 'field_bounds',
-           'check_bounds', 'from_dict', 'backend_class', 'model_settings', 'ModelParams', 'GenerationParams',
-           'SampleParams', 'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable',
+           'check_bounds', 'from_dict', 'import_ref', 'backend_class', 'model_settings', 'ModelParams',
+           'GenerationParams', 'SampleParams', 'RunParams', 'check_name', 'key_variable_allowed', 'check_key_variable',
            'check_urls_and_keys', 'hide_url_credentials', 'KnownChatTemplate', 'read_chat_template', 'check_model',
            'check_generation', 'merge_params', 'read_params_mapping', 'load_params', 'check_params', 'task_params',
-           'printable', 'import_ref']
+           'printable']
 
 # %% ../nbs/00_core.ipynb #26adb651
 class SilverspoonError(Exception):
@@ -339,6 +339,20 @@ def from_dict(cls, d:dict, src:str="<params>", # where `d` came from, for error 
             raise ParamsError(f"{src}: required field `{prefix}{f.name}` is missing.")
     return cls(**kw)
 
+# %% ../nbs/00_core.ipynb #iref0002
+def import_ref(ref:str,   # "package.module:attribute", e.g. "silverspoon.engine.backends.hf:HFBackend"
+               what:str   # what names it, for messages, e.g. "Study 'stop': commands[0].run"
+              ):
+    "The object `ref` names, its module imported now; a `TypeError` naming `what` when `ref` is malformed or names no module or attribute (a package the module itself needs that is missing: its `ModuleNotFoundError`)."
+    module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
+    if not (sep and module and attr): raise TypeError(f"{what} = {ref!r}: give \"package.module:attribute\", e.g. \"silverspoon.studies.stop.stop_annotate:annotate_command\".")
+    try: found = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if not (e.name and (module == e.name or module.startswith(e.name + "."))): raise   # the module exists but needs a package that is missing: say that, not "names nothing"
+        raise TypeError(f"{what} = {ref!r}: no module {e.name!r}; fix the module name.") from e
+    if not hasattr(found, attr): raise TypeError(f"{what} = {ref!r}: module {module!r} has no {attr!r}; fix the attribute name.")
+    return getattr(found, attr)
+
 # %% ../nbs/00_core.ipynb #b4ckreg2
 BACKENDS = {   # model.backend -> "module:Class"; a module is imported only when a run (or a params file) names its backend
     "hf": "silverspoon.engine.backends.hf:HFBackend",
@@ -353,8 +367,7 @@ def backend_class(name:str # a `model.backend` value, e.g. "hf"
     "The backend class registered under `name`, its module imported now."
     if name not in BACKENDS:
         raise ParamsError(f"model.backend = {name!r} is not one of {', '.join(repr(k) for k in BACKENDS)}.")
-    module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
+    return import_ref(BACKENDS[name], f"core.BACKENDS[{name!r}]")
 
 def model_settings(name:str # a `model.backend` value, e.g. "hf"
                   )->type:
@@ -661,13 +674,3 @@ _UNPRINTABLE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202
 def printable(text)->str:
     "`text` as one safe terminal line: control characters (escape sequences, CR, LF), zero-width and bidi controls shown as `\\x1b` / `\\u202e`."
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", str(text))
-
-# %% ../nbs/00_core.ipynb #iref0002
-def import_ref(ref:str,   # "package.module:attribute", e.g. "silverspoon.engine.backends.hf:HFBackend"
-               what:str   # what names it, for messages, e.g. "Study 'stop': commands[0].run"
-              ):
-    "The object `ref` names, its module imported now; a `TypeError` naming `what` and the expected form when `ref` is malformed or names nothing."
-    module, sep, attr = ref.partition(":") if isinstance(ref, str) else ("", "", "")
-    if not (sep and module and attr): raise TypeError(f"{what} = {ref!r}: give \"package.module:attribute\", e.g. \"silverspoon.studies.stop.stop_annotate:annotate_command\".")
-    try: return getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e: raise TypeError(f"{what} = {ref!r} names nothing importable ({e}); fix the module or attribute name.") from e
