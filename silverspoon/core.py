@@ -402,8 +402,11 @@ class ModelParams:
             raise ParamsError(f"{src}: {cls.__name__} holds another backend's settings; backend {backend!r} declares {target.__name__}. "
                               f"Fix: build ModelParams(backend={backend!r}, ...).")
         names = {f.name for f in fields(target)}
-        for k in keys:
-            if k not in names: raise target.not_read(backend, k, src, prefix)
+        extra = [k for k in keys if k not in names]
+        if len(extra) > 1:   # every such field in one message (a file written with every field of every backend: fix it in one go)
+            raise ParamsError(f"{target.not_read(backend, extra[0], src, prefix)} Backend {backend!r} does not read "
+                              f"{', '.join(f'`{prefix}{str(k)[:60]}`' for k in extra[1:])} either: remove them too.")
+        if extra: raise target.not_read(backend, extra[0], src, prefix)
         return target
 
     @classmethod
