@@ -7,6 +7,7 @@ from __future__ import annotations
 import json, time, logging
 from pathlib import Path
 from dataclasses import dataclass
+import typing   # the checkpoint fields' annotations (`CheckpointModel`, hf module) are evaluated here for VLLMModel's signature
 from typing import Literal
 from ...core import SilverspoonError, ParamsError, ModelParams, GenerationParams, stable_hash
 from .base import Backend, GenRequest, Generation, error_text, check_decoding
